@@ -1,0 +1,35 @@
+# The two commands of the README (`make demo`, `make test`) do all set-up themselves.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch/torchvision wheels that this machine keeps on disk; override for other platforms.
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
+STAMP := $(VENV)/.gawee-installed
+
+.PHONY: demo test zoo bench lint format clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/gawee-rewrite show resnet18
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+zoo: $(STAMP)
+	$(PY) benchmarks/zoo.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check gawee tests benchmarks
+	$(VENV)/bin/ruff format --check gawee tests benchmarks
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format gawee tests benchmarks
+	$(VENV)/bin/ruff check --fix gawee tests benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

@@ -1,0 +1,58 @@
+"""Peak activation memory by liveness over the node order."""
+
+from __future__ import annotations
+
+from gawee.ir.core import Graph, Value
+from gawee.ops import get_op
+
+
+def peak_memory(graph: Graph) -> tuple[int, str]:
+    """Peak bytes of live activations while running nodes in order, and the node where it peaks.
+
+    Activations are graph inputs and node outputs (constants are parameters, counted
+    apart). An output is allocated when its node runs and freed after its last reader;
+    view outputs share their base's buffer, which lives as long as any alias. Graph
+    outputs live to the end. At each node its inputs and outputs are live together.
+    """
+    buffer_of: dict[Value, Value] = {}
+    size: dict[Value, int] = {}
+    last: dict[Value, int] = {}
+    nodes = graph.nodes
+    end = len(nodes)
+    for v in graph.inputs:
+        buffer_of[v] = v
+        size[v] = v.type.nbytes
+        last[v] = -1
+    for i, node in enumerate(nodes):
+        is_view = get_op(node.op).has_trait("view")
+        base = node.inputs[0] if is_view and node.inputs and node.inputs[0] is not None else None
+        for out in node.outputs:
+            if base is not None and base.data is None:
+                buffer_of[out] = buffer_of[base]
+            elif base is not None:  # a view of a constant is a constant: no activation
+                continue
+            else:
+                buffer_of[out] = out
+                size[out] = out.type.nbytes
+                last[out] = i
+        for v in node.inputs:
+            if v is not None and v in buffer_of:
+                b = buffer_of[v]
+                last[b] = max(last[b], i)
+    for v in graph.outputs:
+        if v in buffer_of:
+            last[buffer_of[v]] = end
+    frees: dict[int, list[Value]] = {}
+    for b, i in last.items():
+        frees.setdefault(max(i, 0) if b.producer is None else i, []).append(b)
+    live = sum(size[v] for v in graph.inputs)
+    peak, peak_at = live, "<inputs>"
+    for i, node in enumerate(nodes):
+        for out in node.outputs:
+            if buffer_of.get(out) is out:
+                live += size[out]
+        if live > peak:
+            peak, peak_at = live, node.name
+        for b in frees.get(i, ()):
+            live -= size[b]
+    return peak, peak_at

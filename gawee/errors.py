@@ -1,0 +1,139 @@
+"""The GaweeError family: every user-facing failure, with a location and a fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceSpan:
+    """A region of a text file (1-based line and column), for caret diagnostics."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int | None = None
+    end_col: int | None = None
+    text: str | None = None
+    """The full source text the span points into (used to quote the line)."""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    def source_line(self) -> str | None:
+        if self.text is None:
+            return None
+        lines = self.text.splitlines()
+        if 1 <= self.line <= len(lines):
+            return lines[self.line - 1]
+        return None
+
+    def render_caret(self) -> str:
+        """The quoted source line with ``^^^`` under the span, or "" if unavailable."""
+        line = self.source_line()
+        if line is None:
+            return ""
+        start = max(self.col - 1, 0)
+        if self.end_line == self.line and self.end_col is not None and self.end_col > self.col:
+            width = self.end_col - self.col
+        else:
+            width = 1
+        width = max(1, min(width, max(len(line) - start, 1)))
+        expanded = line.expandtabs(1)
+        return f"    {expanded}\n    {' ' * start}{'^' * width}"
+
+
+class GaweeError(Exception):
+    """Base of every error gawee raises on bad input.
+
+    ``message`` says what is wrong, ``span`` (optional) where, ``hint`` (optional)
+    how to fix it. ``str(err)`` renders all three, compiler-style.
+    """
+
+    kind = "error"
+
+    def __init__(self, message: str, *, span: SourceSpan | None = None, hint: str | None = None,
+                 where: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.span = span
+        self.hint = hint
+        self.where = where
+        """A non-source location, e.g. a JSON path or a node name."""
+
+    def __str__(self) -> str:
+        head = f"{self.span}: " if self.span else (f"{self.where}: " if self.where else "")
+        parts = [f"{head}{self.kind}: {self.message}"]
+        if self.span:
+            caret = self.span.render_caret()
+            if caret:
+                parts.append(caret)
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "\n".join(parts)
+
+
+class RuleSyntaxError(GaweeError):
+    """A ``.rules`` file that does not parse."""
+
+    kind = "syntax error"
+
+
+class RuleError(GaweeError):
+    """A ``.rules`` file that parses but does not check (unknown op, arity, unbound name...)."""
+
+    kind = "rule error"
+
+
+class RewriteError(GaweeError):
+    """A rule misbehaved while rewriting (wrong replacement type, non-termination...)."""
+
+    kind = "rewrite error"
+
+
+class IRError(GaweeError):
+    """A graph that breaks an IR invariant, or a misuse of the mutation API."""
+
+    kind = "IR error"
+
+
+class UnknownOpError(IRError):
+    """An op name that is not in the registry."""
+
+    kind = "unknown op"
+
+
+class InferenceError(IRError):
+    """Shape/dtype inference failed or disagreed with what was recorded."""
+
+    kind = "inference error"
+
+
+class SerializationError(GaweeError):
+    """A saved graph (JSON + .npz) that cannot be loaded."""
+
+    kind = "load error"
+
+
+class CaptureError(GaweeError):
+    """A model that torch.export cannot capture."""
+
+    kind = "capture error"
+
+
+class ModelSpecError(GaweeError):
+    """A MODEL argument that does not resolve to a model."""
+
+    kind = "model error"
+
+
+class EvaluationError(GaweeError):
+    """Executing a node failed (reference interpreter or backend)."""
+
+    kind = "evaluation error"
+
+
+class EquivalenceError(GaweeError):
+    """Two graphs that should be equivalent are not."""
+
+    kind = "not equivalent"

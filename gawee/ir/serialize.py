@@ -1,0 +1,257 @@
+"""Save and load graphs: JSON for structure (versioned schema), .npz beside it for tensor data.
+
+Loading never executes code: the JSON is plain data and the .npz is read with
+``allow_pickle=False``. Both files are written atomically and byte-for-byte
+deterministically (the .npz zip entries carry a fixed timestamp).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from gawee.errors import GaweeError, SerializationError
+from gawee.ir.core import Graph, Value
+from gawee.ir.types import NUMPY_STORAGE, DType, Layout, TensorType
+
+FORMAT = "gawee.graph"
+VERSION = 1
+
+
+# -- saving ----------------------------------------------------------------------------
+def _type_json(t: TensorType) -> dict:
+    d = {"shape": list(t.shape), "dtype": t.dtype.value}
+    if t.layout is not Layout.contiguous:
+        d["layout"] = t.layout.value
+    return d
+
+
+def _attr_json(v: Any) -> Any:
+    return [_attr_json(x) for x in v] if isinstance(v, tuple) else v
+
+
+def to_json_dict(graph: Graph) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The JSON document for ``graph`` and the tensors that go into the .npz (by value name)."""
+    arrays: dict[str, torch.Tensor] = {}
+    constants = []
+    for v in graph.constants():
+        entry = {"name": v.name, "type": _type_json(v.type)}
+        if v.has_known_data:
+            arrays[v.name] = v.data
+        else:
+            entry["meta"] = True  # captured on the meta device: no values exist
+        constants.append(entry)
+    nodes = []
+    for node in graph:
+        entry = {"name": node.name, "op": node.op,
+                 "inputs": [None if v is None else v.name for v in node.inputs],
+                 "outputs": [{"name": v.name, "type": _type_json(v.type)} for v in node.outputs]}
+        if node.attrs:
+            entry["attrs"] = {k: _attr_json(v) for k, v in node.attrs.items()}
+        if node.source:
+            entry["source"] = node.source
+        nodes.append(entry)
+    doc = {
+        "format": FORMAT, "version": VERSION, "name": graph.name, "meta": graph.meta,
+        "inputs": [{"name": v.name, "type": _type_json(v.type)} for v in graph.inputs],
+        "constants": constants, "nodes": nodes,
+        "outputs": [v.name for v in graph.outputs],
+    }
+    return doc, arrays
+
+
+def save(graph: Graph, path: str | os.PathLike) -> tuple[Path, Path]:
+    """Write ``path`` (.json) and its .npz sibling atomically; returns both paths."""
+    path = Path(path)
+    if path.suffix != ".json":
+        raise SerializationError(f"{path}: a saved graph is a .json file", hint="use a path ending in .json")
+    doc, arrays = to_json_dict(graph)
+    npz_path = path.with_suffix(".npz")
+    doc["data"] = npz_path.name
+    text = json.dumps(doc, indent=1, allow_nan=True) + "\n"
+    _atomic_write(npz_path, _npz_bytes(arrays))
+    _atomic_write(path, text.encode())
+    return path, npz_path
+
+
+def _npz_bytes(arrays: dict[str, torch.Tensor]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, t in arrays.items():
+            t = t.detach().cpu().contiguous()
+            arr = t.view(torch.uint16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+            member = io.BytesIO()
+            np.lib.format.write_array(member, arr, allow_pickle=False)
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            zf.writestr(info, member.getvalue())
+    return buf.getvalue()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+# -- loading ---------------------------------------------------------------------------
+class _Doc:
+    """Typed access into the JSON document; every failure names the file and JSON path."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, where: str, msg: str, hint: str | None = None):
+        raise SerializationError(msg, where=f"{self.path}: {where}" if where else str(self.path), hint=hint)
+
+    def get(self, obj: Any, key: str | int, kind: type | tuple, where: str) -> Any:
+        try:
+            v = obj[key]
+        except (KeyError, IndexError, TypeError):
+            self.fail(where, f"missing {key!r}")
+        if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            self.fail(f"{where}.{key}", f"expected {names}, got {type(v).__name__} {str(v)[:40]}")
+        return v
+
+    def type(self, obj: Any, where: str) -> TensorType:
+        t = self.get(obj, "type", dict, where)
+        shape = self.get(t, "shape", list, f"{where}.type")
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+            self.fail(f"{where}.type.shape", f"shape must be non-negative ints, got {shape}")
+        try:
+            dtype = DType.parse(self.get(t, "dtype", str, f"{where}.type"))
+            layout = Layout(t.get("layout", "contiguous"))
+        except (GaweeError, ValueError) as e:
+            self.fail(f"{where}.type", str(e.args[0] if e.args else e))
+        return TensorType(tuple(shape), dtype, layout)
+
+
+def _freeze_json(v: Any) -> Any:
+    return tuple(_freeze_json(x) for x in v) if isinstance(v, list) else v
+
+
+def load(path: str | os.PathLike) -> Graph:
+    """Load a graph saved by :func:`save`. Raises SerializationError saying where and what is wrong."""
+    path = Path(path)
+    d = _Doc(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SerializationError(f"cannot read {path}: {e.strerror}", hint="check the path") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SerializationError(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
+                                 where=str(path), hint="the file may be truncated or hand-edited") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        d.fail("format", f"not a gawee graph (format is {doc.get('format') if isinstance(doc, dict) else None!r})",
+               hint=f"expected \"format\": \"{FORMAT}\"")
+    version = d.get(doc, "version", int, "")
+    if version != VERSION:
+        d.fail("version", f"schema version {version} is not supported (this gawee reads {VERSION})")
+    arrays = _load_npz(path, doc, d)
+
+    graph = Graph(d.get(doc, "name", str, ""))
+    graph.meta = d.get(doc, "meta", dict, "") if "meta" in doc else {}
+    values: dict[str, Value] = {}
+
+    def define(v: Value, where: str) -> None:
+        if v.name in values:
+            d.fail(where, f"name {v.name!r} is defined twice")
+        values[v.name] = v
+
+    for i, e in enumerate(d.get(doc, "inputs", list, "")):
+        w = f"inputs[{i}]"
+        define(graph.add_input(d.type(e, w), d.get(e, "name", str, w)), w)
+    for i, e in enumerate(d.get(doc, "constants", list, "")):
+        w = f"constants[{i}]"
+        name, t = d.get(e, "name", str, w), d.type(e, w)
+        if e.get("meta"):
+            data = torch.empty(t.shape, dtype=t.dtype.torch, device="meta")
+        else:
+            data = _array_for(name, t, arrays, d, w)
+        v = Value(t, name, data=data)
+        graph._names.add(name)
+        define(v, w)
+    for i, e in enumerate(d.get(doc, "nodes", list, "")):
+        w = f"nodes[{i}]"
+        name = d.get(e, "name", str, w)
+        op = d.get(e, "op", str, w)
+        inputs = []
+        for k, ref in enumerate(d.get(e, "inputs", list, w)):
+            if ref is None:
+                inputs.append(None)
+            elif not isinstance(ref, str) or ref not in values:
+                d.fail(f"{w}.inputs[{k}]", f"{ref!r} is not defined before node {name!r}",
+                       hint="values must be defined (input, constant or earlier node) before use")
+            else:
+                inputs.append(values[ref])
+        outs = d.get(e, "outputs", list, w)
+        types = [d.type(o, f"{w}.outputs[{k}]") for k, o in enumerate(outs)]
+        attrs = {k: _freeze_json(v) for k, v in d.get(e, "attrs", dict, w).items()} if "attrs" in e else {}
+        try:
+            node = graph.create_node(op, inputs, attrs, types=types, name=name, source=e.get("source", ""))
+        except GaweeError as err:
+            d.fail(w, f"node {name!r}: {err.message}", hint=err.hint)
+        if node.name != name:
+            d.fail(w, f"name {name!r} is defined twice")
+        for k, (o, v) in enumerate(zip(outs, node.outputs)):
+            v.name = d.get(o, "name", str, f"{w}.outputs[{k}]")
+            graph._names.add(v.name)
+            define(v, f"{w}.outputs[{k}]")
+    outs = []
+    for i, ref in enumerate(d.get(doc, "outputs", list, "")):
+        if ref not in values:
+            d.fail(f"outputs[{i}]", f"output {ref!r} is not defined")
+        outs.append(values[ref])
+    graph.set_outputs(outs)
+
+    from gawee.ir.verify import verify
+
+    try:
+        verify(graph)
+    except GaweeError as e:
+        d.fail("", f"the graph is inconsistent: {e.message}", hint="the file was probably hand-edited")
+    return graph
+
+
+def _load_npz(path: Path, doc: dict, d: _Doc) -> dict[str, np.ndarray]:
+    needs_data = any(not c.get("meta") for c in doc.get("constants", []) if isinstance(c, dict))
+    if not needs_data:
+        return {}
+    npz = path.parent / d.get(doc, "data", str, "")
+    try:
+        with np.load(npz, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except FileNotFoundError:
+        raise SerializationError(f"tensor data file {npz} is missing", where=str(path),
+                                 hint="keep the .npz written by save() next to the .json") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise SerializationError(f"cannot read tensor data {npz}: {e}", where=str(path)) from None
+
+
+def _array_for(name: str, t: TensorType, arrays: dict[str, np.ndarray], d: _Doc, where: str) -> torch.Tensor:
+    if name not in arrays:
+        d.fail(where, f"constant {name!r} has no array in the .npz", hint="the .npz does not belong to this .json")
+    arr = arrays[name]
+    want = np.dtype(NUMPY_STORAGE[t.dtype])
+    if tuple(arr.shape) != t.shape or arr.dtype != want:
+        d.fail(where, f"array {name!r} is {arr.dtype}{list(arr.shape)} but the graph says {t}",
+               hint="the .npz does not match the .json")
+    data = torch.from_numpy(arr.copy())
+    return data.view(torch.bfloat16) if t.dtype is DType.bf16 else data

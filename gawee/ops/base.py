@@ -1,0 +1,306 @@
+"""OpDef — the one record that says everything gawee knows about an op — and the registry."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gawee.errors import InferenceError, IRError, UnknownOpError
+from gawee.ir.types import DType, Layout, TensorType
+
+TypeList = Sequence[TensorType | None]
+
+REQUIRED = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
+"""Default of an attribute that every node must set."""
+
+TRAITS = frozenset({
+    "commutative",   # op(a, b, ...) == op(b, a, ...) for the first two operands
+    "elementwise",   # out[i] depends on in[i] only (after broadcasting)
+    "view",          # output aliases the input: costs no FLOPs and no bytes
+    "pure",          # deterministic and side-effect free: may be folded, CSE'd, erased
+    "creation",      # makes a tensor from attributes alone (full, arange)
+})
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A tensor operand. ``optional`` ones may be absent (None); a ``variadic`` one is last."""
+
+    name: str
+    optional: bool = False
+    variadic: bool = False
+
+
+ATTR_KINDS = frozenset({"int", "float", "bool", "str", "ints", "floats", "scalar", "dtype", "any"})
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A plain-data attribute. ``kind`` is one of ATTR_KINDS, with a ``?`` suffix if None is allowed."""
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+
+    def __post_init__(self):
+        if self.kind.rstrip("?") not in ATTR_KINDS:
+            raise ValueError(f"attribute {self.name}: unknown kind {self.kind!r}")
+
+    @property
+    def nullable(self) -> bool:
+        return self.kind.endswith("?")
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        kind = self.kind.rstrip("?")
+        if kind == "any":
+            return True
+        if kind == "int":
+            return isinstance(value, int) and not isinstance(value, bool)
+        if kind == "float":
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind == "scalar":
+            return isinstance(value, (int, float, bool))
+        if kind == "bool":
+            return isinstance(value, bool)
+        if kind in ("str", "dtype"):
+            return isinstance(value, str)
+        if kind == "ints":
+            return isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        if kind == "floats":
+            return isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value)
+        return False
+
+
+@dataclass(frozen=True)
+class AtenBinding:
+    """How one ATen overload maps onto an op.
+
+    Schema arguments bind to operands and attributes of the same name (``rename``
+    maps an ATen argument name to a different gawee name). ``fixed`` lists ATen
+    arguments that must hold the given value (else the node stays opaque); ``drop``
+    lists arguments that are irrelevant here. ``outputs`` picks which ATen results the
+    op computes; the others must be unused. ``convert`` gets the argument dict (ATen
+    names, Scalars still plain) and the input types, and may rewrite it or return
+    None to refuse.
+    """
+
+    target: str
+    rename: Mapping[str, str] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    drop: frozenset[str] = frozenset()
+    outputs: tuple[int, ...] | None = None
+    convert: Callable[[dict[str, Any], dict[str, TensorType | None]], dict[str, Any] | None] | None = None
+
+
+FlopsFn = Callable[[TypeList, Sequence[TensorType], Mapping[str, Any]], int | None]
+
+
+@dataclass(frozen=True, eq=False)
+class OpDef:
+    """Everything about one op: signature, traits, semantics, cost, and its ATen spellings.
+
+    ``evaluate(*inputs, **attrs)`` is the reference semantics (torch ops; absent
+    optional operands arrive as None, a variadic operand as the trailing positional
+    arguments). Shape and dtype inference defaults to running ``evaluate`` on meta
+    tensors; ``infer`` overrides it. ``flops`` returns None when there is no formula.
+    """
+
+    name: str
+    operands: tuple[Operand, ...]
+    evaluate: Callable[..., Any]
+    attrs: tuple[Attr, ...] = ()
+    traits: frozenset[str] = frozenset({"pure"})
+    infer: Callable[[TypeList, Mapping[str, Any]], list[TensorType]] | None = None
+    flops: FlopsFn | None = None
+    bytes_accessed: Callable[[TypeList, Sequence[TensorType], Mapping[str, Any]], tuple[int, int]] | None = None
+    canonicalize: Callable[[dict[str, Any], TypeList], dict[str, Any]] | None = None
+    """Normalizes attributes given operand types (e.g. resolve -1 in a reshape)."""
+    aten: tuple[AtenBinding | str, ...] = ()
+    """ATen overloads that capture maps here; a plain string is a binding by names alone."""
+    doc: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "aten", tuple(b if isinstance(b, AtenBinding) else AtenBinding(b)
+                                               for b in self.aten))
+        object.__setattr__(self, "traits", frozenset(self.traits))
+        unknown = set(self.traits) - TRAITS
+        if unknown:
+            raise ValueError(f"op {self.name}: unknown traits {sorted(unknown)}")
+        for i, o in enumerate(self.operands):
+            if o.variadic and i != len(self.operands) - 1:
+                raise ValueError(f"op {self.name}: only the last operand may be variadic")
+        object.__setattr__(self, "_attr_index", {a.name: a for a in self.attrs})
+
+    # -- signature -----------------------------------------------------------------
+    @property
+    def variadic(self) -> bool:
+        return bool(self.operands) and self.operands[-1].variadic
+
+    @property
+    def min_arity(self) -> int:
+        n = 0
+        for o in self.operands:
+            if o.optional or o.variadic:
+                break
+            n += 1
+        return n
+
+    @property
+    def max_arity(self) -> float:
+        return math.inf if self.variadic else len(self.operands)
+
+    def attr(self, name: str) -> Attr | None:
+        return self._attr_index.get(name)  # type: ignore[attr-defined]
+
+    def has_trait(self, trait: str) -> bool:
+        return trait in self.traits
+
+    def complete_attrs(self, attrs: dict[str, Any], where: str = "") -> dict[str, Any]:
+        """Fill defaults; refuse unknown attributes, missing required ones and ill-typed values."""
+        from gawee.ir.core import freeze_attrs
+
+        attrs = freeze_attrs(attrs)
+        for k in attrs:
+            if k not in self._attr_index:  # type: ignore[attr-defined]
+                raise IRError(f"op {self.name} has no attribute {k!r}", where=where or None,
+                              hint="its attributes: " + (", ".join(a.name for a in self.attrs) or "none"))
+        out = {}
+        for a in self.attrs:
+            if a.name in attrs:
+                v = attrs[a.name]
+            elif a.default is REQUIRED:
+                raise IRError(f"op {self.name} needs attribute {a.name!r} ({a.kind})", where=where or None)
+            else:
+                v = a.default
+            if not a.accepts(v):
+                raise IRError(f"attribute {a.name!r} of {self.name} must be {a.kind}, got {v!r}",
+                              where=where or None)
+            out[a.name] = v
+        return out
+
+    def prepare_attrs(self, attrs: Mapping[str, Any], in_types: TypeList, where: str = "") -> dict[str, Any]:
+        """``complete_attrs`` then the op's canonicalization (which may need operand types)."""
+        from gawee.ir.core import freeze_attrs
+
+        out = self.complete_attrs(dict(attrs), where)
+        if self.canonicalize is not None:
+            try:
+                out = {**out, **freeze_attrs(self.canonicalize(dict(out), in_types))}
+            except (IndexError, KeyError, TypeError, ValueError, StopIteration, ZeroDivisionError) as e:
+                raise InferenceError(f"{self.name}: attributes {out} do not fit its operands: {_first_line(e)}",
+                                     where=where or None) from None
+        return out
+
+    # -- semantics -----------------------------------------------------------------
+    def run(self, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
+        """Evaluate with torch; always returns a tuple of output tensors."""
+        out = self.evaluate(*inputs, **attrs)
+        if isinstance(out, torch.Tensor):
+            return (out,)
+        return tuple(out)
+
+    def infer_types(self, in_types: TypeList, attrs: Mapping[str, Any]) -> list[TensorType]:
+        """Output types for these operand types; raises InferenceError if the op rejects them."""
+        key = (self.name, tuple(in_types), tuple(attrs.items()))
+        try:
+            cached = _INFER_CACHE.get(key)
+        except TypeError:  # an unhashable attribute value: skip the cache
+            key, cached = None, None
+        if cached is not None:
+            return list(cached)
+        try:
+            if self.infer is not None:
+                result = self.infer(in_types, attrs)
+            else:
+                args = [None if t is None else meta_tensor(t) for t in in_types]
+                result = [TensorType.of(t) for t in self.run(args, attrs)]
+        except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError) as e:
+            sig = ", ".join("_" if t is None else str(t) for t in in_types)
+            raise InferenceError(f"{self.name}({sig}) with {dict(attrs)} is invalid: {_first_line(e)}") from None
+        if key is not None:
+            if len(_INFER_CACHE) > 65536:
+                _INFER_CACHE.clear()
+            _INFER_CACHE[key] = tuple(result)
+        return list(result)
+
+
+_INFER_CACHE: dict[Any, tuple[TensorType, ...]] = {}
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def meta_tensor(t: TensorType) -> torch.Tensor:
+    x = torch.empty(t.shape, dtype=t.dtype.torch, device="meta")
+    if t.layout is Layout.channels_last and t.rank == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+# -- the registry ----------------------------------------------------------------------
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(opdef: OpDef) -> OpDef:
+    """Add an op to the registry (its name must be new). Returns it, for chaining."""
+    if opdef.name in _REGISTRY:
+        raise ValueError(f"op {opdef.name!r} is registered twice")
+    _REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def get_op(name: str) -> OpDef:
+    """The OpDef called ``name``; raises UnknownOpError with close matches."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        import difflib
+
+        close = difflib.get_close_matches(name, _REGISTRY, n=3)
+        hint = f"did you mean {' or '.join(close)}?" if close else "see `gawee.ops.all_ops()` for the list"
+        raise UnknownOpError(f"no op named {name!r} in the registry", hint=hint) from None
+
+
+def has_op(name: str) -> bool:
+    return name in _REGISTRY
+
+
+def all_ops() -> dict[str, OpDef]:
+    """Name → OpDef for every registered op, in registration order."""
+    return dict(_REGISTRY)
+
+
+# -- helpers shared by op definitions --------------------------------------------------
+
+def numel(t: TensorType | None) -> int:
+    return 0 if t is None else t.numel
+
+
+def out_numel(_ins: TypeList, outs: Sequence[TensorType], _attrs: Mapping[str, Any]) -> int:
+    """FLOPs convention for elementwise ops: one per output element."""
+    return sum(o.numel for o in outs)
+
+
+def zero_flops(_ins: TypeList, _outs: Sequence[TensorType], _attrs: Mapping[str, Any]) -> int:
+    """Data movement: no arithmetic."""
+    return 0
+
+
+def per_element(k: int) -> FlopsFn:
+    return lambda ins, outs, attrs: k * sum(o.numel for o in outs)
+
+
+def binary_dtype(a: TensorType, b: TensorType) -> DType:
+    """torch's type promotion for two tensor operands (a 0-d tensor ranks below a dimensioned one)."""
+    pa = torch.empty((1,) * min(a.rank, 1), dtype=a.dtype.torch, device="meta")
+    pb = torch.empty((1,) * min(b.rank, 1), dtype=b.dtype.torch, device="meta")
+    return DType.from_torch(torch.result_type(pa, pb))

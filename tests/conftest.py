@@ -1,0 +1,36 @@
+"""Shared fixtures: small captured models (cached per session) and hypothesis profiles."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("thorough", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile("ci")  # `pytest --hypothesis-profile=thorough` for the long run
+
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@functools.cache
+def captured(name: str, batch: int = 1):
+    """(graph, model, example input) for a torchvision model with seeded random weights."""
+    import torchvision
+
+    import gawee
+    from gawee.frontend.models import default_input
+
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(name, weights=None).eval()
+    (x,) = default_input(name, batch)
+    return gawee.capture(model, (x,), name=name), model, x
+
+
+@pytest.fixture(scope="session")
+def resnet18():
+    return captured("resnet18")

@@ -1,0 +1,109 @@
+"""Capture: torchvision models reproduce eager PyTorch; unknown ops stay opaque; failures are typed."""
+
+import pytest
+import torch
+
+import gawee
+from gawee.errors import CaptureError
+from gawee.ops import OPAQUE
+from tests.conftest import captured
+
+MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "vit_b_16", "swin_t",
+          "densenet121", "shufflenet_v2_x0_5", "squeezenet1_0", "inception_v3"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_captures_and_reproduces_eager(name):
+    g, model, x = captured(name)
+    gawee.verify(g)
+    assert gawee.infer_types(g) == []
+    assert not [n for n in g if n.op == OPAQUE], "every op of the torchvision zoo has an OpDef"
+    with torch.no_grad():
+        ref = model(x)
+    (out,) = gawee.run(g, x)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    err = (out - ref).abs().max().item()
+    assert err <= 1e-4 * max(1.0, ref.abs().max().item())
+
+
+class Unknown(torch.nn.Module):
+    """cosh and aminmax have no OpDef (deliberately): they must be captured opaque and still run."""
+
+    def forward(self, x):
+        lo, hi = torch.aminmax(torch.cosh(x), dim=1)
+        return torch.relu(hi - lo) * 2
+
+
+def test_unknown_ops_become_opaque_and_execute():
+    x = torch.randn(3, 5)
+    stats = gawee.CaptureStats()
+    g = gawee.capture(Unknown(), (x,), stats=stats)
+    assert stats.opaque_ops == {"aten.cosh.default": 1, "aten.aminmax.default": 1}
+    opaque = [n for n in g if n.op == OPAQUE]
+    assert [n.attrs["target"] for n in opaque] == ["aten.cosh.default", "aten.aminmax.default"]
+    assert len(opaque[1].outputs) == 2
+    torch.testing.assert_close(gawee.run(g, x)[0], Unknown()(x))
+    assert gawee.cost(g).uncounted == {"aten.aminmax.default": 1, "aten.cosh.default": 1}
+
+
+def test_opaque_nodes_survive_save_and_load(tmp_path):
+    x = torch.randn(3, 5)
+    g = gawee.capture(Unknown(), (x,))
+    g.save(tmp_path / "u.json")
+    torch.testing.assert_close(gawee.run(gawee.load(tmp_path / "u.json"), x)[0], Unknown()(x))
+
+
+class InPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = torch.nn.ReLU(inplace=True)
+        self.register_buffer("scale", torch.full((4,), 2.0))
+
+    def forward(self, x):
+        y = x.clone()
+        y.add_(1.0)
+        y[:, 0] = 0.0
+        y.mul_(self.scale)
+        return self.act(y)
+
+
+def test_no_in_place_op_reaches_the_ir():
+    x = torch.randn(2, 4)
+    g = gawee.capture(InPlace(), (x,))
+    assert not [n for n in g if n.op == OPAQUE]
+    assert not [n for n in g if n.source.split(".")[1].endswith("_")]
+    torch.testing.assert_close(gawee.run(g, x)[0], InPlace()(x))
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent control flow: torch.export cannot capture it
+            return x * 2
+        return x / 2
+
+
+def test_export_failure_is_a_capture_error_saying_where():
+    with pytest.raises(CaptureError) as info:
+        gawee.capture(Branchy(), (torch.randn(3),))
+    msg = str(info.value)
+    assert "torch.export could not capture the model" in msg
+    assert "test_capture.py" in msg  # where: the user's line
+    assert info.value.hint
+
+
+def test_parameters_become_named_constants(resnet18):
+    g, model, _ = resnet18
+    consts = {v.name: v for v in g.constants()}
+    assert torch.equal(consts["conv1.weight"].data, model.conv1.weight.detach())
+    assert torch.equal(consts["bn1.running_var"].data, model.bn1.running_var)
+
+
+def test_meta_capture_matches_real_structure_and_cost(resnet18):
+    import torchvision
+
+    g, _, _ = resnet18
+    with torch.device("meta"):
+        model = torchvision.models.resnet18()
+    m = gawee.capture(model, (torch.randn(1, 3, 224, 224, device="meta"),), name="resnet18")
+    assert str(m) == str(g)
+    assert gawee.cost(m).as_dict() == gawee.cost(g).as_dict()
