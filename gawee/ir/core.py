@@ -115,7 +115,7 @@ class Node:
             v.output_index = i
         self._prev: Node | None = None
         self._next: Node | None = None
-        self._order = 0
+        self._order = 0.0
 
     @property
     def inputs(self) -> tuple[Value | None, ...]:
@@ -198,6 +198,16 @@ class Graph:
                 self._names.add(cand)
                 return cand
 
+    def peek_name(self, base: str) -> str:
+        """The name ``unique_name(base)`` would return now, without reserving it."""
+        base = base or "v"
+        if base not in self._names:
+            return base
+        n = self._name_counters.get(base, 0) + 1
+        while f"{base}_{n}" in self._names:
+            n += 1
+        return f"{base}_{n}"
+
     # -- values --------------------------------------------------------------------
     def add_input(self, type: TensorType, name: str = "input") -> Value:
         v = Value(type, self.unique_name(name))
@@ -250,6 +260,8 @@ class Graph:
         from gawee.ops import get_op  # the registry imports only ir.types: no cycle at runtime
 
         opdef = get_op(op)
+        if not opdef.variadic and len(inputs) < len(opdef.operands):  # absent trailing optionals
+            inputs = [*inputs, *([None] * (len(opdef.operands) - len(inputs)))]
         in_types = [v.type if v is not None else None for v in inputs]
         attrs = opdef.prepare_attrs(attrs or {}, in_types, where=name or op)
         if types is None:
@@ -269,21 +281,25 @@ class Graph:
             node._prev, node._next = self._tail, None
             if self._tail is not None:
                 self._tail._next = node
-                node._order = self._tail._order + 1
+                node._order = self._tail._order + 1.0
             else:
                 self._head = node
-                node._order = 0
+                node._order = 0.0
             self._tail = node
         else:
             if before.graph is not self:
                 raise IRError(f"cannot insert before {before.name}: it is not in graph {self.name}")
-            node._prev, node._next = before._prev, before
-            if before._prev is not None:
-                before._prev._next = node
+            prev = before._prev
+            node._prev, node._next = prev, before
+            if prev is not None:
+                prev._next = node
+                node._order = (prev._order + before._order) / 2
+                if not prev._order < node._order < before._order:  # no float left between them
+                    self._order_valid = False
             else:
                 self._head = node
+                node._order = before._order - 1.0
             before._prev = node
-            self._order_valid = False
         self._len += 1
         for i, v in enumerate(node._inputs):
             if v is not None:
@@ -349,11 +365,11 @@ class Graph:
         return changed
 
     # -- order ---------------------------------------------------------------------
-    def position(self, node: Node) -> int:
-        """The node's index in the current order (amortized O(1))."""
+    def position(self, node: Node) -> float:
+        """A number that orders nodes as the graph does (amortized O(1): inserts take midpoints)."""
         if not self._order_valid:
             for i, n in enumerate(self):
-                n._order = i
+                n._order = float(i)
             self._order_valid = True
         return node._order
 

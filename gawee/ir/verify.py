@@ -35,7 +35,7 @@ def verify(graph: Graph, *, check_types: bool = True) -> None:
         prev = node
         opdef = get_op(node.op)
         n_in = len(node.inputs)
-        if n_in < opdef.min_arity or n_in > opdef.max_arity:
+        if n_in < opdef.min_arity or n_in > opdef.max_arity or (not opdef.variadic and n_in != len(opdef.operands)):
             raise IRError(f"{where} has {n_in} operands; {node.op} takes {opdef.min_arity}"
                           f"{'+' if opdef.variadic else '..' + str(opdef.max_arity)}")
         try:

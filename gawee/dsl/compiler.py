@@ -1,0 +1,724 @@
+"""Compile rule ASTs into Rules: matchers, guard closures and replacement builders.
+
+Everything a rule says is checked here, against the op registry and the builtin
+library, before any graph is seen: unknown ops and attributes, arity, unbound
+names, unknown functions, and the kinds of guard and replacement expressions.
+Each problem is a RuleError at the exact source span.
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gawee.dsl import ast as A
+from gawee.dsl import kinds as K
+from gawee.dsl.library import BUILTINS, Builtin, GuardFailed
+from gawee.errors import RuleError, SourceSpan
+from gawee.ir.types import DType
+from gawee.ops import ACTIVATIONS, OPAQUE, REQUIRED, OpDef, all_ops, get_op, has_op
+from gawee.rewrite.matcher import (
+    AnyM,
+    AttrAny,
+    AttrList,
+    AttrLit,
+    AttrMatcher,
+    AttrVar,
+    LitM,
+    OpM,
+    RestRecord,
+    ValueMatcher,
+    VarM,
+)
+
+Fn = Callable[[Any], Any]  # fn(ctx) -> value; ctx.env holds the bindings
+
+DTYPE_NAMES = {d.value for d in DType}
+
+
+@dataclass
+class Rule:
+    """A compiled rule, ready for the rewriter."""
+
+    name: str
+    span: SourceSpan
+    root_op: str | None
+    """The op at the root of the pattern (None: any op)."""
+    matcher: OpM
+    guard: Fn | None
+    guard_parts: list[tuple[str, Fn]]
+    """The top-level `and` conjuncts of the guard, with their source text (for explain)."""
+    build: Fn
+    whole_node: str | None
+    """"fold" or "original" when the replacement is fold(root)/original(root): every output of the
+    root node is replaced (multi-output nodes included)."""
+    priority: int = 0
+    comment: str = ""
+    """The `# lhs -> rhs` comment line just above the rule, if any."""
+    index: int = 0
+    """Position in its rule set (file order), for deterministic ordering."""
+    phase: str = ""
+
+    @property
+    def location(self) -> str:
+        return f"{self.span.file}:{self.span.line}"
+
+    @property
+    def tag(self) -> str:
+        """Provenance written on the nodes this rule makes."""
+        return f"{self.name} ({self.location})"
+
+
+@dataclass
+class _Var:
+    kind: K.Kind
+    op: str | None = None
+    """For REST variables: the op whose remaining operands/attributes it holds."""
+    span: SourceSpan | None = None
+
+
+@dataclass
+class _Scope:
+    vars: dict[str, _Var] = field(default_factory=dict)
+    withs: dict[str, tuple[int, K.Kind]] = field(default_factory=dict)
+    helpers: dict[str, Builtin] = field(default_factory=dict)
+
+
+def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, comment: str = "") -> Rule:
+    """Check and compile one rule AST. Raises RuleError at the offending span."""
+    scope = _Scope(helpers=dict(helpers or {}))
+    pattern = _desugar(rule.pattern)
+    root, root_bind = _root(pattern)
+    whole_node = _is_whole_node(rule.replacement, root_bind)
+    matcher = _PatternCompiler(scope).compile_root(root, root_bind, whole_node)
+    if not isinstance(matcher, OpM):
+        raise RuleError("a rule's pattern must be an op pattern such as relu(x)", span=rule.pattern.span)
+    for opt in rule.options:
+        if opt != "priority":
+            raise RuleError(f"unknown rule option {opt!r}", span=rule.span, hint="the only option is priority=N")
+
+    guard = guard_parts = None
+    if rule.guard is not None:
+        ec = _ExprCompiler(scope, "guard")
+        guard, kind = ec.compile(rule.guard)
+        if kind.base not in (K.Base.BOOL, K.Base.ANY):
+            raise RuleError(f"a guard must be a boolean, this is {kind}", span=rule.guard.span)
+        guard_parts = [(part.text, ec.compile(part)[0]) for part in _conjuncts(rule.guard)]
+
+    ec = _ExprCompiler(scope, "replace")
+    for i, b in enumerate(rule.withs):
+        if b.name in scope.vars or b.name in scope.withs:
+            raise RuleError(f"`{b.name}` is already bound", span=b.span)
+        fn, kind = ec.compile(b.value)
+        scope.withs[b.name] = (i, kind)
+        ec.with_fns.append(fn)
+    build, kind = ec.compile(rule.replacement)
+    if not kind.is_tensor and kind.base is not K.Base.ANY:
+        raise RuleError(f"the replacement must be a tensor, this is {kind}", span=rule.replacement.span,
+                        hint="replace with a bound operand or an op call")
+    n_withs = len(rule.withs)
+    with_fns = ec.with_fns
+
+    def run(ctx):
+        ctx.with_cache = [_UNSET] * n_withs
+        ctx.with_fns = with_fns
+        return build(ctx)
+
+    return Rule(rule.name, rule.span, root.op, matcher, guard, guard_parts or [], run, whole_node,
+                priority=rule.options.get("priority", 0), comment=comment)
+
+
+_UNSET = object()
+
+
+def _conjuncts(e: A.Expr) -> list[A.Expr]:
+    if isinstance(e, A.EBool) and e.op == "and":
+        return _conjuncts(e.left) + _conjuncts(e.right)
+    return [e]
+
+
+def _desugar(p: A.Pattern) -> A.Pattern:
+    """`a |> f(args)` becomes f(a, args) with `a` marked single-use."""
+    if isinstance(p, A.PPipe):
+        lhs = _desugar(p.lhs)
+        lhs.single_use = True  # type: ignore[attr-defined]
+        call = _desugar(p.call)
+        return A.POp(p.span, call.op, [A.PArg(lhs.span, lhs), *call.args], op_span=call.op_span)
+    if isinstance(p, A.POp):
+        return A.POp(p.span, p.op, [A.PArg(a.span, _desugar(a.pattern) if a.pattern else None, a.keyword, a.rest)
+                                    for a in p.args], op_span=p.op_span)
+    if isinstance(p, A.PBind):
+        inner = _desugar(p.pattern)
+        out = A.PBind(p.span, p.name, inner)
+        return out
+    if isinstance(p, A.PList):
+        return A.PList(p.span, [_desugar(x) for x in p.items])
+    return p
+
+
+def _root(p: A.Pattern) -> tuple[A.POp, str | None]:
+    if isinstance(p, A.PBind):
+        inner, _ = _root(p.pattern)
+        return inner, p.name
+    if isinstance(p, A.POp):
+        return p, None
+    raise RuleError("a rule's pattern must be an op pattern such as relu(x)", span=p.span)
+
+
+def _is_whole_node(e: A.Expr, root_bind: str | None) -> str | None:
+    if (isinstance(e, A.ECall) and e.func in ("fold", "original") and len(e.args) == 1
+            and isinstance(e.args[0].value, A.EName) and e.args[0].value.name == root_bind):
+        return e.func
+    return None
+
+
+def _unknown_op(name: str, span: SourceSpan) -> RuleError:
+    close = difflib.get_close_matches(name, list(all_ops()), n=3)
+    return RuleError(f"unknown op {name!r}", span=span,
+                     hint=f"did you mean {' or '.join(close)}?" if close else "see docs/ops.md for the op list")
+
+
+def _lookup_op(name: str, span: SourceSpan) -> OpDef:
+    if not has_op(name):
+        raise _unknown_op(name, span)
+    if name == OPAQUE:
+        raise RuleError("opaque `aten` nodes cannot be matched or built by rules", span=span)
+    return get_op(name)
+
+
+# ---------------------------------------------------------------------------------------
+class _PatternCompiler:
+    def __init__(self, scope: _Scope):
+        self.scope = scope
+
+    def declare(self, name: str, kind: K.Kind, span: SourceSpan, op: str | None = None) -> None:
+        if name in DTYPE_NAMES or name in BUILTINS:
+            raise RuleError(f"`{name}` names a {'dtype' if name in DTYPE_NAMES else 'builtin'}; pick another "
+                            f"variable name", span=span)
+        prev = self.scope.vars.get(name)
+        if prev is None:
+            self.scope.vars[name] = _Var(kind, op, span)
+            return
+        if prev.kind.is_tensor != kind.is_tensor or (prev.kind.base is K.Base.REST) != (kind.base is K.Base.REST):
+            raise RuleError(f"`{name}` is used as a {kind} here but as a {prev.kind} at {prev.span}", span=span,
+                            hint="a variable binds either an operand or an attribute value")
+
+    def compile_root(self, p: A.POp, bind: str | None, whole_node: str | None) -> OpM:
+        m = self.value(p)
+        assert isinstance(m, OpM)
+        if bind is not None:
+            self.declare(bind, K.TENSOR, p.span)
+            m.bind = bind
+        m.any_outputs = whole_node is not None
+        return m
+
+    def value(self, p: A.Pattern) -> ValueMatcher:
+        single = getattr(p, "single_use", False)
+        if isinstance(p, A.PVar):
+            self.declare(p.name, K.TENSOR, p.span)
+            return VarM(p.name, single_use=single)
+        if isinstance(p, A.PAny):
+            return AnyM(single_use=single)
+        if isinstance(p, A.PLit):
+            if isinstance(p.value, str):
+                raise RuleError("a string cannot be an operand", span=p.span)
+            return LitM(p.value, single_use=single)
+        if isinstance(p, A.PList):
+            raise RuleError("a list cannot be an operand; lists match list attributes (dims=[d])", span=p.span)
+        if isinstance(p, A.PBind):
+            inner = self.value(p.pattern)
+            if not isinstance(inner, OpM):
+                raise RuleError("`name:` binds the output of an op pattern", span=p.span)
+            self.declare(p.name, K.TENSOR, p.span)
+            inner.bind = p.name
+            inner.single_use = inner.single_use or single
+            return inner
+        if isinstance(p, A.POp):
+            m = self.op(p)
+            m.single_use = single
+            return m
+        raise RuleError("unsupported pattern", span=p.span)
+
+    def op(self, p: A.POp) -> OpM:
+        if p.op is None:
+            return self._any_op(p)
+        opdef = _lookup_op(p.op, p.op_span)
+        names = [o.name for o in opdef.operands]
+        variadic_from = len(opdef.operands) - 1 if opdef.variadic else None
+        slots: list[ValueMatcher | None] = []
+        attrs: dict[str, AttrMatcher] = {}
+        rest: bool | str = False
+        positional_done = False
+        for arg in p.args:
+            if arg.rest:
+                if rest is not False:
+                    raise RuleError("only one `...` per op pattern", span=arg.span)
+                rest = arg.keyword if arg.keyword else True
+                if arg.keyword:
+                    self.declare(arg.keyword, K.REST, arg.span, op=p.op)
+                continue
+            if rest is not False:
+                raise RuleError("`...` must come last", span=arg.span)
+            if arg.keyword is None:
+                if positional_done:
+                    raise RuleError("positional operand after a keyword", span=arg.span)
+                if variadic_from is None and len(slots) >= len(names):
+                    raise RuleError(f"{p.op} takes at most {len(names)} operands ({', '.join(names)})",
+                                    span=arg.span)
+                slots.append(self.value(arg.pattern))
+                continue
+            positional_done = True
+            if arg.keyword in names and names.index(arg.keyword) != variadic_from:
+                i = names.index(arg.keyword)
+                while len(slots) <= i:
+                    slots.append(None)
+                if slots[i] is not None:
+                    raise RuleError(f"operand {arg.keyword} is given twice", span=arg.span)
+                slots[i] = self.value(arg.pattern)
+            elif opdef.attr(arg.keyword) is not None:
+                if arg.keyword in attrs:
+                    raise RuleError(f"attribute {arg.keyword} is given twice", span=arg.span)
+                attrs[arg.keyword] = self.attr(arg.pattern, K.of_attr(opdef.attr(arg.keyword).kind), arg.keyword,
+                                               p.op)
+            else:
+                raise RuleError(f"{p.op} has no operand or attribute {arg.keyword!r}", span=arg.span,
+                                hint=f"operands: {', '.join(names) or 'none'}; attributes: "
+                                     f"{', '.join(a.name for a in opdef.attrs) or 'none'}")
+        if rest is False:
+            n_positional = sum(1 for m in slots if m is not None)
+            required = opdef.min_arity
+            if len(slots) < required or any(slots[i] is None for i in range(required)):
+                if n_positional < required:
+                    raise RuleError(f"{p.op} takes at least {required} operands ({', '.join(names[:required])}), "
+                                    f"the pattern gives {n_positional}", span=p.span,
+                                    hint="add the missing operands, or `...` to leave them free")
+        defaults: dict[str, Any] = {}
+        if rest is False:
+            for a in opdef.attrs:
+                if a.name in attrs:
+                    continue
+                if a.default is REQUIRED:
+                    raise RuleError(f"the pattern leaves {p.op}'s required attribute {a.name!r} unmatched",
+                                    span=p.span, hint=f"add {a.name}=_ (any value), or `...`")
+                defaults[a.name] = a.default
+        return OpM(p.op, slots, names, attrs, defaults, rest, commutative=opdef.has_trait("commutative"),
+                   variadic_from=variadic_from)
+
+    def _any_op(self, p: A.POp) -> OpM:
+        rest: bool | str = False
+        slots: list[ValueMatcher | None] = []
+        for arg in p.args:
+            if arg.rest:
+                rest = arg.keyword or True
+                if arg.keyword:
+                    self.declare(arg.keyword, K.REST, arg.span, op=None)
+            elif arg.keyword is not None:
+                raise RuleError("`_(...)` matches any op: it takes no keyword arguments", span=arg.span)
+            else:
+                slots.append(self.value(arg.pattern))
+        if rest is False:
+            raise RuleError("`_(...)` needs `...` (its operands are unknown)", span=p.span)
+        return OpM(None, slots, [f"operand{i}" for i in range(len(slots))], {}, {}, rest, variadic_from=0)
+
+    def attr(self, p: A.Pattern, kind: K.Kind, name: str, op: str) -> AttrMatcher:
+        if isinstance(p, A.PVar):
+            self.declare(p.name, kind, p.span)
+            return AttrVar(p.name)
+        if isinstance(p, A.PAny):
+            return AttrAny()
+        if isinstance(p, A.PLit):
+            if not K.accepts(kind, K.of_value(p.value)):
+                raise RuleError(f"{op}.{name} is {kind}; {p.value!r} can never match", span=p.span)
+            if name == "act" and p.value is not None and p.value not in ACTIVATIONS:
+                raise RuleError(f"unknown activation {p.value!r}", span=p.span,
+                                hint="fusable activations: " + ", ".join(ACTIVATIONS))
+            return AttrLit(p.value)
+        if isinstance(p, A.PList):
+            if kind.base not in (K.Base.LIST, K.Base.ANY):
+                raise RuleError(f"{op}.{name} is {kind}, not a list", span=p.span)
+            return AttrList([self.attr(x, K.ANY, name, op) for x in p.items])
+        raise RuleError(f"attribute {name} takes a name, `_` or a literal, not a pattern", span=p.span)
+
+
+# ---------------------------------------------------------------------------------------
+_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+          "//": operator.floordiv, "%": operator.mod}
+_TENSOR_ARITH = {"+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}),
+                 "//": ("div", {"rounding_mode": "floor"}), "%": ("remainder", {})}
+_COMPARE = {"==": None, "!=": None, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_TENSOR_FIELDS = {"shape": K.LIST, "dtype": K.DTYPE, "rank": K.INT, "numel": K.INT}
+
+
+class _ExprCompiler:
+    """Compiles expressions to closures ``fn(ctx)``; ``mode`` is "guard" or "replace"."""
+
+    def __init__(self, scope: _Scope, mode: str):
+        self.scope = scope
+        self.mode = mode
+        self.with_fns: list[Fn] = []
+
+    def compile(self, e: A.Expr) -> tuple[Fn, K.Kind]:
+        method = getattr(self, "_" + type(e).__name__)
+        return method(e)
+
+    # -- atoms -------------------------------------------------------------------------
+    def _ELit(self, e: A.ELit):
+        v = e.value
+        return (lambda ctx: v), K.of_value(v)
+
+    def _EName(self, e: A.EName):
+        name = e.name
+        var = self.scope.vars.get(name)
+        if var is not None:
+            return (lambda ctx: ctx.env[name]), var.kind
+        if name in self.scope.withs:
+            if self.mode != "replace":
+                raise RuleError(f"`{name}` is a `with` binding: it exists only in the replacement", span=e.span)
+            i, kind = self.scope.withs[name]
+
+            def get_with(ctx, i=i):
+                if ctx.with_cache[i] is _UNSET:
+                    ctx.with_cache[i] = ctx.with_fns[i](ctx)
+                return ctx.with_cache[i]
+            return get_with, kind
+        if name in DTYPE_NAMES:
+            return (lambda ctx: name), K.DTYPE
+        if name in BUILTINS or name in self.scope.helpers or has_op(name):
+            raise RuleError(f"`{name}` is a function: call it, e.g. {name}(x)", span=e.span)
+        bound = sorted(self.scope.vars) + sorted(self.scope.withs)
+        close = difflib.get_close_matches(name, bound, n=2)
+        raise RuleError(f"`{name}` is never bound", span=e.span,
+                        hint=(f"did you mean {' or '.join(close)}? " if close else "")
+                        + f"bound names: {', '.join(bound) or 'none'}")
+
+    def _EList(self, e: A.EList):
+        items = [self.compile(x) for x in e.items]
+        for (_, kind), x in zip(items, e.items):
+            if not kind.is_data:
+                raise RuleError(f"list elements must be plain values, this is a {kind}", span=x.span)
+        fns = [f for f, _ in items]
+        return (lambda ctx: tuple(f(ctx) for f in fns)), K.LIST
+
+    def _ESet(self, e: A.ESet):
+        raise RuleError("a set `{...}` only appears after `in`", span=e.span)
+
+    # -- operators ---------------------------------------------------------------------
+    def _EAttr(self, e: A.EAttr):
+        obj, kind = self.compile(e.obj)
+        field_name = e.name
+        if kind.is_tensor:
+            if field_name not in _TENSOR_FIELDS:
+                raise RuleError(f"a tensor has no field {field_name!r}", span=e.span,
+                                hint="tensor fields: " + ", ".join(_TENSOR_FIELDS))
+            getter = {"shape": lambda v: v.shape, "dtype": lambda v: v.dtype.value,
+                      "rank": lambda v: v.type.rank, "numel": lambda v: v.type.numel}[field_name]
+
+            def get_field(ctx):
+                v = obj(ctx)
+                if v is None:
+                    raise GuardFailed(f"`{e.obj.text}` is absent")
+                return getter(v)
+            return get_field, _TENSOR_FIELDS[field_name]
+        if kind.base is K.Base.REST:
+            var = self.scope.vars[e.obj.name] if isinstance(e.obj, A.EName) else None
+            field_kind = K.ANY
+            if var is not None and var.op is not None:
+                opdef = get_op(var.op)
+                a = opdef.attr(field_name)
+                if a is not None:
+                    field_kind = K.of_attr(a.kind)
+                elif field_name in [o.name for o in opdef.operands]:
+                    field_kind = K.TENSOR
+                else:
+                    raise RuleError(f"{var.op} has no operand or attribute {field_name!r}", span=e.span)
+
+            def get_rest(ctx):
+                rec: RestRecord = obj(ctx)
+                try:
+                    return rec.get(field_name)
+                except KeyError:
+                    raise GuardFailed(f"{field_name} was matched explicitly, not by `...`") from None
+            return get_rest, field_kind
+        raise RuleError(f"a {kind} has no fields", span=e.span)
+
+    def _EIndex(self, e: A.EIndex):
+        obj, kind = self.compile(e.obj)
+        idx, ikind = self.compile(e.index)
+        if kind.base not in (K.Base.LIST, K.Base.ANY):
+            raise RuleError(f"only lists can be indexed, this is a {kind}", span=e.obj.span)
+        if ikind.base not in (K.Base.INT, K.Base.ANY):
+            raise RuleError(f"a list index must be an int, this is a {ikind}", span=e.index.span)
+
+        def index(ctx):
+            seq, i = obj(ctx), idx(ctx)
+            try:
+                return seq[i]
+            except (IndexError, TypeError):
+                raise GuardFailed(f"index {i} out of range") from None
+        return index, K.ANY
+
+    def _ENeg(self, e: A.ENeg):
+        fn, kind = self.compile(e.operand)
+        if kind.is_tensor:
+            self._need_replace(e, "negating a tensor")
+            return (lambda ctx: ctx.emit("neg", [fn(ctx)], {})), K.TENSOR
+        self._need_numeric(kind, e.operand)
+        return (lambda ctx: -fn(ctx)), kind
+
+    def _EBin(self, e: A.EBin):
+        lf, lk = self.compile(e.left)
+        rf, rk = self.compile(e.right)
+        if lk.is_tensor or rk.is_tensor:
+            self._need_replace(e, f"`{e.op}` on tensors")
+            for k, side in ((lk, e.left), (rk, e.right)):
+                if not (k.is_tensor or k.base in K.NUMERIC or k.base is K.Base.ANY):
+                    raise RuleError(f"cannot combine a tensor with a {k}", span=side.span)
+            op, attrs = _TENSOR_ARITH[e.op]
+            lt, rt = lk.is_tensor, rk.is_tensor
+
+            def tensor_arith(ctx):
+                a, b = lf(ctx), rf(ctx)
+                if a is None or b is None:
+                    raise ctx.error(f"`{e.text}` uses an absent operand (guard it, or use default(b, 0))")
+                a = a if lt else ctx.tensor(a, like=b)
+                b = b if rt else ctx.tensor(b, like=a)
+                return ctx.emit(op, [a, b], attrs)
+            return tensor_arith, K.TENSOR
+        if e.op == "+" and lk.base is K.Base.LIST and rk.base is K.Base.LIST:
+            return (lambda ctx: tuple(lf(ctx)) + tuple(rf(ctx))), K.LIST
+        self._need_numeric(lk, e.left)
+        self._need_numeric(rk, e.right)
+        fn = _ARITH[e.op]
+
+        def arith(ctx):
+            try:
+                return fn(lf(ctx), rf(ctx))
+            except (ZeroDivisionError, TypeError) as err:
+                raise GuardFailed(str(err)) from None
+        kind = K.FLOAT if e.op == "/" or K.Base.FLOAT in (lk.base, rk.base) else K.INT
+        return arith, kind
+
+    def _ENot(self, e: A.ENot):
+        fn, kind = self.compile(e.operand)
+        self._need_bool(kind, e.operand)
+        return (lambda ctx: not fn(ctx)), K.BOOL
+
+    def _EBool(self, e: A.EBool):
+        lf, lk = self.compile(e.left)
+        rf, rk = self.compile(e.right)
+        self._need_bool(lk, e.left)
+        self._need_bool(rk, e.right)
+        if e.op == "and":
+            return (lambda ctx: bool(lf(ctx)) and bool(rf(ctx))), K.BOOL
+        return (lambda ctx: bool(lf(ctx)) or bool(rf(ctx))), K.BOOL
+
+    def _ECompare(self, e: A.ECompare):
+        lf, lk = self.compile(e.left)
+        rf, rk = self.compile(e.right)
+        if lk.is_tensor or rk.is_tensor:
+            raise RuleError("tensors cannot be compared; compare .shape, .dtype, or use all_equal(x, 1)",
+                            span=e.span)
+        if not K.comparable(lk, rk):
+            raise RuleError(f"comparing a {lk} with a {rk} is always false", span=e.span)
+        from gawee.rewrite.matcher import data_equal
+
+        if e.op in ("==", "!="):
+            neg = e.op == "!="
+            return (lambda ctx: data_equal(lf(ctx), rf(ctx)) != neg), K.BOOL
+        if lk.base not in K.NUMERIC | {K.Base.ANY} or rk.base not in K.NUMERIC | {K.Base.ANY}:
+            raise RuleError(f"`{e.op}` orders numbers, not {lk} and {rk}", span=e.span)
+        fn = _COMPARE[e.op]
+
+        def compare(ctx):
+            a, b = lf(ctx), rf(ctx)
+            if a is None or b is None:
+                return False
+            return fn(a, b)
+        return compare, K.BOOL
+
+    def _EIn(self, e: A.EIn):
+        f, kind = self.compile(e.item)
+        if kind.is_tensor:
+            raise RuleError("a tensor cannot be `in` a set; use x.dtype in {f32, f16}", span=e.item.span)
+        choices = []
+        for c in e.choices.items:
+            cf, ck = self.compile(c)
+            if not K.comparable(kind, ck):
+                raise RuleError(f"a {kind} is never equal to a {ck}", span=c.span)
+            choices.append(cf)
+        from gawee.rewrite.matcher import data_equal
+
+        neg = e.negate
+        return (lambda ctx: any(data_equal(f(ctx), c(ctx)) for c in choices) != neg), K.BOOL
+
+    # -- calls -------------------------------------------------------------------------
+    def _ECall(self, e: A.ECall):
+        if e.func in BUILTINS or e.func in self.scope.helpers:
+            return self._builtin(e, self.scope.helpers.get(e.func) or BUILTINS[e.func])
+        if has_op(e.func):
+            if self.mode != "replace":
+                raise RuleError(f"ops are built in the replacement; `{e.func}(...)` cannot appear in a guard",
+                                span=e.func_span, hint="match it in the pattern instead")
+            return self._op_call(e)
+        names = list(BUILTINS) + list(self.scope.helpers) + (list(all_ops()) if self.mode == "replace" else [])
+        close = difflib.get_close_matches(e.func, names, n=3)
+        raise RuleError(f"unknown function {e.func!r}", span=e.func_span,
+                        hint=(f"did you mean {' or '.join(close)}? " if close else "")
+                        + "Python helpers must be passed to load_rules(..., helpers={...})")
+
+    def _builtin(self, e: A.ECall, b: Builtin):
+        if b.where != "both" and b.where != self.mode:
+            raise RuleError(f"`{b.name}` can only be used in the {'guard' if b.where == 'guard' else 'replacement'}",
+                            span=e.func_span)
+        args = []
+        for i, a in enumerate(e.args):
+            if a.keyword or a.rest:
+                raise RuleError(f"`{b.name}` takes positional arguments only", span=a.span)
+            fn, kind = self.compile(a.value)
+            param = b.params[min(i, len(b.params) - 1)] if b.params else K.ANY
+            if i >= len(b.params) and not b.variadic:
+                raise RuleError(f"`{b.name}` takes {len(b.params)} argument(s)", span=a.span)
+            implicit_tensor = param.is_tensor and kind.base in K.NUMERIC and self.mode == "replace"
+            if not (K.accepts(param, kind) or implicit_tensor) or (param.is_tensor and kind.is_data
+                                                                      and not implicit_tensor):
+                raise RuleError(f"argument {i + 1} of `{b.name}` must be a {param}, this is a {kind}",
+                                span=a.span)
+            args.append((fn, implicit_tensor))
+        if len(e.args) < len(b.params) - (1 if b.variadic else 0) or (b.params and not e.args):
+            raise RuleError(f"`{b.name}` takes {len(b.params)}{'+' if b.variadic else ''} argument(s), "
+                            f"got {len(e.args)}", span=e.span)
+        impl = b.impl
+
+        def call(ctx):
+            vals = []
+            for fn, implicit in args:
+                v = fn(ctx)
+                vals.append(ctx.tensor(v) if implicit else v)
+            return impl(ctx, *vals)
+        return call, b.returns
+
+    def _op_call(self, e: A.ECall):
+        opdef = _lookup_op(e.func, e.func_span)
+        names = [o.name for o in opdef.operands]
+        variadic_from = len(names) - 1 if opdef.variadic else None
+        operands: list[tuple[Fn, bool] | None] = []
+        attr_fns: dict[str, Fn] = {}
+        rests: list[tuple[str, Fn]] = []
+        attr_order = [a.name for a in opdef.attrs]
+        next_attr = 0
+        for a in e.args:
+            if a.rest:
+                var = self.scope.vars.get(a.rest)
+                if var is None or var.kind.base is not K.Base.REST:
+                    raise RuleError(f"`...{a.rest}` must name a `...{a.rest}` bound in the pattern", span=a.span)
+                self._check_rest_fits(var, opdef, a.span)
+                rests.append((a.rest, self.compile(A.EName(a.span, a.rest))[0]))
+                continue
+            fn, kind = self.compile(a.value)
+            if a.keyword is None:
+                fits_operand = variadic_from is not None or len(operands) < len(names)
+                if (kind.is_tensor or (kind.base in K.NUMERIC and fits_operand and not attr_fns)) and fits_operand:
+                    operands.append((fn, kind.is_tensor))
+                    continue
+                if not kind.is_data:
+                    raise RuleError(f"{e.func} takes at most {len(names)} operands", span=a.span)
+                while next_attr < len(attr_order) and attr_order[next_attr] in attr_fns:
+                    next_attr += 1
+                if next_attr >= len(attr_order):
+                    raise RuleError(f"{e.func} has no attribute left for this argument", span=a.span)
+                self._check_attr(opdef, attr_order[next_attr], kind, a)
+                attr_fns[attr_order[next_attr]] = fn
+                continue
+            if a.keyword in names and names.index(a.keyword) != variadic_from:
+                i = names.index(a.keyword)
+                while len(operands) <= i:
+                    operands.append(None)
+                if not (kind.is_tensor or kind.base in K.NUMERIC or kind.base is K.Base.NONE):
+                    raise RuleError(f"operand {a.keyword} must be a tensor, this is a {kind}", span=a.span)
+                operands[i] = (fn, kind.is_tensor)
+            elif opdef.attr(a.keyword) is not None:
+                self._check_attr(opdef, a.keyword, kind, a)
+                attr_fns[a.keyword] = fn
+            else:
+                raise RuleError(f"{e.func} has no operand or attribute {a.keyword!r}", span=a.span,
+                                hint=f"operands: {', '.join(names) or 'none'}; attributes: "
+                                     f"{', '.join(attr_order) or 'none'}")
+        if not rests:
+            given = sum(1 for o in operands if o is not None)
+            if given < opdef.min_arity:
+                raise RuleError(f"{e.func} takes at least {opdef.min_arity} operands "
+                                f"({', '.join(names[:opdef.min_arity])}), got {given}", span=e.span)
+            missing = [x.name for x in opdef.attrs if x.default is REQUIRED and x.name not in attr_fns]
+            if missing:
+                raise RuleError(f"{e.func} needs attribute(s) {', '.join(missing)}", span=e.span)
+        op = e.func
+
+        def build(ctx):
+            inputs: list[Any] = []
+            attrs: dict[str, Any] = {}
+            for name, rf in rests:
+                rec: RestRecord = rf(ctx)
+                attrs.update({k: v for k, v in rec.attrs.items() if opdef.attr(k) is not None})
+            fixed = len(names) if variadic_from is None else variadic_from
+            values = [None] * max(fixed, len(operands))
+            for name, rf in rests:
+                rec = rf(ctx)
+                for k, v in rec.operands.items():
+                    if k in names and names.index(k) < fixed:
+                        values[names.index(k)] = v
+                if rec.variadic and variadic_from is not None:
+                    values.extend(rec.variadic)
+            like = None
+            for i, o in enumerate(operands):
+                if o is not None:
+                    fn, is_tensor = o
+                    v = fn(ctx)
+                    values[i] = v
+                    if is_tensor and v is not None:
+                        like = like or v
+            for i, o in enumerate(operands):
+                if o is not None and not o[1]:
+                    values[i] = ctx.tensor(values[i], like=like) if values[i] is not None else None
+            inputs = values
+            for k, fn in attr_fns.items():
+                attrs[k] = fn(ctx)
+            return ctx.emit(op, inputs, attrs)
+        return build, K.TENSOR
+
+    def _check_attr(self, opdef: OpDef, name: str, kind: K.Kind, a: A.EArg) -> None:
+        want = K.of_attr(opdef.attr(name).kind)
+        if kind.is_tensor or kind.base is K.Base.REST or not K.accepts(want, kind):
+            raise RuleError(f"{opdef.name}.{name} is {want}, this is a {kind}", span=a.span)
+        if name == "act" and isinstance(a.value, A.ELit) and a.value.value is not None \
+                and a.value.value not in ACTIVATIONS:
+            raise RuleError(f"unknown activation {a.value.value!r}", span=a.span,
+                            hint="fusable activations: " + ", ".join(ACTIVATIONS))
+
+    def _check_rest_fits(self, var: _Var, target: OpDef, span: SourceSpan) -> None:
+        """`...attrs` may carry any operand/attribute of its source op: the target must have them all."""
+        if var.op is None:
+            raise RuleError("`...` bound by `_(...)` cannot be spliced into an op call", span=span)
+        source = get_op(var.op)
+        target_names = {o.name for o in target.operands} | {a.name for a in target.attrs}
+        missing = [o.name for o in source.operands if o.name not in target_names] + \
+                  [a.name for a in source.attrs if a.name not in target_names]
+        if missing:
+            raise RuleError(f"`...{span and ''}` from {var.op} may carry {', '.join(missing)}, which "
+                            f"{target.name} does not have", span=span,
+                            hint="match those explicitly in the pattern (e.g. act=none) instead of `...`")
+
+    # -- checks ------------------------------------------------------------------------
+    def _need_replace(self, e: A.Expr, what: str) -> None:
+        if self.mode != "replace":
+            raise RuleError(f"{what} builds new nodes: only the replacement may do that", span=e.span)
+
+    def _need_numeric(self, kind: K.Kind, e: A.Expr) -> None:
+        if kind.base not in K.NUMERIC and kind.base is not K.Base.ANY:
+            raise RuleError(f"expected a number, this is a {kind}", span=e.span)
+
+    def _need_bool(self, kind: K.Kind, e: A.Expr) -> None:
+        if kind.base not in (K.Base.BOOL, K.Base.ANY):
+            raise RuleError(f"expected a boolean, this is a {kind}", span=e.span)

@@ -1,0 +1,210 @@
+"""The built-in functions of the rule language: predicates for `where`, helpers for replacements.
+
+One record per builtin: its parameter and result kinds (checked at load time), where
+it may be used, and its implementation. Python helpers supplied by the user at load
+time (``load_rules(..., helpers=...)``) join this table for that rule set only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gawee.dsl import kinds as K
+from gawee.ir.core import Value
+from gawee.ops import get_op
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    params: tuple[K.Kind, ...]
+    returns: K.Kind
+    impl: Callable[..., Any]
+    """impl(ctx, *args): ctx is the rewrite context (graph, matched root)."""
+    variadic: bool = False
+    """The last parameter repeats (one or more times)."""
+    where: str = "both"
+    """"guard", "replace" or "both"."""
+    doc: str = ""
+
+
+class GuardFailed(Exception):
+    """A builtin cannot answer for these arguments (e.g. `value(c)` of a varying constant): the guard is false."""
+
+
+def _known(v: Value | None) -> torch.Tensor:
+    if v is None or not v.has_known_data:
+        raise GuardFailed("not a constant with known values")
+    return v.data
+
+
+def _along(c: Value | None, y: Value | None, dim: int) -> bool:
+    """c broadcasts against y without growing y, varying along ``dim`` of y only."""
+    if c is None or y is None or c.type.rank > y.type.rank:
+        return False
+    rank = y.type.rank
+    dim = dim + rank if dim < 0 else dim
+    if not 0 <= dim < rank:
+        return False
+    shape = (1,) * (rank - c.type.rank) + c.shape
+    return all(s == 1 for i, s in enumerate(shape) if i != dim) and shape[dim] in (1, y.shape[dim])
+
+
+def _foldable(v: Value | None) -> bool:
+    node = v.producer if v is not None else None
+    if node is None:
+        return False
+    opdef = get_op(node.op)
+    return opdef.has_trait("pure") and all(x is None or x.data is not None for x in node.inputs)
+
+
+def _operand_size(v: Value | None) -> int:
+    node = v.producer if v is not None else None
+    if node is None:
+        return 0
+    distinct = {id(x): x for x in node.inputs if x is not None and x.data is not None}
+    return sum(x.type.numel for x in distinct.values())
+
+
+def _all_equal(c: Value | None, x: float) -> bool:
+    if c is None or not c.has_known_data:
+        return False
+    data = c.data
+    return bool(data.numel() > 0 and (data == x).all().item())
+
+
+def _value(c: Value | None) -> float:
+    data = _known(c)
+    flat = data.reshape(-1)
+    if flat.numel() == 0 or not bool((flat == flat[0]).all()):
+        raise GuardFailed("elements differ")
+    return flat[0].item()
+
+
+def _compose(p, q):
+    """permute(permute(x, p), q) == permute(x, compose(p, q))."""
+    if len(p) != len(q):
+        raise GuardFailed("permutations of different lengths")
+    return tuple(p[i] for i in q)
+
+
+def _inverse(p):
+    inv = [0] * len(p)
+    for i, d in enumerate(p):
+        inv[d] = i
+    return tuple(inv)
+
+
+def _swapped(p, i, j):
+    p = list(p)
+    try:
+        p[i], p[j] = p[j], p[i]
+    except IndexError:
+        raise GuardFailed("index out of range") from None
+    return tuple(p)
+
+
+def _broadcastable(a: Value | None, b: Value | None) -> bool:
+    if a is None or b is None:
+        return False
+    try:
+        torch.broadcast_shapes(a.shape, b.shape)
+        return True
+    except RuntimeError:
+        return False
+
+
+def _pure(v: Value | None) -> bool:
+    return v is not None and v.producer is not None and get_op(v.producer.op).has_trait("pure")
+
+
+def _tensor_fn(fn):
+    return lambda ctx, *vs: fn(*vs)
+
+
+T, B, I, F, L = K.TENSOR, K.BOOL, K.INT, K.FLOAT, K.LIST
+
+BUILTINS: dict[str, Builtin] = {b.name: b for b in [
+    Builtin("const", (T,), B, lambda ctx, *vs: all(v is not None and v.data is not None for v in vs),
+            variadic=True, doc="every argument is a constant (weights, buffers, folded values)"),
+    Builtin("absent", (T,), B, lambda ctx, v: v is None, doc="an optional operand that is not there"),
+    Builtin("present", (T,), B, lambda ctx, v: v is not None, doc="an optional operand that is there"),
+    Builtin("single_use", (T,), B, lambda ctx, v: v is not None and v.num_uses == 1,
+            doc="read by exactly one operand slot (a graph output counts as a use)"),
+    Builtin("is_output", (T,), B, lambda ctx, v: v is not None and v.is_graph_output, doc="a graph output"),
+    Builtin("uses", (T,), I, lambda ctx, v: 0 if v is None else v.num_uses, doc="number of uses"),
+    Builtin("pure", (T,), B, lambda ctx, v: _pure(v), doc="produced by a deterministic, side-effect-free op"),
+    Builtin("duplicate", (T,), B, lambda ctx, v: ctx.find_duplicate(v) is not None, where="guard",
+            doc="an earlier node computes the same op on the same operands with the same attributes"),
+    Builtin("broadcastable", (T, T), B, lambda ctx, a, b: _broadcastable(a, b), doc="shapes broadcast together"),
+    Builtin("same_shape", (T, T), B, lambda ctx, a, b: a is not None and b is not None and a.shape == b.shape,
+            doc="equal shapes"),
+    Builtin("per_channel", (T, T), B, lambda ctx, c, y: y is not None and y.type.rank >= 2 and _along(c, y, 1),
+            doc="c broadcasts against y along dim 1 only (shape [C,1,1], [1,C,1,1] or all ones)"),
+    Builtin("along", (T, T, I), B, lambda ctx, c, y, d: _along(c, y, d),
+            doc="c broadcasts against y without growing it, varying along dim d of y only"),
+    Builtin("same_type", (T, T), B, lambda ctx, a, b: a is not None and b is not None and a.type.same_shape_dtype(
+        b.type), doc="equal shapes and dtypes"),
+    Builtin("foldable", (T,), B, lambda ctx, v: _foldable(v),
+            doc="produced by a pure op whose operands are all constants"),
+    Builtin("result_size", (T,), I, lambda ctx, v: sum(o.type.numel for o in v.producer.outputs)
+            if v is not None and v.producer is not None else 0, doc="elements in all outputs of v's node"),
+    Builtin("operand_size", (T,), I, lambda ctx, v: _operand_size(v),
+            doc="elements in the distinct constant operands of v's node"),
+    Builtin("op", (T,), K.STR, lambda ctx, v: v.producer.op if v is not None and v.producer is not None else "",
+            doc="the op that produced v (\"\" for inputs and constants)"),
+    Builtin("all_equal", (T, F), B, lambda ctx, c, x: _all_equal(c, x),
+            doc="a constant whose every element equals x"),
+    Builtin("value", (T,), F, lambda ctx, c: _value(c), doc="the element of a constant whose elements are all equal"),
+    Builtin("finite", (T,), B, lambda ctx, c: bool(torch.isfinite(_known(c)).all()),
+            doc="a constant with no inf or nan"),
+    Builtin("positive", (T,), B, lambda ctx, c: bool((_known(c) > 0).all()), doc="a constant with every element > 0"),
+    Builtin("is_float", (T,), B, lambda ctx, v: v is not None and v.dtype.is_float, doc="a floating-point tensor"),
+    Builtin("rank", (T,), I, lambda ctx, v: v.type.rank, doc="number of dimensions"),
+    Builtin("numel", (T,), I, lambda ctx, v: v.type.numel, doc="number of elements"),
+    Builtin("shape", (T,), L, lambda ctx, v: v.shape, doc="the shape, as a list"),
+    Builtin("dtype", (T,), K.DTYPE, lambda ctx, v: v.dtype.value, doc="the element type"),
+    Builtin("broadcast_shape", (T, T), L, lambda ctx, a, b: tuple(torch.broadcast_shapes(a.shape, b.shape)),
+            doc="the shape a and b broadcast to"),
+    Builtin("len", (L,), I, lambda ctx, xs: len(xs), doc="length of a list"),
+    Builtin("prod", (L,), I, lambda ctx, xs: math.prod(xs), doc="product of a list"),
+    Builtin("compose", (L, L), L, lambda ctx, p, q: _compose(p, q),
+            doc="the permutation of permute(permute(x, dims=p), dims=q)"),
+    Builtin("inverse", (L,), L, lambda ctx, p: _inverse(p), doc="the inverse permutation"),
+    Builtin("identity", (I,), L, lambda ctx, n: tuple(range(n)), doc="[0, 1, ..., n-1]"),
+    Builtin("swapped", (L, I, I), L, lambda ctx, p, i, j: _swapped(p, i, j), doc="p with items i and j exchanged"),
+    Builtin("all_zero", (L,), B, lambda ctx, xs: all(x == 0 for x in xs), doc="every item is 0"),
+    Builtin("min", (F, F), F, lambda ctx, a, b: min(a, b), doc="the smaller number"),
+    Builtin("max", (F, F), F, lambda ctx, a, b: max(a, b), doc="the larger number"),
+    Builtin("abs", (F,), F, lambda ctx, a: abs(a), doc="absolute value"),
+    Builtin("fold", (T,), T, lambda ctx, v: ctx.fold(v), where="replace",
+            doc="the value computed now: the node producing v, evaluated on its constant operands"),
+    Builtin("original", (T,), T, lambda ctx, v: ctx.find_duplicate(v), where="replace",
+            doc="the earlier node's output that `duplicate(v)` found"),
+    Builtin("default", (T, T), T, lambda ctx, a, b: a if a is not None else b, where="replace",
+            doc="a if present, else b (e.g. default(b, 0) for an absent bias)"),
+]}
+
+
+@dataclass(frozen=True)
+class Helper:
+    """A user's Python function made callable from rules (an explicit opt-in at load time)."""
+
+    fn: Callable[..., Any]
+    returns: str = "any"
+    """Kind name of the result: bool, int, float, str, list, dtype, tensor or any."""
+
+
+def helper_builtin(name: str, helper: Helper | Callable) -> Builtin:
+    """Wrap a helper as a Builtin taking any arguments; tensors arrive as gawee Values."""
+    if not isinstance(helper, Helper):
+        helper = Helper(helper)
+    returns = {"bool": B, "int": I, "float": F, "str": K.STR, "list": L, "dtype": K.DTYPE, "tensor": T,
+               "any": K.ANY}[helper.returns]
+    return Builtin(name, (K.ANY,), returns, lambda ctx, *args: helper.fn(*args), variadic=True,
+                   doc=(helper.fn.__doc__ or "").strip().splitlines()[0] if helper.fn.__doc__ else "a Python helper")

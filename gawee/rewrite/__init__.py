@@ -1,0 +1,1 @@
+"""The rewriter: pattern matching with failure reasons, the worklist driver, rule sets, explain."""

@@ -1,0 +1,129 @@
+"""RewriteContext: what a rule's guard and replacement see while it fires on one node.
+
+Replacement builders call ``emit`` for every op they construct: an op whose operands
+are all constants is evaluated on the spot into a new constant (this is how weight
+folding is written in rule text); any other op becomes a node inserted before the root.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from gawee.errors import GaweeError, RewriteError
+from gawee.ir.core import Graph, Node, Value
+from gawee.ir.types import TensorType
+from gawee.ops import get_op
+
+if TYPE_CHECKING:
+    from gawee.dsl.compiler import Rule
+
+
+def detached_constant(data: torch.Tensor) -> Value:
+    """A constant not yet in any graph; it is named when a node first reads it."""
+    return Value(TensorType.of(data), "", data=data)
+
+
+class RewriteContext:
+    def __init__(self, graph: Graph, rule: Rule, root: Node, env: dict[str, Any]):
+        self.graph = graph
+        self.rule = rule
+        self.root = root
+        self.env = env
+        self.new_nodes: list[Node] = []
+        self.with_cache: list[Any] = []
+        self.with_fns: list[Any] = []
+
+    def error(self, message: str, hint: str | None = None) -> RewriteError:
+        return RewriteError(f"rule {self.rule.name} ({self.rule.location}) on node {self.root.name}: {message}",
+                            hint=hint)
+
+    # -- building ------------------------------------------------------------------------
+    def tensor(self, x: Any, like: Value | None = None) -> Value:
+        """A Python number as a 0-d constant, typed as torch promotes it against ``like``."""
+        if isinstance(x, Value):
+            return x
+        if isinstance(x, (list, tuple)):
+            raise self.error(f"a list {x!r} cannot be used as a tensor")
+        if like is not None:
+            probe = torch.empty((1,) * min(like.type.rank, 1), dtype=like.dtype.torch, device="meta")
+            dtype = torch.result_type(probe, x)
+        else:
+            dtype = torch.get_default_dtype() if isinstance(x, float) else None
+        return detached_constant(torch.tensor(x, dtype=dtype))
+
+    def emit(self, op: str, inputs: list[Value | None], attrs: dict[str, Any]) -> Value:
+        """Build ``op(inputs, attrs)``: evaluated now if every operand is constant, else a new node."""
+        opdef = get_op(op)
+        in_types = [None if v is None else v.type for v in inputs]
+        try:
+            attrs = opdef.prepare_attrs(attrs, in_types, where=op)
+            if opdef.has_trait("pure") and all(v is None or v.data is not None for v in inputs):
+                out = opdef.run([None if v is None else v.data for v in inputs], attrs)
+                if len(out) != 1:
+                    raise self.error(f"{op} has {len(out)} outputs; a replacement builds single-output ops")
+                return detached_constant(out[0])
+            name = self.graph.peek_name(op)
+            for i, v in enumerate(inputs):
+                if v is not None and v.data is not None and not v.name:  # a constant folded just now
+                    operand = opdef.operands[min(i, len(opdef.operands) - 1)].name
+                    v.name = self.graph.unique_name(f"{name}.{operand}")
+            node = self.graph.create_node(op, inputs, attrs, name=name, source=self.rule.tag, before=self.root)
+        except GaweeError as e:
+            raise self.error(f"cannot build {op}: {e.message}") from None
+        except RuntimeError as e:  # torch refused to evaluate a constant subexpression
+            raise self.error(f"evaluating {op} on constants failed: {str(e).splitlines()[0]}") from None
+        self.new_nodes.append(node)
+        if len(node.outputs) != 1:
+            raise self.error(f"{op} has {len(node.outputs)} outputs; a replacement builds single-output ops")
+        return node.outputs[0]
+
+    def name_result(self, v: Value) -> Value:
+        if v.data is not None and not v.name:
+            v.name = self.graph.unique_name(f"{self.root.name}.const")
+        return v
+
+    def rollback(self) -> None:
+        """Remove the nodes a replacement built (it was abandoned)."""
+        for node in reversed(self.new_nodes):
+            if node.graph is self.graph and not any(o.num_uses for o in node.outputs):
+                self.graph.erase_node(node)
+        self.new_nodes.clear()
+
+    # -- builtins that need the graph -------------------------------------------------
+    def fold_node(self, node: Node) -> list[Value]:
+        """Every output of ``node``, evaluated now on its constant operands."""
+        if any(v is not None and v.data is None for v in node.inputs):
+            raise self.error(f"fold() needs constant operands; {node.name} reads a computed value",
+                             hint="guard the rule with foldable(y)")
+        opdef = get_op(node.op)
+        try:
+            outs = opdef.run([None if v is None else v.data for v in node.inputs], node.attrs)
+        except RuntimeError as e:
+            raise self.error(f"evaluating {node.name} failed: {str(e).splitlines()[0]}") from None
+        return [detached_constant(t) for t in outs]
+
+    def fold(self, v: Value) -> Value:
+        if v is None or v.producer is None:
+            raise self.error("fold() takes the output of a matched node")
+        return self.fold_node(v.producer)[v.output_index]
+
+    def find_duplicate(self, v: Value | None) -> Value | None:
+        """The same output of an earlier node computing the same op, operands and attributes."""
+        if v is None or v.producer is None:
+            return None
+        node = v.producer
+        if not get_op(node.op).has_trait("pure"):
+            return None
+        first = next((x for x in node.inputs if x is not None), None)
+        if first is None:
+            return None
+        position = self.graph.position(node)
+        for use in first.uses:
+            other = use.node
+            if (other is not node and other.op == node.op and other.inputs == node.inputs
+                    and other.attrs == node.attrs and len(other.outputs) == len(node.outputs)
+                    and self.graph.position(other) < position):
+                return other.outputs[v.output_index]
+        return None

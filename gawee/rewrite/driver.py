@@ -1,0 +1,234 @@
+"""The worklist rewriter (no e-graph): rules applied to a fixpoint, in the spirit of MLIR's greedy driver.
+
+Per phase: seed every node; pop one; try the rules indexed by its op (priority,
+then file order); the first rule whose pattern matches and whose guard holds
+builds its replacement, which must have the root's exact shape and dtype; all
+uses are replaced; the new nodes, the users of the new value and the producers
+that lost a use are re-queued; dead nodes are erased at once. A rewrite budget
+proportional to the graph turns a non-terminating rule set into an error naming
+the rules that keep firing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from gawee.dsl.compiler import Rule
+from gawee.dsl.library import GuardFailed
+from gawee.errors import RewriteError
+from gawee.ir.core import Graph, Node, Value
+from gawee.rewrite.context import RewriteContext
+from gawee.rewrite.matcher import MatchContext
+from gawee.rewrite.ruleset import Phase, RuleSet, default_rules
+
+BUDGET_PER_NODE = 16
+"""Firings allowed per node of the graph (per phase) before the rule set is declared cyclic."""
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One application of a rule, for the trace."""
+
+    rule: str
+    location: str
+    root: str
+    """The node the pattern was rooted at (its output was replaced)."""
+    matched: tuple[str, ...]
+    """Every node the pattern matched, root first."""
+    created: tuple[str, ...]
+    replaced_by: str
+    phase: str
+
+    def __str__(self) -> str:
+        created = ", ".join(self.created) or "-"
+        return (f"{self.rule} ({self.location}): {' + '.join(self.matched)} -> %{self.replaced_by}"
+                f" [new: {created}]")
+
+
+@dataclass
+class RewriteReport:
+    firings: Counter = field(default_factory=Counter)
+    """Rule name → times fired."""
+    nodes_before: int = 0
+    nodes_after: int = 0
+    seconds: float = 0.0
+    trace: list[Firing] = field(default_factory=list)
+    """Every firing, in order (when tracing)."""
+    erased: int = 0
+    """Dead nodes removed."""
+
+    @property
+    def total(self) -> int:
+        return sum(self.firings.values())
+
+
+class Rewriter:
+    """Applies one RuleSet to one graph, in place. Use :func:`rewrite` for the non-mutating API."""
+
+    def __init__(self, graph: Graph, rules: RuleSet, *, trace: bool = False, check: bool = False,
+                 budget_per_node: int = BUDGET_PER_NODE):
+        self.graph = graph
+        self.rules = rules
+        self.report = RewriteReport(nodes_before=len(graph))
+        self.trace = trace
+        self.check = check
+        self.budget_per_node = budget_per_node
+        self._queue: deque[Node] = deque()
+        self._queued: set[int] = set()
+
+    # -- worklist ------------------------------------------------------------------------
+    def _push(self, node: Node | None) -> None:
+        if node is not None and node.graph is self.graph and id(node) not in self._queued:
+            self._queued.add(id(node))
+            self._queue.append(node)
+
+    def run(self) -> RewriteReport:
+        t0 = time.perf_counter()
+        for phase in self.rules.phases:
+            self._run_phase(phase)
+        self.report.nodes_after = len(self.graph)
+        self.report.seconds = time.perf_counter() - t0
+        return self.report
+
+    def _run_phase(self, phase: Phase) -> None:
+        for node in self.graph:
+            self._push(node)
+        budget = self.budget_per_node * (len(self.graph) + 8)
+        fired = 0
+        recent: deque[str] = deque(maxlen=64)
+        while self._queue:
+            node = self._queue.popleft()
+            self._queued.discard(id(node))
+            if node.graph is not self.graph:
+                continue
+            if _dead(node):
+                self._erase_dead(node)
+                continue
+            for rule in phase.candidates(node.op):
+                if self._try(rule, node, phase.name):
+                    fired += 1
+                    recent.append(rule.name)
+                    if fired > budget:
+                        raise _cycle_error(recent, self.rules, fired)
+                    break
+
+    # -- one rule on one node ------------------------------------------------------------
+    def _try(self, rule: Rule, node: Node, phase: str) -> bool:
+        if len(node.outputs) != 1 and rule.whole_node is None:
+            return False
+        mctx = MatchContext()
+        env: dict = {}
+        for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
+            rctx = RewriteContext(self.graph, rule, node, env)
+            if rule.guard is not None:
+                try:
+                    if not rule.guard(rctx):
+                        continue
+                except GuardFailed:
+                    continue
+            try:
+                result = self._build(rule, rctx)
+            except GuardFailed:
+                rctx.rollback()
+                continue
+            if result is None:
+                rctx.rollback()
+                continue
+            self._apply(rule, node, rctx, result, list(mctx.nodes), phase)
+            return True
+        return False
+
+    def _build(self, rule: Rule, rctx: RewriteContext) -> list[Value] | None:
+        """The replacement values for the root's outputs, or None if it would change nothing."""
+        if rule.whole_node is not None:
+            var = rule.matcher.bind
+            target = rctx.env[var].producer
+            if rule.whole_node == "fold":
+                results = rctx.fold_node(target)
+            else:
+                dup = rctx.find_duplicate(rctx.env[var])
+                if dup is None:
+                    return None
+                results = list(dup.producer.outputs)
+        else:
+            results = [rule.build(rctx)]
+        root = rctx.root
+        for old, new in zip(root.outputs, results):
+            if new is None or not isinstance(new, Value):
+                raise rctx.error(f"the replacement is {'absent' if new is None else repr(new)}, not a tensor")
+            if not new.type.same_shape_dtype(old.type):
+                raise rctx.error(f"the replacement is {new.type} but %{old.name} is {old.type}",
+                                 hint="a rule must keep the exact shape and dtype; tighten its guard")
+        if all(new is old for old, new in zip(root.outputs, results)):
+            return None
+        return [rctx.name_result(v) for v in results]
+
+    def _apply(self, rule: Rule, root: Node, rctx: RewriteContext, results: list[Value], matched: list[Node],
+               phase: str) -> None:
+        graph = self.graph
+        replaced_by = results[0].name
+        for old, new in zip(root.outputs, results):
+            for user in graph.replace_all_uses_with(old, new):
+                self._push(user)
+        for n in rctx.new_nodes:
+            self._push(n)
+        for v in results:
+            if v.producer is not None:
+                self._push(v.producer)
+        if self.trace:
+            self.report.trace.append(Firing(
+                rule.name, rule.location, root.name, tuple(f"{n.name}:{n.op}" for n in matched),
+                tuple(f"{n.name}:{n.op}" for n in rctx.new_nodes if n.graph is graph), replaced_by, phase))
+        self.report.firings[rule.name] += 1
+        for n in matched:
+            if n.graph is graph and _dead(n):
+                self._erase_dead(n)
+        if self.check:
+            from gawee.ir.verify import verify
+
+            verify(graph)
+
+    def _erase_dead(self, node: Node) -> None:
+        """Erase a dead node, then any producer it leaves dead; re-queue producers that lost a use."""
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if n.graph is not self.graph or not _dead(n):
+                continue
+            producers = [v.producer for v in n.inputs if v is not None and v.producer is not None]
+            self.graph.erase_node(n)
+            self.report.erased += 1
+            for p in producers:
+                if _dead(p):
+                    stack.append(p)
+                else:
+                    self._push(p)
+
+
+def _dead(node: Node) -> bool:
+    return bool(node.outputs) and all(v.num_uses == 0 for v in node.outputs)
+
+
+def _cycle_error(recent, rules: RuleSet, fired: int) -> RewriteError:
+    counts = Counter(recent)
+    names = [n for n, _ in counts.most_common()]
+    located = ", ".join(f"{n} ({rules.rule(n).location})" for n in names)
+    return RewriteError(f"the rules keep firing without reaching a fixpoint ({fired} rewrites): {located}",
+                        hint="these rules undo each other or grow the graph; make one of them one-directional "
+                             "(a guard) or drop it")
+
+
+def rewrite(graph: Graph, rules: RuleSet | None = None, *, trace: bool = False, check: bool = False
+            ) -> tuple[Graph, RewriteReport]:
+    """Apply ``rules`` (default: the bundled pipeline) to a copy of ``graph``.
+
+    Returns the rewritten graph and a report (firings per rule, node counts, time,
+    and with ``trace`` every firing). The input graph is never modified. ``check``
+    runs the IR verifier after every firing (slow; for debugging rules).
+    """
+    rules = default_rules() if rules is None else rules
+    work = graph.clone()
+    report = Rewriter(work, rules, trace=trace, check=check).run()
+    return work, report

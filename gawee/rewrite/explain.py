@@ -1,0 +1,77 @@
+"""Explain mode: for one node, why each candidate rule did (or did not) match."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gawee.dsl.library import GuardFailed
+from gawee.errors import GaweeError
+from gawee.ir.core import Graph, Node
+from gawee.rewrite.context import RewriteContext
+from gawee.rewrite.matcher import MatchContext
+from gawee.rewrite.ruleset import RuleSet
+
+
+@dataclass(frozen=True)
+class Explanation:
+    rule: str
+    location: str
+    outcome: str
+    """"matches", "pattern" (the pattern failed) or "guard" (a guard conjunct was false)."""
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.rule} ({self.location}): {self.outcome}: {self.reason}"
+
+
+def find_node(graph: Graph, name: str) -> Node:
+    """The node called ``name`` (or producing the value called ``name``); GaweeError with suggestions."""
+    for node in graph:
+        if node.name == name or any(v.name == name for v in node.outputs):
+            return node
+    import difflib
+
+    close = difflib.get_close_matches(name, [n.name for n in graph], n=3)
+    raise GaweeError(f"no node named {name!r} in {graph.name}",
+                     hint=f"did you mean {' or '.join(close)}?" if close else "`gawee-rewrite show MODEL --graph` "
+                                                                          "lists the nodes")
+
+
+def explain(graph: Graph, node: Node | str, rules: RuleSet) -> list[Explanation]:
+    """For every rule whose root op is ``node``'s op: the deepest point its pattern reached
+    and the sub-pattern or guard conjunct that failed — or that it matches."""
+    if isinstance(node, str):
+        node = find_node(graph, node)
+    out = []
+    for phase in rules.phases:
+        for rule in phase.candidates(node.op):
+            out.append(_explain_one(graph, node, rule))
+    return out
+
+
+def _explain_one(graph: Graph, node: Node, rule) -> Explanation:
+    if len(node.outputs) != 1 and rule.whole_node is None:
+        return Explanation(rule.name, rule.location, "pattern", f"{node.name} has {len(node.outputs)} outputs")
+    mctx = MatchContext(explain=True)
+    env: dict = {}
+    guard_reason = None
+    for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
+        rctx = RewriteContext(graph, rule, node, env)
+        failed = None
+        for text, part in rule.guard_parts:
+            try:
+                ok = bool(part(rctx))
+            except GuardFailed as e:
+                ok, text = False, f"{text} (cannot be evaluated: {e})"
+            except GaweeError as e:
+                ok, text = False, f"{text} ({e.message})"
+            if not ok:
+                failed = text
+                break
+        if failed is None:
+            bound = ", ".join(f"{k}=%{v.name}" for k, v in env.items() if hasattr(v, "name") and v is not None)
+            return Explanation(rule.name, rule.location, "matches", f"pattern and guard hold ({bound})")
+        guard_reason = guard_reason or f"guard `{failed}` is false"
+    if guard_reason:
+        return Explanation(rule.name, rule.location, "guard", guard_reason)
+    return Explanation(rule.name, rule.location, "pattern", mctx.best_reason or "the pattern does not match")

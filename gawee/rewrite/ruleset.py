@@ -1,0 +1,144 @@
+"""RuleSet: compiled rules from `.rules` files, one phase per file, and the bundled default pipeline."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gawee.dsl.compiler import Rule, compile_rule
+from gawee.dsl.library import BUILTINS, Helper, helper_builtin
+from gawee.dsl.parser import parse_rules
+from gawee.errors import GaweeError, RuleError
+
+RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
+"""The bundled rules: `1-simplify`, `2-fold`, `3-fuse` ... run in file-name order."""
+
+
+@dataclass
+class Phase:
+    """Rules applied together to a fixpoint; the rewriter runs phases in order."""
+
+    name: str
+    rules: list[Rule]
+    _by_op: dict[str | None, list[Rule]] = field(default_factory=dict, repr=False)
+
+    def candidates(self, op: str) -> list[Rule]:
+        """Rules whose root can be ``op`` (including `_(...)` roots), by priority then file order."""
+        got = self._by_op.get(op)
+        if got is None:
+            got = sorted((r for r in self.rules if r.root_op in (op, None)), key=lambda r: (-r.priority, r.index))
+            self._by_op[op] = got
+        return got
+
+
+@dataclass
+class RuleSet:
+    phases: list[Phase]
+
+    @property
+    def rules(self) -> list[Rule]:
+        return [r for p in self.phases for r in p.rules]
+
+    def rule(self, name: str) -> Rule:
+        for r in self.rules:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def __len__(self) -> int:
+        return sum(len(p.rules) for p in self.phases)
+
+    def __repr__(self) -> str:
+        return f"<RuleSet {', '.join(f'{p.name}({len(p.rules)})' for p in self.phases)}>"
+
+
+def rule_files(paths: tuple[str | os.PathLike, ...]) -> list[Path]:
+    """Expand directories into their `.rules` files (name order); refuse what is not a rules file."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.glob("*.rules"))
+            if not found:
+                raise GaweeError(f"{p}: no .rules files in this directory")
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise GaweeError(f"{p}: no such rules file or directory", hint="pass .rules files or directories")
+    return out
+
+
+def load_rules(*paths: str | os.PathLike, helpers: Mapping[str, Helper | Callable] | None = None) -> RuleSet:
+    """Compile rule files into a RuleSet: one phase per file, in the order given.
+
+    ``helpers`` makes Python functions callable from these rules (nothing else
+    executes Python: loading a file only parses it). Raises RuleSyntaxError /
+    RuleError with file:line:col for anything wrong, checked at load time.
+    """
+    compiled_helpers = {}
+    for name, h in (helpers or {}).items():
+        if name in BUILTINS:
+            raise GaweeError(f"helper {name!r} would shadow the builtin of that name")
+        compiled_helpers[name] = helper_builtin(name, h)
+    phases = [load_phase(f.read_text(), display_path(f), f.stem, compiled_helpers) for f in rule_files(paths)]
+    return _number(phases)
+
+
+def display_path(path: Path) -> str:
+    """How a rules file is named in diagnostics and provenance: `rules/x.rules` for bundled ones,
+    else relative to the working directory when inside it."""
+    path = path.resolve()
+    if path.parent == RULES_DIR:
+        return f"rules/{path.name}"
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def load_rules_text(text: str, name: str = "<rules>", helpers: Mapping[str, Helper | Callable] | None = None
+                    ) -> RuleSet:
+    """A RuleSet of one phase from rule text (for tests and notebooks)."""
+    compiled = {n: helper_builtin(n, h) for n, h in (helpers or {}).items()}
+    return _number([load_phase(text, name, Path(name).stem, compiled)])
+
+
+def load_phase(text: str, file: str, name: str, helpers) -> Phase:
+    asts = parse_rules(text, file)
+    lines = text.splitlines()
+    rules = []
+    for ast in asts:
+        rules.append(compile_rule(ast, helpers, comment=_comment_above(lines, ast.span.line)))
+        rules[-1].phase = name
+    return Phase(name, rules)
+
+
+def _number(phases: list[Phase]) -> RuleSet:
+    seen: dict[str, Rule] = {}
+    i = 0
+    for phase in phases:
+        for r in phase.rules:
+            if r.name in seen:
+                raise RuleError(f"rule {r.name!r} is defined twice (first at {seen[r.name].location})",
+                                span=r.span, hint="rule names must be unique in a rule set")
+            seen[r.name] = r
+            r.index = i
+            i += 1
+    return RuleSet(phases)
+
+
+def _comment_above(lines: list[str], line: int) -> str:
+    i = line - 2
+    if 0 <= i < len(lines) and lines[i].strip().startswith("#"):
+        return lines[i].strip().lstrip("#").strip()
+    return ""
+
+
+def default_rules() -> RuleSet:
+    """The bundled pipeline (every file of rules/, in name order)."""
+    if not RULES_DIR.is_dir():
+        raise GaweeError(f"the bundled rules are missing: {RULES_DIR}",
+                         hint="gawee runs from its source tree (pip install -e .)")
+    return load_rules(RULES_DIR)
