@@ -290,9 +290,8 @@ class _PatternCompiler:
         if rest is False:
             n_positional = sum(1 for m in slots if m is not None)
             required = opdef.min_arity
-            if len(slots) < required or any(slots[i] is None for i in range(required)):
-                if n_positional < required:
-                    raise RuleError(f"{p.op} takes at least {required} operands ({', '.join(names[:required])}), "
+            if n_positional < required and (len(slots) < required or any(s is None for s in slots[:required])):
+                raise RuleError(f"{p.op} takes at least {required} operands ({', '.join(names[:required])}), "
                                     f"the pattern gives {n_positional}", span=p.span,
                                     hint="add the missing operands, or `...` to leave them free")
         defaults: dict[str, Any] = {}
@@ -659,12 +658,12 @@ class _ExprCompiler:
         def build(ctx):
             inputs: list[Any] = []
             attrs: dict[str, Any] = {}
-            for name, rf in rests:
+            for _, rf in rests:
                 rec: RestRecord = rf(ctx)
                 attrs.update({k: v for k, v in rec.attrs.items() if opdef.attr(k) is not None})
             fixed = len(names) if variadic_from is None else variadic_from
             values = [None] * max(fixed, len(operands))
-            for name, rf in rests:
+            for _, rf in rests:
                 rec = rf(ctx)
                 for k, v in rec.operands.items():
                     if k in names and names.index(k) < fixed:

@@ -172,8 +172,9 @@ class OpM(ValueMatcher):
             return
         for k, want in self.defaults.items():
             if not data_equal(node.attrs.get(k), want):
-                ctx.fail(depth, lambda k=k, want=want: f"%{v.name} = {node.op}(...) has {k}={node.attrs.get(k)!r}, "
-                                                       f"the pattern needs the default {want!r} (add `...` to allow any)")
+                ctx.fail(depth, lambda k=k, want=want: (
+                    f"%{v.name} = {node.op}(...) has {k}={node.attrs.get(k)!r}, the pattern needs the default "
+                    f"{want!r} (add `...` to allow any)"))
                 return
         inputs = node.inputs
         n_fixed = self.variadic_from if self.variadic_from is not None else len(inputs)

@@ -74,7 +74,7 @@ def test_erase_drops_operand_uses():
 
 
 def test_insert_before_and_positions():
-    g, x, _y, z, _w = small()
+    g, x, y, z, w = small()
     n = g.create_node("neg", [x], before=z.producer)
     assert [node.op for node in g] == ["relu", "neg", "add", "mul"]
     assert g.position(y.producer) < g.position(n) < g.position(z.producer) < g.position(w.producer)
