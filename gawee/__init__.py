@@ -4,6 +4,8 @@ The public API, re-exported from the modules that own each piece.
 """
 
 from gawee.analysis import constant_values, cost, infer_types, peak_memory, topological_order
+from gawee.dsl.library import Helper
+from gawee.equivalence import EquivalenceReport, assert_equivalent, verify_equivalent
 from gawee.errors import GaweeError
 from gawee.frontend.capture import CaptureStats, capture
 from gawee.interp import run
@@ -11,11 +13,15 @@ from gawee.ir.core import Graph, Node, Use, Value
 from gawee.ir.serialize import load
 from gawee.ir.types import DType, Layout, TensorType
 from gawee.ir.verify import verify
+from gawee.rewrite.driver import RewriteReport, rewrite
+from gawee.rewrite.explain import explain
+from gawee.rewrite.ruleset import RuleSet, default_rules, load_rules, load_rules_text
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CaptureStats", "DType", "GaweeError", "Graph", "Layout", "Node", "TensorType", "Use", "Value",
-    "capture", "constant_values", "cost", "infer_types", "load", "peak_memory", "run", "topological_order",
-    "verify",
+    "CaptureStats", "DType", "EquivalenceReport", "GaweeError", "Graph", "Helper", "Layout", "Node", "RewriteReport",
+    "RuleSet", "TensorType", "Use", "Value", "assert_equivalent", "capture", "constant_values", "cost",
+    "default_rules", "explain", "infer_types", "load", "load_rules", "load_rules_text", "peak_memory", "rewrite",
+    "run", "topological_order", "verify", "verify_equivalent",
 ]

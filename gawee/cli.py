@@ -15,6 +15,9 @@ EXIT_OK, EXIT_FINDING, EXIT_USAGE = 0, 1, 2
 
 EPILOG = """\
 examples:
+  gawee-rewrite optimize resnet18
+  gawee-rewrite optimize resnet18 --rules my.rules --trace -o resnet18-opt.json
+  gawee-rewrite optimize mobilenet_v3_small --explain conv2d_3
   gawee-rewrite show resnet18
   gawee-rewrite show path/to/model.py:make_model --input-shape 1,3,64,64
   gawee-rewrite show saved.json --json
@@ -51,6 +54,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(show)
     show.add_argument("--graph", action="store_true", help="also print the graph, one node per line")
     show.set_defaults(func=cmd_show)
+
+    opt = sub.add_parser("optimize", help="rewrite a model with rules and report before/after",
+                         description="Capture MODEL, apply the rules (default: the bundled pipeline), check the "
+                                     "result is equivalent, and print a before/after report.", epilog=EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_model_args(opt)
+    opt.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
+                     help="rule files or directories, one phase per file (repeat; default: the bundled rules)")
+    opt.add_argument("-o", "--output", metavar="OUT.json", help="write the optimized graph (+ .npz) atomically")
+    opt.add_argument("--trace", action="store_true", help="print every rule firing")
+    opt.add_argument("--explain", action="append", metavar="NODE",
+                     help="say why each candidate rule did or did not rewrite NODE (repeatable)")
+    opt.add_argument("--no-verify", action="store_true", help="skip the numerical equivalence check")
+    opt.add_argument("--markdown", action="store_true", help="print the report as Markdown")
+    opt.set_defaults(func=cmd_optimize)
     return parser
 
 
@@ -86,6 +104,81 @@ def cmd_show(args, console: Console) -> int:
         console.print("opaque ops: none")
     for w in stats.warnings:
         console.print(f"[yellow]warning: {w}", highlight=False)
+    return EXIT_OK
+
+
+def cmd_optimize(args, console: Console) -> int:
+    from pathlib import Path
+
+    from gawee.analysis import cost
+    from gawee.equivalence import verify_equivalent
+    from gawee.errors import GaweeError as _Err
+    from gawee.frontend.capture import CaptureStats
+    from gawee.frontend.models import load_graph
+    from gawee.report import Column, markdown_report, rich_report
+    from gawee.rewrite.driver import rewrite
+    from gawee.rewrite.explain import explain, find_node
+    from gawee.rewrite.ruleset import default_rules, load_rules
+
+    if args.output and args.model.endswith(".json") and Path(args.output).resolve() == Path(args.model).resolve():
+        raise _Err(f"-o {args.output} would overwrite the input", hint="write the result to another file")
+    if args.output and not args.output.endswith(".json"):
+        raise _Err(f"-o {args.output}: the output is a .json file (its tensors go to a .npz beside it)")
+    rules = load_rules(*args.rules) if args.rules else default_rules()
+    stats = CaptureStats()
+    with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
+        graph, _src = load_graph(args.model, batch=args.batch, meta=args.meta, stats=stats,
+                                 input_shapes=args.input_shape)
+    optimized, report = rewrite(graph, rules, trace=args.trace)
+    before, after = cost(graph), cost(optimized)
+    verification = None
+    if not args.no_verify:
+        with console.status("verifying equivalence ...", spinner="dots") if not args.json else _null():
+            verification = verify_equivalent(graph, optimized)
+    explanations = []
+    for name in args.explain or ():
+        target = optimized if any(n.name == name for n in optimized) else graph
+        node = find_node(target, name)
+        explanations.append((name, target is optimized, explain(target, node, rules)))
+    if args.output:
+        optimized.save(args.output)
+
+    if args.json:
+        out = {"model": args.model, "before": before.as_dict(), "after": after.as_dict(),
+               "rewrite_s": report.seconds, "firings": dict(report.firings),
+               "verification": None if verification is None else
+               {"ok": verification.ok, "max_error": verification.max_error, "detail": str(verification)},
+               "trace": [f.__dict__ for f in report.trace] if args.trace else None,
+               "explain": {n: [e.__dict__ for e in es] for n, _, es in explanations} or None,
+               "output": args.output}
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        if args.trace:
+            console.print(f"[bold]trace[/] ({report.total} firings)")
+            for f in report.trace:
+                console.print(f"  {f}", markup=False, highlight=False)
+        extra = {"rewrite time": f"{report.seconds * 1000:.1f} ms",
+                 "verification": "skipped" if verification is None else str(verification)}
+        cols = [Column("before", before), Column("after", after, extra)]
+        title = f"{graph.name}: {len(graph)} -> {len(optimized)} nodes"
+        if args.markdown:
+            print(markdown_report(title, cols))
+        else:
+            console.print(rich_report(title, cols))
+            if report.firings:
+                console.print("rules fired: " + ", ".join(f"{k} x{v}" for k, v in report.firings.most_common()),
+                              highlight=False)
+        for name, in_optimized, es in explanations:
+            where = "optimized graph" if in_optimized else "captured graph"
+            console.print(f"[bold]explain {name}[/] (in the {where})")
+            for e in es:
+                console.print(f"  {e}", markup=False, highlight=False)
+            if not es:
+                console.print("  no rule is rooted at this op", highlight=False)
+        if args.output:
+            console.print(f"wrote {args.output} (+ {Path(args.output).with_suffix('.npz').name})", highlight=False)
+    if verification is not None and not verification.ok:
+        return EXIT_FINDING
     return EXIT_OK
 
 
