@@ -134,6 +134,11 @@ def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, com
 _UNSET = object()
 
 
+def _a(kind: K.Kind) -> str:
+    text = str(kind)
+    return ("an " if text[0] in "aeiou" else "a ") + text
+
+
 def _conjuncts(e: A.Expr) -> list[A.Expr]:
     if isinstance(e, A.EBool) and e.op == "and":
         return _conjuncts(e.left) + _conjuncts(e.right)
@@ -521,7 +526,7 @@ class _ExprCompiler:
             raise RuleError("tensors cannot be compared; compare .shape, .dtype, or use all_equal(x, 1)",
                             span=e.span)
         if not K.comparable(lk, rk):
-            raise RuleError(f"comparing a {lk} with a {rk} is always false", span=e.span)
+            raise RuleError(f"comparing {_a(lk)} with {_a(rk)} is always false", span=e.span)
         from gawee.rewrite.matcher import data_equal
 
         if e.op in ("==", "!="):
@@ -555,6 +560,9 @@ class _ExprCompiler:
 
     # -- calls -------------------------------------------------------------------------
     def _ECall(self, e: A.ECall):
+        if e.func in BUILTINS and has_op(e.func) and self.mode == "replace" and e.args and e.args[0].value \
+                and self.compile(e.args[0].value)[1].is_tensor:
+            return self._op_call(e)  # abs/min/max: the op on tensors, the builtin on numbers
         if e.func in BUILTINS or e.func in self.scope.helpers:
             return self._builtin(e, self.scope.helpers.get(e.func) or BUILTINS[e.func])
         if has_op(e.func):
@@ -613,7 +621,7 @@ class _ExprCompiler:
                 var = self.scope.vars.get(a.rest)
                 if var is None or var.kind.base is not K.Base.REST:
                     raise RuleError(f"`...{a.rest}` must name a `...{a.rest}` bound in the pattern", span=a.span)
-                self._check_rest_fits(var, opdef, a.span)
+                self._check_rest_fits(a.rest, var, opdef, a.span)
                 rests.append((a.rest, self.compile(A.EName(a.span, a.rest))[0]))
                 continue
             fn, kind = self.compile(a.value)
@@ -696,7 +704,7 @@ class _ExprCompiler:
             raise RuleError(f"unknown activation {a.value.value!r}", span=a.span,
                             hint="fusable activations: " + ", ".join(ACTIVATIONS))
 
-    def _check_rest_fits(self, var: _Var, target: OpDef, span: SourceSpan) -> None:
+    def _check_rest_fits(self, name: str, var: _Var, target: OpDef, span: SourceSpan) -> None:
         """`...attrs` may carry any operand/attribute of its source op: the target must have them all."""
         if var.op is None:
             raise RuleError("`...` bound by `_(...)` cannot be spliced into an op call", span=span)
@@ -705,7 +713,7 @@ class _ExprCompiler:
         missing = [o.name for o in source.operands if o.name not in target_names] + \
                   [a.name for a in source.attrs if a.name not in target_names]
         if missing:
-            raise RuleError(f"`...{span and ''}` from {var.op} may carry {', '.join(missing)}, which "
+            raise RuleError(f"`...{name}` from {var.op} may carry {', '.join(missing)}, which "
                             f"{target.name} does not have", span=span,
                             hint="match those explicitly in the pattern (e.g. act=none) instead of `...`")
 

@@ -84,20 +84,20 @@ NUMPY_STORAGE = {d: (np.uint16 if d is DType.bf16 else torch.empty(0, dtype=d.to
 
 
 class Layout(enum.Enum):
-    """Memory format of a tensor. Views and reshapes reason about element order, not this."""
+    """Memory format of a tensor, a hint for backends: values never depend on it.
+
+    Strides of views (a permute's output) are an implementation detail of torch and
+    are not tracked: such tensors count as contiguous.
+    """
 
     contiguous = "contiguous"
     channels_last = "channels_last"
-    strided = "strided"
-    """Any other stride pattern (e.g. the output of a permute view)."""
 
     @staticmethod
     def of(t: torch.Tensor) -> Layout:
         if t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last):
             return Layout.channels_last
-        if t.is_contiguous():
-            return Layout.contiguous
-        return Layout.strided
+        return Layout.contiguous
 
     def __repr__(self) -> str:
         return self.value

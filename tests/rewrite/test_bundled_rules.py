@@ -1,0 +1,47 @@
+"""The bundled rules on real models: ResNet-18 reaches its target; other models stay equivalent."""
+
+import re
+
+import pytest
+
+import gawee
+from gawee.rewrite.ruleset import RULES_DIR
+from tests.conftest import captured
+
+
+def test_resnet18_reaches_the_target():
+    g, _, x = captured("resnet18")
+    out, report = gawee.rewrite(g)
+    counts = gawee.cost(out).op_counts
+    assert "batch_norm" not in counts and "relu" not in counts and "add" not in counts
+    assert counts == {"conv2d": 20, "adaptive_avg_pool2d": 1, "linear": 1, "max_pool2d": 1, "reshape": 1}
+    assert len(out) <= 24
+    convs = [n for n in out if n.op == "conv2d"]
+    assert sum(n.attrs["act"] == "relu" for n in convs) == 17
+    assert sum(n.inputs[3] is not None for n in convs) == 8  # every residual add lives in a conv
+    before, after = gawee.cost(g), gawee.cost(out)
+    assert after.bytes_written <= 0.40 * before.bytes_written
+    assert gawee.verify_equivalent(g, out, [x]).ok
+    assert report.firings == {"fold_conv_bn": 20, "fuse_conv_relu": 17, "fuse_conv_residual": 8}
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "swin_t",
+                                  "shufflenet_v2_x0_5"])
+def test_other_models_optimize_and_stay_equivalent(name):
+    g, _, x = captured(name)
+    out, _ = gawee.rewrite(g)
+    gawee.verify(out)
+    assert len(out) <= len(g)
+    report = gawee.verify_equivalent(g, out, [x])
+    assert report.ok, str(report)
+
+
+def test_every_bundled_rule_has_a_one_line_lhs_rhs_comment():
+    rules = gawee.default_rules()
+    assert [p.name for p in rules.phases] == ["1-simplify", "2-fold", "3-fuse"]
+    for r in rules.rules:
+        assert re.search(r"->", r.comment), f"{r.name} ({r.location}) lacks its `# lhs -> rhs` comment"
+
+
+def test_bundled_rule_files_are_where_default_rules_finds_them():
+    assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == ["1-simplify.rules", "2-fold.rules", "3-fuse.rules"]
