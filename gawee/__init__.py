@@ -4,6 +4,9 @@ The public API, re-exported from the modules that own each piece.
 """
 
 from gawee.analysis import constant_values, cost, infer_types, peak_memory, topological_order
+from gawee.backend.compiler import CompileReport, compile
+from gawee.backend.onnx import to_onnx
+from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.dsl.library import Helper
 from gawee.equivalence import EquivalenceReport, assert_equivalent, verify_equivalent
 from gawee.errors import GaweeError
@@ -20,8 +23,9 @@ from gawee.rewrite.ruleset import RuleSet, default_rules, load_rules, load_rules
 __version__ = "0.1.0"
 
 __all__ = [
-    "CaptureStats", "DType", "EquivalenceReport", "GaweeError", "Graph", "Helper", "Layout", "Node", "RewriteReport",
-    "RuleSet", "TensorType", "Use", "Value", "assert_equivalent", "capture", "constant_values", "cost",
-    "default_rules", "explain", "infer_types", "load", "load_rules", "load_rules_text", "peak_memory", "rewrite",
-    "run", "topological_order", "verify", "verify_equivalent",
+    "CaptureStats", "CompileReport", "DType", "EquivalenceReport", "GaweeError", "Graph", "Helper", "Layout",
+    "Node", "RewriteReport", "RuleSet", "TensorType", "TorchOptions", "Use", "Value", "assert_equivalent",
+    "capture", "compile", "constant_values", "cost", "default_rules", "explain", "infer_types", "load",
+    "load_rules", "load_rules_text", "peak_memory", "rewrite", "run", "to_onnx", "to_torch", "topological_order",
+    "verify", "verify_equivalent",
 ]

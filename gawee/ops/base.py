@@ -123,6 +123,13 @@ class OpDef:
     """Normalizes attributes given operand types (e.g. resolve -1 in a reshape)."""
     aten: tuple[AtenBinding | str, ...] = ()
     """ATen overloads that capture maps here; a plain string is a binding by names alone."""
+    lower_torch: Callable[[Any], Any] | None = None
+    """How a node runs in the torch backend: ``lower_torch(ctx)`` emits fx code through a
+    ``gawee.backend.torch_backend.TorchLowering``; None calls ``evaluate`` with the attributes bound."""
+    onnx: str | Callable[[Any], Any] | None = None
+    """How a node exports to ONNX: an ONNX op type taking the present operands as they are and no
+    attributes, or ``onnx(ctx)`` emitting nodes through a ``gawee.backend.onnx.OnnxLowering``;
+    None: the op cannot be exported."""
     doc: str = ""
 
     def __post_init__(self):

@@ -8,6 +8,7 @@ so the node is plain JSON and replays without pickles. Rules never match it.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -72,6 +73,19 @@ def _evaluate(*inputs, target: str, args: tuple, kwargs: tuple):
     return tuple(out)
 
 
+def _lower_torch(ctx):
+    """A direct call of the recorded ATen overload (4-D operands made contiguous: it may be a view)."""
+    fn = resolve_target(ctx.attrs["target"])
+    inputs = tuple(ctx.standard(i) for i in range(len(ctx.node.inputs)))
+    out = ctx.call(fn, *decode_arg(ctx.attrs["args"], inputs),
+                   **{k: decode_arg(v, inputs) for k, v in ctx.attrs["kwargs"]})
+    returns = fn._schema.returns
+    single = len(returns) == 1 and str(returns[0].type) == "Tensor"
+    if len(ctx.node.outputs) == 1 and not single:
+        return ctx.call(operator.getitem, out, 0)
+    return out
+
+
 def _no_inference(ins, attrs):
     raise InferenceError(f"opaque node {attrs.get('target')} cannot infer types",
                          hint="opaque nodes keep the output types recorded at capture")
@@ -80,5 +94,5 @@ def _no_inference(ins, attrs):
 register(OpDef(
     OPAQUE, (Operand("args", optional=True, variadic=True),), _evaluate,
     attrs=(Attr("target", "str"), Attr("args", "any", ()), Attr("kwargs", "any", ())),
-    traits=frozenset(), infer=_no_inference, flops=None,
+    traits=frozenset(), infer=_no_inference, flops=None, lower_torch=_lower_torch,
     doc="an ATen call without an OpDef, replayed through torch; rules never match it"))

@@ -1,0 +1,115 @@
+"""gawee.compile: a model and example inputs become an equivalent, faster module (capture, rewrite, verify, lower)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils import _pytree as pytree
+
+from gawee.backend.torch_backend import TorchOptions, to_torch
+from gawee.equivalence import TOLERANCE, EquivalenceReport, output_error, verify_equivalent
+from gawee.errors import EquivalenceError
+from gawee.frontend.capture import capture
+from gawee.ir.core import Graph
+from gawee.ir.types import DType
+from gawee.rewrite.driver import RewriteReport, rewrite
+from gawee.rewrite.ruleset import RuleSet
+
+
+@dataclass
+class CompileReport:
+    """What :func:`compile` did and where its time went (seconds per stage)."""
+
+    graph: Graph
+    """The captured graph."""
+    optimized: Graph
+    """The rewritten graph that the module runs."""
+    rewrite: RewriteReport
+    equivalence: EquivalenceReport
+    """Captured vs rewritten graph, on the example inputs."""
+    backend_error: float = 0.0
+    """Largest difference between the module's outputs and the model's, on the example inputs."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """capture, rewrite, verify (both checks) and lower."""
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+    def __str__(self) -> str:
+        stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
+        return (f"{self.graph.name}: {len(self.graph)} -> {len(self.optimized)} nodes, {self.rewrite.total} rewrites; "
+                f"{self.equivalence}; backend max error {self.backend_error:.3g}; {stages}")
+
+
+def compile(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], rules: RuleSet | None = None, *,
+            options: TorchOptions | None = None) -> torch.fx.GraphModule:
+    """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
+    checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
+
+    Two checks run on the example inputs: the rewritten graph against the captured one
+    (:func:`gawee.verify_equivalent`), and the module against the model itself, both within
+    the per-dtype tolerance. The module returns what the model returns (same nesting) and
+    carries a :class:`CompileReport` as ``module.gawee_report``. The model is put in eval
+    mode and its weights are frozen into the module: later edits to them are not seen.
+    Raises CaptureError when torch.export cannot capture the model and EquivalenceError
+    when a check fails.
+    """
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    graph = capture(model, example_inputs)
+    seconds["capture"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    optimized, rewrite_report = rewrite(graph, rules)
+    seconds["rewrite"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    equivalence = verify_equivalent(graph, optimized, list(example_inputs))
+    if not equivalence.ok:
+        raise EquivalenceError(f"the rewritten graph of {graph.name} differs from the captured one: {equivalence}",
+                               hint="run `gawee-rewrite optimize` with --trace to find the rule at fault")
+    with torch.no_grad():
+        expected = model(*example_inputs)
+    seconds["verify"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    flat_expected, structure = pytree.tree_flatten(expected)
+    if len(flat_expected) != len(optimized.outputs):
+        structure = None  # the model returns non-tensor leaves: give back the flat tuple of tensors
+        flat_expected = [x for x in flat_expected if isinstance(x, torch.Tensor)]
+    module = to_torch(optimized, options, output_structure=structure)
+    seconds["lower"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        got = module(*example_inputs)
+    flat_got = pytree.tree_leaves(got) if structure is not None else list(got)
+    backend_error = _check_backend(graph.name, flat_expected, flat_got)
+    seconds["verify"] += time.perf_counter() - t0
+
+    module.gawee_report = CompileReport(graph, optimized, rewrite_report, equivalence, backend_error, seconds)
+    return module
+
+
+def _check_backend(name: str, expected: Sequence[torch.Tensor], got: Sequence[torch.Tensor]) -> float:
+    """The largest output difference; EquivalenceError if one exceeds its dtype's tolerance."""
+    worst = 0.0
+    for i, (ref, out) in enumerate(zip(expected, got)):
+        if ref.shape != out.shape or ref.dtype != out.dtype:
+            raise EquivalenceError(f"output {i} of the compiled {name} is {out.dtype}{list(out.shape)}, "
+                                   f"the model's is {ref.dtype}{list(ref.shape)}")
+        err = output_error(ref, out)
+        finite = ref[torch.isfinite(ref)] if ref.dtype.is_floating_point else ref
+        scale = max(1.0, finite.abs().max().item()) if finite.numel() and ref.dtype.is_floating_point else 1.0
+        tol = TOLERANCE.get(DType.from_torch(ref.dtype), 0.0)
+        if err > tol * scale:
+            raise EquivalenceError(f"output {i} of the compiled {name} differs from the model's by {err:.3g} "
+                                   f"(tolerance {tol:g} x {scale:.3g})",
+                                   hint="compile with options=TorchOptions(fused_kernels=False) to rule out "
+                                        "the fused kernels, and report the model")
+        worst = max(worst, err)
+    return worst

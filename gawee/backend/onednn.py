@@ -1,0 +1,91 @@
+"""oneDNN on CPU: which fused kernels this torch has, how fused activations are spelled for them, prepacking.
+
+These are the kernels TorchInductor's freezing path emits (``torch/_inductor/fx_passes/
+mkldnn_fusion.py``): ``mkldnn._convolution_pointwise`` (convolution + one unary post-op),
+``mkldnn._convolution_pointwise.binary`` (convolution + ``add`` of a second tensor, then
+optionally ``relu``) and ``mkldnn._linear_pointwise``, with weights reordered once into
+oneDNN's blocked format for the known input size. Op lowerings (``OpDef.lower_torch``)
+ask here whether a node qualifies and fall back to plain torch ops when it does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+
+import torch
+
+from gawee.ir.types import DType
+
+POST_OPS: dict[str, tuple[str, str | None]] = {
+    "relu": ("relu", None),
+    "sigmoid": ("sigmoid", None),
+    "tanh": ("tanh", None),
+    "silu": ("swish", None),
+    "hardswish": ("hardswish", None),
+    "hardsigmoid": ("hardsigmoid", None),
+    "gelu": ("gelu", "none"),
+    "gelu_tanh": ("gelu", "tanh"),
+    "hardtanh": ("hardtanh", None),
+    "leaky_relu": ("leaky_relu", None),
+}
+"""gawee's fused activation (``gawee.ops.ACTIVATIONS``) → oneDNN unary post-op (attr, algorithm).
+The activation parameters (``act_params``) are the post-op's scalars, in the same order."""
+
+BINARY_POST_OPS = frozenset({None, "relu"})
+"""Activations oneDNN's binary (residual) convolution applies after the add; others run unfused."""
+
+
+@cache
+def available() -> bool:
+    """Whether this torch build has oneDNN's fused CPU kernels (x86 and Arm builds with MKLDNN)."""
+    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
+        return False
+    mkldnn = torch.ops.mkldnn
+    return all(hasattr(mkldnn, name) for name in
+               ("_convolution_pointwise", "_reorder_convolution_weight", "_linear_pointwise",
+                "_reorder_linear_weight"))
+
+
+@cache
+def supports(dtype: DType) -> bool:
+    """Whether oneDNN's fused kernels run ``dtype`` on this CPU (f32 always; bf16/f16 where the ISA has them)."""
+    if not available():
+        return False
+    if dtype is DType.f32:
+        return True
+    if dtype is DType.bf16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if dtype is DType.f16:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    return False
+
+
+def post_op(act: str | None, params: Sequence[float]) -> tuple[str, list[float], str | None] | None:
+    """The oneDNN spelling ``(attr, scalars, algorithm)`` of a fused activation; None if it has none."""
+    if act is None:
+        return ("none", [], None)
+    spelled = POST_OPS.get(act)
+    if spelled is None:
+        return None
+    attr, algorithm = spelled
+    return (attr, [float(p) for p in params], algorithm)
+
+
+def pack_conv_weight(weight: torch.Tensor, *, padding: Sequence[int], stride: Sequence[int],
+                     dilation: Sequence[int], groups: int, input_shape: Sequence[int],
+                     channels_last: bool) -> torch.Tensor:
+    """``weight`` reordered once into the blocked format oneDNN picks for this input size and memory format.
+
+    oneDNN chooses the weight format from the weight's own memory format, so the weight
+    is made channels-last first when activations are (as Inductor's freezing does).
+    """
+    if channels_last:
+        weight = weight.contiguous(memory_format=torch.channels_last)
+    return torch.ops.mkldnn._reorder_convolution_weight(
+        weight, list(padding), list(stride), list(dilation), groups, list(input_shape))
+
+
+def pack_linear_weight(weight: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """A linear weight reordered once for ``batch_size`` rows of input."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, batch_size)

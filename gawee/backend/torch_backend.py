@@ -1,0 +1,237 @@
+"""to_torch: a Graph becomes a torch.fx.GraphModule that runs it, on oneDNN's fused kernels where torch has them.
+
+Each node lowers through its op's registry record: ``OpDef.lower_torch(ctx)`` when the
+op has one (conv2d and linear pick oneDNN's fused, prepacked kernels; the opaque ``aten``
+op calls its recorded ATen overload), else the op's reference ``evaluate`` with the
+node's attributes bound. ``ctx`` is a :class:`TorchLowering`: the node, its lowered
+operands, and ways to emit fx code and hold new constants (prepacked weights).
+
+Constants become buffers of the module. When the graph has convolutions that run on
+oneDNN, 4-D activations flow channels-last (oneDNN's native layout: no reorder around
+each convolution); inputs are converted on entry and outputs are returned contiguous.
+The module is for inference: the fused kernels have no autograd formulas.
+"""
+
+from __future__ import annotations
+
+import keyword
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from gawee.backend import onednn
+from gawee.errors import IRError
+from gawee.ir.core import Graph, Node, Value
+from gawee.ir.types import TensorType
+from gawee.ops import OpDef, get_op
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    """How :func:`to_torch` lowers a graph."""
+
+    fused_kernels: bool = True
+    """Use oneDNN's fused, prepacked kernels where this torch has them; False runs every op as plain torch ops
+    (the reference semantics), e.g. to compare or to run where oneDNN misbehaves."""
+    channels_last: bool | None = None
+    """Memory format of 4-D activations. None decides: channels-last when some convolution runs on oneDNN."""
+
+
+class BoundOp:
+    """An op's reference semantics with a node's attributes bound: the default lowering.
+
+    A named callable (not a lambda) so that fx can print and compile the generated code.
+    """
+
+    def __init__(self, opdef: OpDef, attrs: dict[str, Any], single_output: bool):
+        self.evaluate = opdef.evaluate
+        self.attrs = dict(attrs)
+        self.single_output = single_output
+        self.__name__ = opdef.name
+        self.__qualname__ = self.__name__
+        self.__module__ = "gawee"
+
+    def __call__(self, *inputs):
+        out = self.evaluate(*inputs, **self.attrs)
+        if self.single_output and not isinstance(out, torch.Tensor):
+            return out[0]
+        return out
+
+    def __repr__(self) -> str:
+        return f"<{self.__name__} {self.attrs}>"
+
+
+class TorchLowering:
+    """What ``OpDef.lower_torch`` sees for one node.
+
+    It returns the fx node computing the op's output (for a multi-output op, an fx node
+    whose value is the sequence of outputs). Operands are lowered on demand, so a
+    constant that the lowering replaces (a weight it prepacks) is never stored.
+    """
+
+    def __init__(self, builder: _Builder, node: Node, opdef: OpDef):
+        self._builder = builder
+        self.node = node
+        self.opdef = opdef
+        self.attrs = node.attrs
+        self.options = builder.options
+        self.channels_last = builder.channels_last
+        """Whether 4-D activations flow channels-last in this module."""
+
+    # -- operands ------------------------------------------------------------------
+    def arg(self, index: int) -> torch.fx.Node | None:
+        """Operand ``index`` as an fx node (None for an absent optional operand)."""
+        value = self.node.inputs[index]
+        return None if value is None else self._builder.lowered(value)
+
+    @property
+    def args(self) -> list[torch.fx.Node | None]:
+        return [self.arg(i) for i in range(len(self.node.inputs))]
+
+    def standard(self, index: int) -> torch.fx.Node | None:
+        """Operand ``index`` in torch's default contiguous layout (a copy only if activations are channels-last)."""
+        x = self.arg(index)
+        t = self.type(index)
+        if x is None or not self.channels_last or t is None or t.rank != 4:
+            return x
+        return self.call_method("contiguous", x)
+
+    def type(self, index: int) -> TensorType | None:
+        value = self.node.inputs[index]
+        return None if value is None else value.type
+
+    def const(self, index: int) -> torch.Tensor | None:
+        """The data of operand ``index`` if it is a constant with known values, else None."""
+        value = self.node.inputs[index]
+        return value.data if value is not None and value.has_known_data else None
+
+    def is_last_use(self, index: int) -> bool:
+        """Whether this node is the last reader of operand ``index``, a value computed in the graph
+        that is not a graph output: its storage may then be reused by this node's output."""
+        value = self.node.inputs[index]
+        if value is None or value.producer is None or value.is_graph_output:
+            return False
+        return self._builder.last_reader.get(value) is self.node
+
+    # -- emitting code -------------------------------------------------------------
+    def call(self, target: Callable, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        """A call of ``target`` in the generated code."""
+        return self._builder.fx.create_node("call_function", target, args, kwargs,
+                                            name=self._builder.fx_name(self.node.name))
+
+    def call_method(self, method: str, *args: Any, **kwargs: Any) -> torch.fx.Node:
+        return self._builder.fx.create_node("call_method", method, args, kwargs)
+
+    def buffer(self, data: torch.Tensor, suffix: str) -> torch.fx.Node:
+        """A new constant held by the module (e.g. a prepacked weight), named after this node."""
+        return self._builder.new_buffer(data, f"{self.node.name}_{suffix}")
+
+    def reference(self) -> torch.fx.Node:
+        """The default lowering: the op's ``evaluate`` with this node's attributes bound."""
+        bound = BoundOp(self.opdef, self.attrs, len(self.node.outputs) == 1)
+        return self.call(bound, *self.args)
+
+
+def to_torch(graph: Graph, options: TorchOptions | None = None, *,
+             output_structure: pytree.TreeSpec | None = None) -> torch.fx.GraphModule:
+    """A ``torch.fx.GraphModule`` computing ``graph``; constants are its buffers.
+
+    Called with the graph inputs (same shapes and dtypes as the graph's), it returns the
+    outputs as a tuple, like :func:`gawee.run` — or arranged as ``output_structure`` (a
+    pytree spec over the flat outputs) when given. Raises IRError for a graph whose
+    operand is neither an input, a constant nor computed earlier (run ``gawee.verify``).
+    """
+    return _Builder(graph, options or TorchOptions()).build(output_structure)
+
+
+class _Builder:
+    def __init__(self, graph: Graph, options: TorchOptions):
+        self.graph = graph
+        self.options = options
+        self.fx = torch.fx.Graph()
+        self.root = torch.nn.Module()
+        self.env: dict[Value, torch.fx.Node] = {}
+        self._attr_names: set[str] = set()
+        self.last_reader: dict[Value, Node] = {}
+        for node in graph:
+            for v in node.inputs:
+                if v is not None:
+                    self.last_reader[v] = node
+        self.channels_last = (options.channels_last if options.channels_last is not None
+                              else options.fused_kernels and _has_onednn_conv(graph))
+
+    # -- names and constants ---------------------------------------------------------
+    def fx_name(self, name: str) -> str:
+        name = re.sub(r"\W", "_", name) or "v"
+        if name[0].isdigit() or keyword.iskeyword(name):
+            name = f"v_{name}"
+        return name
+
+    def new_buffer(self, data: torch.Tensor, hint: str) -> torch.fx.Node:
+        base = self.fx_name(hint)
+        name, k = base, 0
+        while name in self._attr_names or hasattr(self.root, name):
+            k += 1
+            name = f"{base}_{k}"
+        self._attr_names.add(name)
+        self.root.register_buffer(name, data)
+        return self.fx.get_attr(name)
+
+    def lowered(self, value: Value) -> torch.fx.Node:
+        got = self.env.get(value)
+        if got is None:
+            if value.data is None:
+                raise IRError(f"%{value.name} is read before it is computed", where=self.graph.name,
+                              hint="the graph is not in topological order: run gawee.verify(graph)")
+            got = self.env[value] = self.new_buffer(value.data, value.name)
+        return got
+
+    # -- the walk ------------------------------------------------------------------
+    def build(self, output_structure: pytree.TreeSpec | None) -> torch.fx.GraphModule:
+        for value in self.graph.inputs:
+            x = self.fx.placeholder(self.fx_name(value.name))
+            if self.channels_last and value.type.rank == 4 and value.dtype.is_float:
+                x = self.fx.call_method("contiguous", (x,), {"memory_format": torch.channels_last})
+            self.env[value] = x
+        for node in self.graph:
+            opdef = get_op(node.op)
+            ctx = TorchLowering(self, node, opdef)
+            result = opdef.lower_torch(ctx) if opdef.lower_torch is not None else ctx.reference()
+            if len(node.outputs) == 1:
+                self.env[node.output] = result
+            else:
+                for i, v in enumerate(node.outputs):
+                    self.env[v] = self.fx.call_function(operator.getitem, (result, i))
+        outs = []
+        for value in self.graph.outputs:
+            y = self.lowered(value)
+            if self.channels_last and value.type.rank == 4:
+                y = self.fx.call_method("contiguous", (y,))
+            outs.append(y)
+        self.fx.output(pytree.tree_unflatten(outs, output_structure) if output_structure is not None
+                       else tuple(outs))
+        self.fx.eliminate_dead_code()
+        for n in list(self.fx.nodes):  # constants a lowering replaced (e.g. by their prepacked form)
+            if n.op == "get_attr" and not n.users:
+                self.fx.erase_node(n)
+        used = {n.target for n in self.fx.nodes if n.op == "get_attr"}
+        for name in [b for b, _ in self.root.named_buffers() if b not in used]:
+            delattr(self.root, name)
+        self.fx.lint()
+        return torch.fx.GraphModule(self.root, self.fx, class_name=_class_name(self.graph.name))
+
+
+def _has_onednn_conv(graph: Graph) -> bool:
+    return onednn.available() and any(
+        n.op == "conv2d" and n.inputs[0].type.rank == 4 and onednn.supports(n.inputs[0].dtype) for n in graph)
+
+
+def _class_name(name: str) -> str:
+    cleaned = re.sub(r"\W", "_", name)
+    return f"Gawee_{cleaned}" if cleaned else "GaweeModule"
