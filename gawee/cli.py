@@ -18,6 +18,7 @@ examples:
   gawee-rewrite optimize resnet18
   gawee-rewrite optimize resnet18 --rules my.rules --trace -o resnet18-opt.json
   gawee-rewrite optimize mobilenet_v3_small --explain conv2d_3
+  gawee-rewrite check rules/ my.rules --examples 500 --seed 1
   gawee-rewrite show resnet18
   gawee-rewrite show path/to/model.py:make_model --input-shape 1,3,64,64
   gawee-rewrite show saved.json --json
@@ -69,6 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--no-verify", action="store_true", help="skip the numerical equivalence check")
     opt.add_argument("--markdown", action="store_true", help="print the report as Markdown")
     opt.set_defaults(func=cmd_optimize)
+
+    chk = sub.add_parser("check", help="prove rules sound on random instances (the soundness harness)",
+                         description="For every rule in FILE_OR_DIR: draw graphs matching its pattern, apply it, "
+                                     "and compare shapes, dtypes and numbers. Exit 1 if a rule is unsound or "
+                                     "never fired.", epilog=EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    chk.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="rule files or directories")
+    chk.add_argument("--examples", type=int, default=200, metavar="N", help="valid draws per rule (default 200)")
+    chk.add_argument("--seed", type=int, default=None, metavar="S", help="random seed (default: fixed per rule)")
+    chk.add_argument("--rule", action="append", metavar="NAME", help="check only these rules (repeatable)")
+    chk.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    chk.set_defaults(func=cmd_check)
     return parser
 
 
@@ -182,6 +195,62 @@ def cmd_optimize(args, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_check(args, console: Console) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from gawee.rewrite.ruleset import load_rules
+    from gawee.testing import check_rule
+
+    if args.examples < 1:
+        raise GaweeError("--examples must be at least 1")
+    rules = load_rules(*args.paths).rules
+    if args.rule:
+        unknown = sorted(set(args.rule) - {r.name for r in rules})
+        if unknown:
+            raise GaweeError(f"no rule named {', '.join(unknown)} in {' '.join(args.paths)}")
+        rules = [r for r in rules if r.name in args.rule]
+    results = []
+    with Progress(TextColumn("checking {task.fields[rule]:<28}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), disable=args.json, transient=True) as bar:
+        task = bar.add_task("check", total=len(rules), rule="")
+        for rule in rules:
+            bar.update(task, rule=rule.name)
+            results.append(check_rule(rule, args.examples, args.seed))
+            bar.advance(task)
+    bad = [r for r in results if not r.ok]
+    if args.json:
+        print(json.dumps([{"rule": r.rule.name, "location": r.rule.location, "verdict": r.verdict,
+                           "examples": r.examples, "guard_hit_rate": round(r.hit_rate, 3), "fired": r.fired,
+                           "guard": r.guard_verdict, "seconds": round(r.seconds, 2),
+                           "counterexample": None if r.counterexample is None else str(r.counterexample)}
+                          for r in results], indent=1))
+        return EXIT_FINDING if bad else EXIT_OK
+    table = Table(show_edge=False, header_style="bold")
+    for col in ("rule", "location", "examples", "guard hits", "fired", "guard", "verdict"):
+        table.add_column(col, justify="right" if col in ("examples", "guard hits", "fired") else "left")
+    for r in results:
+        style = {"UNSOUND": "bold red", "untested": "red", "error": "red", "weak": "yellow"}.get(r.verdict, "green")
+        table.add_row(r.rule.name, r.rule.location, str(r.examples), f"{r.hit_rate:.0%}", str(r.fired),
+                      r.guard_verdict, f"[{style}]{r.verdict}[/]")
+    console.print(table)
+    for r in results:
+        if r.counterexample is not None:
+            console.print(f"\n[bold red]{r.rule.name}[/] ({r.rule.location}) is unsound:")
+            console.print(str(r.counterexample), markup=False, highlight=False)
+        elif r.verdict in ("untested", "weak", "error"):
+            why = r.error or (f"the guard held in {r.guard_hits} of {r.examples} draws; most often false: "
+                              f"`{r.guard_failures.most_common(1)[0][0]}`" if r.guard_failures else
+                              f"fired {r.fired} times in {r.examples} draws")
+            console.print(f"[yellow]{r.rule.name}[/] ({r.rule.location}) is {r.verdict}: {why}", highlight=False)
+    total = sum(r.seconds for r in results)
+    console.print(f"\n{len(results)} rules, {sum(r.examples for r in results)} examples, "
+                  f"{sum(r.verdict == 'UNSOUND' for r in results)} unsound, "
+                  f"{sum(r.verdict in ('untested', 'error') for r in results)} untested, {total:.1f} s",
+                  highlight=False)
+    return EXIT_FINDING if any(r.verdict in ("UNSOUND", "untested", "error") for r in results) else EXIT_OK
+
+
 class _null:
     def __enter__(self):
         return self
@@ -194,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    console = Console(highlight=False, soft_wrap=False)
-    err = Console(stderr=True, highlight=False)
+    wide = None if sys.stdout.isatty() else 200  # pipes and files get whole lines, not 80 columns
+    console = Console(highlight=False, soft_wrap=False, width=wide)
+    err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
     try:
         return args.func(args, console)
     except GaweeError as e:

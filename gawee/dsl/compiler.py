@@ -61,6 +61,8 @@ class Rule:
     index: int = 0
     """Position in its rule set (file order), for deterministic ordering."""
     phase: str = ""
+    ast: A.RuleAST | None = field(default=None, repr=False)
+    """The source form (the soundness harness derives its example generator from it)."""
 
     @property
     def location(self) -> str:
@@ -128,7 +130,7 @@ def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, com
         return build(ctx)
 
     return Rule(rule.name, rule.span, root.op, matcher, guard, guard_parts or [], run, whole_node,
-                priority=rule.options.get("priority", 0), comment=comment)
+                priority=rule.options.get("priority", 0), comment=comment, ast=rule)
 
 
 _UNSET = object()

@@ -33,6 +33,8 @@ class Operand:
     name: str
     optional: bool = False
     variadic: bool = False
+    domain: str | None = None
+    """Values the op expects here: "nonnegative" (a variance), or None for any."""
 
 
 ATTR_KINDS = frozenset({"int", "float", "bool", "str", "ints", "floats", "scalar", "dtype", "any"})
@@ -121,6 +123,8 @@ class OpDef:
     bytes_accessed: Callable[[TypeList, Sequence[TensorType], Mapping[str, Any]], tuple[int, int]] | None = None
     canonicalize: Callable[[dict[str, Any], TypeList], dict[str, Any]] | None = None
     """Normalizes attributes given operand types (e.g. resolve -1 in a reshape)."""
+    sample: Callable[..., tuple[list, dict]] | None = None
+    """Draws a valid instance: ``sample(draw, slots, attrs) -> (operand types, attrs)``; see ops.sampling."""
     aten: tuple[AtenBinding | str, ...] = ()
     """ATen overloads that capture maps here; a plain string is a binding by names alone."""
     lower_torch: Callable[[Any], Any] | None = None

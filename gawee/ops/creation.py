@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from gawee.ir.types import DType
+from gawee.ops import sampling as S
 from gawee.ops.base import AtenBinding, Attr, OpDef, Operand, register, zero_flops
 
 CREATE = frozenset({"pure", "creation"})
@@ -51,7 +52,9 @@ def _given_dtype(args, types):
 register(OpDef(
     "full", (), lambda *, shape, value, dtype: torch.full(shape, value, dtype=DType.parse(dtype).torch),
     attrs=(Attr("shape", "ints"), Attr("value", "scalar"), Attr("dtype", "dtype")), traits=CREATE,
-    flops=zero_flops,
+    flops=zero_flops, onnx=lambda c: c.constant(c.opdef.evaluate(**c.attrs)),
+    sample=lambda d, sl, a: ([], {"shape": S.shape(d), "value": d.choice([0, 1, -2.5, 0.5]),
+                                  "dtype": d.choice(["f32", "f16", "i64"]), **a}),
     aten=(AtenBinding("aten.full.default", convert=_full_from(lambda a, t: a["size"], lambda a: a["fill_value"],
                                                                _given_dtype)),
           AtenBinding("aten.zeros.default", convert=_full_from(lambda a, t: a["size"], lambda a: 0, _given_dtype)),
@@ -87,7 +90,7 @@ def _arange_args(args, types):
 register(OpDef(
     "arange", (), lambda *, start, end, step, dtype: torch.arange(start, end, step, dtype=DType.parse(dtype).torch),
     attrs=(Attr("start", "scalar", 0), Attr("end", "scalar"), Attr("step", "scalar", 1), Attr("dtype", "dtype")),
-    traits=CREATE, flops=zero_flops,
+    traits=CREATE, flops=zero_flops, onnx=lambda c: c.constant(c.opdef.evaluate(**c.attrs)),
     aten=(AtenBinding("aten.arange.start_step", convert=_arange_args),
           AtenBinding("aten.arange.start", convert=_arange_args),
           AtenBinding("aten.arange.default", convert=_arange_args))))
@@ -96,6 +99,7 @@ register(OpDef(
     "fill", (Operand("self"), Operand("value")),
     lambda self, value: value.to(self.dtype).expand(self.shape).clone(),
     traits=frozenset({"pure"}), flops=zero_flops,
+    onnx=lambda c: c.emit("Expand", c.x_as(1, c.out.dtype), c.ints(c.out.shape)),
     aten=("aten.fill.Tensor", "aten.fill.Scalar",
           AtenBinding("aten.zero.default", convert=lambda a, t: {**a, "value": 0})),
     doc="self's shape and dtype, every element `value` (a 0-d tensor); self's values are not read"))

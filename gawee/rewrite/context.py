@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import TensorType
@@ -23,6 +24,14 @@ if TYPE_CHECKING:
 def detached_constant(data: torch.Tensor) -> Value:
     """A constant not yet in any graph; it is named when a node first reads it."""
     return Value(TensorType.of(data), "", data=data)
+
+
+def _overflowed(result: torch.Tensor, operands: list) -> bool:
+    """A folded constant that turned finite operands into inf/nan (e.g. weights scaled past f16's range)."""
+    if not result.is_floating_point() or result.device.type == "meta" or bool(torch.isfinite(result).all()):
+        return False
+    return all(x is None or not x.is_floating_point() or x.device.type == "meta" or bool(torch.isfinite(x).all())
+               for x in operands)
 
 
 class RewriteContext:
@@ -60,9 +69,12 @@ class RewriteContext:
         try:
             attrs = opdef.prepare_attrs(attrs, in_types, where=op)
             if opdef.has_trait("pure") and all(v is None or v.data is not None for v in inputs):
-                out = opdef.run([None if v is None else v.data for v in inputs], attrs)
+                data = [None if v is None else v.data for v in inputs]
+                out = opdef.run(data, attrs)
                 if len(out) != 1:
                     raise self.error(f"{op} has {len(out)} outputs; a replacement builds single-output ops")
+                if _overflowed(out[0], data):
+                    raise GuardFailed(f"folding {op} overflowed {out[0].dtype}")
                 return detached_constant(out[0])
             name = self.graph.peek_name(op)
             for i, v in enumerate(inputs):
@@ -72,7 +84,7 @@ class RewriteContext:
             node = self.graph.create_node(op, inputs, attrs, name=name, source=self.rule.tag, before=self.root)
         except GaweeError as e:
             raise self.error(f"cannot build {op}: {e.message}") from None
-        except RuntimeError as e:  # torch refused to evaluate a constant subexpression
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:  # torch refused a constant subexpression
             raise self.error(f"evaluating {op} on constants failed: {str(e).splitlines()[0]}") from None
         self.new_nodes.append(node)
         if len(node.outputs) != 1:

@@ -115,14 +115,14 @@ class Rewriter:
                     break
 
     # -- one rule on one node ------------------------------------------------------------
-    def _try(self, rule: Rule, node: Node, phase: str) -> bool:
+    def _try(self, rule: Rule, node: Node, phase: str, use_guard: bool = True) -> bool:
         if len(node.outputs) != 1 and rule.whole_node is None:
             return False
         mctx = MatchContext()
         env: dict = {}
         for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
             rctx = RewriteContext(self.graph, rule, node, env)
-            if rule.guard is not None:
+            if use_guard and rule.guard is not None:
                 try:
                     if not rule.guard(rctx):
                         continue
@@ -205,6 +205,16 @@ class Rewriter:
                     stack.append(p)
                 else:
                     self._push(p)
+
+
+def fire(graph: Graph, rule: Rule, node: Node, *, use_guard: bool = True) -> bool:
+    """Apply ``rule`` once, rooted at ``node`` of ``graph`` (in place); True if it fired.
+
+    ``use_guard=False`` builds the replacement even where the guard is false (the
+    soundness harness uses this to find out whether a guard is needed).
+    """
+    rewriter = Rewriter(graph, RuleSet([Phase(rule.phase, [rule])]))
+    return rewriter._try(rule, node, rule.phase, use_guard=use_guard)
 
 
 def _dead(node: Node) -> bool:

@@ -115,7 +115,7 @@ def test_replacement_of_another_type_is_a_rule_error():
 
 def test_priority_then_file_order():
     g = chain()
-    out, report = rewrite(g, rules("rule first: neg(neg(x)) => x\nrule second (priority=1): neg(x) => mul(x, -1)"))
+    _, report = rewrite(g, rules("rule first: neg(neg(x)) => x\nrule second (priority=1): neg(x) => mul(x, -1)"))
     assert report.firings["second"] == 2 and "first" not in report.firings
 
 

@@ -1,0 +1,127 @@
+"""Drawing valid instances of an op: operand types and attributes (used by the soundness harness).
+
+An OpDef's ``sample(draw, slots, attrs)`` receives, per operand slot, a fixed
+TensorType (the operand already exists), ``ABSENT`` (the pattern needs no operand
+there) or ``FREE`` (the sampler chooses: a type, or None for an absent optional
+operand), plus the attributes already fixed by the pattern. It returns the full
+operand type list and the full attribute dict. It raises ``Reject`` when the fixed
+part admits no valid instance. ``draw`` is any object with the ``Draw`` methods
+(the harness adapts hypothesis to it), so the registry does not depend on hypothesis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from gawee.ir.types import DType, TensorType
+
+
+class Draw(Protocol):
+    dtype: DType
+    """The floating dtype this example prefers for free operands."""
+
+    def integers(self, lo: int, hi: int) -> int: ...
+    def choice(self, options: Sequence[Any]) -> Any: ...
+    def boolean(self, p: float = 0.5) -> bool: ...
+    def floats(self, lo: float, hi: float) -> float: ...
+
+
+class _Marker:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+FREE = _Marker("FREE")
+ABSENT = _Marker("ABSENT")
+
+
+class Reject(Exception):
+    """No valid instance exists for the fixed part of this draw."""
+
+
+Slot = Any  # TensorType | FREE | ABSENT
+
+
+def shape(draw: Draw, rank: int | None = None, lo: int = 1, hi: int = 4) -> tuple[int, ...]:
+    rank = draw.integers(0, 4) if rank is None else rank
+    return tuple(draw.integers(lo, hi) for _ in range(rank))
+
+
+def tensor(draw: Draw, rank: int | None = None, dtype: DType | None = None) -> TensorType:
+    return TensorType(shape(draw, rank), dtype or draw.dtype)
+
+
+def broadcast_partner(draw: Draw, other: TensorType, dtype: DType | None = None) -> TensorType:
+    """A type that broadcasts against ``other`` without growing it (mostly), or the same shape."""
+    kind = draw.choice(["same", "same", "ones", "trailing", "scalar"])
+    dims = other.shape
+    if kind == "same" or not dims:
+        out = dims
+    elif kind == "ones":
+        out = tuple(d if draw.boolean() else 1 for d in dims)
+    elif kind == "trailing":
+        out = dims[draw.integers(0, len(dims)):]
+    else:
+        out = ()
+    return TensorType(tuple(out), dtype or other.dtype)
+
+
+def first_fixed(slots: Sequence[Slot]) -> TensorType | None:
+    return next((s for s in slots if isinstance(s, TensorType)), None)
+
+
+def fill_free(draw: Draw, slots: Sequence[Slot], optional: Sequence[bool], like: TensorType | None,
+              p_absent: float = 0.3) -> list[TensorType | None]:
+    """Free slots become broadcast partners of ``like`` (or fresh tensors); optional ones may be absent."""
+    out: list[TensorType | None] = []
+    for s, opt in zip(slots, optional):
+        if s is ABSENT:
+            out.append(None)
+        elif s is FREE:
+            if opt and draw.boolean(p_absent):
+                out.append(None)
+            else:
+                out.append(broadcast_partner(draw, like) if like is not None else tensor(draw))
+        else:
+            out.append(s)
+    return out
+
+
+def elementwise(draw: Draw, slots: Sequence[Slot], attrs: dict[str, Any]) -> tuple[list, dict]:
+    """Free operands broadcast against the first fixed one (or a fresh tensor for the first)."""
+    like = first_fixed(slots)
+    if like is None:
+        like = tensor(draw)
+        slots = [like, *slots[1:]] if slots and slots[0] is FREE else list(slots)
+    return fill_free(draw, slots, [False] * len(slots), like), attrs
+
+
+def same_as_input(draw: Draw, slots: Sequence[Slot], attrs: dict[str, Any], rank: int | None = None) -> TensorType:
+    """The type of operand 0: fixed, or drawn (optionally of a given rank)."""
+    s = slots[0]
+    if isinstance(s, TensorType):
+        if rank is not None and s.rank != rank:
+            raise Reject(f"needs rank {rank}")
+        return s
+    return tensor(draw, rank)
+
+
+def dim(draw: Draw, rank: int, extra: int = 0) -> int:
+    """A dimension index (possibly negative) for a tensor of ``rank`` (+extra for unsqueeze)."""
+    n = rank + extra
+    if n == 0:
+        raise Reject("no dims")
+    d = draw.integers(0, n - 1)
+    return d - n if draw.boolean(0.2) else d
+
+
+def permutation(draw: Draw, n: int) -> tuple[int, ...]:
+    items = list(range(n))
+    out = []
+    while items:
+        out.append(items.pop(draw.integers(0, len(items) - 1)))
+    return tuple(out)

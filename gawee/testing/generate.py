@@ -1,0 +1,426 @@
+"""Derive examples from a rule's own text: a minimal graph whose root matches the rule's pattern.
+
+The pattern is instantiated bottom-up. Each op node asks its OpDef's sampler for
+valid operand types and attributes given what is already fixed (operands built by
+inner patterns, variables bound earlier, attribute literals). Leaves become graph
+inputs or constants; the guard's own atoms steer the choices (``const(w)`` makes w
+a constant, ``per_channel(c, y)`` shapes c per channel of y, ``duplicate(y)`` builds
+a twin node), each only most of the time, so that guard-false draws also occur.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gawee.dsl import ast as A
+from gawee.dsl.compiler import Rule
+from gawee.errors import GaweeError
+from gawee.ir.core import Graph, Node, Value
+from gawee.ir.types import DType, TensorType
+from gawee.ops import OPAQUE, all_ops, get_op
+from gawee.ops import sampling as S
+from gawee.rewrite.matcher import AttrList, AttrLit, AttrVar, LitM, OpM, VarM
+
+FLOAT_DTYPES = [DType.f32, DType.f32, DType.f32, DType.f32, DType.f16, DType.bf16, DType.f64]
+"""Dtype mix of the drawn examples (float32 most of the time)."""
+
+AWKWARD = [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, 1e-4, -1e-4, 1e3, -1e3, 6e4, -6e4, 1e-30]
+"""Values that break sloppy rewrites: zeros (of both signs), tiny, huge, cancelling pairs."""
+
+CANCEL_MAGNITUDE = {DType.f16: 1e3, DType.bf16: 1e3, DType.f32: 1e8, DType.f64: 1e17}
+"""In "cancel" mode every float leaf is filled with one value: inputs with M or 0.3, constants with
+-M, M or 0.3, where 0.3 is below M's rounding step. (M + -M) + 0.3 and M + (-M + 0.3) then differ
+in every element, exposing reassociation even under a max-norm tolerance."""
+
+STYLES = ["normal", "awkward", "ints"]
+
+NONFINITE = [float("inf"), float("-inf"), float("nan")]
+"""Added to the awkward pool of graph inputs (not of constants: weights are finite)."""
+
+
+class DataDraw:
+    """Adapts a hypothesis ``data`` object to the sampler protocol (gawee.ops.sampling.Draw)."""
+
+    def __init__(self, data, dtype: DType):
+        from hypothesis import strategies as st
+
+        self._data = data
+        self._st = st
+        self.dtype = dtype
+
+    def integers(self, lo: int, hi: int) -> int:
+        return self._data.draw(self._st.integers(lo, hi))
+
+    def choice(self, options: Sequence[Any]) -> Any:
+        return self._data.draw(self._st.sampled_from(list(options)))
+
+    def boolean(self, p: float = 0.5) -> bool:
+        # hypothesis shrinks towards False; draw "True with probability p" as an integer threshold
+        return self._data.draw(self._st.integers(0, 99)) < int(p * 100)
+
+    def floats(self, lo: float, hi: float) -> float:
+        return self._data.draw(self._st.sampled_from([0.0, 1.0, lo, hi, (lo + hi) / 2, lo + (hi - lo) / 3]))
+
+
+@dataclass
+class Leaf:
+    name: str
+    value: Value
+    style: str
+    """How its values are drawn: normal, awkward, positive or ints."""
+
+
+@dataclass
+class Example:
+    """One drawn instance: a graph whose ``root`` matches the rule, plus how to fill its data."""
+
+    graph: Graph
+    root: Node
+    leaves: list[Leaf] = field(default_factory=list)
+    data_seed: int = 0
+    dtype: DType = DType.f32
+
+    def inputs(self) -> list[torch.Tensor]:
+        gen = torch.Generator().manual_seed(self.data_seed)
+        styles = {id(leaf.value): leaf.style for leaf in self.leaves}
+        return [fill(v.type, styles.get(id(v), "normal"), gen, nonfinite=True) for v in self.graph.inputs]
+
+
+def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = False) -> torch.Tensor:
+    """Random data of type ``t`` in a style (see Leaf.style); ``nonfinite`` adds inf/nan to awkward values."""
+    if t.dtype is DType.bool:
+        return torch.rand(t.shape, generator=gen) > 0.5
+    if not (t.dtype.is_float or t.dtype.is_complex):
+        return torch.randint(-3, 4, t.shape, generator=gen).to(t.dtype.torch)
+    if style.startswith("abs-"):
+        return fill(t, style[4:], gen).abs()
+    if style in ("cancel", "cancel-input"):
+        m = CANCEL_MAGNITUDE.get(t.dtype, 1e3)
+        pool = [m, 0.3] if style == "cancel-input" else [-m, m, 0.3]
+        value = pool[int(torch.randint(0, len(pool), (), generator=gen))]
+        return torch.full(t.shape, value, dtype=t.dtype.torch)
+    if style == "awkward":
+        values = AWKWARD + (NONFINITE if nonfinite else [])
+        pool = torch.tensor(values, dtype=torch.float64)
+        idx = torch.randint(0, len(values), t.shape, generator=gen)
+        x = pool[idx] * torch.where(torch.rand(t.shape, generator=gen) < 0.5, 1.0, 1.0 + torch.rand(
+            t.shape, generator=gen, dtype=torch.float64))
+    elif style == "positive":
+        x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 + 0.05
+    elif style == "ints":
+        x = torch.randint(-3, 4, t.shape, generator=gen).double()
+    else:
+        x = torch.randn(t.shape, generator=gen, dtype=torch.float64)
+    return x.to(t.dtype.torch)
+
+
+# -- hints from the guard ---------------------------------------------------------------
+@dataclass
+class Hints:
+    const: set[str] = field(default_factory=set)
+    maybe_absent: set[str] = field(default_factory=set)
+    foldable: set[str] = field(default_factory=set)
+    duplicate: set[str] = field(default_factory=set)
+    along: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """c -> (y, dim): c should broadcast against y along dim only."""
+    same: dict[str, str] = field(default_factory=dict)
+    positive: set[str] = field(default_factory=set)
+    ops: dict[str, list[str]] = field(default_factory=dict)
+    """y -> ops to pick for the `_(...)` bound to y (from `op(y) in {...}`)."""
+    dtypes: list[str] = field(default_factory=list)
+    """dtypes the guard asks for (`x.dtype in {i32, i64}`): the example's dtype is drawn from them."""
+
+
+def hints_of(rule: Rule) -> Hints:
+    h = Hints()
+    guard = rule.ast.guard if rule.ast is not None else None
+    if guard is not None:
+        _collect(guard, h, positive=True)
+    return h
+
+
+def _names(args) -> list[str]:
+    return [a.value.name for a in args if a.value is not None and isinstance(a.value, A.EName)]
+
+
+def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
+    if isinstance(e, A.EBool):
+        _collect(e.left, h, positive)
+        _collect(e.right, h, positive)
+        if e.op == "or":  # `const(b) or absent(b)`: b may go either way
+            for n in h.const & _mentioned(e):
+                h.maybe_absent.add(n)
+    elif isinstance(e, A.ENot):
+        _collect(e.operand, h, not positive)
+    elif isinstance(e, A.EIn) and positive and not e.negate and isinstance(e.item, A.ECall) \
+            and e.item.func == "op" and _names(e.item.args):
+        h.ops[_names(e.item.args)[0]] = [c.value for c in e.choices.items if isinstance(c, A.ELit)]
+    elif (isinstance(e, A.EIn) and positive and not e.negate and isinstance(e.item, A.EAttr)
+          and e.item.name == "dtype"):
+        h.dtypes += [c.name for c in e.choices.items if isinstance(c, A.EName)]
+    elif isinstance(e, A.ECompare) and positive and e.op == "==" and isinstance(e.left, A.EAttr) \
+            and e.left.name == "dtype" and isinstance(e.right, A.EName):
+        h.dtypes.append(e.right.name)
+    elif isinstance(e, A.ECall) and positive:
+        names = _names(e.args)
+        if e.func == "const":
+            h.const.update(names)
+        elif e.func == "absent":
+            h.maybe_absent.update(names)
+        elif e.func == "foldable":
+            h.foldable.update(names)
+        elif e.func == "duplicate":
+            h.duplicate.update(names)
+        elif e.func == "per_channel" and len(names) == 2:
+            h.along[names[0]] = (names[1], 1)
+        elif e.func == "along" and len(names) == 2 and isinstance(e.args[2].value, A.ELit):
+            h.along[names[0]] = (names[1], int(e.args[2].value.value))
+        elif e.func == "same_type" and len(names) == 2:
+            h.same[names[1]] = names[0]
+            h.same[names[0]] = names[1]
+        elif e.func in ("positive", "finite"):
+            h.positive.update(names)
+
+
+def _mentioned(e: A.Expr) -> set[str]:
+    out: set[str] = set()
+    if isinstance(e, A.EName):
+        out.add(e.name)
+    for v in vars(e).values():
+        if isinstance(v, A.Node):
+            out |= _mentioned(v)
+        elif isinstance(v, list):
+            for x in v:
+                if isinstance(x, A.Node):
+                    out |= _mentioned(x)
+    return out
+
+
+# -- generation --------------------------------------------------------------------------
+_ANY_OPS: list[str] | None = None
+
+
+def _sampleable_ops() -> list[str]:
+    global _ANY_OPS
+    if _ANY_OPS is None:
+        _ANY_OPS = sorted(n for n, op in all_ops().items() if op.sample is not None and n != OPAQUE)
+    return _ANY_OPS
+
+
+class Generator:
+    """Builds one Example for ``rule`` from the choices of ``draw``. Raises S.Reject if the draw is invalid."""
+
+    def __init__(self, rule: Rule, draw: DataDraw, hints: Hints):
+        self.rule = rule
+        self.draw = draw
+        self.hints = hints
+        self.graph = Graph(f"check_{rule.name}")
+        self.env: dict[str, Value | None] = {}
+        self.attr_env: dict[str, Any] = {}
+        self.leaves: list[Leaf] = []
+        self.all_const = False
+        self.cancel = draw.boolean(0.3)
+        """Every float leaf in "cancel" style (see CANCEL_MAGNITUDE)."""
+
+    def example(self) -> Example:
+        m = self.rule.matcher
+        self.all_const = any(v == m.bind for v in self.hints.foldable)
+        out = self.op(m)
+        root = out.producer
+        outputs = list(root.outputs)
+        if m.bind in self.hints.duplicate and self.draw.boolean(0.85):
+            twin = self.graph.create_node(root.op, list(root.inputs), root.attrs, before=root)
+            outputs = list(twin.outputs) + outputs
+        self.graph.set_outputs(outputs)
+        return Example(self.graph, root, self.leaves, self.draw.integers(0, 2**16), self.draw.dtype)
+
+    # -- one op pattern ------------------------------------------------------------------
+    def op(self, m: OpM) -> Value:
+        if m.op is not None:
+            op = m.op
+        elif m.bind in self.hints.ops and self.draw.boolean(0.9):
+            op = self.draw.choice(self.hints.ops[m.bind])
+        else:
+            op = self.draw.choice(_sampleable_ops())
+        opdef = get_op(op)
+        n_slots = len(m.operands) if m.op is not None else len(opdef.operands)
+        if opdef.variadic:
+            fixed = len(opdef.operands) - 1
+            extra = self.draw.integers(0, 1) if m.rest is not False else 0
+            n_slots = max(len(m.operands), fixed) + extra if m.op is not None else fixed + self.draw.integers(1, 2)
+        else:
+            n_slots = len(opdef.operands)
+        matchers = list(m.operands) + [None] * (n_slots - len(m.operands)) if m.op is not None else [None] * n_slots
+        slots: list[Any] = []
+        built: dict[int, Value] = {}
+        for i, sub in enumerate(matchers):
+            if isinstance(sub, OpM):
+                built[i] = self.op(sub)
+                slots.append(built[i].type)
+            elif isinstance(sub, VarM) and sub.name in self.env:
+                v = self.env[sub.name]
+                slots.append(S.ABSENT if v is None else v.type)
+            elif (isinstance(sub, LitM) and sub.value is None) or (
+                    sub is None and m.rest is False and m.op is not None):
+                slots.append(S.ABSENT)
+            else:
+                slots.append(S.FREE)
+        fixed = self.fixed_attrs(m, opdef)
+        sampler = opdef.sample or _fallback
+        for _ in range(8):  # list patterns (dims=[d]) need lists of their length: redraw until one fits
+            types, attrs = sampler(self.draw, slots, fixed)
+            if self.lists_fit(m, attrs):
+                break
+        types = self.apply_shape_hints(matchers, types)
+        attrs = self.bind_attrs(m, attrs)
+        inputs: list[Value | None] = []
+        for i, (sub, t) in enumerate(zip(matchers, types)):
+            if i in built:
+                inputs.append(built[i])
+            elif isinstance(sub, VarM) and sub.name in self.env:
+                inputs.append(self.env[sub.name])
+            else:
+                v = self.leaf(sub, t, opdef, i)
+                inputs.append(v)
+        try:
+            node = self.graph.create_node(op, inputs, attrs)
+        except GaweeError as e:
+            raise S.Reject(str(e)) from None
+        if len(node.outputs) != 1 and not m.any_outputs:
+            raise S.Reject("multi-output node")
+        out = node.outputs[0]
+        if m.bind is not None:
+            self.env[m.bind] = out
+        return out
+
+    def fixed_attrs(self, m: OpM, opdef) -> dict[str, Any]:
+        attrs: dict[str, Any] = dict(m.defaults)
+        for name, am in m.attrs.items():
+            if isinstance(am, AttrLit):
+                attrs[name] = am.value
+            elif isinstance(am, AttrVar) and am.var in self.attr_env:
+                attrs[name] = self.attr_env[am.var]
+            elif isinstance(am, AttrList) and all(
+                    isinstance(x, AttrLit) or (isinstance(x, AttrVar) and x.var in self.attr_env) for x in am.items):
+                attrs[name] = tuple(x.value if isinstance(x, AttrLit) else self.attr_env[x.var] for x in am.items)
+        return attrs
+
+    @staticmethod
+    def lists_fit(m: OpM, attrs: dict[str, Any]) -> bool:
+        return all(isinstance(attrs.get(n), (tuple, list)) and len(attrs[n]) == len(am.items)
+                   for n, am in m.attrs.items() if isinstance(am, AttrList))
+
+    def bind_attrs(self, m: OpM, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Bind attribute variables to the drawn values; a variable seen before imposes its value."""
+        attrs = dict(attrs)
+        for name, am in m.attrs.items():
+            value = attrs.get(name)
+            if isinstance(am, AttrVar):
+                attrs[name] = self.attr_env.setdefault(am.var, value)
+            elif isinstance(am, AttrList):
+                if not isinstance(value, (tuple, list)) or len(value) != len(am.items):
+                    raise S.Reject(f"{name} is not a list of {len(am.items)}")
+                items = list(value)
+                for k, x in enumerate(am.items):
+                    if isinstance(x, AttrVar):
+                        items[k] = self.attr_env.setdefault(x.var, items[k])
+                attrs[name] = tuple(items)
+        return attrs
+
+    def apply_shape_hints(self, matchers, types: list) -> list:
+        types = list(types)
+        names = [sub.name if isinstance(sub, VarM) else None for sub in matchers]
+        for i, name in enumerate(names):
+            if name is None or types[i] is None:
+                continue
+            if name in self.hints.along and self.draw.boolean(0.8):
+                partner, d = self.hints.along[name]
+                y = self._partner_type(partner, types, matchers)
+                if y is not None and y.rank:
+                    dd = d + y.rank if d < 0 else d
+                    if 0 <= dd < y.rank:
+                        keep = self.draw.integers(0, dd)  # leading dims dropped
+                        shape = tuple(y.shape[dd] if k == dd else 1 for k in range(keep, y.rank))
+                        types[i] = TensorType(shape, y.dtype)
+            if name in self.hints.same and self.draw.boolean(0.8):
+                y = self._partner_type(self.hints.same[name], types, matchers)
+                if y is not None:
+                    types[i] = y
+        return types
+
+    def _partner_type(self, name: str, types, matchers) -> TensorType | None:
+        if name in self.env and self.env[name] is not None:
+            return self.env[name].type
+        for sub, t in zip(matchers, types):
+            if isinstance(sub, OpM) and sub.bind == name:
+                return t
+        return None
+
+    def leaf(self, sub, t: TensorType | None, opdef, index: int) -> Value | None:
+        name = sub.name if isinstance(sub, VarM) else None
+        if t is None:
+            if name is not None:
+                self.env[name] = None
+            return None
+        if isinstance(sub, LitM):
+            value = self.graph.constant(torch.full(t.shape, sub.value, dtype=t.dtype.torch), "lit")
+            self.leaves.append(Leaf(value.name, value, "literal"))
+            return value
+        if name is not None and name in self.hints.maybe_absent and opdef.operands[
+                min(index, len(opdef.operands) - 1)].optional and self.draw.boolean(0.4):
+            self.env[name] = None
+            return None
+        constant = self.all_const or (self.draw.boolean(0.9) if name in self.hints.const else self.draw.boolean(0.2))
+        style = self.draw.choice(STYLES) if name not in self.hints.positive else "positive"
+        if self.cancel:
+            style = "cancel" if constant else "cancel-input"
+        if opdef.operands[min(index, len(opdef.operands) - 1)].domain == "nonnegative":
+            style = "abs-" + style
+        base = name or opdef.operands[min(index, len(opdef.operands) - 1)].name
+        if constant:
+            gen = torch.Generator().manual_seed(self.draw.integers(0, 2**16))
+            data = fill(t, style, gen)
+            if data.is_floating_point():  # weights are finite in their own dtype
+                big = torch.finfo(data.dtype).max
+                data = data.nan_to_num(0.0, big, -big)
+            value = self.graph.constant(data, base)
+        else:
+            value = self.graph.add_input(t, base)
+        self.leaves.append(Leaf(value.name, value, style))
+        if name is not None:
+            self.env[name] = value
+        return value
+
+
+def _fallback(draw, slots, attrs):
+    """For ops without a sampler: free operands copy the first fixed type; attributes keep defaults."""
+    like = S.first_fixed(slots) or S.tensor(draw)
+    return [like if s is S.FREE else (None if s is S.ABSENT else s) for s in slots], attrs
+
+
+def generate(rule: Rule, data, hints: Hints | None = None) -> Example:
+    """Draw one Example for ``rule`` from a hypothesis ``data`` object (raises S.Reject)."""
+    from hypothesis import strategies as st
+
+    hints = hints or hints_of(rule)
+    wanted = [DType(d) for d in hints.dtypes if d in DType._value2member_map_]
+    if wanted and data.draw(st.integers(0, 9)) < 8:
+        dtype = data.draw(st.sampled_from(wanted))
+    else:
+        dtype = data.draw(st.sampled_from(FLOAT_DTYPES))
+    draw = DataDraw(data, dtype)
+    return Generator(rule, draw, hints).example()
+
+
+def small(t: torch.Tensor, limit: int = 48) -> str:
+    """A tensor as text: whole when small, else a summary."""
+    if t.numel() <= limit:
+        return str(t.tolist())
+    flat = t.flatten().double()
+    return (f"{t.numel()} values in [{flat.min().item():.4g}, {flat.max().item():.4g}], "
+            f"mean {flat.mean().item():.4g}")
+

@@ -1,0 +1,334 @@
+"""The soundness harness: every rule checked on random instances derived from its own text.
+
+For each drawn example (see ``generate``) whose root matches the pattern, the guard
+is evaluated. If it holds, the rule is applied there (and only there) and the result
+must have the same output shapes and dtypes and agree numerically with the original
+on random inputs that include awkward values. If it does not hold, the rewrite is
+applied anyway: when that breaks equivalence, the guard is shown to be needed.
+
+Numeric agreement: max|after - before| <= tol(dtype) x scale + 2 x max|before - truth|,
+where truth is the original graph evaluated in float64 and scale = max(1, max|truth|).
+The second term forgives a rewrite for rounding no worse than the original's own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from gawee.dsl.compiler import Rule
+from gawee.dsl.library import GuardFailed
+from gawee.equivalence import TOLERANCE, output_error
+from gawee.errors import GaweeError, RewriteError
+from gawee.interp import run
+from gawee.ir.core import Graph
+from gawee.ir.types import DType, TensorType
+from gawee.ops import sampling as S
+from gawee.rewrite.context import RewriteContext
+from gawee.rewrite.driver import fire
+from gawee.rewrite.matcher import MatchContext
+from gawee.rewrite.ruleset import RuleSet
+from gawee.testing.generate import Example, generate, hints_of, small
+
+MIN_FIRED = 10
+"""Fewer firing examples than this and a rule is reported as weakly tested."""
+
+
+@dataclass
+class Counterexample:
+    rule: str
+    reason: str
+    before: str
+    after: str
+    values: list[tuple[str, str, str]]
+    """(name, type, data) of every input and constant."""
+    max_error: float = 0.0
+    allowed: float = 0.0
+
+    def __str__(self) -> str:
+        lines = [f"counterexample for {self.rule}: {self.reason}"]
+        if self.allowed:
+            lines.append(f"  max abs error {self.max_error:.4g} > allowed {self.allowed:.4g}")
+        lines.append("  values:")
+        lines += [f"    %{n}: {t} = {d}" for n, t, d in self.values]
+        lines.append("  before:")
+        lines += ["    " + x for x in self.before.splitlines()]
+        lines.append("  after:")
+        lines += ["    " + x for x in self.after.splitlines()]
+        return "\n".join(lines)
+
+
+@dataclass
+class RuleCheck:
+    """What the harness found for one rule."""
+
+    rule: Rule
+    examples: int = 0
+    """Drawn examples whose root matched the pattern."""
+    guard_hits: int = 0
+    fired: int = 0
+    rejected: int = 0
+    """Draws the generator or the reference run refused (invalid for the ops or dtype)."""
+    guard_needed: int = 0
+    """Guard-false draws where applying the rewrite anyway broke equivalence."""
+    guard_false_sound: int = 0
+    """Guard-false draws where the rewrite would still have been sound."""
+    counterexample: Counterexample | None = None
+    error: str = ""
+    seconds: float = 0.0
+    dtypes: set[str] = field(default_factory=set)
+    guard_failures: Counter = field(default_factory=Counter)
+    """For guard-false draws: the first `and` conjunct that was false (its source text)."""
+
+    @property
+    def verdict(self) -> str:
+        if self.counterexample is not None:
+            return "UNSOUND"
+        if self.error:
+            return "error"
+        if self.fired == 0:
+            return "untested"
+        if self.fired < MIN_FIRED:
+            return "weak"
+        return "sound"
+
+    @property
+    def guard_verdict(self) -> str:
+        if self.rule.guard is None:
+            return "no guard"
+        if self.guard_needed:
+            return "needed"
+        if self.guard_false_sound:
+            return "possibly vacuous"
+        return "always true" if self.examples else "-"
+
+    @property
+    def hit_rate(self) -> float:
+        return self.guard_hits / self.examples if self.examples else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("sound", "weak")
+
+
+class _Unsound(Exception):
+    def __init__(self, cx: Counterexample):
+        super().__init__(cx.reason)
+        self.cx = cx
+
+
+# -- numeric comparison ----------------------------------------------------------------
+def upcast(graph: Graph) -> Graph | None:
+    """The graph recomputed in float64 (floats only), or None if an op refuses it."""
+    g = Graph(graph.name + "_f64")
+    vmap: dict[int, object] = {}
+
+    def up(t: TensorType) -> TensorType:
+        return TensorType(t.shape, DType.f64, t.layout) if t.dtype.is_float else t
+
+    for v in graph.inputs:
+        vmap[id(v)] = g.add_input(up(v.type), v.name)
+    try:
+        for node in graph:
+            ins = []
+            for v in node.inputs:
+                if v is None:
+                    ins.append(None)
+                elif id(v) in vmap:
+                    ins.append(vmap[id(v)])
+                else:
+                    data = v.data.double() if v.data.is_floating_point() else v.data
+                    vmap[id(v)] = g.constant(data, v.name)
+                    ins.append(vmap[id(v)])
+            n = g.create_node(node.op, ins, node.attrs, name=node.name)
+            for a, b in zip(node.outputs, n.outputs):
+                vmap[id(a)] = b
+        outs = []
+        for v in graph.outputs:
+            if id(v) not in vmap:
+                data = v.data.double() if v.data.is_floating_point() else v.data
+                vmap[id(v)] = g.constant(data, v.name)
+            outs.append(vmap[id(v)])
+    except GaweeError:
+        return None
+    g.set_outputs(outs)
+    return g
+
+
+def _describe(ex: Example, xs: list[torch.Tensor]) -> list[tuple[str, str, str]]:
+    rows = [(v.name, str(v.type), small(x)) for v, x in zip(ex.graph.inputs, xs)]
+    rows += [(v.name, str(v.type), small(v.data)) for v in ex.graph.constants()]
+    return rows
+
+
+def _compare(rule: Rule, ex: Example, after: Graph) -> Counterexample | None:
+    """None if ``after`` agrees with the example's graph; a Counterexample if not.
+
+    Raises S.Reject when the original graph itself cannot run (e.g. an op lacks this dtype).
+    """
+    xs = ex.inputs()
+    try:
+        ref = run(ex.graph, *xs)
+    except GaweeError as e:
+        raise S.Reject(f"reference does not run: {e}") from None
+
+    def cx(reason, err=0.0, allowed=0.0):
+        return Counterexample(rule.name, reason, str(ex.graph), str(after), _describe(ex, xs), err, allowed)
+
+    for i, (v_b, v_a) in enumerate(zip(ex.graph.outputs, after.outputs)):
+        if not v_b.type.same_shape_dtype(v_a.type):
+            return cx(f"output {i} changed type: {v_b.type} -> {v_a.type}")
+    try:
+        got = run(after, *xs)
+    except GaweeError as e:
+        return cx(f"the rewritten graph fails to run: {e.message}")
+    truth_graph = upcast(ex.graph)
+    truth = None
+    if truth_graph is not None:
+        try:
+            truth = run(truth_graph, *[x.double() if x.is_floating_point() else x for x in xs])
+        except GaweeError:
+            truth = None
+    for i, (r, g) in enumerate(zip(ref, got)):
+        err = output_error(r, g)
+        dtype = DType.from_torch(r.dtype)
+        tol = TOLERANCE.get(dtype, 0.0)
+        own = 0.0
+        scale_src = r
+        if truth is not None and r.is_floating_point():
+            t = truth[i]
+            own = output_error(t, r.double()) if t.shape == r.shape else 0.0
+            own = 0.0 if own == float("inf") else own
+            scale_src = t
+        finite = scale_src[torch.isfinite(scale_src)] if scale_src.is_floating_point() else scale_src
+        scale = max(1.0, finite.abs().max().item()) if finite.numel() and scale_src.dtype != torch.bool else 1.0
+        allowed = tol * scale + 2 * own
+        if err > allowed and not _closer_to_truth(g, truth[i] if truth is not None else None, tol * scale):
+            return cx(f"output {i} differs", err, allowed)
+    return None
+
+
+def _closer_to_truth(got: torch.Tensor, truth: torch.Tensor | None, allowed: float) -> bool:
+    """A rewrite that avoids an overflow of the original (inf where float64 is finite) is not wrong:
+    accept ``got`` when it matches the float64 truth itself."""
+    if truth is None or not got.is_floating_point() or got.shape != truth.shape:
+        return False
+    return output_error(truth, got.double()) <= allowed
+
+
+# -- the property -----------------------------------------------------------------------
+def _guard_holds(rule: Rule, ex: Example) -> tuple[bool | None, str]:
+    """(holds, first false conjunct) for the first match at the root; (None, "") if it does not match."""
+    env: dict = {}
+    for _ in rule.matcher.match(ex.root.outputs[0], env, MatchContext(), 0):
+        ctx = RewriteContext(ex.graph, rule, ex.root, env)
+        for text, part in rule.guard_parts:
+            try:
+                ok = bool(part(ctx))
+            except (GaweeError, GuardFailed):
+                ok = False
+            if not ok:
+                return False, text
+        return True, ""
+    return None, ""
+
+
+def _apply(rule: Rule, ex: Example, use_guard: bool) -> Graph | None:
+    after = ex.graph.clone()
+    root = next(n for n in after if n.name == ex.root.name)
+    return after if fire(after, rule, root, use_guard=use_guard) else None
+
+
+def check_rule(rule: Rule, examples: int = 200, seed: int | None = None) -> RuleCheck:
+    """Run the harness on one rule with ``examples`` valid draws (reproducible for a given seed)."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
+    from hypothesis import seed as hseed
+    from hypothesis import strategies as st
+    from hypothesis.errors import Unsatisfiable
+
+    result = RuleCheck(rule)
+    hints = hints_of(rule)
+    t0 = time.perf_counter()
+
+    def prop(data):
+        try:
+            ex = generate(rule, data, hints)
+        except S.Reject:
+            result.rejected += 1
+            reject()
+        holds, failed_part = _guard_holds(rule, ex)
+        if holds is None:
+            result.rejected += 1
+            reject()
+        try:
+            run(ex.graph, *ex.inputs())  # ops without a kernel for this dtype make the draw invalid
+        except GaweeError:
+            result.rejected += 1
+            reject()
+        result.examples += 1
+        result.dtypes.add(ex.dtype.value)
+        if holds:
+            result.guard_hits += 1
+            try:
+                after = _apply(rule, ex, use_guard=True)
+            except RewriteError as e:
+                raise _Unsound(Counterexample(rule.name, e.message, str(ex.graph), "(no graph: the rule failed)",
+                                              _describe(ex, ex.inputs()))) from None
+            if after is None:
+                return
+            result.fired += 1
+            found = _compare(rule, ex, after)
+            if found is not None:
+                raise _Unsound(found)
+        else:
+            result.guard_failures[failed_part] += 1
+            try:
+                after = _apply(rule, ex, use_guard=False)
+            except (RewriteError, S.Reject):
+                result.guard_needed += 1
+                return
+            if after is None:
+                return
+            try:
+                bad = _compare(rule, ex, after)
+            except S.Reject:
+                return
+            if bad is not None:
+                result.guard_needed += 1
+            else:
+                result.guard_false_sound += 1
+
+    test = settings(max_examples=examples, deadline=None, database=None, derandomize=seed is None,
+                    report_multiple_bugs=False,
+                    suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet, print_blob=False,
+                    phases=[Phase.generate, Phase.shrink])(given(st.data())(prop))
+    if seed is not None:
+        test = hseed(seed)(test)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # examples are tiny: thread start-up would dominate
+    try:
+        test()
+    except _Unsound as e:
+        result.counterexample = e.cx
+    except Unsatisfiable:
+        result.error = "no valid example could be generated for this pattern"
+    finally:
+        torch.set_num_threads(threads)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def check_rules(rules: RuleSet, examples: int = 200, seed: int | None = None,
+                progress: Callable[[Rule, RuleCheck], None] | None = None) -> list[RuleCheck]:
+    """check_rule for every rule of the set, in order; ``progress`` is called after each."""
+    out = []
+    for rule in rules.rules:
+        res = check_rule(rule, examples, seed)
+        out.append(res)
+        if progress is not None:
+            progress(rule, res)
+    return out

@@ -1,0 +1,83 @@
+"""gawee.compile and the torch.compile backend: one call from a model to an equivalent module."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import gawee
+from gawee.backend.compiler import CompileReport
+from gawee.errors import EquivalenceError
+
+
+class Block(nn.Module):
+    """conv-bn-relu with a residual and two outputs in a dict: exercises fusion and output structure."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(4)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = torch.relu(self.bn2(self.conv2(y)) + x)
+        return {"features": y, "logits": self.head(y.mean((2, 3)))}
+
+
+def block() -> nn.Module:
+    torch.manual_seed(0)
+    model = Block().eval()
+    with torch.no_grad():  # non-trivial batch-norm statistics, so folding is really tested
+        for bn in (model.bn1, model.bn2):
+            bn.running_mean.uniform_(-1, 1)
+            bn.running_var.uniform_(0.5, 2)
+    return model
+
+
+def test_compile_returns_an_equivalent_module_with_the_models_output_structure():
+    model, x = block(), torch.randn(2, 4, 8, 8)
+    module = gawee.compile(model, (x,))
+    report = module.gawee_report
+    assert isinstance(report, CompileReport) and report.equivalence.ok
+    assert not any(n.op == "batch_norm" for n in report.optimized)
+    assert set(report.seconds) == {"capture", "rewrite", "verify", "lower"}
+    with torch.no_grad():
+        expected, got = model(x), module(x)
+    assert set(got) == {"features", "logits"}
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-4)
+
+
+def test_compile_refuses_a_module_that_disagrees_with_the_model(monkeypatch):
+    from gawee.backend import compiler
+
+    def wrong_lowering(graph, options=None, *, output_structure=None):
+        module = gawee.to_torch(graph, options, output_structure=output_structure)
+        return lambda x: {k: v + 1 for k, v in module(x).items()}
+
+    monkeypatch.setattr(compiler, "to_torch", wrong_lowering)
+    with pytest.raises(EquivalenceError, match="differs from the model"):
+        gawee.compile(block(), (torch.randn(1, 4, 8, 8),))
+
+
+def test_torch_compile_backend_gawee():
+    torch._dynamo.reset()
+    model, x = block(), torch.randn(1, 4, 8, 8)
+    compiled = torch.compile(model, backend="gawee")
+    with torch.no_grad():
+        got, expected = compiled(x), model(x)
+    for key in expected:
+        torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-4)
+
+
+def test_torch_compile_backend_leaves_autograd_alone():
+    torch._dynamo.reset()
+    model, x = block(), torch.randn(1, 4, 8, 8)
+    compiled = torch.compile(model, backend="gawee")
+    out = compiled(x)  # grad mode on and parameters require grad: run as traced, gradients flow
+    out["logits"].sum().backward()
+    assert model.head.weight.grad is not None

@@ -1,0 +1,99 @@
+"""to_onnx: the exported graph runs in ONNX Runtime (its own optimizer off) and matches the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import gawee
+from gawee.backend.onnx import ExportError
+from gawee.equivalence import random_inputs
+from gawee.ir.builder import GraphBuilder
+from tests.backend.test_torch_backend import fused_conv_graph, optimized
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def run_ort(graph: gawee.Graph, path, xs):
+    gawee.to_onnx(graph, path)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), xs)}
+    return session.run(None, feed)
+
+
+def assert_ort_matches_reference(graph: gawee.Graph, path, tol: float = 1e-4) -> None:
+    xs = random_inputs([v.type for v in graph.inputs], seed=2)
+    expected = gawee.run(graph, *xs)
+    got = run_ort(graph, path, xs)
+    assert len(got) == len(expected)
+    for e, g in zip(expected, got):
+        e = e.numpy()
+        assert g.shape == e.shape and g.dtype == e.dtype
+        np.testing.assert_allclose(g, e, rtol=tol, atol=tol * max(1.0, float(np.abs(e).max())))
+
+
+def test_fused_convolutions_export_as_conv_add_activation(tmp_path):
+    graph = fused_conv_graph()
+    assert_ort_matches_reference(graph, tmp_path / "fused.onnx")
+    ops = [n.op_type for n in gawee.to_onnx(graph).graph.node]
+    assert ops.count("Conv") == sum(n.op == "conv2d" for n in graph)
+    assert ops.count("Add") >= sum(n.op == "conv2d" and n.inputs[3] is not None for n in graph)
+
+
+def test_resnet18_runs_in_onnx_runtime(tmp_path):
+    assert_ort_matches_reference(optimized("resnet18"), tmp_path / "resnet18.onnx")
+
+
+def test_transformer_ops(tmp_path):
+    torch.manual_seed(0)
+    b = GraphBuilder("transformer")
+    x = b.input("x", "f32[2,5,8]")
+    mask = b.input("mask", "bool[5,5]")
+    h = b.layer_norm(x, b.const(torch.rand(8) + 0.5), b.const(torch.randn(8)), normalized_shape=[8])
+    qkv = b.linear(h, b.const(torch.randn(24, 8) * 0.3), b.const(torch.randn(24)))
+    q, k, v = b.split(qkv, split_sizes=[8, 8, 8], dim=2)
+    heads = [b.permute(b.reshape(t, shape=[2, 5, 2, 4]), dims=[0, 2, 1, 3]) for t in (q, k, v)]
+    causal = b.scaled_dot_product_attention(*heads, is_causal=True)
+    masked = b.scaled_dot_product_attention(*heads, mask, scale=0.3)
+    att = b.reshape(b.transpose(b.add(causal, masked), dim0=1, dim1=2), shape=[2, 5, 8])
+    y = b.gelu(b.linear(b.reshape(att, shape=[10, 8]), b.const(torch.randn(8, 8))), approximate="tanh")
+    y = b.softmax(b.mul(b.reshape(y, shape=[2, 5, 8]), 0.5), dim=-1)
+    pooled = b.mean(b.cat(y, x, dim=1), dim=[1], keepdim=False)
+    first = b.select(y, dim=1, index=0)
+    tail = b.slice(y, dim=1, start=1, end=4)
+    graph = b.output(pooled, b.where(b.gt(first, 0.1), first, b.clamp(first, min=-0.5, max=0.5)),
+                     b.stack(b.expand(b.sum(tail, dim=[2], keepdim=True), size=[2, 3, 8]), tail, dim=0),
+                     b.cast(b.hardtanh(tail, min_val=0.0, max_val=0.2), dtype="f64"))
+    assert_ort_matches_reference(graph, tmp_path / "transformer.onnx")
+
+
+def test_cnn_ops(tmp_path):
+    torch.manual_seed(0)
+    b = GraphBuilder("cnn")
+    x = b.input("x", "f32[1,3,12,12]")
+    y = b.batch_norm(x, b.const(torch.rand(3)), b.const(torch.randn(3)), b.const(torch.randn(3)),
+                     b.const(torch.rand(3) + 0.5), eps=1e-3)
+    y = b.pad(y, pad=[1, 1, 2, 0])
+    y = b.max_pool2d(y, kernel_size=[3, 3], stride=[2, 2], padding=[1, 1])
+    a = b.avg_pool2d(y, kernel_size=[2, 2], count_include_pad=False)
+    c = b.adaptive_avg_pool2d(y, output_size=[1, 1])
+    d = b.adaptive_avg_pool2d(y, output_size=[7, 1])
+    e = b.silu(b.hardswish(b.leaky_relu(a, negative_slope=0.2)))
+    graph = b.output(e, b.flatten(c, start_dim=1), b.hardsigmoid(d), b.sigmoid(b.tanh(b.neg(d))))
+    assert_ort_matches_reference(graph, tmp_path / "cnn.onnx")
+
+
+def test_ops_without_an_onnx_form_are_named():
+    b = GraphBuilder("rolls")
+    x = b.input("x", "f32[4]")
+    with pytest.raises(ExportError, match="op roll has no ONNX lowering"):
+        gawee.to_onnx(b.output(b.roll(x, shifts=[1], dims=[0])))
+    b = GraphBuilder("opaque")
+    x = b.input("x", "f32[4]")
+    node = b.graph.create_node("aten", [x], {"target": "aten.cumprod.default", "args": (("$in", 0), 0),
+                                             "kwargs": ()}, types=[x.type])
+    with pytest.raises(ExportError, match="opaque"):
+        gawee.to_onnx(b.output(node.output))

@@ -1,0 +1,130 @@
+"""to_torch: the fx module computes what the reference interpreter computes, on fused kernels where it can."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+import gawee
+from gawee.backend import TorchOptions, onednn, to_torch
+from gawee.equivalence import random_inputs
+from gawee.errors import IRError
+from gawee.ir.builder import GraphBuilder
+from gawee.ops import ACTIVATIONS
+from tests.conftest import captured
+
+ACT_PARAMS = {"hardtanh": (-0.5, 2.0), "leaky_relu": (0.1,)}
+needs_onednn = pytest.mark.skipif(not onednn.available(), reason="this torch has no oneDNN fused kernels")
+
+
+def optimized(name: str) -> gawee.Graph:
+    graph, _, _ = captured(name)
+    return gawee.rewrite(graph)[0]
+
+
+def assert_matches_reference(graph: gawee.Graph, module: torch.nn.Module, tol: float = 1e-4) -> None:
+    xs = random_inputs([v.type for v in graph.inputs], seed=1)
+    with torch.no_grad():
+        expected = gawee.run(graph, *xs)
+        got = module(*xs)
+    assert len(got) == len(expected)
+    for e, g in zip(expected, got):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        torch.testing.assert_close(g, e, rtol=tol, atol=tol * max(1.0, e.abs().max().item()))
+
+
+def fused_conv_graph(dtype: str = "f32") -> gawee.Graph:
+    """One fused conv2d per activation, each with and without a residual, chained."""
+    torch.manual_seed(0)
+    b = GraphBuilder("fused")
+    x = b.input("x", f"{dtype}[2,8,10,10]")
+    tdtype = getattr(torch, {"f32": "float32", "f64": "float64", "bf16": "bfloat16"}[dtype])
+    y = x
+    for act in [None, *ACTIVATIONS]:
+        for residual in (False, True):
+            w = b.const(torch.randn(8, 8, 3, 3, dtype=tdtype) * 0.2, "w")
+            bias = b.const(torch.randn(8, dtype=tdtype), "b")
+            y = b.conv2d(y, w, bias, y if residual else None, padding=[1, 1], act=act,
+                         act_params=ACT_PARAMS.get(act, ()))
+    w = b.const(torch.randn(16, 4, 3, 3, dtype=tdtype), "w_grouped")  # grouped, strided, no bias
+    y = b.conv2d(y, w, None, stride=[2, 2], groups=2, act="relu")
+    return b.output(y)
+
+
+def test_fused_activations_and_residuals_match_the_reference():
+    graph = fused_conv_graph()
+    module = to_torch(graph)
+    assert_matches_reference(graph, module)
+
+
+@needs_onednn
+def test_fused_convolutions_run_on_onednn_with_prepacked_weights():
+    graph = fused_conv_graph()
+    module = to_torch(graph)
+    targets = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    mkldnn = torch.ops.mkldnn
+    convs = [t for t in targets if t in (mkldnn._convolution_pointwise.default, mkldnn._convolution_pointwise.binary)]
+    assert len(convs) == sum(n.op == "conv2d" for n in graph)
+    assert all(b.is_mkldnn for name, b in module.named_buffers() if "packed_weight" in name)
+    assert not any(name.startswith("w") for name, _ in module.named_buffers())  # raw weights are not kept
+    # oneDNN fuses only relu after the residual add: the other activations follow unfused
+    assert sum(t is gawee.ops.apply_act for t in targets) == len(ACTIVATIONS) - 1
+
+
+def test_fallback_without_fused_kernels_is_the_reference_semantics():
+    graph = fused_conv_graph()
+    module = to_torch(graph, TorchOptions(fused_kernels=False))
+    assert not any("mkldnn" in str(n.target) for n in module.graph.nodes)
+    assert_matches_reference(graph, module, tol=1e-5)
+
+
+def test_unsupported_dtype_falls_back():
+    graph = fused_conv_graph("f64")
+    module = to_torch(graph)
+    assert not any("mkldnn" in str(n.target) for n in module.graph.nodes)
+    assert_matches_reference(graph, module, tol=1e-9)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_resnet18_matches_the_reference(channels_last):
+    graph = optimized("resnet18")
+    assert_matches_reference(graph, to_torch(graph, TorchOptions(channels_last=channels_last)))
+
+
+def test_mobilenet_v3_small_matches_the_reference():
+    graph = optimized("mobilenet_v3_small")
+    assert_matches_reference(graph, to_torch(graph))
+
+
+def test_outputs_come_back_contiguous_and_structured():
+    structure = pytree.tree_structure({"features": 0, "pair": (0, 0)})
+    b = GraphBuilder("multi")
+    x = b.input("x", "f32[1,4,6,6]")
+    y = b.conv2d(x, b.const(torch.randn(4, 4, 1, 1)), None, act="relu")
+    graph = b.output(y, b.relu(x), y)
+    module = to_torch(graph, output_structure=structure)
+    out = module(torch.randn(1, 4, 6, 6))
+    assert set(out) == {"features", "pair"} and isinstance(out["pair"], tuple)
+    assert out["features"].is_contiguous()
+
+
+def test_multi_output_and_opaque_ops():
+    b = GraphBuilder("misc")
+    x = b.input("x", "f32[4,6]")
+    first, second = b.split(x, split_sizes=[2, 4], dim=1)
+    node = b.graph.create_node("aten", [first], {"target": "aten.cumprod.default", "args": (("$in", 0), 1),
+                                                 "kwargs": ()}, types=[first.type])
+    graph = b.output(node.output, b.exp(second))
+    module = to_torch(graph)
+    assert torch.ops.aten.cumprod.default in [n.target for n in module.graph.nodes]
+    assert_matches_reference(graph, module)
+
+
+def test_a_graph_read_out_of_order_is_refused():
+    b = GraphBuilder("bad")
+    x = b.input("x", "f32[3]")
+    orphan = gawee.Value(x.type, "orphan")
+    b.graph.create_node("relu", [orphan])
+    with pytest.raises(IRError, match="read before it is computed"):
+        to_torch(b.output(x))

@@ -1,0 +1,19 @@
+"""Every bundled rule is proven sound on >= 200 random instances derived from its own text."""
+
+import pytest
+
+import gawee
+from gawee.testing import check_rule
+
+EXAMPLES = 200
+RULES = gawee.default_rules().rules
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
+def test_bundled_rule_is_sound(rule):
+    result = check_rule(rule, examples=EXAMPLES)
+    assert result.counterexample is None, str(result.counterexample)
+    assert result.verdict == "sound", (f"{rule.name}: {result.verdict}, fired {result.fired} of "
+                                       f"{result.examples}; guard false most often at "
+                                       f"{result.guard_failures.most_common(1)}")
+    assert result.examples >= EXAMPLES
