@@ -4,6 +4,7 @@ import pytest
 
 import gawee
 from gawee.testing import check_rule
+from tests.conftest import HARNESS
 
 EXAMPLES = 200
 RULES = gawee.default_rules().rules
@@ -12,6 +13,9 @@ RULES = gawee.default_rules().rules
 @pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
 def test_bundled_rule_is_sound(rule):
     result = check_rule(rule, examples=EXAMPLES)
+    HARNESS["bundled rules"] += 1
+    HARNESS["examples"] += result.examples
+    HARNESS["seconds"] += result.seconds
     assert result.counterexample is None, str(result.counterexample)
     assert result.verdict == "sound", (f"{rule.name}: {result.verdict}, fired {result.fired} of "
                                        f"{result.examples}; guard false most often at "

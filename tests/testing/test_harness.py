@@ -8,6 +8,7 @@ import pytest
 import gawee
 from gawee.cli import main
 from gawee.testing import check_rule
+from tests.conftest import HARNESS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 UNSOUND = gawee.load_rules(DATA / "unsound").rules
@@ -21,6 +22,10 @@ def test_the_corpus_is_big_enough():
 @pytest.mark.parametrize("rule", UNSOUND, ids=[r.name for r in UNSOUND])
 def test_planted_unsound_rule_is_caught(rule):
     result = check_rule(rule, examples=200)
+    HARNESS["planted unsound"] += 1
+    HARNESS["caught"] += result.verdict == "UNSOUND"
+    HARNESS["examples"] += result.examples
+    HARNESS["seconds"] += result.seconds
     assert result.verdict == "UNSOUND", f"{rule.name} ({rule.location}) slipped through: {result.verdict}"
     cx = str(result.counterexample)
     assert rule.name in cx and "before:" in cx and "values:" in cx
@@ -29,6 +34,10 @@ def test_planted_unsound_rule_is_caught(rule):
 @pytest.mark.parametrize("rule", TWINS, ids=[r.name for r in TWINS])
 def test_correct_twin_passes(rule):
     result = check_rule(rule, examples=200)
+    HARNESS["correct twins"] += 1
+    HARNESS["twins passing"] += result.verdict == "sound"
+    HARNESS["examples"] += result.examples
+    HARNESS["seconds"] += result.seconds
     assert result.verdict == "sound", str(result.counterexample or result.guard_failures)
 
 
