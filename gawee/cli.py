@@ -171,7 +171,7 @@ def cmd_optimize(args, console: Console) -> int:
             for f in report.trace:
                 console.print(f"  {f}", markup=False, highlight=False)
         extra = {"rewrite time": f"{report.seconds * 1000:.1f} ms",
-                 "verification": "skipped" if verification is None else str(verification)}
+                 "verification": "skipped" if verification is None else verification.short()}
         cols = [Column("before", before), Column("after", after, extra)]
         title = f"{graph.name}: {len(graph)} -> {len(optimized)} nodes"
         if args.markdown:

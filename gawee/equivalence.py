@@ -80,6 +80,12 @@ class EquivalenceReport:
     def max_error(self) -> float:
         return max((o.max_error for o in self.outputs), default=0.0)
 
+    def short(self) -> str:
+        """One cell's worth: "ok, max error 2.4e-06"."""
+        if self.problem:
+            return f"FAILED: {self.problem}"
+        return f"{'ok' if self.ok else 'FAILED'}, max error {self.max_error:.2g}"
+
     def __str__(self) -> str:
         if self.problem:
             return f"not equivalent: {self.problem}"

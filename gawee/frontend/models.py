@@ -59,7 +59,7 @@ def resolve(spec: str, *, batch: int = 1, meta: bool = False, seed: int = 0,
         return ModelSource(Path(spec).stem, graph=load(spec))
     if ":" in spec and spec.split(":", 1)[0].endswith(".py"):
         module, inputs = _from_factory(spec, device)
-        name = spec.split(":", 1)[1]
+        name = Path(spec.split(":", 1)[0]).stem
     else:
         names = torchvision_names()
         if spec not in names:

@@ -22,6 +22,7 @@ from gawee.ir.core import Graph, Node, Value
 from gawee.rewrite.context import RewriteContext
 from gawee.rewrite.matcher import MatchContext
 from gawee.rewrite.ruleset import Phase, RuleSet, default_rules
+from gawee.threads import torch_threads
 
 BUDGET_PER_NODE = 16
 """Firings allowed per node of the graph (per phase) before the rule set is declared cyclic."""
@@ -240,5 +241,6 @@ def rewrite(graph: Graph, rules: RuleSet | None = None, *, trace: bool = False, 
     """
     rules = default_rules() if rules is None else rules
     work = graph.clone()
-    report = Rewriter(work, rules, trace=trace, check=check).run()
+    with torch_threads(1):
+        report = Rewriter(work, rules, trace=trace, check=check).run()
     return work, report

@@ -14,6 +14,7 @@ The second term forgives a rewrite for rounding no worse than the original's own
 from __future__ import annotations
 
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from gawee.rewrite.driver import fire
 from gawee.rewrite.matcher import MatchContext
 from gawee.rewrite.ruleset import RuleSet
 from gawee.testing.generate import Example, generate, hints_of, small
+from gawee.threads import torch_threads
 
 MIN_FIRED = 10
 """Fewer firing examples than this and a rule is reported as weakly tested."""
@@ -308,16 +310,14 @@ def check_rule(rule: Rule, examples: int = 200, seed: int | None = None) -> Rule
                     phases=[Phase.generate, Phase.shrink])(given(st.data())(prop))
     if seed is not None:
         test = hseed(seed)(test)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # examples are tiny: thread start-up would dominate
     try:
-        test()
+        with torch_threads(1), warnings.catch_warnings():  # tiny examples: a thread pool would dominate
+            warnings.simplefilter("ignore")  # torch's numeric warnings on random draws say nothing here
+            test()
     except _Unsound as e:
         result.counterexample = e.cx
     except Unsatisfiable:
         result.error = "no valid example could be generated for this pattern"
-    finally:
-        torch.set_num_threads(threads)
     result.seconds = time.perf_counter() - t0
     return result
 
