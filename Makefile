@@ -21,7 +21,17 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 zoo: $(STAMP)
-	$(PY) benchmarks/zoo.py
+	$(PY) benchmarks/zoo.py $(ZOO_ARGS)
+
+# Runtime benchmark (see benchmarks/README.md, ## Runtime); e.g. make bench BENCH_ARGS="--models resnet18 --batches 1"
+BENCH_ARGS ?=
+BENCH_STAMP := $(VENV)/.gawee-bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) benchmarks/bench_runtime.py --readme $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gawee tests benchmarks

@@ -300,8 +300,16 @@ def _conv2d_lower_torch(ctx):
     if r is None:
         return ctx.call(mkldnn._convolution_pointwise.default, ctx.arg(0), weight, ctx.arg(2), *geometry, *post)
     fused_act = a["act"] if a["act"] in onednn.BINARY_POST_OPS else None
-    y = ctx.call(mkldnn._convolution_pointwise.binary, ctx.arg(0), ctx.arg(3), weight, ctx.arg(2), *geometry,
-                 "add", 1.0, fused_act, [], None)
+    residual = ctx.node.inputs[3]
+    if (ctx.is_last_use(3) and residual.producer.op == "conv2d"
+            and all(v is not residual for v in ctx.node.inputs[:3])):
+        # The residual is another convolution's fresh output that nothing reads later: write the sum
+        # into it, as Inductor does (no allocation, one pass over the memory).
+        y = ctx.call(mkldnn._convolution_pointwise_.binary, ctx.arg(3), ctx.arg(0), weight, ctx.arg(2), *geometry,
+                     "add", 1.0, fused_act, [], None)
+    else:
+        y = ctx.call(mkldnn._convolution_pointwise.binary, ctx.arg(0), ctx.arg(3), weight, ctx.arg(2), *geometry,
+                     "add", 1.0, fused_act, [], None)
     return y if fused_act == a["act"] else ctx.call(apply_act, y, a["act"], tuple(a["act_params"]))
 
 

@@ -72,6 +72,22 @@ def test_fused_convolutions_run_on_onednn_with_prepacked_weights():
     assert sum(t is gawee.ops.apply_act for t in targets) == len(ACTIVATIONS) - 1
 
 
+@needs_onednn
+@pytest.mark.parametrize("read_later", [False, True])
+def test_a_dead_residual_takes_the_sum_in_place(read_later):
+    torch.manual_seed(0)
+    b = GraphBuilder("inplace")
+    x = b.input("x", "f32[1,8,6,6]")
+    a = b.conv2d(x, b.const(torch.randn(8, 8, 1, 1)), None)
+    y = b.conv2d(a, b.const(torch.randn(8, 8, 3, 3)), None, padding=[1, 1])
+    y = b.conv2d(y, b.const(torch.randn(8, 8, 1, 1)), b.const(torch.randn(8)), a, act="silu")
+    graph = b.output(b.add(y, a) if read_later else y)
+    module = to_torch(graph)
+    targets = [n.target for n in module.graph.nodes]
+    assert (torch.ops.mkldnn._convolution_pointwise_.binary in targets) is not read_later
+    assert_matches_reference(graph, module)
+
+
 def test_fallback_without_fused_kernels_is_the_reference_semantics():
     graph = fused_conv_graph()
     module = to_torch(graph, TorchOptions(fused_kernels=False))

@@ -1,0 +1,379 @@
+"""Runtime benchmark: gawee.compile against eager PyTorch, torch.fx fuse, TorchScript, Inductor and ONNX Runtime.
+
+For each model and batch size every method is built once (its compile time measured
+cold: a fresh Inductor cache directory, one toolchain warm-up on a tiny model first so
+that library import costs are nobody's compile time), its output checked against eager,
+and then all methods are timed in interleaved rounds (one call each per round), so that
+load on the machine drifts over all of them alike. Latency is the median of the rounds.
+
+    python benchmarks/bench_runtime.py                       # all models, batch 1 and 8
+    python benchmarks/bench_runtime.py --models resnet18 --batches 1 --reps 30 --readme
+
+Writes benchmarks/runtime.json, runtime.md (the table) and runtime.png (speedup over
+eager); with --readme also the ``## Runtime`` section of benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# Cold compile times: Inductor must not reuse kernels compiled by an earlier run.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gawee-bench-inductor-"))
+
+import argparse
+import json
+import logging
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torchvision
+
+import gawee
+
+HERE = Path(__file__).resolve().parent
+MODELS = ["resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny", "vit_b_16"]
+METHODS = {
+    "eager": "eager PyTorch",
+    "fx_fuse": "torch.fx fuse",
+    "jit": "TorchScript freeze + optimize_for_inference",
+    "inductor": "torch.compile (Inductor, freezing)",
+    "ort_basic": "ONNX Runtime basic, torch.onnx export",
+    "ort_gawee": "ONNX Runtime, no optimizer, gawee graph",
+    "gawee": "gawee.compile",
+}
+log = logging.getLogger("bench")
+
+
+@dataclass
+class Result:
+    model: str
+    batch: int
+    method: str
+    compile_s: float | None = None
+    latency_ms: float | None = None
+    latencies_ms: list[float] = field(default_factory=list)
+    max_error: float | None = None
+    """max |output - eager output| / max |eager output|."""
+    ok: bool = False
+    """Built, ran, and matched eager within tolerance."""
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} b{self.batch}"
+
+
+# -- building each method: (model, example input) -> (callable, compile seconds) -------------
+def build_eager(model, x):
+    return model, 0.0
+
+
+def build_fx_fuse(model, x):
+    from torch.fx.experimental.optimization import fuse
+
+    return _timed(lambda: fuse(model))
+
+
+def build_jit(model, x):
+    def make():
+        with torch.no_grad():
+            return torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model, (x,))))
+    fn, seconds = _timed(make)
+    return fn, seconds + _timed(lambda: _run(fn, x))[1]  # TorchScript optimizes on the first calls
+
+
+def build_inductor(model, x):
+    import torch._inductor.config as inductor_config
+
+    inductor_config.freezing = True
+    inductor_config.fx_graph_cache = False
+    torch._dynamo.reset()
+    compiled = torch.compile(model)
+    _, seconds = _timed(lambda: _run(compiled, x))  # compilation happens on the first call
+    return compiled, seconds
+
+
+def build_ort_basic(model, x):
+    import onnxruntime as ort
+
+    def make():
+        path = Path(tempfile.mkdtemp(prefix="gawee-bench-")) / "model.onnx"
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, (x,), str(path), verbose=False)
+        return _ort_session(ort, path, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+    return _timed(make)
+
+
+def build_ort_gawee(model, x):
+    import onnxruntime as ort
+
+    def make():
+        graph, _ = gawee.rewrite(gawee.capture(model, (x,)))
+        path = Path(tempfile.mkdtemp(prefix="gawee-bench-")) / "model.onnx"
+        gawee.to_onnx(graph, path)
+        return _ort_session(ort, path, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    return _timed(make)
+
+
+def build_gawee(model, x):
+    module, seconds = _timed(lambda: gawee.compile(model, (x,)))
+    log.info("  gawee: %s", module.gawee_report)
+    return module, seconds
+
+
+BUILDERS: dict[str, Callable] = {
+    "eager": build_eager, "fx_fuse": build_fx_fuse, "jit": build_jit, "inductor": build_inductor,
+    "ort_basic": build_ort_basic, "ort_gawee": build_ort_gawee, "gawee": build_gawee,
+}
+
+
+def _ort_session(ort, path: Path, level):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    options.intra_op_num_threads = torch.get_num_threads()
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda x: torch.from_numpy(session.run(None, {name: x.numpy()})[0])
+
+
+def _timed(make):
+    t0 = time.perf_counter()
+    out = make()
+    return out, time.perf_counter() - t0
+
+
+def _run(fn, x):
+    with torch.no_grad():
+        out = fn(x)
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+# -- the benchmark ------------------------------------------------------------------------
+RELATIVE_TOLERANCE = 1e-4
+"""Outputs match eager when max |out - eager| <= this x max |eager| (random-weight outputs can be tiny)."""
+
+
+def make_model(name: str) -> torch.nn.Module:
+    """A torchvision model with seeded random weights; weight matrices that torchvision initializes to
+    zero (ViT's head) get small random values, so that the output check compares something."""
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(name, weights=None).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and not p.any():
+                p.normal_(0, 0.02)
+    return model
+
+
+def bench_config(name: str, batch: int, methods: list[str], reps: int, warmup: int) -> list[Result]:
+    model = make_model(name)
+    x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    reference = _run(model, x)
+    scale = reference.abs().max().item() or 1.0
+    results, runners = [], {}
+    for method in methods:
+        result = Result(name, batch, method)
+        results.append(result)
+        log.info("%s b%d: building %s", name, batch, method)
+        try:
+            fn, result.compile_s = BUILDERS[method](model, x)
+            out = _run(fn, x)
+            result.max_error = (out - reference).abs().max().item() / scale
+            result.ok = out.shape == reference.shape and result.max_error <= RELATIVE_TOLERANCE
+            if not result.ok:
+                result.error = f"output differs from eager by {result.max_error:.3g}"
+            runners[method] = fn
+        except Exception as e:  # a baseline that cannot handle a model is a result, not a crash
+            result.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+            log.warning("%s b%d %s failed: %s", name, batch, method, result.error)
+    for fn in runners.values():
+        for _ in range(warmup):
+            _run(fn, x)
+    by_method = {r.method: r for r in results}
+    for _ in range(reps):
+        for method, fn in runners.items():
+            t0 = time.perf_counter()
+            _run(fn, x)
+            by_method[method].latencies_ms.append((time.perf_counter() - t0) * 1e3)
+    for r in results:
+        if r.latencies_ms:
+            r.latency_ms = statistics.median(r.latencies_ms)
+    return results
+
+
+def warm_up_toolchains(methods: list[str]) -> float:
+    """Compile a tiny model with every method once: imports and first-use setup are nobody's compile time."""
+    t0 = time.perf_counter()
+    tiny = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 2)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    for method in methods:
+        try:
+            _run(BUILDERS[method](tiny, x)[0], x)
+        except Exception as e:  # reported again, per model, if it matters
+            log.warning("warm-up of %s failed: %s", method, e)
+    return time.perf_counter() - t0
+
+
+# -- reporting ----------------------------------------------------------------------------
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
+            if line.startswith("Model name:"):
+                cpu = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import onnxruntime
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "torchvision": torchvision.__version__, "onnxruntime": onnxruntime.__version__,
+            "load_average": os.getloadavg()}
+
+
+def markdown(results: list[Result], meta: dict) -> str:
+    methods = list(dict.fromkeys(r.method for r in results))
+    configs = list(dict.fromkeys((r.model, r.batch) for r in results))
+    index = {(r.model, r.batch, r.method): r for r in results}
+    lines = ["| model | batch | " + " | ".join(METHODS[m] for m in methods) + " |",
+             "|---|---:|" + "---:|" * len(methods)]
+    for model, batch in configs:
+        eager = index[(model, batch, "eager")].latency_ms if (model, batch, "eager") in index else None
+        cells = []
+        for m in methods:
+            r = index[(model, batch, m)]
+            if r.latency_ms is None:
+                cells.append("failed")
+                continue
+            speed = f" ({eager / r.latency_ms:.2f}×)" if eager else ""
+            comp = f"<br>compile {r.compile_s:.1f} s" if r.compile_s else ""
+            flag = "" if r.ok else " ⚠"
+            cells.append(f"{r.latency_ms:.1f} ms{speed}{comp}{flag}")
+        lines.append(f"| {model} | {batch} | " + " | ".join(cells) + " |")
+    notes = [f"- ⚠ {r.label} {METHODS[r.method]}: {r.error}" for r in results if r.error]
+    head = (f"Median latency of {meta['reps']} interleaved runs after {meta['warmup']} warm-up calls (speedup over "
+            f"eager), compile time below. Machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
+            f"{meta['machine']['torch_threads']} torch threads; torch {meta['machine']['torch']}, onnxruntime "
+            f"{meta['machine']['onnxruntime']}; load average at start {meta['load_start'][0]:.2f}, at end "
+            f"{meta['load_end'][0]:.2f}.")
+    return "\n".join([head, "", *lines, "", *notes]).rstrip() + "\n"
+
+
+def chart(results: list[Result], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = [m for m in dict.fromkeys(r.method for r in results) if m != "eager"]
+    configs = list(dict.fromkeys((r.model, r.batch) for r in results))
+    index = {(r.model, r.batch, r.method): r for r in results}
+    width = 0.8 / max(1, len(methods))
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(configs)), 4.5))
+    for k, m in enumerate(methods):
+        speedups = []
+        for model, batch in configs:
+            eager, r = index.get((model, batch, "eager")), index.get((model, batch, m))
+            ok = eager and r and eager.latency_ms and r.latency_ms
+            speedups.append(eager.latency_ms / r.latency_ms if ok else 0.0)
+        ax.bar([i + (k - (len(methods) - 1) / 2) * width for i in range(len(configs))], speedups, width,
+               label=METHODS[m])
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(configs)), [f"{m}\nbatch {b}" for m, b in configs], fontsize=8)
+    ax.set_ylabel("speedup over eager PyTorch")
+    ax.set_title("Inference latency on CPU, speedup over eager (higher is better)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def update_readme(path: Path, section: str) -> None:
+    """Replace the ``## Runtime`` section of ``path`` (or append it), leaving every other section alone."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.strip() == "## Runtime"), None)
+    if start is None:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        text = "".join(lines[:start]) + section + ("\n" + "".join(lines[end:]) if end < len(lines) else "")
+    path.write_text(text)
+
+
+def readme_section(table: str, command: str) -> str:
+    return ("## Runtime\n\n"
+            "Produced by `make bench`, i.e.\n\n"
+            f"```sh\n{command}\n```\n\n"
+            "What each column runs, on the same randomly initialized torchvision model and input:\n\n"
+            "- **eager PyTorch**: `model(x)` under `torch.no_grad()`.\n"
+            "- **torch.fx fuse**: `torch.fx.experimental.optimization.fuse` (conv/bn folding).\n"
+            "- **TorchScript**: `torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model)))`.\n"
+            "- **Inductor**: `torch.compile(model)` with `torch._inductor.config.freezing = True`, fresh cache.\n"
+            "- **ONNX Runtime basic**: `torch.onnx.export(model)` run with `ORT_ENABLE_BASIC`.\n"
+            "- **ONNX Runtime, gawee graph**: `gawee.to_onnx` of the rewritten graph run with `ORT_DISABLE_ALL` "
+            "(graph optimization compared alone: same kernels, ORT's optimizer off). ONNX has no fused "
+            "convolution, so gawee's fused convs are exported as Conv (+ Add) (+ activation).\n"
+            "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
+            "with prepacked weights, channels-last).\n\n"
+            "Compile time is wall time from the model to a callable (for Inductor and TorchScript, including "
+            "the first call, where they compile). Outputs of every method are compared with eager "
+            "(⚠ marks a mismatch or a failure).\n\n"
+            f"{table}\n![speedup over eager](runtime.png)\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated torchvision model names")
+    p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    p.add_argument("--reps", type=int, default=20, help="timed runs per method (median reported)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs per method before timing")
+    p.add_argument("--out", type=Path, default=HERE, help="directory for runtime.{json,md,png}")
+    p.add_argument("--readme", action="store_true", help="update the ## Runtime section of benchmarks/README.md")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    log.setLevel(logging.INFO)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch.jit's deprecation notices
+    methods = [m for m in args.methods.split(",") if m]
+    if "eager" not in methods:
+        methods.insert(0, "eager")
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        p.error(f"unknown methods {sorted(unknown)}")
+    meta = {"reps": args.reps, "warmup": args.warmup, "machine": machine(), "load_start": os.getloadavg()}
+    meta["warm_up_s"] = warm_up_toolchains(methods)
+    results: list[Result] = []
+    for name in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            results += bench_config(name, batch, methods, args.reps, args.warmup)
+            for r in results[-len(methods):]:
+                log.info("  %-10s %8s ms  compile %6s s  %s", r.method,
+                         f"{r.latency_ms:.2f}" if r.latency_ms else "-",
+                         f"{r.compile_s:.2f}" if r.compile_s is not None else "-", r.error)
+    meta["load_end"] = os.getloadavg()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "runtime.json").write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]},
+                                                      indent=1))
+    table = markdown(results, meta)
+    (args.out / "runtime.md").write_text("# Runtime\n\n" + table)
+    chart(results, args.out / "runtime.png")
+    if args.readme:
+        command = "python benchmarks/bench_runtime.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        update_readme(HERE / "README.md", readme_section(table, command.strip()))
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
