@@ -38,15 +38,38 @@ def find_node(graph: Graph, name: str) -> Node:
 
 
 def explain(graph: Graph, node: Node | str, rules: RuleSet) -> list[Explanation]:
-    """For every rule whose root op is ``node``'s op: the deepest point its pattern reached
-    and the sub-pattern or guard conjunct that failed — or that it matches."""
+    """Why each candidate rule did or did not rewrite ``node``: the deepest point its pattern
+    reached and the sub-pattern or guard conjunct that failed — or that it matches.
+
+    Candidates are the rules rooted at the node's op, and the rules rooted at one of its
+    users whose pattern mentions the node's op below the root (``conv2d |> relu`` is
+    explained for a conv2d through its relu user).
+    """
     if isinstance(node, str):
         node = find_node(graph, node)
     out = []
     for phase in rules.phases:
         for rule in phase.candidates(node.op):
             out.append(_explain_one(graph, node, rule))
+    users = {id(u.node): u.node for v in node.outputs for u in v.uses}
+    for user in users.values():
+        for phase in rules.phases:
+            for rule in phase.candidates(user.op):
+                if rule.root_op is not None and node.op in _inner_ops(rule.matcher):
+                    e = _explain_one(graph, user, rule)
+                    out.append(Explanation(e.rule, e.location, e.outcome, f"via its user {user.name}: {e.reason}"))
     return out
+
+
+def _inner_ops(m) -> set[str]:
+    """Ops mentioned below the root of a compiled pattern."""
+    found: set[str] = set()
+    for sub in getattr(m, "operands", []):
+        if sub is not None and getattr(sub, "op", None) is not None:
+            found.add(sub.op)
+        if sub is not None:
+            found |= _inner_ops(sub)
+    return found
 
 
 def _explain_one(graph: Graph, node: Node, rule) -> Explanation:

@@ -10,7 +10,7 @@ failure is reported to ``ctx.fail`` with its depth, so the deepest one can be sh
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gawee.ir.core import Node, Value
@@ -153,7 +153,6 @@ class OpM(ValueMatcher):
     """Index of the variadic operand in the op signature, or None."""
     any_outputs: bool = False
     """Allow multi-output producers (whole-node rules)."""
-    extra: list = field(default_factory=list)
 
     def _match(self, v, env, ctx, depth):
         if v is None:

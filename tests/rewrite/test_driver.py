@@ -199,3 +199,13 @@ def test_python_helper_in_a_guard():
                          helpers={"wide": Helper(wide, returns="bool")})
     out, _ = rewrite(chain(), rs)
     assert calls and "abs" in ops(out)
+
+
+def test_explain_looks_through_users_for_fusions():
+    b = GraphBuilder()
+    x = b.input("x", "f32[1,2,6,6]")
+    conv = b.conv2d(x, b.const(torch.randn(2, 2, 3, 3), "w"))
+    b.output(b.relu(conv), conv)  # the conv output is also returned: `|>` must refuse
+    got = [e for e in gawee.explain(b.graph, conv.producer.name, gawee.default_rules()) if e.rule == "fuse_conv_relu"]
+    assert got and got[0].outcome == "pattern"
+    assert "via its user relu" in got[0].reason and "has 2 uses; `|>` needs exactly one" in got[0].reason
