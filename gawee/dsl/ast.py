@@ -87,6 +87,13 @@ class PBind(Pattern):
 
 
 @dataclass
+class PSingleUse(Pattern):
+    """The left side of `|>` after desugaring: ``pattern`` whose value has exactly one use."""
+
+    pattern: Pattern
+
+
+@dataclass
 class PPipe(Pattern):
     """``lhs |> call`` is ``call`` with lhs as its first operand, and lhs must have one use."""
 

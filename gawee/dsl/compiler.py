@@ -150,17 +150,14 @@ def _conjuncts(e: A.Expr) -> list[A.Expr]:
 def _desugar(p: A.Pattern) -> A.Pattern:
     """`a |> f(args)` becomes f(a, args) with `a` marked single-use."""
     if isinstance(p, A.PPipe):
-        lhs = _desugar(p.lhs)
-        lhs.single_use = True  # type: ignore[attr-defined]
+        lhs = A.PSingleUse(p.lhs.span, _desugar(p.lhs))
         call = _desugar(p.call)
         return A.POp(p.span, call.op, [A.PArg(lhs.span, lhs), *call.args], op_span=call.op_span)
     if isinstance(p, A.POp):
         return A.POp(p.span, p.op, [A.PArg(a.span, _desugar(a.pattern) if a.pattern else None, a.keyword, a.rest)
                                     for a in p.args], op_span=p.op_span)
     if isinstance(p, A.PBind):
-        inner = _desugar(p.pattern)
-        out = A.PBind(p.span, p.name, inner)
-        return out
+        return A.PBind(p.span, p.name, _desugar(p.pattern))
     if isinstance(p, A.PList):
         return A.PList(p.span, [_desugar(x) for x in p.items])
     return p
@@ -222,8 +219,9 @@ class _PatternCompiler:
         m.any_outputs = whole_node is not None
         return m
 
-    def value(self, p: A.Pattern) -> ValueMatcher:
-        single = getattr(p, "single_use", False)
+    def value(self, p: A.Pattern, single: bool = False) -> ValueMatcher:
+        if isinstance(p, A.PSingleUse):
+            return self.value(p.pattern, single=True)
         if isinstance(p, A.PVar):
             self.declare(p.name, K.TENSOR, p.span)
             return VarM(p.name, single_use=single)
@@ -615,7 +613,7 @@ class _ExprCompiler:
         variadic_from = len(names) - 1 if opdef.variadic else None
         operands: list[tuple[Fn, bool] | None] = []
         attr_fns: dict[str, Fn] = {}
-        rests: list[tuple[str, Fn]] = []
+        rests: list[Fn] = []
         attr_order = [a.name for a in opdef.attrs]
         next_attr = 0
         for a in e.args:
@@ -624,7 +622,7 @@ class _ExprCompiler:
                 if var is None or var.kind.base is not K.Base.REST:
                     raise RuleError(f"`...{a.rest}` must name a `...{a.rest}` bound in the pattern", span=a.span)
                 self._check_rest_fits(a.rest, var, opdef, a.span)
-                rests.append((a.rest, self.compile(A.EName(a.span, a.rest))[0]))
+                rests.append(self.compile(A.EName(a.span, a.rest))[0])
                 continue
             fn, kind = self.compile(a.value)
             if a.keyword is None:
@@ -665,21 +663,20 @@ class _ExprCompiler:
                 raise RuleError(f"{e.func} needs attribute(s) {', '.join(missing)}", span=e.span)
         op = e.func
 
+        fixed = len(names) if variadic_from is None else variadic_from
+
         def build(ctx):
-            inputs: list[Any] = []
+            # spliced rests first: explicit arguments then overwrite what they name
             attrs: dict[str, Any] = {}
-            for _, rf in rests:
+            values: list[Any] = [None] * max(fixed, len(operands))
+            extra: list[Any] = []
+            for rf in rests:
                 rec: RestRecord = rf(ctx)
-                attrs.update({k: v for k, v in rec.attrs.items() if opdef.attr(k) is not None})
-            fixed = len(names) if variadic_from is None else variadic_from
-            values = [None] * max(fixed, len(operands))
-            for _, rf in rests:
-                rec = rf(ctx)
+                attrs.update(rec.attrs)  # _check_rest_fits: the target op has every one of them
                 for k, v in rec.operands.items():
-                    if k in names and names.index(k) < fixed:
-                        values[names.index(k)] = v
-                if rec.variadic and variadic_from is not None:
-                    values.extend(rec.variadic)
+                    values[names.index(k)] = v
+                if variadic_from is not None:
+                    extra.extend(rec.variadic)
             like = None
             for i, o in enumerate(operands):
                 if o is not None:
@@ -689,12 +686,11 @@ class _ExprCompiler:
                     if is_tensor and v is not None:
                         like = like or v
             for i, o in enumerate(operands):
-                if o is not None and not o[1]:
+                if o is not None and not o[1]:  # a number in an operand slot: a 0-d constant
                     values[i] = ctx.tensor(values[i], like=like) if values[i] is not None else None
-            inputs = values
             for k, fn in attr_fns.items():
                 attrs[k] = fn(ctx)
-            return ctx.emit(op, inputs, attrs)
+            return ctx.emit(op, values + extra, attrs)
         return build, K.TENSOR
 
     def _check_attr(self, opdef: OpDef, name: str, kind: K.Kind, a: A.EArg) -> None:
