@@ -18,6 +18,7 @@ examples:
   gawee-rewrite optimize resnet18
   gawee-rewrite optimize resnet18 --rules my.rules --trace -o resnet18-opt.json
   gawee-rewrite optimize mobilenet_v3_small --explain conv2d_3
+  gawee-rewrite explain resnet18 conv2d
   gawee-rewrite check rules/ my.rules --examples 500 --seed 1
   gawee-rewrite show resnet18
   gawee-rewrite show path/to/model.py:make_model --input-shape 1,3,64,64
@@ -70,6 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--no-verify", action="store_true", help="skip the numerical equivalence check")
     opt.add_argument("--markdown", action="store_true", help="print the report as Markdown")
     opt.set_defaults(func=cmd_optimize)
+
+    exp = sub.add_parser("explain", help="say why each rule did or did not rewrite a node",
+                         description="Capture MODEL and, for NODE (a node or value name as `show --graph` prints "
+                                     "it), show for every candidate rule how far its pattern got and which "
+                                     "sub-pattern or guard conjunct failed.", epilog=EPILOG,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_model_args(exp)
+    exp.add_argument("node", metavar="NODE", help="the node to explain (e.g. conv2d_3)")
+    exp.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
+                     help="rule files or directories (default: the bundled rules)")
+    exp.add_argument("--after", action="store_true", help="explain NODE in the optimized graph instead")
+    exp.set_defaults(func=cmd_explain)
 
     chk = sub.add_parser("check", help="prove rules sound on random instances (the soundness harness)",
                          description="For every rule in FILE_OR_DIR: draw graphs matching its pattern, apply it, "
@@ -192,6 +205,33 @@ def cmd_optimize(args, console: Console) -> int:
             console.print(f"wrote {args.output} (+ {Path(args.output).with_suffix('.npz').name})", highlight=False)
     if verification is not None and not verification.ok:
         return EXIT_FINDING
+    return EXIT_OK
+
+
+def cmd_explain(args, console: Console) -> int:
+    from gawee.frontend.models import load_graph
+    from gawee.rewrite.driver import rewrite
+    from gawee.rewrite.explain import explain, find_node
+    from gawee.rewrite.ruleset import default_rules, load_rules
+
+    rules = load_rules(*args.rules) if args.rules else default_rules()
+    with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
+        graph, _src = load_graph(args.model, batch=args.batch, meta=args.meta, input_shapes=args.input_shape)
+    if args.after:
+        graph, _ = rewrite(graph, rules)
+    node = find_node(graph, args.node)
+    found = explain(graph, node, rules)
+    if args.json:
+        print(json.dumps({"node": node.name, "op": node.op, "explanations": [e.__dict__ for e in found]}, indent=1))
+        return EXIT_OK
+    from gawee.ir.printer import format_node
+
+    console.print(f"[bold]{node.name}[/]: {format_node(node)}", highlight=False)
+    if not found:
+        console.print("no rule is rooted at this op or at its users", highlight=False)
+    for e in found:
+        colour = {"matches": "green", "guard": "yellow"}.get(e.outcome, "red")
+        console.print(f"  [{colour}]{e.outcome:8}[/] {e.rule} ({e.location}): {e.reason}", highlight=False)
     return EXIT_OK
 
 

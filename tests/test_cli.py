@@ -52,3 +52,26 @@ def test_factory_without_callable(capsys, tmp_path):
     src.write_text("def other():\n    pass\n")
     code, _, err = run_cli(capsys, "show", f"{src}:make")
     assert code == 2 and "has no callable 'make'" in err and "other" in err
+
+
+def test_explain_command(capsys):
+    code, out, _ = run_cli(capsys, "explain", "resnet18", "conv2d_1")
+    assert code == 0
+    assert "fold_conv_bn (rules/2-fold.rules:5)" in out and "via its user batch_norm_1" in out
+    code, out, _ = run_cli(capsys, "explain", "resnet18", "max_pool2d", "--after", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["op"] == "max_pool2d"
+    assert {e["rule"] for e in doc["explanations"]} == {"cse", "fold_constants"}
+    code, _, err = run_cli(capsys, "explain", "resnet18", "conv2d_99")
+    assert code == 2 and "did you mean conv2d_9" in err
+
+
+def test_optimize_writes_output_atomically_and_never_over_the_input(capsys, tmp_path):
+    out_path = tmp_path / "r.json"
+    code, _, _ = run_cli(capsys, "optimize", "squeezenet1_0", "-o", str(out_path), "--no-verify")
+    assert code == 0 and out_path.exists() and out_path.with_suffix(".npz").exists()
+    before = out_path.read_bytes()
+    code, _, err = run_cli(capsys, "optimize", str(out_path), "-o", str(out_path))
+    assert code == 2 and "would overwrite the input" in err and out_path.read_bytes() == before
+    code, _, err = run_cli(capsys, "optimize", str(out_path), "-o", str(tmp_path / "x.onnx"))
+    assert code == 2 and ".json" in err
