@@ -103,3 +103,12 @@ def test_conv_flops_are_two_macs():
     assert op.flops([x, w, None, None], [out], attrs) == 2 * out.numel * 4 * 3 * 3
     fused = {**attrs, "act": "relu"}
     assert op.flops([x, w, None, out], [out], fused) == 2 * out.numel * 4 * 3 * 3 + 2 * out.numel
+
+
+def test_docs_ops_md_is_current():
+    from pathlib import Path
+
+    from gawee.ops.__main__ import reference
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
+    assert doc.read_text() == reference(), "regenerate it: python -m gawee.ops > docs/ops.md"
