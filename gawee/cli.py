@@ -17,6 +17,7 @@ EPILOG = """\
 examples:
   gawee-rewrite optimize resnet18
   gawee-rewrite optimize resnet18 --rules my.rules --trace -o resnet18-opt.json
+  gawee-rewrite optimize resnet18 --html resnet18.html --mermaid resnet18.mmd --dot resnet18.dot
   gawee-rewrite optimize mobilenet_v3_small --explain conv2d_3
   gawee-rewrite explain resnet18 conv2d
   gawee-rewrite check rules/ my.rules --examples 500 --seed 1
@@ -70,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="say why each candidate rule did or did not rewrite NODE (repeatable)")
     opt.add_argument("--no-verify", action="store_true", help="skip the numerical equivalence check")
     opt.add_argument("--markdown", action="store_true", help="print the report as Markdown")
+    opt.add_argument("--html", metavar="OUT.html",
+                     help="write a self-contained HTML report: both graphs side by side, the tables, the trace")
+    opt.add_argument("--mermaid", metavar="OUT.mmd",
+                     help="write both graphs (before, after) as a Mermaid flowchart (.mmd; .md: a ```mermaid block)")
+    opt.add_argument("--dot", metavar="OUT.dot",
+                     help="write both graphs (before, after) as Graphviz DOT (.dot, .gv), or as .svg through `dot`")
     opt.set_defaults(func=cmd_optimize)
 
     exp = sub.add_parser("explain", help="say why each rule did or did not rewrite a node",
@@ -145,17 +152,19 @@ def cmd_optimize(args, console: Console) -> int:
     from gawee.rewrite.driver import rewrite
     from gawee.rewrite.explain import explain, find_node
     from gawee.rewrite.ruleset import default_rules, load_rules
+    from gawee.viz.files import plan_pictures
 
     if args.output and args.model.endswith(".json") and Path(args.output).resolve() == Path(args.model).resolve():
         raise _Err(f"-o {args.output} would overwrite the input", hint="write the result to another file")
     if args.output and not args.output.endswith(".json"):
         raise _Err(f"-o {args.output}: the output is a .json file (its tensors go to a .npz beside it)")
+    pictures = plan_pictures(html=args.html, mermaid=args.mermaid, dot=args.dot)
     rules = load_rules(*args.rules) if args.rules else default_rules()
     stats = CaptureStats()
     with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
         graph, _src = load_graph(args.model, batch=args.batch, meta=args.meta, stats=stats,
                                  input_shapes=args.input_shape)
-    optimized, report = rewrite(graph, rules, trace=args.trace)
+    optimized, report = rewrite(graph, rules, trace=args.trace or bool(pictures))
     before, after = cost(graph), cost(optimized)
     verification = None
     if not args.no_verify:
@@ -166,8 +175,13 @@ def cmd_optimize(args, console: Console) -> int:
         target = optimized if any(n.name == name for n in optimized) else graph
         node = find_node(target, name)
         explanations.append((name, target is optimized, explain(target, node, rules)))
+    extra = {"rewrite time": f"{report.seconds * 1000:.1f} ms",
+             "verification": "skipped" if verification is None else verification.short()}
+    cols = [Column("before", before), Column("after", after, extra)]
+    title = f"{graph.name}: {len(graph)} -> {len(optimized)} nodes"
     if args.output:
         optimized.save(args.output)
+    written = pictures.write(graph, optimized, cols, trace=report.trace, firings=report.firings, title=title)
 
     if args.json:
         out = {"model": args.model, "before": before.as_dict(), "after": after.as_dict(),
@@ -176,17 +190,13 @@ def cmd_optimize(args, console: Console) -> int:
                {"ok": verification.ok, "max_error": verification.max_error, "detail": str(verification)},
                "trace": [f.__dict__ for f in report.trace] if args.trace else None,
                "explain": {n: [e.__dict__ for e in es] for n, _, es in explanations} or None,
-               "output": args.output}
+               "output": args.output, "pictures": [str(p) for p in written]}
         print(json.dumps(out, indent=1, default=str))
     else:
         if args.trace:
             console.print(f"[bold]trace[/] ({report.total} firings)")
             for f in report.trace:
                 console.print(f"  {f}", markup=False, highlight=False)
-        extra = {"rewrite time": f"{report.seconds * 1000:.1f} ms",
-                 "verification": "skipped" if verification is None else verification.short()}
-        cols = [Column("before", before), Column("after", after, extra)]
-        title = f"{graph.name}: {len(graph)} -> {len(optimized)} nodes"
         if args.markdown:
             print(markdown_report(title, cols))
         else:
@@ -203,6 +213,8 @@ def cmd_optimize(args, console: Console) -> int:
                 console.print("  no rule is rooted at this op", highlight=False)
         if args.output:
             console.print(f"wrote {args.output} (+ {Path(args.output).with_suffix('.npz').name})", highlight=False)
+        for path in written:
+            console.print(f"wrote {path}", highlight=False)
     if verification is not None and not verification.ok:
         return EXIT_FINDING
     return EXIT_OK
