@@ -101,6 +101,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a written model is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

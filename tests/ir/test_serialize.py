@@ -120,3 +120,16 @@ def test_meta_capture_saves_without_data(tmp_path):
     back = gawee.load(tmp_path / "m.json")
     assert str(back) == str(g)
     assert all(v.data.device.type == "meta" for v in back.constants() if v.type.rank > 0)
+
+
+def test_saved_files_are_ordinary_files(tmp_path):
+    import os
+    import stat
+
+    g, _, _ = captured("resnet18")
+    path, npz = g.save(tmp_path / "m.json")
+    umask = os.umask(0)
+    os.umask(umask)
+    for p in (path, npz):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o666 & ~umask
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
