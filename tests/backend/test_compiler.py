@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from torch import nn
@@ -81,3 +83,14 @@ def test_torch_compile_backend_leaves_autograd_alone():
     out = compiled(x)  # grad mode on and parameters require grad: run as traced, gradients flow
     out["logits"].sum().backward()
     assert model.head.weight.grad is not None
+
+
+def test_torch_compile_backend_runs_dynamic_shapes_as_traced(caplog):
+    torch._dynamo.reset()
+    model = block()
+    compiled = torch.compile(model, backend="gawee", dynamic=True)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="gawee.backend.dynamo"):
+        for size in (8, 10):
+            x = torch.randn(1, 4, size, size)
+            torch.testing.assert_close(compiled(x)["logits"], model(x)["logits"])
+    assert "dynamic shapes" in caplog.text
