@@ -101,8 +101,8 @@ class Node:
                  output_types: Sequence[TensorType], name: str, source: str = ""):
         self.op = op
         self._inputs: tuple[Value | None, ...] = tuple(inputs)
-        self.attrs: dict[str, Any] = freeze_attrs(attrs)
-        """Plain JSON-able data (lists stored as tuples so nodes hash for CSE)."""
+        self.attrs: dict[str, Any] = dict(attrs)
+        """Plain JSON-able data, frozen (lists stored as tuples) by Graph.create_node / OpDef.prepare_attrs."""
         self.source = source
         """Provenance: the ATen target or the rule (file:line) that made this node."""
         self.name = name
@@ -151,8 +151,18 @@ def freeze_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _freeze(v, k) for k, v in attrs.items()}
 
 
+_PLAIN = frozenset(_Scalar)
+
+
 def _freeze(v: Any, key: str) -> Any:
-    if isinstance(v, _Scalar):
+    t = type(v)
+    if t in _PLAIN:
+        return v
+    if t is tuple or t is list:
+        if all(type(x) in _PLAIN for x in v):  # the common case: a flat list of numbers
+            return v if t is tuple else tuple(v)
+        return tuple(_freeze(x, key) for x in v)
+    if isinstance(v, _Scalar):  # subclasses (IntEnum, numpy scalars registered as int...)
         return v
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x, key) for x in v)
@@ -206,6 +216,7 @@ class Graph:
         n = self._name_counters.get(base, 0) + 1
         while f"{base}_{n}" in self._names:
             n += 1
+        self._name_counters[base] = n - 1  # every index below n is taken: later scans start here
         return f"{base}_{n}"
 
     # -- values --------------------------------------------------------------------

@@ -199,7 +199,7 @@ class OpDef:
         """``complete_attrs`` then the op's canonicalization (which may need operand types)."""
         from gawee.ir.core import freeze_attrs
 
-        out = self.complete_attrs(dict(attrs), where)
+        out = self.complete_attrs(attrs, where)
         if self.canonicalize is not None:
             try:
                 out = {**out, **freeze_attrs(self.canonicalize(dict(out), in_types))}

@@ -26,12 +26,12 @@ def detached_constant(data: torch.Tensor) -> Value:
     return Value(TensorType.of(data), "", data=data)
 
 
-def _overflowed(result: torch.Tensor, operands: list) -> bool:
-    """A folded constant that turned finite operands into inf/nan (e.g. weights scaled past f16's range)."""
-    if not result.is_floating_point() or result.device.type == "meta" or bool(torch.isfinite(result).all()):
-        return False
-    return all(x is None or not x.is_floating_point() or x.device.type == "meta" or bool(torch.isfinite(x).all())
-               for x in operands)
+def _finite(t: torch.Tensor) -> bool:
+    return not t.is_floating_point() or t.device.type == "meta" or bool(torch.isfinite(t).all())
+
+
+_SCALARS: dict[tuple, torch.Tensor] = {}
+"""0-d tensors for the numbers replacements use (eps, 0, 1), shared: constants are immutable."""
 
 
 class RewriteContext:
@@ -60,7 +60,11 @@ class RewriteContext:
             dtype = torch.result_type(probe, x)
         else:
             dtype = torch.get_default_dtype() if isinstance(x, float) else None
-        return detached_constant(torch.tensor(x, dtype=dtype))
+        key = (type(x), x, dtype)
+        t = _SCALARS.get(key)
+        if t is None:
+            t = _SCALARS.setdefault(key, torch.tensor(x, dtype=dtype))
+        return detached_constant(t)
 
     def emit(self, op: str, inputs: list[Value | None], attrs: dict[str, Any]) -> Value:
         """Build ``op(inputs, attrs)``: evaluated now if every operand is constant, else a new node."""
@@ -73,14 +77,12 @@ class RewriteContext:
                 out = opdef.run(data, attrs)
                 if len(out) != 1:
                     raise self.error(f"{op} has {len(out)} outputs; a replacement builds single-output ops")
-                if _overflowed(out[0], data):
-                    raise GuardFailed(f"folding {op} overflowed {out[0].dtype}")
                 return detached_constant(out[0])
             name = self.graph.peek_name(op)
             for i, v in enumerate(inputs):
                 if v is not None and v.data is not None and not v.name:  # a constant folded just now
                     operand = opdef.operands[min(i, len(opdef.operands) - 1)].name
-                    v.name = self.graph.unique_name(f"{name}.{operand}")
+                    self._adopt(v, f"{name}.{operand}")
             node = self.graph.create_node(op, inputs, attrs, name=name, source=self.rule.tag, before=self.root)
         except GaweeError as e:
             raise self.error(f"cannot build {op}: {e.message}") from None
@@ -93,8 +95,16 @@ class RewriteContext:
 
     def name_result(self, v: Value) -> Value:
         if v.data is not None and not v.name:
-            v.name = self.graph.unique_name(f"{self.root.name}.const")
+            self._adopt(v, f"{self.root.name}.const")
         return v
+
+    def _adopt(self, v: Value, name: str) -> None:
+        """Name a constant folded by this replacement as it enters the graph. A fold that turned the
+        pattern's finite constants into inf/nan overflowed (f16 weights scaled past 65504): abandon it."""
+        if not _finite(v.data) and all(_finite(x.data) for x in self.env.values()
+                                       if isinstance(x, Value) and x.data is not None):
+            raise GuardFailed(f"folding overflowed {v.dtype}")
+        v.name = self.graph.unique_name(name)
 
     def rollback(self) -> None:
         """Remove the nodes a replacement built (it was abandoned)."""
