@@ -394,7 +394,7 @@ def readme_section(table: str, command: str) -> str:
             "(graph optimization compared alone: same kernels, ORT's optimizer off). ONNX has no fused "
             "convolution, so gawee's fused convs are exported as Conv (+ Add) (+ activation).\n"
             "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
-            "with prepacked weights, channels-last).\n\n"
+            "with weights prepacked for the input size).\n\n"
             "Compile time is wall time from the model to a callable (for Inductor and TorchScript, including "
             "the first call, where they compile). Outputs of every method are compared with eager "
             "(⚠ marks a mismatch or a failure).\n\n"
