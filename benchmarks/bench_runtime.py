@@ -3,8 +3,10 @@
 For each model and batch size every method is built once (its compile time measured
 cold: a fresh Inductor cache directory, one toolchain warm-up on a tiny model first so
 that library import costs are nobody's compile time), its output checked against eager,
-and then all methods are timed in interleaved rounds (one call each per round), so that
-load on the machine drifts over all of them alike. Latency is the median of the rounds.
+and then timed: warm-up calls, then ``--reps`` calls, one method after the other (the
+latency is their median). The machine is shared, so the benchmark measures the CPU time
+other processes take while it times a row, waits for a quiet machine and retimes a row
+that was disturbed; the table reports that foreign load next to each row.
 
     python benchmarks/bench_runtime.py                       # all models, batch 1 and 8
     python benchmarks/bench_runtime.py --models resnet18 --batches 1 --reps 30 --readme
@@ -250,17 +252,19 @@ def bench_config(name: str, batch: int, methods: list[str], reps: int, warmup: i
         except Exception as e:  # a baseline that cannot handle a model is a result, not a crash
             result.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
             log.warning("%s b%d %s failed: %s", name, batch, method, result.error)
-    for fn in runners.values():
-        for _ in range(warmup):
-            _run(fn, x)
     best: tuple[float, dict[str, list[float]]] | None = None
     for attempt in range(quiet.attempts):
         if attempt:
             wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
         times: dict[str, list[float]] = {m: [] for m in runners}
         with CpuMeter() as meter:
-            for _ in range(reps):  # interleaved: load that comes and goes hits every method alike
-                for method, fn in runners.items():
+            for method, fn in runners.items():
+                # One method at a time: interleaving calls would let one runtime's spinning thread pool
+                # (OpenMP's, ONNX Runtime's) steal the cores from the next call of another.
+                time.sleep(0.2)
+                for _ in range(warmup):
+                    _run(fn, x)
+                for _ in range(reps):
                     t0 = time.perf_counter()
                     _run(fn, x)
                     times[method].append((time.perf_counter() - t0) * 1e3)
@@ -331,7 +335,7 @@ def markdown(results: list[Result], meta: dict) -> str:
         lines.append(f"| {model} | {batch} | " + " | ".join(cells)
                      + (f" | {foreign:.2f} cores |" if foreign is not None else " | ? |"))
     notes = [f"- ⚠ {r.label} {METHODS[r.method]}: {r.error}" for r in results if r.error]
-    head = (f"Median latency of {meta['reps']} interleaved runs after {meta['warmup']} warm-up calls (speedup over "
+    head = (f"Median latency of {meta['reps']} runs after {meta['warmup']} warm-up calls (speedup over "
             f"eager), compile time below. Machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
             f"{meta['machine']['torch_threads']} torch threads; torch {meta['machine']['torch']}, onnxruntime "
             f"{meta['machine']['onnxruntime']}. *busy elsewhere*: CPU cores other processes used while the row "
