@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -137,8 +138,15 @@ def _comment_above(lines: list[str], line: int) -> str:
 
 
 def default_rules() -> RuleSet:
-    """The bundled pipeline (every file of rules/, in name order)."""
+    """The bundled pipeline (every file of rules/, in name order), compiled once per process
+    (again only if a file changed)."""
     if not RULES_DIR.is_dir():
         raise GaweeError(f"the bundled rules are missing: {RULES_DIR}",
                          hint="gawee runs from its source tree (pip install -e .)")
+    stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(RULES_DIR.glob("*.rules")))
+    return _bundled(stamp)
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled(stamp: tuple) -> RuleSet:
     return load_rules(RULES_DIR)
