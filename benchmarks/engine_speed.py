@@ -1,0 +1,507 @@
+"""Engine speed of gawee's rewriter (issue 3), side by side with torch.fx's subgraph rewriter.
+
+    python benchmarks/engine_speed.py                       # figures into benchmarks/README.md
+    python benchmarks/engine_speed.py --sizes 1000,10000 --no-readme
+
+(a) ResNet-18 after capture, rewritten with the default rules: median of warm runs.
+(b) Synthetic graphs of ~1k, 10k and 100k nodes built with GraphBuilder — blocks of
+    conv2d → batch_norm → relu on 1x4x8x8 activations with 4x4x3x3 weights, every 4th
+    block ResNet-style conv2d → batch_norm → add(skip) → relu — rewritten with the
+    default rules (fold every batch norm, fuse every relu and residual add).
+(c) The same Conv+BN folding alone: gawee with only ``fold_conv_bn`` against
+    ``torch.fx.subgraph_rewriter.replace_pattern`` on an fx.Graph of the same blocks.
+
+Each measurement runs in a fresh subprocess with a time limit, so one that explodes
+is reported as such and the others still run. Only the rewriting is timed (not graph
+construction, capture or rule loading, which are reported apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SECTION = "## Engine speed"
+TARGET_RESNET_MS = 50.0
+TARGET_RATIO = 13.0
+TARGET_100K_S = 30.0
+SIZES = (1000, 10_000, 100_000)
+
+
+# ---------------------------------------------------------------------------------------
+# the graphs
+# ---------------------------------------------------------------------------------------
+
+
+def blocks_for(nodes: int) -> int:
+    """The fewest blocks whose graph has at least ``nodes`` nodes (3 per block + 1 add per 4 blocks)."""
+    b = max(1, (nodes * 4) // 13)
+    while 3 * b + b // 4 < nodes:
+        b += 1
+    return b
+
+
+def block_params(i: int, gen):
+    """Block i's constants: conv weight and bias, batch norm gamma, beta, mean, var."""
+    import torch
+
+    return (
+        torch.randn(4, 4, 3, 3, generator=gen) * 0.2,
+        torch.randn(4, generator=gen) * 0.1,
+        torch.rand(4, generator=gen) + 0.5,
+        torch.randn(4, generator=gen) * 0.1,
+        torch.randn(4, generator=gen) * 0.1,
+        torch.rand(4, generator=gen) + 0.5,
+    )
+
+
+def gawee_graph(blocks: int):
+    import torch
+
+    from gawee.ir.builder import GraphBuilder
+
+    gen = torch.Generator().manual_seed(0)
+    b = GraphBuilder(f"synthetic{blocks}")
+    x = skip = b.input("x", "f32[1,4,8,8]")
+    for i in range(blocks):
+        w, bias, gamma, beta, mean, var = (b.const(t, n) for t, n in zip(block_params(i, gen), NAMES))
+        y = b.batch_norm(b.conv2d(x, w, bias, padding=[1, 1]), gamma, beta, mean, var, eps=1e-5)
+        if i % 4 == 3:
+            y = b.add(y, skip)
+        x = b.relu(y)
+        if i % 4 == 3:
+            skip = x
+    return b.output(x)
+
+
+NAMES = ("w", "b", "gamma", "beta", "mean", "var")
+
+
+def fx_module(blocks: int):
+    """The same blocks as an fx GraphModule (constants are get_attr nodes of the root module)."""
+    import torch
+    import torch.fx as fx
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(0)
+    root = torch.nn.Module()
+    g = fx.Graph()
+    x = skip = g.placeholder("x")
+    for i in range(blocks):
+        attrs = []
+        for t, n in zip(block_params(i, gen), NAMES):
+            root.register_buffer(f"{n}{i}", t)
+            attrs.append(g.get_attr(f"{n}{i}"))
+        w, bias, gamma, beta, mean, var = attrs
+        y = g.call_function(torch.conv2d, (x, w, bias, 1, 1))
+        # spelled as symbolic tracing spells F.batch_norm, so that the pattern matches it
+        y = g.call_function(
+            F.batch_norm,
+            (y, mean, var),
+            {"weight": gamma, "bias": beta, "training": False, "momentum": 0.0, "eps": 1e-5},
+        )
+        if i % 4 == 3:
+            y = g.call_function(torch.add, (y, skip))
+        x = g.call_function(torch.relu, (y,))
+        if i % 4 == 3:
+            skip = x
+    g.output(x)
+    return fx.GraphModule(root, g)
+
+
+def fx_pattern(x, w, b, gamma, beta, mean, var):
+    import torch
+    import torch.nn.functional as F
+
+    return F.batch_norm(
+        torch.conv2d(x, w, b, 1, 1), mean, var, weight=gamma, bias=beta, training=False, momentum=0.0, eps=1e-5
+    )
+
+
+def fx_replacement(x, w, b, gamma, beta, mean, var):
+    """The folded conv. fx cannot evaluate constants while rewriting, so the fold stays in the graph
+    as ops on the weights (to be constant-folded later); gawee computes the new weights at rewrite time."""
+    import torch
+
+    s = gamma / torch.sqrt(var + 1e-5)
+    return torch.conv2d(x, w * s.reshape(-1, 1, 1, 1), (b - mean) * s + beta, 1, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# measurements (each in its own process)
+# ---------------------------------------------------------------------------------------
+
+
+def measure_resnet18(repeat: int) -> dict:
+    import gawee
+    from gawee.frontend.models import resolve
+
+    src = resolve("resnet18")
+    graph = gawee.capture(src.module, src.example_inputs, name="resnet18")
+    loads = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        rules = gawee.default_rules()
+        loads.append(time.perf_counter() - t0)
+    for _ in range(3):  # warm-up: caches of shape inference, first-time imports
+        out, report = gawee.rewrite(graph, rules)
+    times, engine, clones = [], [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out, report = gawee.rewrite(graph, rules)
+        times.append(time.perf_counter() - t0)
+        engine.append(report.seconds)
+        t0 = time.perf_counter()
+        graph.clone()
+        clones.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    gawee.rewrite(graph)  # what a caller that passes no rules pays: the rules are loaded every call
+    no_rules = time.perf_counter() - t0
+    eq = gawee.verify_equivalent(graph, out)
+    return {
+        "runs": repeat,
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "engine_median_s": statistics.median(engine),
+        "clone_median_s": statistics.median(clones),
+        "load_rules_s": statistics.median(loads),
+        "no_rules_arg_s": no_rules,
+        "nodes_before": len(graph),
+        "nodes_after": len(out),
+        "firings": sum(report.firings.values()),
+        "equivalent": eq.ok,
+    }
+
+
+def _fold_only(rules):
+    from gawee.rewrite.ruleset import Phase, RuleSet
+
+    return RuleSet([Phase("fold", [rules.rule("fold_conv_bn")])])
+
+
+def measure_gawee(blocks: int, which: str, repeat: int) -> dict:
+    import gawee
+
+    rules = gawee.default_rules()
+    if which == "fold":
+        rules = _fold_only(rules)
+    warm = gawee_graph(8)
+    gawee.rewrite(warm, rules)
+    t0 = time.perf_counter()
+    graph = gawee_graph(blocks)
+    build_s = time.perf_counter() - t0
+    times, engine = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out, report = gawee.rewrite(graph, rules)
+        times.append(time.perf_counter() - t0)
+        engine.append(report.seconds)
+    row = {
+        "blocks": blocks,
+        "nodes_before": len(graph),
+        "nodes_after": len(out),
+        "build_s": build_s,
+        "runs": repeat,
+        "median_s": statistics.median(times),
+        "engine_median_s": statistics.median(engine),
+        "firings": dict(report.firings),
+    }
+    if blocks <= 400:
+        row["equivalent"] = gawee.verify_equivalent(graph, out).ok
+    return row
+
+
+def measure_fx(blocks: int, repeat: int) -> dict:
+    import torch
+    from torch.fx import subgraph_rewriter
+
+    warm = fx_module(8)
+    subgraph_rewriter.replace_pattern(warm, fx_pattern, fx_replacement)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        gm = fx_module(blocks)
+        build_s = time.perf_counter() - t0
+        nodes_before = len(gm.graph.nodes)
+        x = torch.randn(1, 4, 8, 8)
+        ref = gm(x) if blocks <= 400 else None
+        t0 = time.perf_counter()
+        matches = subgraph_rewriter.replace_pattern(gm, fx_pattern, fx_replacement)
+        times.append(time.perf_counter() - t0)
+    row = {
+        "blocks": blocks,
+        "nodes_before": nodes_before,
+        "nodes_after": len(gm.graph.nodes),
+        "matches": len(matches),
+        "build_s": build_s,
+        "runs": repeat,
+        "median_s": statistics.median(times),
+    }
+    if ref is not None:
+        got = gm(x)
+        row["equivalent"] = bool((got - ref).abs().max() <= 1e-4 * max(1.0, ref.abs().max().item()))
+    return row
+
+
+def worker_main(args) -> int:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    import torch
+
+    torch.set_num_threads(1)
+    if args.worker == "resnet18":
+        row = measure_resnet18(args.repeat)
+    elif args.worker in ("gawee", "fold"):
+        row = measure_gawee(args.blocks, args.worker, args.repeat)
+    else:
+        row = measure_fx(args.blocks, args.repeat)
+    Path(args.out).write_text(json.dumps(row))
+    return 0
+
+
+def profile(nodes: int, top: int = 30) -> int:
+    """cProfile of the default rewrite of the synthetic graph of ``nodes`` nodes: where the time goes."""
+    import cProfile
+    import pstats
+
+    import gawee
+
+    rules = gawee.default_rules()
+    gawee.rewrite(gawee_graph(8), rules)
+    graph = gawee_graph(blocks_for(nodes))
+    prof = cProfile.Profile()
+    prof.enable()
+    _, rep = gawee.rewrite(graph, rules)
+    prof.disable()
+    print(f"{len(graph)} nodes -> {rep.nodes_after}, {rep.total} firings, {rep.seconds:.2f} s in the engine")
+    stats = pstats.Stats(prof)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return 0
+
+
+def run_worker(kind: str, blocks: int, repeat: int, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory(prefix="gawee-speed-") as tmp:
+        out = Path(tmp) / "row.json"
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            kind,
+            "--blocks",
+            str(blocks),
+            "--repeat",
+            str(repeat),
+            "--out",
+            str(out),
+        ]
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"),
+            )
+        except subprocess.TimeoutExpired:
+            return {"timeout_s": timeout, "wall_s": time.perf_counter() - t0}
+        if not out.exists():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+            return {"error": f"exit status {proc.returncode}: " + " | ".join(tail)}
+        return json.loads(out.read_text())
+
+
+# ---------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------
+
+
+def fmt_s(row: dict) -> str:
+    if "timeout_s" in row:
+        return f"> {row['timeout_s']:.0f} s (stopped)"
+    if "error" in row:
+        return "failed"
+    s = row["median_s"]
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def size_label(n: int) -> str:
+    return f"{n / 1000:g}k" if n >= 1000 else str(n)
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def report(res: dict, sizes: list[int], command: str, limits: tuple[float, float]) -> tuple[str, list[str]]:
+    """The README section body and the console lines."""
+    import torch
+    from zoo import machine, source_version  # the same lines as the zoo section
+
+    lines, md = [], []
+    r = res["resnet18"]
+    if "median_s" in r:
+        ok = r["median_s"] * 1e3 < TARGET_RESNET_MS
+        lines.append(
+            f"(a) ResNet-18, default rules: median {r['median_s'] * 1e3:.1f} ms over {r['runs']} warm runs "
+            f"(min {r['min_s'] * 1e3:.1f}, max {r['max_s'] * 1e3:.1f}; engine {r['engine_median_s'] * 1e3:.1f} ms "
+            f"+ graph copy {r['clone_median_s'] * 1e3:.1f} ms), {r['nodes_before']} → {r['nodes_after']} nodes, "
+            f"{r['firings']} firings, equivalent: {r['equivalent']} — target < {TARGET_RESNET_MS:.0f} ms "
+            f"{verdict(ok)}. Loading the default rules takes {r['load_rules_s'] * 1e3:.0f} ms; "
+            f"`gawee.rewrite(graph)` with no rule set given took {r['no_rules_arg_s'] * 1e3:.0f} ms."
+        )
+    else:
+        lines.append(f"(a) ResNet-18: {fmt_s(r)} {r.get('error', '')}")
+    md.append(lines[-1])
+
+    header = [
+        "nodes (blocks)",
+        "gawee, default rules",
+        "µs / node",
+        "after",
+        "gawee, fold_conv_bn only",
+        "fx replace_pattern (Conv+BN)",
+        "fx ÷ gawee (fold only)",
+    ]
+    rows = []
+    for n in sizes:
+        g, f, x = res["gawee"][n], res["fold"][n], res["fx"][n]
+        per = f"{g['median_s'] / g['nodes_before'] * 1e6:.0f}" if "median_s" in g else "—"
+        after = f"{g['nodes_after']}" if "nodes_after" in g else "—"
+        ratio = (
+            f"{x['median_s'] / f['median_s']:.1f}×"
+            if "median_s" in x and "median_s" in f
+            else (f"> {x['timeout_s'] / f['median_s']:.0f}×" if "timeout_s" in x and "median_s" in f else "—")
+        )
+        label = f"{g.get('nodes_before', n)} ({g.get('blocks', blocks_for(n))})"
+        fx_cell = fmt_s(x) + (f", {x['matches']} matches" if "matches" in x else "")
+        rows.append([label, fmt_s(g), per, after, fmt_s(f), fx_cell, ratio])
+    table = "\n".join(
+        ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+    )
+
+    def t(kind, n):
+        return res[kind].get(n, {}).get("median_s")
+
+    summary = []
+    if 10_000 in sizes and 100_000 in sizes:
+        a, b = t("gawee", 10_000), t("gawee", 100_000)
+        if a and b:
+            summary.append(
+                f"t(100k) / t(10k) = {b / a:.1f} (target ≤ {TARGET_RATIO:g}: {verdict(b / a <= TARGET_RATIO)})"
+                f"; 100k nodes in {b:.1f} s (target < {TARGET_100K_S:g} s: {verdict(b < TARGET_100K_S)})."
+            )
+        elif a and "timeout_s" in res["gawee"][100_000]:
+            lim = res["gawee"][100_000]["timeout_s"]
+            summary.append(
+                f"t(100k) / t(10k) > {lim / a:.0f} (target ≤ {TARGET_RATIO:g}: **missed**); 100k nodes "
+                f"did not finish in {lim:.0f} s (target < {TARGET_100K_S:g} s: **missed**)."
+            )
+    if 1000 in sizes and 10_000 in sizes and t("gawee", 1000) and t("gawee", 10_000):
+        summary.append(f"t(10k) / t(1k) = {t('gawee', 10_000) / t('gawee', 1000):.1f}.")
+    for n in sizes:
+        if t("fold", n) and t("fx", n):
+            summary.append(
+                f"{size_label(n)}: fx's replace_pattern takes {t('fx', n) / t('fold', n):.1f}× gawee's time "
+                f"for the same Conv+BN folding."
+            )
+    for kind in ("gawee", "fold", "fx"):
+        for n in sizes:
+            if "error" in res[kind][n]:
+                summary.append(f"{kind} {n}: failed: {res[kind][n]['error']}")
+    lines += ["(b, c) synthetic graphs:", table, *summary]
+
+    body = [
+        "How fast the rewriter is (issue 3). Only rewriting is timed: not capture, not graph construction, "
+        "not loading the rules. `gawee.rewrite(graph, rules)` is timed as a caller sees it (copy of the input "
+        "graph included). Each measurement runs in its own process with one torch thread, after a warm-up "
+        "rewrite; graphs up to 10k nodes are timed as the median of several runs, 100k once. "
+        "`--profile N` prints a cProfile of the default rewrite of the N-node graph.",
+        f"```sh\n{command}\n```",
+        f"Run {datetime.date.today().isoformat()} · {source_version()} · torch {torch.__version__} · {machine()}.",
+        *md,
+        "(b) and (c): synthetic graphs built with `GraphBuilder` — blocks of conv2d → batch_norm → relu on "
+        "1×4×8×8 activations with 4×4×3×3 weights, every 4th block ResNet-style conv2d → batch_norm → "
+        "add(skip) → relu. The default rules fold every batch norm and fuse every relu and residual add into "
+        "its conv. (c) does only the Conv+BN fold: gawee with the one rule `fold_conv_bn` (new weights computed "
+        "at rewrite time) against `torch.fx.subgraph_rewriter.replace_pattern` on an fx graph of the same blocks "
+        "(its replacement keeps the fold as ops on the weights; fx also has one `get_attr` node per constant, "
+        "6 per block, which gawee's constants are not). A measurement is stopped after "
+        f"{limits[0]:.0f} s (gawee) or {limits[1]:.0f} s (fx) and shown as > that.",
+        table,
+        "\n".join(f"* {s}" for s in summary),
+    ]
+    return "\n\n".join(body), lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="node counts (default 1000,10000,100000)")
+    ap.add_argument("--repeat", type=int, default=15, help="warm runs of ResNet-18 (default 15, at least 10)")
+    ap.add_argument("--small-repeat", type=int, default=5, help="runs of synthetic graphs of <= 10k nodes")
+    ap.add_argument("--timeout", type=float, default=1500.0, help="seconds per gawee measurement (default 1500)")
+    ap.add_argument("--fx-timeout", type=float, default=1500.0, help="seconds per fx measurement (default 1500)")
+    ap.add_argument("--profile", type=int, metavar="N", help="only profile the default rewrite of the N-node graph")
+    ap.add_argument("--no-readme", action="store_true", help="do not write benchmarks/README.md")
+    ap.add_argument("--readme", type=Path, default=HERE / "README.md", help=argparse.SUPPRESS)
+    ap.add_argument("--json", type=Path, help="also write the raw figures to this JSON file")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--blocks", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return worker_main(args)
+    if args.profile:
+        return profile(args.profile)
+
+    from rich.console import Console
+
+    console = Console()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    res: dict = {"resnet18": {}, "gawee": {}, "fold": {}, "fx": {}}
+    t_all = time.perf_counter()
+    with console.status("ResNet-18 ...") as status:
+        res["resnet18"] = run_worker("resnet18", 0, max(10, args.repeat), args.timeout)
+        console.print(f"ResNet-18: {fmt_s(res['resnet18'])}", highlight=False)
+        for n in sizes:
+            blocks = blocks_for(n)
+            repeat = args.small_repeat if n <= 10_000 else 1
+            for kind, limit in (("gawee", args.timeout), ("fold", args.timeout), ("fx", args.fx_timeout)):
+                status.update(f"{n} nodes: {kind} ...")
+                row = run_worker(kind, blocks, repeat, limit)
+                res[kind][n] = row
+                console.print(f"{n:>7} nodes  {kind:<5} {fmt_s(row)}", highlight=False)
+    body, lines = report(
+        res,
+        sizes,
+        ("python benchmarks/engine_speed.py " + " ".join(sys.argv[1:] if argv is None else argv)).strip(),
+        (args.timeout, args.fx_timeout),
+    )
+    console.print()
+    for line in lines:
+        console.print(line, highlight=False)
+    console.print(f"total {time.perf_counter() - t_all:.0f} s", highlight=False)
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1, default=str))
+    if not args.no_readme:
+        from zoo import replace_section
+
+        replace_section(args.readme, SECTION, body)
+        console.print(f"wrote the {SECTION!r} section of {args.readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
