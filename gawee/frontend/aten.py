@@ -83,7 +83,8 @@ class NodeConverter:
         if not self._unmapped_results_unused(fx_node, mapped):
             return False
 
-        primary = next((self._value(v) for v in args.values() if isinstance(v, torch.fx.Node)), None)
+        primary = next((self._value(v) for v in args.values()
+                        if isinstance(v, torch.fx.Node) and isinstance(self._value(v), Value)), None)
         inputs: list[Value | None] = []
         for operand in opdef.operands:
             v = args.pop(operand.name, None)
