@@ -168,14 +168,24 @@ RELATIVE_TOLERANCE = 1e-4
 
 
 def make_model(name: str) -> torch.nn.Module:
-    """A torchvision model with seeded random weights; weight matrices that torchvision initializes to
-    zero (ViT's head) get small random values, so that the output check compares something."""
+    """A torchvision model with seeded random weights, made to look trained where initialization is
+    degenerate: weight matrices initialized to zero (ViT's head) get small random values, so that the
+    output check compares something, and normalization layers get random affine parameters and
+    statistics — at initialization batch norm is the identity, which would let an exporter drop
+    all-zero biases after folding and make the graphs unlike those of trained models."""
     torch.manual_seed(0)
     model = torchvision.models.get_model(name, weights=None).eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() >= 2 and not p.any():
                 p.normal_(0, 0.02)
+        for m in model.modules():
+            if isinstance(m, (torch.nn.BatchNorm2d, torch.nn.LayerNorm)) and m.weight is not None:
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.1)
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
     return model
 
 

@@ -114,11 +114,24 @@ class TorchLowering:
 
     def is_last_use(self, index: int) -> bool:
         """Whether this node is the last reader of operand ``index``, a value computed in the graph
-        that is not a graph output: its storage may then be reused by this node's output."""
+        that is not a graph output."""
         value = self.node.inputs[index]
         if value is None or value.producer is None or value.is_graph_output:
             return False
         return self._builder.last_reader.get(value) is self.node
+
+    def can_overwrite(self, index: int) -> bool:
+        """Whether this node may write its result into operand ``index``'s storage: the operand is dead
+        after this node (:meth:`is_last_use`), has the result's shape and dtype, is no other operand of
+        this node, and owns its memory — it was computed by an elementwise op or a convolution, whose
+        lowerings always allocate (a view, or an op that may return its input, could alias a live tensor)."""
+        value = self.node.inputs[index]
+        if not self.is_last_use(index) or not value.type.same_shape_dtype(self.node.outputs[0].type):
+            return False
+        if any(v is value for i, v in enumerate(self.node.inputs) if i != index):
+            return False
+        producer = value.producer
+        return producer.op == "conv2d" or get_op(producer.op).has_trait("elementwise")
 
     # -- emitting code -------------------------------------------------------------
     def call(self, target: Callable, *args: Any, **kwargs: Any) -> torch.fx.Node:

@@ -69,7 +69,8 @@ def _binary_onnx(op_type: str, compare: bool, negate: bool = False):
 
 
 def binary(name: str, fn, *, commutative: bool = False, compare: bool = False, to_float: bool = False,
-           aten: tuple = (), attrs: tuple = (), sample=S.elementwise, onnx=None, doc: str = "") -> OpDef:
+           aten: tuple = (), attrs: tuple = (), sample=S.elementwise, onnx=None, lower_torch=None,
+           doc: str = "") -> OpDef:
     """An elementwise op of two broadcasting tensors (a Scalar operand arrives as a 0-d constant).
 
     ``compare``: the result is bool; ``to_float``: integer operands give a float result
@@ -82,7 +83,7 @@ def binary(name: str, fn, *, commutative: bool = False, compare: bool = False, t
     return register(OpDef(
         name, (Operand("self"), Operand("other")), fn, attrs=attrs, traits=traits,
         infer=infer, flops=out_numel, sample=sample,
-        onnx=_binary_onnx(onnx, compare) if isinstance(onnx, str) else onnx,
+        onnx=_binary_onnx(onnx, compare) if isinstance(onnx, str) else onnx, lower_torch=lower_torch,
         aten=aten or (f"aten.{name}.Tensor", f"aten.{name}.Scalar"), doc=doc))
 
 
@@ -152,7 +153,15 @@ unary("round", lambda self, decimals=0: torch.round(self, decimals=decimals),
       attrs=(Attr("decimals", "int", 0),), aten=("aten.round.default", "aten.round.decimals"),
       onnx=lambda c: c.emit("Round", c.x(0)) if c.attrs["decimals"] == 0 else c.fail("round to decimals"))
 
-binary("add", torch.add, commutative=True, onnx="Add",
+def _add_lower_torch(ctx):
+    """In place into a dead operand that owns its memory and has the result's type (no allocation)."""
+    for i in (0, 1):
+        if ctx.can_overwrite(i):
+            return ctx.call(torch.Tensor.add_, ctx.arg(i), ctx.arg(1 - i))
+    return ctx.reference()
+
+
+binary("add", torch.add, commutative=True, onnx="Add", lower_torch=_add_lower_torch,
        aten=(AtenBinding("aten.add.Tensor", fixed={"alpha": 1}), AtenBinding("aten.add.Scalar", fixed={"alpha": 1})))
 binary("sub", torch.sub, onnx="Sub",
        aten=(AtenBinding("aten.sub.Tensor", fixed={"alpha": 1}), AtenBinding("aten.sub.Scalar", fixed={"alpha": 1}),

@@ -88,6 +88,22 @@ def test_a_dead_residual_takes_the_sum_in_place(read_later):
     assert_matches_reference(graph, module)
 
 
+@pytest.mark.parametrize("case", ["dead", "read_later", "view", "broadcast"])
+def test_add_writes_into_a_dead_operand_that_owns_its_memory(case):
+    b = GraphBuilder("add")
+    x = b.input("x", "f32[2,3,4]")
+    y = b.relu(x)
+    if case == "view":
+        y = b.reshape(b.relu(b.reshape(x, shape=[6, 4])), shape=[2, 3, 4])
+    other = b.input("bias", "f32[4]") if case == "broadcast" else x
+    z = b.add(other, y) if case == "broadcast" else b.add(y, other)
+    graph = b.output(b.mul(z, y) if case == "read_later" else z)
+    module = to_torch(graph)
+    in_place = torch.Tensor.add_ in [n.target for n in module.graph.nodes]
+    assert in_place is (case in ("dead", "broadcast"))
+    assert_matches_reference(graph, module)
+
+
 def test_fallback_without_fused_kernels_is_the_reference_semantics():
     graph = fused_conv_graph()
     module = to_torch(graph, TorchOptions(fused_kernels=False))
