@@ -51,7 +51,9 @@ METHODS = {
     "ort_basic": "ONNX Runtime basic, torch.onnx export",
     "ort_gawee": "ONNX Runtime, no optimizer, gawee graph",
     "gawee": "gawee.compile",
+    "gawee_dynamo": "torch.compile(backend=\"gawee\")",
 }
+DEFAULT_METHODS = [m for m in METHODS if m != "gawee_dynamo"]
 log = logging.getLogger("bench")
 
 
@@ -70,6 +72,8 @@ class Result:
     error: str = ""
     foreign_load: float | None = None
     """CPU cores that other processes used while this configuration was timed."""
+    flops: int | None = None
+    """FLOPs of one call (gawee's cost model on the captured graph; gawee rows only)."""
 
     @property
     def label(self) -> str:
@@ -132,12 +136,20 @@ def build_ort_gawee(model, x):
 def build_gawee(model, x):
     module, seconds = _timed(lambda: gawee.compile(model, (x,)))
     log.info("  gawee: %s", module.gawee_report)
+    module.flops = gawee.cost(module.gawee_report.graph).flops
     return module, seconds
+
+
+def build_gawee_dynamo(model, x):
+    compiled = torch.compile(model, backend="gawee")
+    _, seconds = _timed(lambda: _run(compiled, x))  # dynamo captures and calls the backend on the first call
+    return compiled, seconds
 
 
 BUILDERS: dict[str, Callable] = {
     "eager": build_eager, "fx_fuse": build_fx_fuse, "jit": build_jit, "inductor": build_inductor,
     "ort_basic": build_ort_basic, "ort_gawee": build_ort_gawee, "gawee": build_gawee,
+    "gawee_dynamo": build_gawee_dynamo,
 }
 
 
@@ -253,6 +265,7 @@ def bench_config(name: str, batch: int, methods: list[str], reps: int, warmup: i
         log.info("%s b%d: building %s", name, batch, method)
         try:
             fn, result.compile_s = BUILDERS[method](model, x)
+            result.flops = getattr(fn, "flops", None)
             out = _run(fn, x)
             result.max_error = (out - reference).abs().max().item() / scale
             result.ok = out.shape == reference.shape and result.max_error <= RELATIVE_TOLERANCE
@@ -353,6 +366,55 @@ def markdown(results: list[Result], meta: dict) -> str:
     return "\n".join([head, "", *lines, "", *notes]).rstrip() + "\n"
 
 
+def targets(results: list[Result]) -> str:
+    """Issue 5's targets, checked against these figures (met or not, with the numbers)."""
+    index = {(r.model, r.batch, r.method): r for r in results}
+
+    def verdict(ok: bool) -> str:
+        return "**met**" if ok else "**not met**"
+
+    lines = []
+    eager, fast, inductor = (index.get(("resnet18", 1, m)) for m in ("eager", "gawee", "inductor"))
+    if eager and fast and eager.latency_ms and fast.latency_ms:
+        speedup = eager.latency_ms / fast.latency_ms
+        lines.append(f"- ResNet-18, batch 1, gawee.compile at least 4× faster than eager: {speedup:.2f}× "
+                     f"({eager.latency_ms:.1f} → {fast.latency_ms:.1f} ms) — {verdict(speedup >= 4)}.")
+        if inductor and inductor.latency_ms:
+            ratio = inductor.latency_ms / fast.latency_ms
+            lines.append(f"- … at least as fast as Inductor with freezing: {fast.latency_ms:.2f} ms vs "
+                         f"{inductor.latency_ms:.2f} ms ({ratio:.3f}×) — {verdict(ratio >= 1)}.")
+        if fast.compile_s is not None:
+            other = f" (Inductor: {inductor.compile_s:.1f} s)" if inductor and inductor.compile_s else ""
+            lines.append(f"- … compile time at most 2 s: {fast.compile_s:.2f} s{other} — "
+                         f"{verdict(fast.compile_s <= 2)}.")
+        if fast.flops:
+            lines.append(f"- (ResNet-18 is {fast.flops / 1e9:.2f} GFLOP per image: gawee's module runs at "
+                         f"{fast.flops / fast.latency_ms / 1e6:.0f} GFLOP/s, eager at "
+                         f"{fast.flops / eager.latency_ms / 1e6:.0f} GFLOP/s.)")
+    pairs = [(index.get((r.model, r.batch, "eager")), r) for r in results if r.method == "gawee" and r.latency_ms]
+    slower = [f"{r.label} ({e.latency_ms / r.latency_ms:.2f}×)" for e, r in pairs
+              if e and e.latency_ms and r.latency_ms > e.latency_ms]
+    worst = min((e.latency_ms / r.latency_ms for e, r in pairs if e and e.latency_ms), default=None)
+    if worst is not None:
+        lines.append(f"- gawee.compile never slower than eager: slowest ratio {worst:.2f}× — "
+                     f"{verdict(not slower)}" + (f" (slower on {', '.join(slower)})." if slower else "."))
+    gawee_rows = [r for r in results if r.method == "gawee"]
+    if gawee_rows:
+        worst_error = max((r.max_error for r in gawee_rows if r.max_error is not None), default=float("nan"))
+        lines.append(f"- gawee.compile's outputs match eager: largest relative difference {worst_error:.1e} — "
+                     f"{verdict(all(r.ok for r in gawee_rows))}.")
+    ort = [(index.get((r.model, r.batch, "ort_basic")), r) for r in results if r.method == "ort_gawee"]
+    ort = [(b, g) for b, g in ort if b and b.latency_ms and g.latency_ms]
+    if ort:
+        ratios = [b.latency_ms / g.latency_ms for b, g in ort]
+        behind = [f"{g.label} ({b.latency_ms / g.latency_ms:.3f}×)" for b, g in ort if g.latency_ms > b.latency_ms]
+        lines.append(f"- ONNX Runtime with its optimizer off on gawee's graph at least as fast as ORT basic on "
+                     f"the plain export: {sum(r >= 1 for r in ratios)} of {len(ratios)} rows, ratios "
+                     f"{min(ratios):.3f}–{max(ratios):.3f}× — {verdict(not behind)}"
+                     + (f" (behind on {', '.join(behind)})." if behind else "."))
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def chart(results: list[Result], path: Path) -> None:
     import matplotlib
 
@@ -394,7 +456,7 @@ def update_readme(path: Path, section: str) -> None:
     path.write_text(text)
 
 
-def readme_section(table: str, command: str) -> str:
+def readme_section(table: str, checks: str, command: str) -> str:
     return ("## Runtime\n\n"
             "Produced by `make bench`, i.e.\n\n"
             f"```sh\n{command}\n```\n\n"
@@ -412,14 +474,16 @@ def readme_section(table: str, command: str) -> str:
             "Compile time is wall time from the model to a callable (for Inductor and TorchScript, including "
             "the first call, where they compile). Outputs of every method are compared with eager "
             "(⚠ marks a mismatch or a failure).\n\n"
-            f"{table}\n![speedup over eager](runtime.png)\n")
+            f"{table}\n![speedup over eager](runtime.png)\n\n"
+            f"### Targets (computed from the table)\n\n{checks}")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated torchvision model names")
     p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help="comma-separated, from: " + ", ".join(METHODS))
     p.add_argument("--reps", type=int, default=20, help="timed runs per method (median reported)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per method before timing")
     p.add_argument("--out", type=Path, default=HERE, help="directory for runtime.{json,md,png}")
@@ -428,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure only while other processes use at most this many cores (waits, then retimes)")
     p.add_argument("--quiet-timeout", type=float, default=Quiet.timeout_s,
                    help="seconds to wait for a quiet machine before measuring anyway")
+    p.add_argument("--from-json", type=Path, metavar="RUNTIME_JSON",
+                   help="measure nothing: render the table, chart and README section of a saved run")
     args = p.parse_args(argv)
     quiet = Quiet(args.max_foreign_load, args.quiet_timeout)
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -439,26 +505,33 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(methods) - set(METHODS)
     if unknown:
         p.error(f"unknown methods {sorted(unknown)}")
-    meta = {"reps": args.reps, "warmup": args.warmup, "machine": machine(), "max_foreign": quiet.max_foreign}
-    meta["warm_up_s"] = warm_up_toolchains(methods)
-    results: list[Result] = []
-    for name in args.models.split(","):
-        for batch in (int(b) for b in args.batches.split(",")):
-            results += bench_config(name, batch, methods, args.reps, args.warmup, quiet)
-            for r in results[-len(methods):]:
-                log.info("  %-10s %8s ms  compile %6s s  %s", r.method,
-                         f"{r.latency_ms:.2f}" if r.latency_ms else "-",
-                         f"{r.compile_s:.2f}" if r.compile_s is not None else "-", r.error)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "runtime.json").write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]},
-                                                      indent=1))
-    table = markdown(results, meta)
-    (args.out / "runtime.md").write_text("# Runtime\n\n" + table)
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        meta, results = saved["meta"], [Result(**r) for r in saved["results"]]
+    else:
+        command = "python benchmarks/bench_runtime.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        meta = {"reps": args.reps, "warmup": args.warmup, "machine": machine(), "max_foreign": quiet.max_foreign,
+                "command": command.strip(), "date": time.strftime("%Y-%m-%d %H:%M")}
+        meta["warm_up_s"] = warm_up_toolchains(methods)
+        results = []
+        for name in args.models.split(","):
+            for batch in (int(b) for b in args.batches.split(",")):
+                results += bench_config(name, batch, methods, args.reps, args.warmup, quiet)
+                for r in results[-len(methods):]:
+                    log.info("  %-10s %8s ms  compile %6s s  %s", r.method,
+                             f"{r.latency_ms:.2f}" if r.latency_ms else "-",
+                             f"{r.compile_s:.2f}" if r.compile_s is not None else "-", r.error)
+        (args.out / "runtime.json").write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]},
+                                                          indent=1))
+    table, checks = markdown(results, meta), targets(results)
+    (args.out / "runtime.md").write_text("# Runtime\n\n" + table + "\n## Targets\n\n" + checks)
     chart(results, args.out / "runtime.png")
     if args.readme:
-        command = "python benchmarks/bench_runtime.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        update_readme(HERE / "README.md", readme_section(table, command.strip()))
+        command = meta.get("command", "python benchmarks/bench_runtime.py --readme")
+        update_readme(HERE / "README.md", readme_section(table, checks, command))
     print(table)
+    print(checks)
     return 0
 
 
