@@ -3,10 +3,11 @@
 For each model and batch size every method is built once (its compile time measured
 cold: a fresh Inductor cache directory, one toolchain warm-up on a tiny model first so
 that library import costs are nobody's compile time), its output checked against eager,
-and then timed: warm-up calls, then ``--reps`` calls, one method after the other (the
-latency is their median). The machine is shared, so the benchmark measures the CPU time
-other processes take while it times a row, waits for a quiet machine and retimes a row
-that was disturbed; the table reports that foreign load next to each row.
+and then timed: warm-up calls, then ``--reps`` calls split into ``--passes`` passes over
+the methods, consecutive calls of one method within a pass; the latency is their median.
+The machine is shared, so the benchmark measures the CPU time other processes take while
+it times a row, waits for a quiet machine and retimes a row that was disturbed; the
+table reports that foreign load next to each row.
 
     python benchmarks/bench_runtime.py                       # all models, batch 1 and 8
     python benchmarks/bench_runtime.py --models resnet18 --batches 1 --reps 30 --readme
@@ -53,7 +54,6 @@ METHODS = {
     "gawee": "gawee.compile",
     "gawee_dynamo": "torch.compile(backend=\"gawee\")",
 }
-DEFAULT_METHODS = [m for m in METHODS if m != "gawee_dynamo"]
 log = logging.getLogger("bench")
 
 
@@ -252,7 +252,8 @@ class Quiet:
     attempts: int = 3
 
 
-def bench_config(name: str, batch: int, methods: list[str], reps: int, warmup: int, quiet: Quiet) -> list[Result]:
+def bench_config(name: str, batch: int, methods: list[str], reps: int, warmup: int, passes: int,
+                 quiet: Quiet) -> list[Result]:
     wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
     model = make_model(name)
     x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
@@ -280,17 +281,19 @@ def bench_config(name: str, batch: int, methods: list[str], reps: int, warmup: i
         if attempt:
             wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
         times: dict[str, list[float]] = {m: [] for m in runners}
+        per_pass = -(-reps // passes)
         with CpuMeter() as meter:
-            for method, fn in runners.items():
-                # One method at a time: interleaving calls would let one runtime's spinning thread pool
-                # (OpenMP's, ONNX Runtime's) steal the cores from the next call of another.
-                time.sleep(0.2)
-                for _ in range(warmup):
-                    _run(fn, x)
-                for _ in range(reps):
-                    t0 = time.perf_counter()
-                    _run(fn, x)
-                    times[method].append((time.perf_counter() - t0) * 1e3)
+            for p in range(passes):  # several passes over the methods: slow drift of the machine hits all
+                for method, fn in runners.items():
+                    # Consecutive calls of one method: interleaving single calls would let one runtime's
+                    # spinning thread pool (OpenMP's, ONNX Runtime's) steal the cores from another's call.
+                    time.sleep(0.2)
+                    for _ in range(warmup if p == 0 else min(warmup, 2)):
+                        _run(fn, x)
+                    for _ in range(min(per_pass, reps - len(times[method]))):
+                        t0 = time.perf_counter()
+                        _run(fn, x)
+                        times[method].append((time.perf_counter() - t0) * 1e3)
         foreign = meter.foreign if meter.foreign is not None else 0.0
         if best is None or foreign < best[0]:
             best = (foreign, times)
@@ -358,7 +361,8 @@ def markdown(results: list[Result], meta: dict) -> str:
         lines.append(f"| {model} | {batch} | " + " | ".join(cells)
                      + (f" | {foreign:.2f} cores |" if foreign is not None else " | ? |"))
     notes = [f"- ⚠ {r.label} {METHODS[r.method]}: {r.error}" for r in results if r.error]
-    head = (f"Median latency of {meta['reps']} runs after {meta['warmup']} warm-up calls (speedup over "
+    head = (f"Median latency of {meta['reps']} runs in {meta.get('passes', 1)} passes over the methods, after "
+            f"{meta['warmup']} warm-up calls (speedup over "
             f"eager), compile time below. Machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
             f"{meta['machine']['torch_threads']} torch threads; torch {meta['machine']['torch']}, onnxruntime "
             f"{meta['machine']['onnxruntime']}. *busy elsewhere*: CPU cores other processes used while the row "
@@ -470,7 +474,9 @@ def readme_section(table: str, checks: str, command: str) -> str:
             "(graph optimization compared alone: same kernels, ORT's optimizer off). ONNX has no fused "
             "convolution, so gawee's fused convs are exported as Conv (+ Add) (+ activation).\n"
             "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
-            "with weights prepacked for the input size).\n\n"
+            "with weights prepacked for the input size).\n"
+            "- **torch.compile(backend=\"gawee\")**: the same pipeline behind dynamo (parameters frozen, the "
+            "graph re-exported with torch.export).\n\n"
             "Compile time is wall time from the model to a callable (for Inductor and TorchScript, including "
             "the first call, where they compile). Outputs of every method are compared with eager "
             "(⚠ marks a mismatch or a failure).\n\n"
@@ -482,10 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated torchvision model names")
     p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
-    p.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+    p.add_argument("--methods", default=",".join(METHODS),
                    help="comma-separated, from: " + ", ".join(METHODS))
     p.add_argument("--reps", type=int, default=20, help="timed runs per method (median reported)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per method before timing")
+    p.add_argument("--passes", type=int, default=4,
+                   help="split the timed runs into this many passes over the methods (2 more warm-up calls each)")
     p.add_argument("--out", type=Path, default=HERE, help="directory for runtime.{json,md,png}")
     p.add_argument("--readme", action="store_true", help="update the ## Runtime section of benchmarks/README.md")
     p.add_argument("--max-foreign-load", type=float, default=Quiet.max_foreign,
@@ -511,13 +519,14 @@ def main(argv: list[str] | None = None) -> int:
         meta, results = saved["meta"], [Result(**r) for r in saved["results"]]
     else:
         command = "python benchmarks/bench_runtime.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        meta = {"reps": args.reps, "warmup": args.warmup, "machine": machine(), "max_foreign": quiet.max_foreign,
+        meta = {"reps": args.reps, "warmup": args.warmup, "passes": args.passes, "machine": machine(),
+                "max_foreign": quiet.max_foreign,
                 "command": command.strip(), "date": time.strftime("%Y-%m-%d %H:%M")}
         meta["warm_up_s"] = warm_up_toolchains(methods)
         results = []
         for name in args.models.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
-                results += bench_config(name, batch, methods, args.reps, args.warmup, quiet)
+                results += bench_config(name, batch, methods, args.reps, args.warmup, args.passes, quiet)
                 for r in results[-len(methods):]:
                     log.info("  %-10s %8s ms  compile %6s s  %s", r.method,
                              f"{r.latency_ms:.2f}" if r.latency_ms else "-",
