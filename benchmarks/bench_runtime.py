@@ -448,7 +448,8 @@ def chart(results: list[Result], path: Path) -> None:
 
 
 def update_readme(path: Path, section: str) -> None:
-    """Replace the ``## Runtime`` section of ``path`` (or append it), leaving every other section alone."""
+    """Replace the ``## Runtime`` section of ``path`` (or append it), leaving every other section alone;
+    a hand-written ``### Notes`` subsection of the old section is kept at its end."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
     lines = text.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if line.strip() == "## Runtime"), None)
@@ -456,6 +457,10 @@ def update_readme(path: Path, section: str) -> None:
         text = text.rstrip("\n") + "\n\n" + section
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        notes = next((i for i in range(start, end) if lines[i].strip() == "### Notes"), None)
+        if notes is not None:
+            stop = next((i for i in range(notes + 1, end) if lines[i].startswith("### ")), end)
+            section = section.rstrip("\n") + "\n\n" + "".join(lines[notes:stop]).rstrip("\n") + "\n"
         text = "".join(lines[:start]) + section + ("\n" + "".join(lines[end:]) if end < len(lines) else "")
     path.write_text(text)
 
