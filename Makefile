@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.gawee-installed
 
-.PHONY: demo test zoo bench lint format clean
+.PHONY: demo test zoo speed soundness bench lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ test: $(STAMP)
 zoo: $(STAMP)
 	$(PY) benchmarks/zoo.py $(ZOO_ARGS)
 
+speed: $(STAMP)
+	$(PY) benchmarks/engine_speed.py $(SPEED_ARGS)
+
+soundness: $(STAMP)
+	$(PY) benchmarks/soundness.py $(SOUNDNESS_ARGS)
+
 # Runtime benchmark (see benchmarks/README.md, ## Runtime); e.g. make bench BENCH_ARGS="--models resnet18 --batches 1"
 BENCH_ARGS ?=
 BENCH_STAMP := $(VENV)/.gawee-bench-installed
@@ -34,12 +40,12 @@ bench: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_runtime.py --readme $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check gawee tests benchmarks
-	$(VENV)/bin/ruff format --check gawee tests benchmarks
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 format: $(STAMP)
-	$(VENV)/bin/ruff format gawee tests benchmarks
-	$(VENV)/bin/ruff check --fix gawee tests benchmarks
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

@@ -29,7 +29,6 @@ import json
 import logging
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import torch
 import torchvision
+from readme import cpu_name, replace_section
 
 import gawee
 
@@ -52,7 +52,7 @@ METHODS = {
     "ort_basic": "ONNX Runtime basic, torch.onnx export",
     "ort_gawee": "ONNX Runtime, no optimizer, gawee graph",
     "gawee": "gawee.compile",
-    "gawee_dynamo": "torch.compile(backend=\"gawee\")",
+    "gawee_dynamo": 'torch.compile(backend="gawee")',
 }
 log = logging.getLogger("bench")
 
@@ -95,6 +95,7 @@ def build_jit(model, x):
     def make():
         with torch.no_grad():
             return torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model, (x,))))
+
     fn, seconds = _timed(make)
     return fn, seconds + _timed(lambda: _run(fn, x))[1]  # TorchScript optimizes on the first calls
 
@@ -119,6 +120,7 @@ def build_ort_basic(model, x):
             warnings.simplefilter("ignore")
             torch.onnx.export(model, (x,), str(path), verbose=False)
         return _ort_session(ort, path, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+
     return _timed(make)
 
 
@@ -130,6 +132,7 @@ def build_ort_gawee(model, x):
         path = Path(tempfile.mkdtemp(prefix="gawee-bench-")) / "model.onnx"
         gawee.to_onnx(graph, path)
         return _ort_session(ort, path, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+
     return _timed(make)
 
 
@@ -147,8 +150,13 @@ def build_gawee_dynamo(model, x):
 
 
 BUILDERS: dict[str, Callable] = {
-    "eager": build_eager, "fx_fuse": build_fx_fuse, "jit": build_jit, "inductor": build_inductor,
-    "ort_basic": build_ort_basic, "ort_gawee": build_ort_gawee, "gawee": build_gawee,
+    "eager": build_eager,
+    "fx_fuse": build_fx_fuse,
+    "jit": build_jit,
+    "inductor": build_inductor,
+    "ort_basic": build_ort_basic,
+    "ort_gawee": build_ort_gawee,
+    "gawee": build_gawee,
     "gawee_dynamo": build_gawee_dynamo,
 }
 
@@ -235,8 +243,7 @@ def wait_for_quiet(max_foreign: float, timeout_s: float) -> float | None:
             time.sleep(2.0)
         if meter.foreign is None or meter.foreign <= max_foreign or time.monotonic() > deadline:
             if meter.foreign is not None and meter.foreign > max_foreign:
-                log.warning("machine still busy (%.2f cores used by other processes); measuring anyway",
-                            meter.foreign)
+                log.warning("machine still busy (%.2f cores used by other processes); measuring anyway", meter.foreign)
             return meter.foreign
         log.info("waiting for a quiet machine (%.2f cores busy elsewhere)", meter.foreign)
         time.sleep(8.0)
@@ -252,8 +259,9 @@ class Quiet:
     attempts: int = 3
 
 
-def bench_config(name: str, batch: int, methods: list[str], reps: int, warmup: int, passes: int,
-                 quiet: Quiet) -> list[Result]:
+def bench_config(
+    name: str, batch: int, methods: list[str], reps: int, warmup: int, passes: int, quiet: Quiet
+) -> list[Result]:
     wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
     model = make_model(name)
     x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
@@ -311,8 +319,14 @@ def bench_config(name: str, batch: int, methods: list[str], reps: int, warmup: i
 def warm_up_toolchains(methods: list[str]) -> float:
     """Compile a tiny model with every method once: imports and first-use setup are nobody's compile time."""
     t0 = time.perf_counter()
-    tiny = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 2)).eval()
+    tiny = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 2),
+    ).eval()
     x = torch.randn(1, 3, 8, 8)
     for method in methods:
         try:
@@ -324,27 +338,28 @@ def warm_up_toolchains(methods: list[str]) -> float:
 
 # -- reporting ----------------------------------------------------------------------------
 def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines():
-            if line.startswith("Model name:"):
-                cpu = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     import onnxruntime
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "torchvision": torchvision.__version__, "onnxruntime": onnxruntime.__version__,
-            "load_average": os.getloadavg()}
+    return {
+        "cpu": cpu_name(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "load_average": os.getloadavg(),
+    }
 
 
 def markdown(results: list[Result], meta: dict) -> str:
     methods = list(dict.fromkeys(r.method for r in results))
     configs = list(dict.fromkeys((r.model, r.batch) for r in results))
     index = {(r.model, r.batch, r.method): r for r in results}
-    lines = ["| model | batch | " + " | ".join(METHODS[m] for m in methods) + " | busy elsewhere |",
-             "|---|---:|" + "---:|" * len(methods) + "---:|"]
+    lines = [
+        "| model | batch | " + " | ".join(METHODS[m] for m in methods) + " | busy elsewhere |",
+        "|---|---:|" + "---:|" * len(methods) + "---:|",
+    ]
     for model, batch in configs:
         eager = index[(model, batch, "eager")].latency_ms if (model, batch, "eager") in index else None
         cells = []
@@ -358,15 +373,20 @@ def markdown(results: list[Result], meta: dict) -> str:
             flag = "" if r.ok else " ⚠"
             cells.append(f"{r.latency_ms:.1f} ms{speed}{comp}{flag}")
         foreign = index[(model, batch, methods[0])].foreign_load
-        lines.append(f"| {model} | {batch} | " + " | ".join(cells)
-                     + (f" | {foreign:.2f} cores |" if foreign is not None else " | ? |"))
+        lines.append(
+            f"| {model} | {batch} | "
+            + " | ".join(cells)
+            + (f" | {foreign:.2f} cores |" if foreign is not None else " | ? |")
+        )
     notes = [f"- ⚠ {r.label} {METHODS[r.method]}: {r.error}" for r in results if r.error]
-    head = (f"Median latency of {meta['reps']} runs in {meta.get('passes', 1)} passes over the methods, after "
-            f"{meta['warmup']} warm-up calls (speedup over "
-            f"eager), compile time below. Machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
-            f"{meta['machine']['torch_threads']} torch threads; torch {meta['machine']['torch']}, onnxruntime "
-            f"{meta['machine']['onnxruntime']}. *busy elsewhere*: CPU cores other processes used while the row "
-            f"was timed (timings wait for, and are retaken above, {meta['max_foreign']:.2f} cores).")
+    head = (
+        f"Median latency of {meta['reps']} runs in {meta.get('passes', 1)} passes over the methods, after "
+        f"{meta['warmup']} warm-up calls (speedup over "
+        f"eager), compile time below. Machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
+        f"{meta['machine']['torch_threads']} torch threads; torch {meta['machine']['torch']}, onnxruntime "
+        f"{meta['machine']['onnxruntime']}. *busy elsewhere*: CPU cores other processes used while the row "
+        f"was timed (timings wait for, and are retaken above, {meta['max_foreign']:.2f} cores)."
+    )
     return "\n".join([head, "", *lines, "", *notes]).rstrip() + "\n"
 
 
@@ -381,41 +401,57 @@ def targets(results: list[Result]) -> str:
     eager, fast, inductor = (index.get(("resnet18", 1, m)) for m in ("eager", "gawee", "inductor"))
     if eager and fast and eager.latency_ms and fast.latency_ms:
         speedup = eager.latency_ms / fast.latency_ms
-        lines.append(f"- ResNet-18, batch 1, gawee.compile at least 4× faster than eager: {speedup:.2f}× "
-                     f"({eager.latency_ms:.1f} → {fast.latency_ms:.1f} ms) — {verdict(speedup >= 4)}.")
+        lines.append(
+            f"- ResNet-18, batch 1, gawee.compile at least 4× faster than eager: {speedup:.2f}× "
+            f"({eager.latency_ms:.1f} → {fast.latency_ms:.1f} ms) — {verdict(speedup >= 4)}."
+        )
         if inductor and inductor.latency_ms:
             ratio = inductor.latency_ms / fast.latency_ms
-            lines.append(f"- … at least as fast as Inductor with freezing: {fast.latency_ms:.2f} ms vs "
-                         f"{inductor.latency_ms:.2f} ms ({ratio:.3f}×) — {verdict(ratio >= 1)}.")
+            lines.append(
+                f"- … at least as fast as Inductor with freezing: {fast.latency_ms:.2f} ms vs "
+                f"{inductor.latency_ms:.2f} ms ({ratio:.3f}×) — {verdict(ratio >= 1)}."
+            )
         if fast.compile_s is not None:
             other = f" (Inductor: {inductor.compile_s:.1f} s)" if inductor and inductor.compile_s else ""
-            lines.append(f"- … compile time at most 2 s: {fast.compile_s:.2f} s{other} — "
-                         f"{verdict(fast.compile_s <= 2)}.")
+            lines.append(
+                f"- … compile time at most 2 s: {fast.compile_s:.2f} s{other} — {verdict(fast.compile_s <= 2)}."
+            )
         if fast.flops:
-            lines.append(f"- (ResNet-18 is {fast.flops / 1e9:.2f} GFLOP per image: gawee's module runs at "
-                         f"{fast.flops / fast.latency_ms / 1e6:.0f} GFLOP/s, eager at "
-                         f"{fast.flops / eager.latency_ms / 1e6:.0f} GFLOP/s.)")
+            lines.append(
+                f"- (ResNet-18 is {fast.flops / 1e9:.2f} GFLOP per image: gawee's module runs at "
+                f"{fast.flops / fast.latency_ms / 1e6:.0f} GFLOP/s, eager at "
+                f"{fast.flops / eager.latency_ms / 1e6:.0f} GFLOP/s.)"
+            )
     pairs = [(index.get((r.model, r.batch, "eager")), r) for r in results if r.method == "gawee" and r.latency_ms]
-    slower = [f"{r.label} ({e.latency_ms / r.latency_ms:.2f}×)" for e, r in pairs
-              if e and e.latency_ms and r.latency_ms > e.latency_ms]
+    slower = [
+        f"{r.label} ({e.latency_ms / r.latency_ms:.2f}×)"
+        for e, r in pairs
+        if e and e.latency_ms and r.latency_ms > e.latency_ms
+    ]
     worst = min((e.latency_ms / r.latency_ms for e, r in pairs if e and e.latency_ms), default=None)
     if worst is not None:
-        lines.append(f"- gawee.compile never slower than eager: slowest ratio {worst:.2f}× — "
-                     f"{verdict(not slower)}" + (f" (slower on {', '.join(slower)})." if slower else "."))
+        lines.append(
+            f"- gawee.compile never slower than eager: slowest ratio {worst:.2f}× — "
+            f"{verdict(not slower)}" + (f" (slower on {', '.join(slower)})." if slower else ".")
+        )
     gawee_rows = [r for r in results if r.method == "gawee"]
     if gawee_rows:
         worst_error = max((r.max_error for r in gawee_rows if r.max_error is not None), default=float("nan"))
-        lines.append(f"- gawee.compile's outputs match eager: largest relative difference {worst_error:.1e} — "
-                     f"{verdict(all(r.ok for r in gawee_rows))}.")
+        lines.append(
+            f"- gawee.compile's outputs match eager: largest relative difference {worst_error:.1e} — "
+            f"{verdict(all(r.ok for r in gawee_rows))}."
+        )
     ort = [(index.get((r.model, r.batch, "ort_basic")), r) for r in results if r.method == "ort_gawee"]
     ort = [(b, g) for b, g in ort if b and b.latency_ms and g.latency_ms]
     if ort:
         ratios = [b.latency_ms / g.latency_ms for b, g in ort]
         behind = [f"{g.label} ({b.latency_ms / g.latency_ms:.3f}×)" for b, g in ort if g.latency_ms > b.latency_ms]
-        lines.append(f"- ONNX Runtime with its optimizer off on gawee's graph at least as fast as ORT basic on "
-                     f"the plain export: {sum(r >= 1 for r in ratios)} of {len(ratios)} rows, ratios "
-                     f"{min(ratios):.3f}–{max(ratios):.3f}× — {verdict(not behind)}"
-                     + (f" (behind on {', '.join(behind)})." if behind else "."))
+        lines.append(
+            f"- ONNX Runtime with its optimizer off on gawee's graph at least as fast as ORT basic on "
+            f"the plain export: {sum(r >= 1 for r in ratios)} of {len(ratios)} rows, ratios "
+            f"{min(ratios):.3f}–{max(ratios):.3f}× — {verdict(not behind)}"
+            + (f" (behind on {', '.join(behind)})." if behind else ".")
+        )
     return "\n".join(lines) + "\n" if lines else ""
 
 
@@ -436,8 +472,9 @@ def chart(results: list[Result], path: Path) -> None:
             eager, r = index.get((model, batch, "eager")), index.get((model, batch, m))
             ok = eager and r and eager.latency_ms and r.latency_ms
             speedups.append(eager.latency_ms / r.latency_ms if ok else 0.0)
-        ax.bar([i + (k - (len(methods) - 1) / 2) * width for i in range(len(configs))], speedups, width,
-               label=METHODS[m])
+        ax.bar(
+            [i + (k - (len(methods) - 1) / 2) * width for i in range(len(configs))], speedups, width, label=METHODS[m]
+        )
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(configs)), [f"{m}\nbatch {b}" for m, b in configs], fontsize=8)
     ax.set_ylabel("speedup over eager PyTorch")
@@ -447,66 +484,64 @@ def chart(results: list[Result], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def update_readme(path: Path, section: str) -> None:
-    """Replace the ``## Runtime`` section of ``path`` (or append it), leaving every other section alone;
-    a hand-written ``### Notes`` subsection of the old section is kept at its end."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.strip() == "## Runtime"), None)
-    if start is None:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        notes = next((i for i in range(start, end) if lines[i].strip() == "### Notes"), None)
-        if notes is not None:
-            stop = next((i for i in range(notes + 1, end) if lines[i].startswith("### ")), end)
-            section = section.rstrip("\n") + "\n\n" + "".join(lines[notes:stop]).rstrip("\n") + "\n"
-        text = "".join(lines[:start]) + section + ("\n" + "".join(lines[end:]) if end < len(lines) else "")
-    path.write_text(text)
-
-
 def readme_section(table: str, checks: str, command: str) -> str:
-    return ("## Runtime\n\n"
-            "Produced by `make bench`, i.e.\n\n"
-            f"```sh\n{command}\n```\n\n"
-            "What each column runs, on the same randomly initialized torchvision model and input:\n\n"
-            "- **eager PyTorch**: `model(x)` under `torch.no_grad()`.\n"
-            "- **torch.fx fuse**: `torch.fx.experimental.optimization.fuse` (conv/bn folding).\n"
-            "- **TorchScript**: `torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model)))`.\n"
-            "- **Inductor**: `torch.compile(model)` with `torch._inductor.config.freezing = True`, fresh cache.\n"
-            "- **ONNX Runtime basic**: `torch.onnx.export(model)` run with `ORT_ENABLE_BASIC`.\n"
-            "- **ONNX Runtime, gawee graph**: `gawee.to_onnx` of the rewritten graph run with `ORT_DISABLE_ALL` "
-            "(graph optimization compared alone: same kernels, ORT's optimizer off). ONNX has no fused "
-            "convolution, so gawee's fused convs are exported as Conv (+ Add) (+ activation).\n"
-            "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
-            "with weights prepacked for the input size).\n"
-            "- **torch.compile(backend=\"gawee\")**: the same pipeline behind dynamo (parameters frozen, the "
-            "graph re-exported with torch.export).\n\n"
-            "Compile time is wall time from the model to a callable (for Inductor and TorchScript, including "
-            "the first call, where they compile). Outputs of every method are compared with eager "
-            "(⚠ marks a mismatch or a failure).\n\n"
-            f"{table}\n![speedup over eager](runtime.png)\n\n"
-            f"### Targets (computed from the table)\n\n{checks}")
+    return (
+        "Produced by `make bench`, i.e.\n\n"
+        f"```sh\n{command}\n```\n\n"
+        "What each column runs, on the same randomly initialized torchvision model and input:\n\n"
+        "- **eager PyTorch**: `model(x)` under `torch.no_grad()`.\n"
+        "- **torch.fx fuse**: `torch.fx.experimental.optimization.fuse` (conv/bn folding).\n"
+        "- **TorchScript**: `torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model)))`.\n"
+        "- **Inductor**: `torch.compile(model)` with `torch._inductor.config.freezing = True`, fresh cache.\n"
+        "- **ONNX Runtime basic**: `torch.onnx.export(model)` run with `ORT_ENABLE_BASIC`.\n"
+        "- **ONNX Runtime, gawee graph**: `gawee.to_onnx` of the rewritten graph run with `ORT_DISABLE_ALL` "
+        "(graph optimization compared alone: same kernels, ORT's optimizer off). ONNX has no fused "
+        "convolution, so gawee's fused convs are exported as Conv (+ Add) (+ activation).\n"
+        "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
+        "with weights prepacked for the input size).\n"
+        '- **torch.compile(backend="gawee")**: the same pipeline behind dynamo (parameters frozen, the '
+        "graph re-exported with torch.export).\n\n"
+        "Compile time is wall time from the model to a callable (for Inductor and TorchScript, including "
+        "the first call, where they compile). Outputs of every method are compared with eager "
+        "(⚠ marks a mismatch or a failure).\n\n"
+        f"{table}\n![speedup over eager](runtime.png)\n\n"
+        f"### Targets (computed from the table)\n\n{checks}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated torchvision model names")
     p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
-    p.add_argument("--methods", default=",".join(METHODS),
-                   help="comma-separated, from: " + ", ".join(METHODS))
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
     p.add_argument("--reps", type=int, default=20, help="timed runs per method (median reported)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per method before timing")
-    p.add_argument("--passes", type=int, default=4,
-                   help="split the timed runs into this many passes over the methods (2 more warm-up calls each)")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=4,
+        help="split the timed runs into this many passes over the methods (2 more warm-up calls each)",
+    )
     p.add_argument("--out", type=Path, default=HERE, help="directory for runtime.{json,md,png}")
     p.add_argument("--readme", action="store_true", help="update the ## Runtime section of benchmarks/README.md")
-    p.add_argument("--max-foreign-load", type=float, default=Quiet.max_foreign,
-                   help="measure only while other processes use at most this many cores (waits, then retimes)")
-    p.add_argument("--quiet-timeout", type=float, default=Quiet.timeout_s,
-                   help="seconds to wait for a quiet machine before measuring anyway")
-    p.add_argument("--from-json", type=Path, metavar="RUNTIME_JSON",
-                   help="measure nothing: render the table, chart and README section of a saved run")
+    p.add_argument(
+        "--max-foreign-load",
+        type=float,
+        default=Quiet.max_foreign,
+        help="measure only while other processes use at most this many cores (waits, then retimes)",
+    )
+    p.add_argument(
+        "--quiet-timeout",
+        type=float,
+        default=Quiet.timeout_s,
+        help="seconds to wait for a quiet machine before measuring anyway",
+    )
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        metavar="RUNTIME_JSON",
+        help="measure nothing: render the table, chart and README section of a saved run",
+    )
     args = p.parse_args(argv)
     quiet = Quiet(args.max_foreign_load, args.quiet_timeout)
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -524,26 +559,37 @@ def main(argv: list[str] | None = None) -> int:
         meta, results = saved["meta"], [Result(**r) for r in saved["results"]]
     else:
         command = "python benchmarks/bench_runtime.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        meta = {"reps": args.reps, "warmup": args.warmup, "passes": args.passes, "machine": machine(),
-                "max_foreign": quiet.max_foreign,
-                "command": command.strip(), "date": time.strftime("%Y-%m-%d %H:%M")}
+        meta = {
+            "reps": args.reps,
+            "warmup": args.warmup,
+            "passes": args.passes,
+            "machine": machine(),
+            "max_foreign": quiet.max_foreign,
+            "command": command.strip(),
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+        }
         meta["warm_up_s"] = warm_up_toolchains(methods)
         results = []
         for name in args.models.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
                 results += bench_config(name, batch, methods, args.reps, args.warmup, args.passes, quiet)
-                for r in results[-len(methods):]:
-                    log.info("  %-10s %8s ms  compile %6s s  %s", r.method,
-                             f"{r.latency_ms:.2f}" if r.latency_ms else "-",
-                             f"{r.compile_s:.2f}" if r.compile_s is not None else "-", r.error)
-        (args.out / "runtime.json").write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]},
-                                                          indent=1))
+                for r in results[-len(methods) :]:
+                    log.info(
+                        "  %-10s %8s ms  compile %6s s  %s",
+                        r.method,
+                        f"{r.latency_ms:.2f}" if r.latency_ms else "-",
+                        f"{r.compile_s:.2f}" if r.compile_s is not None else "-",
+                        r.error,
+                    )
+        (args.out / "runtime.json").write_text(
+            json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=1)
+        )
     table, checks = markdown(results, meta), targets(results)
     (args.out / "runtime.md").write_text("# Runtime\n\n" + table + "\n## Targets\n\n" + checks)
     chart(results, args.out / "runtime.png")
     if args.readme:
         command = meta.get("command", "python benchmarks/bench_runtime.py --readme")
-        update_readme(HERE / "README.md", readme_section(table, checks, command))
+        replace_section("## Runtime", readme_section(table, checks, command))
     print(table)
     print(checks)
     return 0

@@ -348,7 +348,7 @@ def verdict(ok: bool) -> str:
 def report(res: dict, sizes: list[int], command: str, limits: tuple[float, float]) -> tuple[str, list[str]]:
     """The README section body and the console lines."""
     import torch
-    from zoo import machine, source_version  # the same lines as the zoo section
+    from readme import machine, source_version
 
     lines, md = [], []
     r = res["resnet18"]
@@ -496,9 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(res, indent=1, default=str))
     if not args.no_readme:
-        from zoo import replace_section
+        from readme import replace_section
 
-        replace_section(args.readme, SECTION, body)
+        replace_section(SECTION, body, args.readme)
         console.print(f"wrote the {SECTION!r} section of {args.readme}")
     return 0
 

@@ -18,8 +18,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
-import re
 import resource
 import subprocess
 import sys
@@ -30,16 +28,11 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from readme import README, machine, replace_section, source_version
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-README = HERE / "README.md"
 SECTION = "## Model zoo"
-INTRO = """# gawee benchmarks
-
-Figures produced by the programs in this folder. Each section is written by the program
-named in it; rerun that program to refresh it (other sections are left untouched).
-"""
-
 CAPTURE_TOLERANCE = 1e-4
 """Interpreter vs eager: max|out - ref| <= tol * max(1, max|ref|)."""
 
@@ -402,70 +395,6 @@ def summary(rows: list[dict], wall: float) -> list[str]:
     return lines
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
-        mem = f", {kb / 2**20:.0f} GiB RAM"
-    except (OSError, AttributeError):
-        pass
-    return (
-        f"{cpu}, {os.cpu_count()} cores{mem}, {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}"
-    )
-
-
-def source_version() -> str:
-    """The commit of the gawee being measured, marked when gawee/ or rules/ differ from it."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "gawee", "rules", "grammar"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "gawee (not a git checkout)"
-    return f"gawee {head}" + (" + uncommitted changes" if dirty else "")
-
-
-def replace_section(path: Path, heading: str, body: str) -> None:
-    """Replace the ``heading`` section of a markdown file (up to the next ``## `` heading), or append it."""
-    text = path.read_text() if path.exists() else INTRO
-    lines = text.splitlines(keepends=True)
-    start = end = None
-    fence = False
-    for i, line in enumerate(lines):
-        if line.lstrip().startswith("```"):
-            fence = not fence
-            continue
-        if fence:
-            continue
-        if start is None and line.rstrip() == heading:
-            start = i
-        elif start is not None and line.startswith("## "):
-            end = i
-            break
-    block = heading + "\n\n" + body.strip() + "\n\n"
-    if start is None:
-        new = text.rstrip() + "\n\n" + block
-    else:
-        end = len(lines) if end is None else end
-        new = "".join(lines[:start]) + block + "".join(lines[end:])
-    path.write_text(new.rstrip() + "\n")
-
-
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     def esc(s: str) -> str:
         return s.replace("|", "\\|")
@@ -614,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     if not args.no_readme:
-        replace_section(args.readme, SECTION, readme_body(rows, wall, command, jobs, threads))
+        replace_section(SECTION, readme_body(rows, wall, command, jobs, threads), args.readme)
         console.print(f"wrote the {SECTION!r} section of {args.readme}")
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 

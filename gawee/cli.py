@@ -35,67 +35,111 @@ def _shape(text: str) -> tuple[int, ...]:
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL",
-                   help="a torchvision model name (random weights), path/to/file.py:factory, or a saved .json")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        help="a torchvision model name (random weights), path/to/file.py:factory, or a saved .json",
+    )
     p.add_argument("--batch", type=int, default=1, help="batch size of the default input (default 1)")
-    p.add_argument("--input-shape", type=_shape, action="append", metavar="N,C,H,W",
-                   help="example input shape (repeat for several inputs)")
+    p.add_argument(
+        "--input-shape",
+        type=_shape,
+        action="append",
+        metavar="N,C,H,W",
+        help="example input shape (repeat for several inputs)",
+    )
     p.add_argument("--meta", action="store_true", help="capture on the meta device: no weights, structure only")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gawee-rewrite", description="Capture, analyse and rewrite PyTorch models with text rules.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="gawee-rewrite",
+        description="Capture, analyse and rewrite PyTorch models with text rules.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log what happens")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    show = sub.add_parser("show", help="print the analysis report of a model",
-                          description="Print node counts by op, FLOPs, bytes read/written, peak memory and "
-                                      "opaque ops of MODEL.", epilog=EPILOG,
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    show = sub.add_parser(
+        "show",
+        help="print the analysis report of a model",
+        description="Print node counts by op, FLOPs, bytes read/written, peak memory and opaque ops of MODEL.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_model_args(show)
     show.add_argument("--graph", action="store_true", help="also print the graph, one node per line")
     show.set_defaults(func=cmd_show)
 
-    opt = sub.add_parser("optimize", help="rewrite a model with rules and report before/after",
-                         description="Capture MODEL, apply the rules (default: the bundled pipeline), check the "
-                                     "result is equivalent, and print a before/after report.", epilog=EPILOG,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    opt = sub.add_parser(
+        "optimize",
+        help="rewrite a model with rules and report before/after",
+        description="Capture MODEL, apply the rules (default: the bundled pipeline), check the "
+        "result is equivalent, and print a before/after report.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_model_args(opt)
-    opt.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
-                     help="rule files or directories, one phase per file (repeat; default: the bundled rules)")
+    opt.add_argument(
+        "--rules",
+        action="append",
+        metavar="FILE_OR_DIR",
+        help="rule files or directories, one phase per file (repeat; default: the bundled rules)",
+    )
     opt.add_argument("-o", "--output", metavar="OUT.json", help="write the optimized graph (+ .npz) atomically")
     opt.add_argument("--trace", action="store_true", help="print every rule firing")
-    opt.add_argument("--explain", action="append", metavar="NODE",
-                     help="say why each candidate rule did or did not rewrite NODE (repeatable)")
+    opt.add_argument(
+        "--explain",
+        action="append",
+        metavar="NODE",
+        help="say why each candidate rule did or did not rewrite NODE (repeatable)",
+    )
     opt.add_argument("--no-verify", action="store_true", help="skip the numerical equivalence check")
     opt.add_argument("--markdown", action="store_true", help="print the report as Markdown")
-    opt.add_argument("--html", metavar="OUT.html",
-                     help="write a self-contained HTML report: both graphs side by side, the tables, the trace")
-    opt.add_argument("--mermaid", metavar="OUT.mmd",
-                     help="write both graphs (before, after) as a Mermaid flowchart (.mmd; .md: a ```mermaid block)")
-    opt.add_argument("--dot", metavar="OUT.dot",
-                     help="write both graphs (before, after) as Graphviz DOT (.dot, .gv), or as .svg through `dot`")
+    opt.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write a self-contained HTML report: both graphs side by side, the tables, the trace",
+    )
+    opt.add_argument(
+        "--mermaid",
+        metavar="OUT.mmd",
+        help="write both graphs (before, after) as a Mermaid flowchart (.mmd; .md: a ```mermaid block)",
+    )
+    opt.add_argument(
+        "--dot",
+        metavar="OUT.dot",
+        help="write both graphs (before, after) as Graphviz DOT (.dot, .gv), or as .svg through `dot`",
+    )
     opt.set_defaults(func=cmd_optimize)
 
-    exp = sub.add_parser("explain", help="say why each rule did or did not rewrite a node",
-                         description="Capture MODEL and, for NODE (a node or value name as `show --graph` prints "
-                                     "it), show for every candidate rule how far its pattern got and which "
-                                     "sub-pattern or guard conjunct failed.", epilog=EPILOG,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    exp = sub.add_parser(
+        "explain",
+        help="say why each rule did or did not rewrite a node",
+        description="Capture MODEL and, for NODE (a node or value name as `show --graph` prints "
+        "it), show for every candidate rule how far its pattern got and which "
+        "sub-pattern or guard conjunct failed.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_model_args(exp)
     exp.add_argument("node", metavar="NODE", help="the node to explain (e.g. conv2d_3)")
-    exp.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
-                     help="rule files or directories (default: the bundled rules)")
+    exp.add_argument(
+        "--rules", action="append", metavar="FILE_OR_DIR", help="rule files or directories (default: the bundled rules)"
+    )
     exp.add_argument("--after", action="store_true", help="explain NODE in the optimized graph instead")
     exp.set_defaults(func=cmd_explain)
 
-    chk = sub.add_parser("check", help="prove rules sound on random instances (the soundness harness)",
-                         description="For every rule in FILE_OR_DIR: draw graphs matching its pattern, apply it, "
-                                     "and compare shapes, dtypes and numbers. Exit 1 if a rule is unsound or "
-                                     "never fired.", epilog=EPILOG,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    chk = sub.add_parser(
+        "check",
+        help="prove rules sound on random instances (the soundness harness)",
+        description="For every rule in FILE_OR_DIR: draw graphs matching its pattern, apply it, "
+        "and compare shapes, dtypes and numbers. Exit 1 if a rule is unsound or "
+        "never fired.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     chk.add_argument("paths", nargs="+", metavar="FILE_OR_DIR", help="rule files or directories")
     chk.add_argument("--examples", type=int, default=200, metavar="N", help="valid draws per rule (default 200)")
     chk.add_argument("--seed", type=int, default=None, metavar="S", help="random seed (default: fixed per rule)")
@@ -113,26 +157,35 @@ def cmd_show(args, console: Console) -> int:
 
     stats = CaptureStats()
     with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
-        graph, _src = load_graph(args.model, batch=args.batch, meta=args.meta, stats=stats,
-                                 input_shapes=args.input_shape)
+        graph, _src = load_graph(
+            args.model, batch=args.batch, meta=args.meta, stats=stats, input_shapes=args.input_shape
+        )
     report = cost(graph)
     if args.json:
-        out = {"model": args.model, "graph": graph.name, **report.as_dict(),
-               "opaque_ops": stats.opaque_ops, "capture_s": graph.meta.get("capture", {}),
-               "warnings": stats.warnings}
+        out = {
+            "model": args.model,
+            "graph": graph.name,
+            **report.as_dict(),
+            "opaque_ops": stats.opaque_ops,
+            "capture_s": graph.meta.get("capture", {}),
+            "warnings": stats.warnings,
+        }
         print(json.dumps(out, indent=1))
         return EXIT_OK
     if args.graph:
         console.print(str(graph), markup=False, highlight=False)
     extra = {}
     if stats.total_s:
-        extra["capture"] = (f"export {stats.export_s:.2f}s + functionalize {stats.decompose_s:.2f}s "
-                            f"+ gawee {stats.convert_s:.3f}s")
+        extra["capture"] = (
+            f"export {stats.export_s:.2f}s + functionalize {stats.decompose_s:.2f}s + gawee {stats.convert_s:.3f}s"
+        )
     extra["peak at"] = report.peak_at
     console.print(rich_report(f"{graph.name}: {len(graph)} nodes", [Column("value", report, extra)]))
     if stats.opaque_ops:
-        console.print("[yellow]opaque ops (no OpDef, executed through torch): "
-                      + ", ".join(f"{k} x{v}" for k, v in stats.opaque_ops.items()))
+        console.print(
+            "[yellow]opaque ops (no OpDef, executed through torch): "
+            + ", ".join(f"{k} x{v}" for k, v in stats.opaque_ops.items())
+        )
     else:
         console.print("opaque ops: none")
     for w in stats.warnings:
@@ -162,8 +215,9 @@ def cmd_optimize(args, console: Console) -> int:
     rules = load_rules(*args.rules) if args.rules else default_rules()
     stats = CaptureStats()
     with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
-        graph, _src = load_graph(args.model, batch=args.batch, meta=args.meta, stats=stats,
-                                 input_shapes=args.input_shape)
+        graph, _src = load_graph(
+            args.model, batch=args.batch, meta=args.meta, stats=stats, input_shapes=args.input_shape
+        )
     optimized, report = rewrite(graph, rules, trace=args.trace or bool(pictures))
     before, after = cost(graph), cost(optimized)
     verification = None
@@ -175,8 +229,10 @@ def cmd_optimize(args, console: Console) -> int:
         target = optimized if any(n.name == name for n in optimized) else graph
         node = find_node(target, name)
         explanations.append((name, target is optimized, explain(target, node, rules)))
-    extra = {"rewrite time": f"{report.seconds * 1000:.1f} ms",
-             "verification": "skipped" if verification is None else verification.short()}
+    extra = {
+        "rewrite time": f"{report.seconds * 1000:.1f} ms",
+        "verification": "skipped" if verification is None else verification.short(),
+    }
     cols = [Column("before", before), Column("after", after, extra)]
     title = f"{graph.name}: {len(graph)} -> {len(optimized)} nodes"
     if args.output:
@@ -184,13 +240,20 @@ def cmd_optimize(args, console: Console) -> int:
     written = pictures.write(graph, optimized, cols, trace=report.trace, firings=report.firings, title=title)
 
     if args.json:
-        out = {"model": args.model, "before": before.as_dict(), "after": after.as_dict(),
-               "rewrite_s": report.seconds, "firings": dict(report.firings),
-               "verification": None if verification is None else
-               {"ok": verification.ok, "max_error": verification.max_error, "detail": str(verification)},
-               "trace": [f.__dict__ for f in report.trace] if args.trace else None,
-               "explain": {n: [e.__dict__ for e in es] for n, _, es in explanations} or None,
-               "output": args.output, "pictures": [str(p) for p in written]}
+        out = {
+            "model": args.model,
+            "before": before.as_dict(),
+            "after": after.as_dict(),
+            "rewrite_s": report.seconds,
+            "firings": dict(report.firings),
+            "verification": None
+            if verification is None
+            else {"ok": verification.ok, "max_error": verification.max_error, "detail": str(verification)},
+            "trace": [f.__dict__ for f in report.trace] if args.trace else None,
+            "explain": {n: [e.__dict__ for e in es] for n, _, es in explanations} or None,
+            "output": args.output,
+            "pictures": [str(p) for p in written],
+        }
         print(json.dumps(out, indent=1, default=str))
     else:
         if args.trace:
@@ -202,8 +265,9 @@ def cmd_optimize(args, console: Console) -> int:
         else:
             console.print(rich_report(title, cols))
             if report.firings:
-                console.print("rules fired: " + ", ".join(f"{k} x{v}" for k, v in report.firings.most_common()),
-                              highlight=False)
+                console.print(
+                    "rules fired: " + ", ".join(f"{k} x{v}" for k, v in report.firings.most_common()), highlight=False
+                )
         for name, in_optimized, es in explanations:
             where = "optimized graph" if in_optimized else "captured graph"
             console.print(f"[bold]explain {name}[/] (in the {where})")
@@ -263,8 +327,15 @@ def cmd_check(args, console: Console) -> int:
             raise GaweeError(f"no rule named {', '.join(unknown)} in {' '.join(args.paths)}")
         rules = [r for r in rules if r.name in args.rule]
     results = []
-    with Progress(TextColumn("checking {task.fields[rule]:<28}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), disable=args.json, transient=True) as bar:
+    with Progress(
+        TextColumn("checking {task.fields[rule]:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=args.json,
+        transient=True,
+    ) as bar:
         task = bar.add_task("check", total=len(rules), rule="")
         for rule in rules:
             bar.update(task, rule=rule.name)
@@ -272,34 +343,60 @@ def cmd_check(args, console: Console) -> int:
             bar.advance(task)
     bad = [r for r in results if not r.ok]
     if args.json:
-        print(json.dumps([{"rule": r.rule.name, "location": r.rule.location, "verdict": r.verdict,
-                           "examples": r.examples, "guard_hit_rate": round(r.hit_rate, 3), "fired": r.fired,
-                           "guard": r.guard_verdict, "seconds": round(r.seconds, 2),
-                           "counterexample": None if r.counterexample is None else str(r.counterexample)}
-                          for r in results], indent=1))
+        print(
+            json.dumps(
+                [
+                    {
+                        "rule": r.rule.name,
+                        "location": r.rule.location,
+                        "verdict": r.verdict,
+                        "examples": r.examples,
+                        "guard_hit_rate": round(r.hit_rate, 3),
+                        "fired": r.fired,
+                        "guard": r.guard_verdict,
+                        "seconds": round(r.seconds, 2),
+                        "counterexample": None if r.counterexample is None else str(r.counterexample),
+                    }
+                    for r in results
+                ],
+                indent=1,
+            )
+        )
         return EXIT_FINDING if bad else EXIT_OK
     table = Table(show_edge=False, header_style="bold")
     for col in ("rule", "location", "examples", "guard hits", "fired", "guard", "verdict"):
         table.add_column(col, justify="right" if col in ("examples", "guard hits", "fired") else "left")
     for r in results:
         style = {"UNSOUND": "bold red", "untested": "red", "error": "red", "weak": "yellow"}.get(r.verdict, "green")
-        table.add_row(r.rule.name, r.rule.location, str(r.examples), f"{r.hit_rate:.0%}", str(r.fired),
-                      r.guard_verdict, f"[{style}]{r.verdict}[/]")
+        table.add_row(
+            r.rule.name,
+            r.rule.location,
+            str(r.examples),
+            f"{r.hit_rate:.0%}",
+            str(r.fired),
+            r.guard_verdict,
+            f"[{style}]{r.verdict}[/]",
+        )
     console.print(table)
     for r in results:
         if r.counterexample is not None:
             console.print(f"\n[bold red]{r.rule.name}[/] ({r.rule.location}) is unsound:")
             console.print(str(r.counterexample), markup=False, highlight=False)
         elif r.verdict in ("untested", "weak", "error"):
-            why = r.error or (f"the guard held in {r.guard_hits} of {r.examples} draws; most often false: "
-                              f"`{r.guard_failures.most_common(1)[0][0]}`" if r.guard_failures else
-                              f"fired {r.fired} times in {r.examples} draws")
+            why = r.error or (
+                f"the guard held in {r.guard_hits} of {r.examples} draws; most often false: "
+                f"`{r.guard_failures.most_common(1)[0][0]}`"
+                if r.guard_failures
+                else f"fired {r.fired} times in {r.examples} draws"
+            )
             console.print(f"[yellow]{r.rule.name}[/] ({r.rule.location}) is {r.verdict}: {why}", highlight=False)
     total = sum(r.seconds for r in results)
-    console.print(f"\n{len(results)} rules, {sum(r.examples for r in results)} examples, "
-                  f"{sum(r.verdict == 'UNSOUND' for r in results)} unsound, "
-                  f"{sum(r.verdict in ('untested', 'error') for r in results)} untested, {total:.1f} s",
-                  highlight=False)
+    console.print(
+        f"\n{len(results)} rules, {sum(r.examples for r in results)} examples, "
+        f"{sum(r.verdict == 'UNSOUND' for r in results)} unsound, "
+        f"{sum(r.verdict in ('untested', 'error') for r in results)} untested, {total:.1f} s",
+        highlight=False,
+    )
     return EXIT_FINDING if any(r.verdict in ("UNSOUND", "untested", "error") for r in results) else EXIT_OK
 
 

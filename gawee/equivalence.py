@@ -12,8 +12,7 @@ from gawee.interp import run
 from gawee.ir.core import Graph
 from gawee.ir.types import DType, TensorType
 
-TOLERANCE = {DType.f64: 1e-9, DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 4e-2, DType.c64: 1e-4,
-             DType.c128: 1e-9}
+TOLERANCE = {DType.f64: 1e-9, DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 4e-2, DType.c64: 1e-4, DType.c128: 1e-9}
 """Per-dtype tolerance: outputs agree when max|a - b| <= tol * max(1, max|reference|).
 Integer and bool outputs must be identical."""
 
@@ -93,12 +92,15 @@ class EquivalenceReport:
         status = "equivalent" if self.ok else "NOT equivalent"
         if worst is None:
             return status
-        return (f"{status}: max abs error {worst.max_error:.3g} (tolerance {worst.tolerance:g} x "
-                f"{worst.scale:.3g}) over {len(self.outputs)} output(s)")
+        return (
+            f"{status}: max abs error {worst.max_error:.3g} (tolerance {worst.tolerance:g} x "
+            f"{worst.scale:.3g}) over {len(self.outputs)} output(s)"
+        )
 
 
-def verify_equivalent(before: Graph, after: Graph, inputs: Sequence[torch.Tensor] | None = None, *,
-                      seed: int = 0, trials: int = 1) -> EquivalenceReport:
+def verify_equivalent(
+    before: Graph, after: Graph, inputs: Sequence[torch.Tensor] | None = None, *, seed: int = 0, trials: int = 1
+) -> EquivalenceReport:
     """Run both graphs on the same inputs (given, or ``trials`` random draws) and compare outputs.
 
     Shapes and dtypes must be equal; numbers must agree within the per-dtype

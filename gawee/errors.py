@@ -52,8 +52,9 @@ class GaweeError(Exception):
 
     kind = "error"
 
-    def __init__(self, message: str, *, span: SourceSpan | None = None, hint: str | None = None,
-                 where: str | None = None):
+    def __init__(
+        self, message: str, *, span: SourceSpan | None = None, hint: str | None = None, where: str | None = None
+    ):
         super().__init__(message)
         self.message = message
         self.span = span

@@ -17,15 +17,18 @@ def run(graph: Graph, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
     node that failed.
     """
     if len(inputs) != len(graph.inputs):
-        raise EvaluationError(f"graph {graph.name} takes {len(graph.inputs)} inputs, got {len(inputs)}",
-                              hint="inputs: " + ", ".join(repr(v) for v in graph.inputs))
+        raise EvaluationError(
+            f"graph {graph.name} takes {len(graph.inputs)} inputs, got {len(inputs)}",
+            hint="inputs: " + ", ".join(repr(v) for v in graph.inputs),
+        )
     env: dict[Value, torch.Tensor] = {}
     for value, x in zip(graph.inputs, inputs):
         if not isinstance(x, torch.Tensor):
             raise EvaluationError(f"input %{value.name} must be a tensor, got {type(x).__name__}")
         if tuple(x.shape) != value.shape or x.dtype != value.dtype.torch:
-            raise EvaluationError(f"input %{value.name} expects {value.type}, got "
-                                  f"{str(x.dtype).replace('torch.', '')}{list(x.shape)}")
+            raise EvaluationError(
+                f"input %{value.name} expects {value.type}, got {str(x.dtype).replace('torch.', '')}{list(x.shape)}"
+            )
         env[value] = x
     last_use = _last_uses(graph)
     keep = set(graph.outputs)
@@ -37,9 +40,11 @@ def run(graph: Graph, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
             except GaweeError:
                 raise
             except Exception as e:  # torch raises many types; report the node that failed
-                raise EvaluationError(f"node {node.name} ({node.op}) failed: {type(e).__name__}: "
-                                      f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-                                      where=node.source or None) from e
+                raise EvaluationError(
+                    f"node {node.name} ({node.op}) failed: {type(e).__name__}: "
+                    f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+                    where=node.source or None,
+                ) from e
             for v, t in zip(node.outputs, outs):
                 env[v] = t
             for v in last_use.get(i, ()):

@@ -119,8 +119,13 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 def markdown_report(title: str, columns: list[Column]) -> str:
     head = ["metric", *_header(columns)]
-    parts = [f"### {title}", "", markdown_table(head, summary_rows(columns)), "",
-             markdown_table(["op", *_header(columns)], op_rows(columns))]
+    parts = [
+        f"### {title}",
+        "",
+        markdown_table(head, summary_rows(columns)),
+        "",
+        markdown_table(["op", *_header(columns)], op_rows(columns)),
+    ]
     unc = {k: v for c in columns for k, v in c.cost.uncounted.items()}
     if unc:
         parts += ["", "No FLOPs formula (not counted): " + ", ".join(f"`{k}` x{v}" for k, v in unc.items())]

@@ -8,26 +8,44 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("thorough", max_examples=2000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=2000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.load_profile("ci")  # `pytest --hypothesis-profile=thorough` for the long run
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
-HARNESS: dict[str, float] = {"bundled rules": 0, "examples": 0, "planted unsound": 0, "caught": 0,
-                             "correct twins": 0, "twins passing": 0, "fuzz graphs": 0, "fuzz rule texts": 0,
-                             "seconds": 0.0}
+HARNESS: dict[str, float] = {
+    "bundled rules": 0,
+    "examples": 0,
+    "planted unsound": 0,
+    "caught": 0,
+    "correct twins": 0,
+    "twins passing": 0,
+    "fuzz graphs": 0,
+    "fuzz rule texts": 0,
+    "seconds": 0.0,
+}
 """Soundness-harness figures gathered by the tests, printed at the end of the run."""
 
 
 def pytest_terminal_summary(terminalreporter):
     if any(HARNESS.values()):
         terminalreporter.section("soundness harness")
-        terminalreporter.write_line(", ".join(f"{k}: {round(v, 1) if isinstance(v, float) else v}"
-                                              for k, v in HARNESS.items()))
+        terminalreporter.write_line(
+            ", ".join(f"{k}: {round(v, 1) if isinstance(v, float) else v}" for k, v in HARNESS.items())
+        )
 
 
 @functools.cache

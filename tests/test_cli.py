@@ -32,16 +32,20 @@ def test_show_factory_file(capsys, tmp_path):
         "import torch\n"
         "def make():\n"
         "    m = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())\n"
-        "    return m, (torch.randn(2, 8),)\n")
+        "    return m, (torch.randn(2, 8),)\n"
+    )
     code, out, _ = run_cli(capsys, "show", f"{src}:make", "--json")
     assert code == 0 and json.loads(out)["op_counts"] == {"linear": 1, "relu": 1}
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("resnet181", "did you mean resnet18"),
-    ("nothere.py:make", "no such file"),
-    ("missing.json", "no such file"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("resnet181", "did you mean resnet18"),
+        ("nothere.py:make", "no such file"),
+        ("missing.json", "no such file"),
+    ],
+)
 def test_bad_model_spec_exits_2_with_a_hint(capsys, spec, message):
     code, _out, err = run_cli(capsys, "show", spec)
     assert code == 2 and message in err and "Traceback" not in err

@@ -13,8 +13,14 @@ from tests.conftest import HARNESS
 C, H = 4, 5
 ACTS = ["relu", "silu", "sigmoid", "tanh", "hardswish", "hardsigmoid", "gelu", "relu6", "leaky_relu", "clamp"]
 BLOCKS = ["conv", "bn", "act", "residual", "scale", "shift", "noop", "branch", "linear_tail"]
-MOTIFS = [["conv", "bn", "act"], ["conv", "bn"], ["conv", "act"], ["conv", "bn", "residual", "act"],
-          ["conv", "scale", "shift"], ["branch", "act"]] + [[b] for b in BLOCKS]
+MOTIFS = [
+    ["conv", "bn", "act"],
+    ["conv", "bn"],
+    ["conv", "act"],
+    ["conv", "bn", "residual", "act"],
+    ["conv", "scale", "shift"],
+    ["branch", "act"],
+] + [[b] for b in BLOCKS]
 NOOPS = ["reshape", "permute_pair", "dropout", "clone", "cast", "alias", "mul_one", "add_zero", "transpose_pair"]
 
 
@@ -47,14 +53,25 @@ def random_graph(draw):
                 y = b.add(y, b.conv2d(cur, _const(b, (C, C, 1, 1), s + 2), None))
         elif block == "bn":
             affine = draw(st.booleans())
-            y = b.batch_norm(cur, _const(b, (C,), s) if affine else None, _const(b, (C,), s + 1) if affine else None,
-                             _const(b, (C,), s + 2), _const(b, (C,), s + 3, positive=True),
-                             eps=draw(st.sampled_from([1e-5, 1e-3])))
+            y = b.batch_norm(
+                cur,
+                _const(b, (C,), s) if affine else None,
+                _const(b, (C,), s + 1) if affine else None,
+                _const(b, (C,), s + 2),
+                _const(b, (C,), s + 3, positive=True),
+                eps=draw(st.sampled_from([1e-5, 1e-3])),
+            )
         elif block == "act":
             act = draw(st.sampled_from(ACTS))
-            y = (b.hardtanh(cur, min_val=0.0, max_val=6.0) if act == "relu6" else
-                 b.leaky_relu(cur, negative_slope=0.1) if act == "leaky_relu" else
-                 b.clamp(cur, min=-1.0, max=2.0) if act == "clamp" else b.node(act, cur).outputs[0])
+            y = (
+                b.hardtanh(cur, min_val=0.0, max_val=6.0)
+                if act == "relu6"
+                else b.leaky_relu(cur, negative_slope=0.1)
+                if act == "leaky_relu"
+                else b.clamp(cur, min=-1.0, max=2.0)
+                if act == "clamp"
+                else b.node(act, cur).outputs[0]
+            )
         elif block == "residual":
             same = [v for v in values if v.type == cur.type]
             y = b.add(cur, same[draw(st.integers(0, len(same) - 1))])
@@ -63,13 +80,17 @@ def random_graph(draw):
             y = b.mul(cur, c) if block == "scale" else b.add(c, cur)
         elif block == "noop":
             kind = draw(st.sampled_from(NOOPS))
-            y = {"reshape": lambda: b.reshape(cur, shape=list(cur.shape)),
-                 "permute_pair": lambda: b.permute(b.permute(cur, dims=[0, 2, 3, 1]), dims=[0, 3, 1, 2]),
-                 "transpose_pair": lambda: b.transpose(b.transpose(cur, dim0=1, dim1=3), dim0=3, dim1=1),
-                 "dropout": lambda: b.dropout(cur, p=0.5, train=False),
-                 "clone": lambda: b.clone(cur), "cast": lambda: b.cast(cur, dtype="f32"),
-                 "alias": lambda: b.alias(cur), "mul_one": lambda: b.mul(cur, 1.0),
-                 "add_zero": lambda: b.add(cur, 0.0)}[kind]()
+            y = {
+                "reshape": lambda: b.reshape(cur, shape=list(cur.shape)),
+                "permute_pair": lambda: b.permute(b.permute(cur, dims=[0, 2, 3, 1]), dims=[0, 3, 1, 2]),
+                "transpose_pair": lambda: b.transpose(b.transpose(cur, dim0=1, dim1=3), dim0=3, dim1=1),
+                "dropout": lambda: b.dropout(cur, p=0.5, train=False),
+                "clone": lambda: b.clone(cur),
+                "cast": lambda: b.cast(cur, dtype="f32"),
+                "alias": lambda: b.alias(cur),
+                "mul_one": lambda: b.mul(cur, 1.0),
+                "add_zero": lambda: b.add(cur, 0.0),
+            }[kind]()
         else:  # linear_tail: pool, flatten, linear (+ bias as an add)
             pooled = b.flatten(b.adaptive_avg_pool2d(cur, output_size=[1, 1]), start_dim=1)
             y = b.add(b.linear(pooled, _const(b, (3, C), s)), _const(b, (3,), s + 1))
@@ -93,9 +114,50 @@ def test_random_graphs_stay_equivalent_through_the_default_pipeline(graph, trial
 
 # -- rule text ------------------------------------------------------------------------------
 BUNDLED = "\n".join(p.read_text() for p in sorted(RULES_DIR.glob("*.rules")))
-TOKENS = ["rule", "where", "with", "=>", "|>", "...", "...attrs", "(", ")", "[", "]", "{", "}", ",", ":", "=",
-          "==", "and", "or", "not", "in", "_", "x", "conv2d", "relu", "add", "const", "1", "-2.5", '"relu"', "none",
-          "true", "f32", "#", "\n", "priority=1", "reshape", "shape", "y.shape", "x.dtype", "fold", "default"]
+TOKENS = [
+    "rule",
+    "where",
+    "with",
+    "=>",
+    "|>",
+    "...",
+    "...attrs",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    "=",
+    "==",
+    "and",
+    "or",
+    "not",
+    "in",
+    "_",
+    "x",
+    "conv2d",
+    "relu",
+    "add",
+    "const",
+    "1",
+    "-2.5",
+    '"relu"',
+    "none",
+    "true",
+    "f32",
+    "#",
+    "\n",
+    "priority=1",
+    "reshape",
+    "shape",
+    "y.shape",
+    "x.dtype",
+    "fold",
+    "default",
+]
 
 
 def _loads_or_gawee_error(text: str) -> None:

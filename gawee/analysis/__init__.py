@@ -6,5 +6,14 @@ from gawee.analysis.liveness import peak_memory
 from gawee.analysis.shapes import TypeMismatch, check_types, infer_types
 from gawee.analysis.traversal import topological_order
 
-__all__ = ["CostReport", "NodeCost", "TypeMismatch", "check_types", "constant_values", "cost", "infer_types",
-           "peak_memory", "topological_order"]
+__all__ = [
+    "CostReport",
+    "NodeCost",
+    "TypeMismatch",
+    "check_types",
+    "constant_values",
+    "cost",
+    "infer_types",
+    "peak_memory",
+    "topological_order",
+]

@@ -52,10 +52,18 @@ class CostReport:
     """Op (or opaque ATen target) → how many nodes had no FLOPs formula."""
 
     def as_dict(self) -> dict:
-        return {"nodes": len(self.nodes), "flops": self.flops, "bytes_read": self.bytes_read,
-                "bytes_written": self.bytes_written, "peak_memory": self.peak_memory, "peak_at": self.peak_at,
-                "param_bytes": self.param_bytes, "params": self.params, "op_counts": self.op_counts,
-                "uncounted": self.uncounted}
+        return {
+            "nodes": len(self.nodes),
+            "flops": self.flops,
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+            "peak_memory": self.peak_memory,
+            "peak_at": self.peak_at,
+            "param_bytes": self.param_bytes,
+            "params": self.params,
+            "op_counts": self.op_counts,
+            "uncounted": self.uncounted,
+        }
 
 
 def node_cost(node: Node) -> NodeCost:
@@ -86,7 +94,8 @@ def cost(graph: Graph) -> CostReport:
         flops=sum(c.flops or 0 for c in per_node),
         bytes_read=sum(c.bytes_read for c in per_node),
         bytes_written=sum(c.bytes_written for c in per_node),
-        peak_memory=peak, peak_at=at,
+        peak_memory=peak,
+        peak_at=at,
         param_bytes=sum(v.type.nbytes for v in consts),
         params=sum(v.type.numel for v in consts),
         op_counts=dict(sorted(Counter(n.op for n in graph).items(), key=lambda kv: (-kv[1], kv[0]))),

@@ -41,12 +41,19 @@ class CompileReport:
 
     def __str__(self) -> str:
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
-        return (f"{self.graph.name}: {len(self.graph)} -> {len(self.optimized)} nodes, {self.rewrite.total} rewrites; "
-                f"{self.equivalence}; backend max error {self.backend_error:.3g}; {stages}")
+        return (
+            f"{self.graph.name}: {len(self.graph)} -> {len(self.optimized)} nodes, {self.rewrite.total} rewrites; "
+            f"{self.equivalence}; backend max error {self.backend_error:.3g}; {stages}"
+        )
 
 
-def compile(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], rules: RuleSet | None = None, *,
-            options: TorchOptions | None = None) -> torch.fx.GraphModule:
+def compile(
+    model: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    rules: RuleSet | None = None,
+    *,
+    options: TorchOptions | None = None,
+) -> torch.fx.GraphModule:
     """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
 
@@ -70,8 +77,10 @@ def compile(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], rule
     t0 = time.perf_counter()
     equivalence = verify_equivalent(graph, optimized, list(example_inputs))
     if not equivalence.ok:
-        raise EquivalenceError(f"the rewritten graph of {graph.name} differs from the captured one: {equivalence}",
-                               hint="run `gawee-rewrite optimize` with --trace to find the rule at fault")
+        raise EquivalenceError(
+            f"the rewritten graph of {graph.name} differs from the captured one: {equivalence}",
+            hint="run `gawee-rewrite optimize` with --trace to find the rule at fault",
+        )
     with torch.no_grad():
         expected = model(*example_inputs)
     seconds["verify"] = time.perf_counter() - t0
@@ -100,16 +109,20 @@ def _check_backend(name: str, expected: Sequence[torch.Tensor], got: Sequence[to
     worst = 0.0
     for i, (ref, out) in enumerate(zip(expected, got)):
         if ref.shape != out.shape or ref.dtype != out.dtype:
-            raise EquivalenceError(f"output {i} of the compiled {name} is {out.dtype}{list(out.shape)}, "
-                                   f"the model's is {ref.dtype}{list(ref.shape)}")
+            raise EquivalenceError(
+                f"output {i} of the compiled {name} is {out.dtype}{list(out.shape)}, "
+                f"the model's is {ref.dtype}{list(ref.shape)}"
+            )
         err = output_error(ref, out)
         finite = ref[torch.isfinite(ref)] if ref.dtype.is_floating_point else ref
         scale = max(1.0, finite.abs().max().item()) if finite.numel() and ref.dtype.is_floating_point else 1.0
         tol = TOLERANCE.get(DType.from_torch(ref.dtype), 0.0)
         if err > tol * scale:
-            raise EquivalenceError(f"output {i} of the compiled {name} differs from the model's by {err:.3g} "
-                                   f"(tolerance {tol:g} x {scale:.3g})",
-                                   hint="compile with options=TorchOptions(fused_kernels=False) to rule out "
-                                        "the fused kernels, and report the model")
+            raise EquivalenceError(
+                f"output {i} of the compiled {name} differs from the model's by {err:.3g} "
+                f"(tolerance {tol:g} x {scale:.3g})",
+                hint="compile with options=TorchOptions(fused_kernels=False) to rule out "
+                "the fused kernels, and report the model",
+            )
         worst = max(worst, err)
     return worst

@@ -42,9 +42,15 @@ def available() -> bool:
     if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
         return False
     mkldnn = torch.ops.mkldnn
-    return all(hasattr(mkldnn, name) for name in
-               ("_convolution_pointwise", "_reorder_convolution_weight", "_linear_pointwise",
-                "_reorder_linear_weight"))
+    return all(
+        hasattr(mkldnn, name)
+        for name in (
+            "_convolution_pointwise",
+            "_reorder_convolution_weight",
+            "_linear_pointwise",
+            "_reorder_linear_weight",
+        )
+    )
 
 
 @cache
@@ -72,9 +78,16 @@ def post_op(act: str | None, params: Sequence[float]) -> tuple[str, list[float],
     return (attr, [float(p) for p in params], algorithm)
 
 
-def pack_conv_weight(weight: torch.Tensor, *, padding: Sequence[int], stride: Sequence[int],
-                     dilation: Sequence[int], groups: int, input_shape: Sequence[int],
-                     channels_last: bool) -> torch.Tensor:
+def pack_conv_weight(
+    weight: torch.Tensor,
+    *,
+    padding: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+    input_shape: Sequence[int],
+    channels_last: bool,
+) -> torch.Tensor:
     """``weight`` reordered once into the blocked format oneDNN picks for this input size and memory format.
 
     oneDNN chooses the weight format from the weight's own memory format, so the weight
@@ -83,7 +96,8 @@ def pack_conv_weight(weight: torch.Tensor, *, padding: Sequence[int], stride: Se
     if channels_last:
         weight = weight.contiguous(memory_format=torch.channels_last)
     return torch.ops.mkldnn._reorder_convolution_weight(
-        weight, list(padding), list(stride), list(dilation), groups, list(input_shape))
+        weight, list(padding), list(stride), list(dilation), groups, list(input_shape)
+    )
 
 
 def pack_linear_weight(weight: torch.Tensor, batch_size: int) -> torch.Tensor:

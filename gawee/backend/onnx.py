@@ -26,8 +26,20 @@ from gawee.ops import OPAQUE, OpDef, get_op
 OPSET = 20
 """The ONNX opset written (20: ``Gelu`` is a standard op)."""
 
-_ELEM_TYPE = {DType.f32: 1, DType.u8: 2, DType.i8: 3, DType.i16: 5, DType.i32: 6, DType.i64: 7, DType.bool: 9,
-              DType.f16: 10, DType.f64: 11, DType.c64: 14, DType.c128: 15, DType.bf16: 16}
+_ELEM_TYPE = {
+    DType.f32: 1,
+    DType.u8: 2,
+    DType.i8: 3,
+    DType.i16: 5,
+    DType.i32: 6,
+    DType.i64: 7,
+    DType.bool: 9,
+    DType.f16: 10,
+    DType.f64: 11,
+    DType.c64: 14,
+    DType.c128: 15,
+    DType.bf16: 16,
+}
 """DType → onnx.TensorProto element type."""
 
 
@@ -44,9 +56,15 @@ class OnnxLowering:
     for a multi-output op).
     """
 
-    def __init__(self, exporter: _Exporter, node: Node, opdef: OpDef,
-                 inputs: Sequence[str] | None = None, attrs: Mapping[str, Any] | None = None,
-                 in_types: Sequence[TensorType | None] | None = None):
+    def __init__(
+        self,
+        exporter: _Exporter,
+        node: Node,
+        opdef: OpDef,
+        inputs: Sequence[str] | None = None,
+        attrs: Mapping[str, Any] | None = None,
+        in_types: Sequence[TensorType | None] | None = None,
+    ):
         self._exporter = exporter
         self.node = node
         self.opdef = opdef
@@ -122,8 +140,9 @@ class OnnxLowering:
         """A 0-d initializer of ``dtype``."""
         return self.constant(torch.tensor(value, dtype=dtype.torch))
 
-    def lower_as(self, op: str, inputs: Sequence[str], attrs: Mapping[str, Any],
-                 in_types: Sequence[TensorType | None]) -> str | list[str]:
+    def lower_as(
+        self, op: str, inputs: Sequence[str], attrs: Mapping[str, Any], in_types: Sequence[TensorType | None]
+    ) -> str | list[str]:
         """Emit op ``op`` (its own ONNX lowering) on ``inputs``: e.g. a fused activation as the standalone op."""
         opdef = get_op(op)
         full = opdef.complete_attrs(dict(attrs), where=self.node.name)
@@ -176,11 +195,15 @@ class _Exporter:
         name = self.names.get(value)
         if name is None:
             if value.data is None:
-                raise ExportError(f"%{value.name} is read before it is computed",
-                                  hint="the graph is not in topological order: run gawee.verify(graph)")
+                raise ExportError(
+                    f"%{value.name} is read before it is computed",
+                    hint="the graph is not in topological order: run gawee.verify(graph)",
+                )
             if not value.has_known_data:
-                raise ExportError(f"constant %{value.name} has no values (meta-device capture)",
-                                  hint="capture the model with real weights to export it")
+                raise ExportError(
+                    f"constant %{value.name} has no values (meta-device capture)",
+                    hint="capture the model with real weights to export it",
+                )
             name = self.names[value] = self.add_initializer(value.data, value.name)
         return name
 
@@ -189,28 +212,35 @@ class _Exporter:
         dtype = DType.from_torch(data.dtype)
         data = data.detach().cpu().contiguous()
         raw = (data.view(torch.int16) if dtype is DType.bf16 else data).numpy().tobytes()
-        self.initializers.append(self.onnx.helper.make_tensor(name, _ELEM_TYPE[dtype], list(data.shape), raw,
-                                                              raw=True))
+        self.initializers.append(self.onnx.helper.make_tensor(name, _ELEM_TYPE[dtype], list(data.shape), raw, raw=True))
         return name
 
-    def add_node(self, op_type: str, inputs: list[str], n_outputs: int, base: str, attrs: Mapping[str, Any]
-                 ) -> list[str]:
+    def add_node(
+        self, op_type: str, inputs: list[str], n_outputs: int, base: str, attrs: Mapping[str, Any]
+    ) -> list[str]:
         outputs = [self.fresh(base if n_outputs == 1 else f"{base}_{i}") for i in range(n_outputs)]
         while inputs and inputs[-1] == "":  # absent trailing optional inputs are left out
             inputs.pop()
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        self.nodes.append(self.onnx.helper.make_node(op_type, inputs, outputs, name=self.fresh(f"{base}_{op_type}"),
-                                                     **attrs))
+        self.nodes.append(
+            self.onnx.helper.make_node(op_type, inputs, outputs, name=self.fresh(f"{base}_{op_type}"), **attrs)
+        )
         return outputs
 
     def lower(self, ctx: OnnxLowering) -> str | list[str]:
         spec = ctx.opdef.onnx
         if ctx.opdef.name == OPAQUE:
-            raise ExportError(f"node {ctx.node.name} is an opaque ATen call ({ctx.attrs['target']})",
-                              where=ctx.node.name, hint="opaque nodes run through torch only; give the op an OpDef")
+            raise ExportError(
+                f"node {ctx.node.name} is an opaque ATen call ({ctx.attrs['target']})",
+                where=ctx.node.name,
+                hint="opaque nodes run through torch only; give the op an OpDef",
+            )
         if spec is None:
-            raise ExportError(f"op {ctx.opdef.name} has no ONNX lowering (node {ctx.node.name})", where=ctx.node.name,
-                              hint=f"add `onnx=` to the OpDef of {ctx.opdef.name} in gawee/ops")
+            raise ExportError(
+                f"op {ctx.opdef.name} has no ONNX lowering (node {ctx.node.name})",
+                where=ctx.node.name,
+                hint=f"add `onnx=` to the OpDef of {ctx.opdef.name} in gawee/ops",
+            )
         if isinstance(spec, str):
             return ctx.emit(spec, *(ctx.x(i) for i in range(ctx.arity)))
         return spec(ctx)
@@ -225,8 +255,10 @@ class _Exporter:
             result = self.lower(OnnxLowering(self, node, get_op(node.op)))
             results = [result] if isinstance(result, str) else list(result)
             if len(results) != len(node.outputs):
-                raise ExportError(f"the ONNX lowering of {node.op} gave {len(results)} outputs for "
-                                  f"{len(node.outputs)}", where=node.name)
+                raise ExportError(
+                    f"the ONNX lowering of {node.op} gave {len(results)} outputs for {len(node.outputs)}",
+                    where=node.name,
+                )
             for value, name in zip(node.outputs, results):
                 self.names[value] = name
         outputs, produced = [], {o for n in self.nodes for o in n.output}

@@ -136,8 +136,9 @@ class TorchLowering:
     # -- emitting code -------------------------------------------------------------
     def call(self, target: Callable, *args: Any, **kwargs: Any) -> torch.fx.Node:
         """A call of ``target`` in the generated code."""
-        return self._builder.fx.create_node("call_function", target, args, kwargs,
-                                            name=self._builder.fx_name(self.node.name))
+        return self._builder.fx.create_node(
+            "call_function", target, args, kwargs, name=self._builder.fx_name(self.node.name)
+        )
 
     def call_method(self, method: str, *args: Any, **kwargs: Any) -> torch.fx.Node:
         return self._builder.fx.create_node("call_method", method, args, kwargs)
@@ -152,8 +153,9 @@ class TorchLowering:
         return self.call(bound, *self.args)
 
 
-def to_torch(graph: Graph, options: TorchOptions | None = None, *,
-             output_structure: pytree.TreeSpec | None = None) -> torch.fx.GraphModule:
+def to_torch(
+    graph: Graph, options: TorchOptions | None = None, *, output_structure: pytree.TreeSpec | None = None
+) -> torch.fx.GraphModule:
     """A ``torch.fx.GraphModule`` computing ``graph``; constants are its buffers.
 
     Called with the graph inputs (same shapes and dtypes as the graph's), it returns the
@@ -200,8 +202,11 @@ class _Builder:
         got = self.env.get(value)
         if got is None:
             if value.data is None:
-                raise IRError(f"%{value.name} is read before it is computed", where=self.graph.name,
-                              hint="the graph is not in topological order: run gawee.verify(graph)")
+                raise IRError(
+                    f"%{value.name} is read before it is computed",
+                    where=self.graph.name,
+                    hint="the graph is not in topological order: run gawee.verify(graph)",
+                )
             got = self.env[value] = self.new_buffer(value.data, value.name)
         return got
 
@@ -225,8 +230,7 @@ class _Builder:
         for value in self.graph.outputs:  # kernels may pick other strides (oneDNN: by the weight's format)
             y = self.lowered(value)
             outs.append(self.fx.call_method("contiguous", (y,)) if value.type.rank >= 2 else y)
-        self.fx.output(pytree.tree_unflatten(outs, output_structure) if output_structure is not None
-                       else tuple(outs))
+        self.fx.output(pytree.tree_unflatten(outs, output_structure) if output_structure is not None else tuple(outs))
         self.fx.eliminate_dead_code()
         for n in list(self.fx.nodes):  # constants a lowering replaced (e.g. by their prepacked form)
             if n.op == "get_attr" and not n.users:
@@ -236,7 +240,6 @@ class _Builder:
             delattr(self.root, name)
         self.fx.lint()
         return torch.fx.GraphModule(self.root, self.fx, class_name=_class_name(self.graph.name))
-
 
 
 def _class_name(name: str) -> str:

@@ -18,12 +18,12 @@ class Node:
         s = self.span
         if s.text is None or s.end_line is None:
             return ""
-        lines = s.text.splitlines()[s.line - 1: s.end_line]
+        lines = s.text.splitlines()[s.line - 1 : s.end_line]
         if not lines:
             return ""
         if len(lines) == 1:
-            return lines[0][s.col - 1: s.end_col - 1]
-        lines[0] = lines[0][s.col - 1:]
+            return lines[0][s.col - 1 : s.end_col - 1]
+        lines[0] = lines[0][s.col - 1 :]
         lines[-1] = lines[-1][: s.end_col - 1]
         return " ".join(x.strip() for x in lines)
 

@@ -119,8 +119,11 @@ def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, com
         ec.with_fns.append(fn)
     build, kind = ec.compile(rule.replacement)
     if not kind.is_tensor and kind.base is not K.Base.ANY:
-        raise RuleError(f"the replacement must be a tensor, this is {kind}", span=rule.replacement.span,
-                        hint="replace with a bound operand or an op call")
+        raise RuleError(
+            f"the replacement must be a tensor, this is {kind}",
+            span=rule.replacement.span,
+            hint="replace with a bound operand or an op call",
+        )
     n_withs = len(rule.withs)
     with_fns = ec.with_fns
 
@@ -129,8 +132,19 @@ def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, com
         ctx.with_fns = with_fns
         return build(ctx)
 
-    return Rule(rule.name, rule.span, root.op, matcher, guard, guard_parts or [], run, whole_node,
-                priority=rule.options.get("priority", 0), comment=comment, ast=rule)
+    return Rule(
+        rule.name,
+        rule.span,
+        root.op,
+        matcher,
+        guard,
+        guard_parts or [],
+        run,
+        whole_node,
+        priority=rule.options.get("priority", 0),
+        comment=comment,
+        ast=rule,
+    )
 
 
 _UNSET = object()
@@ -154,8 +168,12 @@ def _desugar(p: A.Pattern) -> A.Pattern:
         call = _desugar(p.call)
         return A.POp(p.span, call.op, [A.PArg(lhs.span, lhs), *call.args], op_span=call.op_span)
     if isinstance(p, A.POp):
-        return A.POp(p.span, p.op, [A.PArg(a.span, _desugar(a.pattern) if a.pattern else None, a.keyword, a.rest)
-                                    for a in p.args], op_span=p.op_span)
+        return A.POp(
+            p.span,
+            p.op,
+            [A.PArg(a.span, _desugar(a.pattern) if a.pattern else None, a.keyword, a.rest) for a in p.args],
+            op_span=p.op_span,
+        )
     if isinstance(p, A.PBind):
         return A.PBind(p.span, p.name, _desugar(p.pattern))
     if isinstance(p, A.PList):
@@ -173,16 +191,24 @@ def _root(p: A.Pattern) -> tuple[A.POp, str | None]:
 
 
 def _is_whole_node(e: A.Expr, root_bind: str | None) -> str | None:
-    if (isinstance(e, A.ECall) and e.func in ("fold", "original") and len(e.args) == 1
-            and isinstance(e.args[0].value, A.EName) and e.args[0].value.name == root_bind):
+    if (
+        isinstance(e, A.ECall)
+        and e.func in ("fold", "original")
+        and len(e.args) == 1
+        and isinstance(e.args[0].value, A.EName)
+        and e.args[0].value.name == root_bind
+    ):
         return e.func
     return None
 
 
 def _unknown_op(name: str, span: SourceSpan) -> RuleError:
     close = difflib.get_close_matches(name, list(all_ops()), n=3)
-    return RuleError(f"unknown op {name!r}", span=span,
-                     hint=f"did you mean {' or '.join(close)}?" if close else "see docs/ops.md for the op list")
+    return RuleError(
+        f"unknown op {name!r}",
+        span=span,
+        hint=f"did you mean {' or '.join(close)}?" if close else "see docs/ops.md for the op list",
+    )
 
 
 def _lookup_op(name: str, span: SourceSpan) -> OpDef:
@@ -200,15 +226,20 @@ class _PatternCompiler:
 
     def declare(self, name: str, kind: K.Kind, span: SourceSpan, op: str | None = None) -> None:
         if name in DTYPE_NAMES or name in BUILTINS:
-            raise RuleError(f"`{name}` names a {'dtype' if name in DTYPE_NAMES else 'builtin'}; pick another "
-                            f"variable name", span=span)
+            raise RuleError(
+                f"`{name}` names a {'dtype' if name in DTYPE_NAMES else 'builtin'}; pick another variable name",
+                span=span,
+            )
         prev = self.scope.vars.get(name)
         if prev is None:
             self.scope.vars[name] = _Var(kind, op, span)
             return
         if prev.kind.is_tensor != kind.is_tensor or (prev.kind.base is K.Base.REST) != (kind.base is K.Base.REST):
-            raise RuleError(f"`{name}` is used as a {kind} here but as a {prev.kind} at {prev.span}", span=span,
-                            hint="a variable binds either an operand or an attribute value")
+            raise RuleError(
+                f"`{name}` is used as a {kind} here but as a {prev.kind} at {prev.span}",
+                span=span,
+                hint="a variable binds either an operand or an attribute value",
+            )
 
     def compile_root(self, p: A.POp, bind: str | None, whole_node: str | None) -> OpM:
         m = self.value(p)
@@ -271,8 +302,7 @@ class _PatternCompiler:
                 if positional_done:
                     raise RuleError("positional operand after a keyword", span=arg.span)
                 if variadic_from is None and len(slots) >= len(names):
-                    raise RuleError(f"{p.op} takes at most {len(names)} operands ({', '.join(names)})",
-                                    span=arg.span)
+                    raise RuleError(f"{p.op} takes at most {len(names)} operands ({', '.join(names)})", span=arg.span)
                 slots.append(self.value(arg.pattern))
                 continue
             positional_done = True
@@ -286,30 +316,46 @@ class _PatternCompiler:
             elif opdef.attr(arg.keyword) is not None:
                 if arg.keyword in attrs:
                     raise RuleError(f"attribute {arg.keyword} is given twice", span=arg.span)
-                attrs[arg.keyword] = self.attr(arg.pattern, K.of_attr(opdef.attr(arg.keyword).kind), arg.keyword,
-                                               p.op)
+                attrs[arg.keyword] = self.attr(arg.pattern, K.of_attr(opdef.attr(arg.keyword).kind), arg.keyword, p.op)
             else:
-                raise RuleError(f"{p.op} has no operand or attribute {arg.keyword!r}", span=arg.span,
-                                hint=f"operands: {', '.join(names) or 'none'}; attributes: "
-                                     f"{', '.join(a.name for a in opdef.attrs) or 'none'}")
+                raise RuleError(
+                    f"{p.op} has no operand or attribute {arg.keyword!r}",
+                    span=arg.span,
+                    hint=f"operands: {', '.join(names) or 'none'}; attributes: "
+                    f"{', '.join(a.name for a in opdef.attrs) or 'none'}",
+                )
         if rest is False:
             n_positional = sum(1 for m in slots if m is not None)
             required = opdef.min_arity
             if n_positional < required and (len(slots) < required or any(s is None for s in slots[:required])):
-                raise RuleError(f"{p.op} takes at least {required} operands ({', '.join(names[:required])}), "
-                                    f"the pattern gives {n_positional}", span=p.span,
-                                    hint="add the missing operands, or `...` to leave them free")
+                raise RuleError(
+                    f"{p.op} takes at least {required} operands ({', '.join(names[:required])}), "
+                    f"the pattern gives {n_positional}",
+                    span=p.span,
+                    hint="add the missing operands, or `...` to leave them free",
+                )
         defaults: dict[str, Any] = {}
         if rest is False:
             for a in opdef.attrs:
                 if a.name in attrs:
                     continue
                 if a.default is REQUIRED:
-                    raise RuleError(f"the pattern leaves {p.op}'s required attribute {a.name!r} unmatched",
-                                    span=p.span, hint=f"add {a.name}=_ (any value), or `...`")
+                    raise RuleError(
+                        f"the pattern leaves {p.op}'s required attribute {a.name!r} unmatched",
+                        span=p.span,
+                        hint=f"add {a.name}=_ (any value), or `...`",
+                    )
                 defaults[a.name] = a.default
-        return OpM(p.op, slots, names, attrs, defaults, rest, commutative=opdef.has_trait("commutative"),
-                   variadic_from=variadic_from)
+        return OpM(
+            p.op,
+            slots,
+            names,
+            attrs,
+            defaults,
+            rest,
+            commutative=opdef.has_trait("commutative"),
+            variadic_from=variadic_from,
+        )
 
     def _any_op(self, p: A.POp) -> OpM:
         rest: bool | str = False
@@ -337,8 +383,11 @@ class _PatternCompiler:
             if not K.accepts(kind, K.of_value(p.value)):
                 raise RuleError(f"{op}.{name} is {kind}; {p.value!r} can never match", span=p.span)
             if name == "act" and p.value is not None and p.value not in ACTIVATIONS:
-                raise RuleError(f"unknown activation {p.value!r}", span=p.span,
-                                hint="fusable activations: " + ", ".join(ACTIVATIONS))
+                raise RuleError(
+                    f"unknown activation {p.value!r}",
+                    span=p.span,
+                    hint="fusable activations: " + ", ".join(ACTIVATIONS),
+                )
             return AttrLit(p.value)
         if isinstance(p, A.PList):
             if kind.base not in (K.Base.LIST, K.Base.ANY):
@@ -348,10 +397,22 @@ class _PatternCompiler:
 
 
 # ---------------------------------------------------------------------------------------
-_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-          "//": operator.floordiv, "%": operator.mod}
-_TENSOR_ARITH = {"+": ("add", {}), "-": ("sub", {}), "*": ("mul", {}), "/": ("div", {}),
-                 "//": ("div", {"rounding_mode": "floor"}), "%": ("remainder", {})}
+_ARITH = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+}
+_TENSOR_ARITH = {
+    "+": ("add", {}),
+    "-": ("sub", {}),
+    "*": ("mul", {}),
+    "/": ("div", {}),
+    "//": ("div", {"rounding_mode": "floor"}),
+    "%": ("remainder", {}),
+}
 _COMPARE = {"==": None, "!=": None, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 _TENSOR_FIELDS = {"shape": K.LIST, "dtype": K.DTYPE, "rank": K.INT, "numel": K.INT}
 
@@ -387,6 +448,7 @@ class _ExprCompiler:
                 if ctx.with_cache[i] is _UNSET:
                     ctx.with_cache[i] = ctx.with_fns[i](ctx)
                 return ctx.with_cache[i]
+
             return get_with, kind
         if name in DTYPE_NAMES:
             return (lambda ctx: name), K.DTYPE
@@ -394,9 +456,12 @@ class _ExprCompiler:
             raise RuleError(f"`{name}` is a function: call it, e.g. {name}(x)", span=e.span)
         bound = sorted(self.scope.vars) + sorted(self.scope.withs)
         close = difflib.get_close_matches(name, bound, n=2)
-        raise RuleError(f"`{name}` is never bound", span=e.span,
-                        hint=(f"did you mean {' or '.join(close)}? " if close else "")
-                        + f"bound names: {', '.join(bound) or 'none'}")
+        raise RuleError(
+            f"`{name}` is never bound",
+            span=e.span,
+            hint=(f"did you mean {' or '.join(close)}? " if close else "")
+            + f"bound names: {', '.join(bound) or 'none'}",
+        )
 
     def _EList(self, e: A.EList):
         items = [self.compile(x) for x in e.items]
@@ -415,16 +480,24 @@ class _ExprCompiler:
         field_name = e.name
         if kind.is_tensor:
             if field_name not in _TENSOR_FIELDS:
-                raise RuleError(f"a tensor has no field {field_name!r}", span=e.span,
-                                hint="tensor fields: " + ", ".join(_TENSOR_FIELDS))
-            getter = {"shape": lambda v: v.shape, "dtype": lambda v: v.dtype.value,
-                      "rank": lambda v: v.type.rank, "numel": lambda v: v.type.numel}[field_name]
+                raise RuleError(
+                    f"a tensor has no field {field_name!r}",
+                    span=e.span,
+                    hint="tensor fields: " + ", ".join(_TENSOR_FIELDS),
+                )
+            getter = {
+                "shape": lambda v: v.shape,
+                "dtype": lambda v: v.dtype.value,
+                "rank": lambda v: v.type.rank,
+                "numel": lambda v: v.type.numel,
+            }[field_name]
 
             def get_field(ctx):
                 v = obj(ctx)
                 if v is None:
                     raise GuardFailed(f"`{e.obj.text}` is absent")
                 return getter(v)
+
             return get_field, _TENSOR_FIELDS[field_name]
         if kind.base is K.Base.REST:
             var = self.scope.vars[e.obj.name] if isinstance(e.obj, A.EName) else None
@@ -445,6 +518,7 @@ class _ExprCompiler:
                     return rec.get(field_name)
                 except KeyError:
                     raise GuardFailed(f"{field_name} was matched explicitly, not by `...`") from None
+
             return get_rest, field_kind
         raise RuleError(f"a {kind} has no fields", span=e.span)
 
@@ -462,6 +536,7 @@ class _ExprCompiler:
                 return seq[i]
             except (IndexError, TypeError):
                 raise GuardFailed(f"index {i} out of range") from None
+
         return index, K.ANY
 
     def _ENeg(self, e: A.ENeg):
@@ -490,6 +565,7 @@ class _ExprCompiler:
                 a = a if lt else ctx.tensor(a, like=b)
                 b = b if rt else ctx.tensor(b, like=a)
                 return ctx.emit(op, [a, b], attrs)
+
             return tensor_arith, K.TENSOR
         if e.op == "+" and lk.base is K.Base.LIST and rk.base is K.Base.LIST:
             return (lambda ctx: tuple(lf(ctx)) + tuple(rf(ctx))), K.LIST
@@ -502,6 +578,7 @@ class _ExprCompiler:
                 return fn(lf(ctx), rf(ctx))
             except (ZeroDivisionError, TypeError) as err:
                 raise GuardFailed(str(err)) from None
+
         kind = K.FLOAT if e.op == "/" or K.Base.FLOAT in (lk.base, rk.base) else K.INT
         return arith, kind
 
@@ -523,8 +600,7 @@ class _ExprCompiler:
         lf, lk = self.compile(e.left)
         rf, rk = self.compile(e.right)
         if lk.is_tensor or rk.is_tensor:
-            raise RuleError("tensors cannot be compared; compare .shape, .dtype, or use all_equal(x, 1)",
-                            span=e.span)
+            raise RuleError("tensors cannot be compared; compare .shape, .dtype, or use all_equal(x, 1)", span=e.span)
         if not K.comparable(lk, rk):
             raise RuleError(f"comparing {_a(lk)} with {_a(rk)} is always false", span=e.span)
         from gawee.rewrite.matcher import data_equal
@@ -541,6 +617,7 @@ class _ExprCompiler:
             if a is None or b is None:
                 return False
             return fn(a, b)
+
         return compare, K.BOOL
 
     def _EIn(self, e: A.EIn):
@@ -560,26 +637,40 @@ class _ExprCompiler:
 
     # -- calls -------------------------------------------------------------------------
     def _ECall(self, e: A.ECall):
-        if e.func in BUILTINS and has_op(e.func) and self.mode == "replace" and e.args and e.args[0].value \
-                and self.compile(e.args[0].value)[1].is_tensor:
+        if (
+            e.func in BUILTINS
+            and has_op(e.func)
+            and self.mode == "replace"
+            and e.args
+            and e.args[0].value
+            and self.compile(e.args[0].value)[1].is_tensor
+        ):
             return self._op_call(e)  # abs/min/max: the op on tensors, the builtin on numbers
         if e.func in BUILTINS or e.func in self.scope.helpers:
             return self._builtin(e, self.scope.helpers.get(e.func) or BUILTINS[e.func])
         if has_op(e.func):
             if self.mode != "replace":
-                raise RuleError(f"ops are built in the replacement; `{e.func}(...)` cannot appear in a guard",
-                                span=e.func_span, hint="match it in the pattern instead")
+                raise RuleError(
+                    f"ops are built in the replacement; `{e.func}(...)` cannot appear in a guard",
+                    span=e.func_span,
+                    hint="match it in the pattern instead",
+                )
             return self._op_call(e)
         names = list(BUILTINS) + list(self.scope.helpers) + (list(all_ops()) if self.mode == "replace" else [])
         close = difflib.get_close_matches(e.func, names, n=3)
-        raise RuleError(f"unknown function {e.func!r}", span=e.func_span,
-                        hint=(f"did you mean {' or '.join(close)}? " if close else "")
-                        + "Python helpers must be passed to load_rules(..., helpers={...})")
+        raise RuleError(
+            f"unknown function {e.func!r}",
+            span=e.func_span,
+            hint=(f"did you mean {' or '.join(close)}? " if close else "")
+            + "Python helpers must be passed to load_rules(..., helpers={...})",
+        )
 
     def _builtin(self, e: A.ECall, b: Builtin):
         if b.where != "both" and b.where != self.mode:
-            raise RuleError(f"`{b.name}` can only be used in the {'guard' if b.where == 'guard' else 'replacement'}",
-                            span=e.func_span)
+            raise RuleError(
+                f"`{b.name}` can only be used in the {'guard' if b.where == 'guard' else 'replacement'}",
+                span=e.func_span,
+            )
         args = []
         for i, a in enumerate(e.args):
             if a.keyword or a.rest:
@@ -589,14 +680,16 @@ class _ExprCompiler:
             if i >= len(b.params) and not b.variadic:
                 raise RuleError(f"`{b.name}` takes {len(b.params)} argument(s)", span=a.span)
             implicit_tensor = param.is_tensor and kind.base in K.NUMERIC and self.mode == "replace"
-            if not (K.accepts(param, kind) or implicit_tensor) or (param.is_tensor and kind.is_data
-                                                                      and not implicit_tensor):
-                raise RuleError(f"argument {i + 1} of `{b.name}` must be a {param}, this is a {kind}",
-                                span=a.span)
+            if not (K.accepts(param, kind) or implicit_tensor) or (
+                param.is_tensor and kind.is_data and not implicit_tensor
+            ):
+                raise RuleError(f"argument {i + 1} of `{b.name}` must be a {param}, this is a {kind}", span=a.span)
             args.append((fn, implicit_tensor))
         if len(e.args) < len(b.params) - (1 if b.variadic else 0) or (b.params and not e.args):
-            raise RuleError(f"`{b.name}` takes {len(b.params)}{'+' if b.variadic else ''} argument(s), "
-                            f"got {len(e.args)}", span=e.span)
+            raise RuleError(
+                f"`{b.name}` takes {len(b.params)}{'+' if b.variadic else ''} argument(s), got {len(e.args)}",
+                span=e.span,
+            )
         impl = b.impl
 
         def call(ctx):
@@ -605,6 +698,7 @@ class _ExprCompiler:
                 v = fn(ctx)
                 vals.append(ctx.tensor(v) if implicit else v)
             return impl(ctx, *vals)
+
         return call, b.returns
 
     def _op_call(self, e: A.ECall):
@@ -650,14 +744,19 @@ class _ExprCompiler:
                 self._check_attr(opdef, a.keyword, kind, a)
                 attr_fns[a.keyword] = fn
             else:
-                raise RuleError(f"{e.func} has no operand or attribute {a.keyword!r}", span=a.span,
-                                hint=f"operands: {', '.join(names) or 'none'}; attributes: "
-                                     f"{', '.join(attr_order) or 'none'}")
+                raise RuleError(
+                    f"{e.func} has no operand or attribute {a.keyword!r}",
+                    span=a.span,
+                    hint=f"operands: {', '.join(names) or 'none'}; attributes: {', '.join(attr_order) or 'none'}",
+                )
         if not rests:
             given = sum(1 for o in operands if o is not None)
             if given < opdef.min_arity:
-                raise RuleError(f"{e.func} takes at least {opdef.min_arity} operands "
-                                f"({', '.join(names[:opdef.min_arity])}), got {given}", span=e.span)
+                raise RuleError(
+                    f"{e.func} takes at least {opdef.min_arity} operands "
+                    f"({', '.join(names[: opdef.min_arity])}), got {given}",
+                    span=e.span,
+                )
             missing = [x.name for x in opdef.attrs if x.default is REQUIRED and x.name not in attr_fns]
             if missing:
                 raise RuleError(f"{e.func} needs attribute(s) {', '.join(missing)}", span=e.span)
@@ -691,16 +790,24 @@ class _ExprCompiler:
             for k, fn in attr_fns.items():
                 attrs[k] = fn(ctx)
             return ctx.emit(op, values + extra, attrs)
+
         return build, K.TENSOR
 
     def _check_attr(self, opdef: OpDef, name: str, kind: K.Kind, a: A.EArg) -> None:
         want = K.of_attr(opdef.attr(name).kind)
         if kind.is_tensor or kind.base is K.Base.REST or not K.accepts(want, kind):
             raise RuleError(f"{opdef.name}.{name} is {want}, this is a {kind}", span=a.span)
-        if name == "act" and isinstance(a.value, A.ELit) and a.value.value is not None \
-                and a.value.value not in ACTIVATIONS:
-            raise RuleError(f"unknown activation {a.value.value!r}", span=a.span,
-                            hint="fusable activations: " + ", ".join(ACTIVATIONS))
+        if (
+            name == "act"
+            and isinstance(a.value, A.ELit)
+            and a.value.value is not None
+            and a.value.value not in ACTIVATIONS
+        ):
+            raise RuleError(
+                f"unknown activation {a.value.value!r}",
+                span=a.span,
+                hint="fusable activations: " + ", ".join(ACTIVATIONS),
+            )
 
     def _check_rest_fits(self, name: str, var: _Var, target: OpDef, span: SourceSpan) -> None:
         """`...attrs` may carry any operand/attribute of its source op: the target must have them all."""
@@ -708,12 +815,15 @@ class _ExprCompiler:
             raise RuleError("`...` bound by `_(...)` cannot be spliced into an op call", span=span)
         source = get_op(var.op)
         target_names = {o.name for o in target.operands} | {a.name for a in target.attrs}
-        missing = [o.name for o in source.operands if o.name not in target_names] + \
-                  [a.name for a in source.attrs if a.name not in target_names]
+        missing = [o.name for o in source.operands if o.name not in target_names] + [
+            a.name for a in source.attrs if a.name not in target_names
+        ]
         if missing:
-            raise RuleError(f"`...{name}` from {var.op} may carry {', '.join(missing)}, which "
-                            f"{target.name} does not have", span=span,
-                            hint="match those explicitly in the pattern (e.g. act=none) instead of `...`")
+            raise RuleError(
+                f"`...{name}` from {var.op} may carry {', '.join(missing)}, which {target.name} does not have",
+                span=span,
+                hint="match those explicitly in the pattern (e.g. act=none) instead of `...`",
+            )
 
     # -- checks ------------------------------------------------------------------------
     def _need_replace(self, e: A.Expr, what: str) -> None:

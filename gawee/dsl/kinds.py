@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 
 class Base(enum.Enum):
-    TENSOR = "tensor"   # a Value (possibly absent)
+    TENSOR = "tensor"  # a Value (possibly absent)
     INT = "int"
     FLOAT = "float"
     BOOL = "bool"
@@ -15,7 +15,7 @@ class Base(enum.Enum):
     DTYPE = "dtype"
     LIST = "list"
     NONE = "none"
-    REST = "rest"       # the record bound by `...name`
+    REST = "rest"  # the record bound by `...name`
     ANY = "any"
 
 
@@ -54,8 +54,17 @@ ANY = Kind(Base.ANY, nullable=True)
 
 def of_attr(kind: str) -> Kind:
     """The Kind of an OpDef attribute kind string (``ints?`` → list, nullable)."""
-    base = {"int": Base.INT, "float": Base.FLOAT, "bool": Base.BOOL, "str": Base.STR, "ints": Base.LIST,
-            "floats": Base.LIST, "scalar": Base.FLOAT, "dtype": Base.DTYPE, "any": Base.ANY}[kind.rstrip("?")]
+    base = {
+        "int": Base.INT,
+        "float": Base.FLOAT,
+        "bool": Base.BOOL,
+        "str": Base.STR,
+        "ints": Base.LIST,
+        "floats": Base.LIST,
+        "scalar": Base.FLOAT,
+        "dtype": Base.DTYPE,
+        "any": Base.ANY,
+    }[kind.rstrip("?")]
     return Kind(base, kind.endswith("?") or base is Base.ANY)
 
 

@@ -129,66 +129,164 @@ def _tensor_fn(fn):
 
 T, B, INT, F, L = K.TENSOR, K.BOOL, K.INT, K.FLOAT, K.LIST
 
-BUILTINS: dict[str, Builtin] = {b.name: b for b in [
-    Builtin("const", (T,), B, lambda ctx, *vs: all(v is not None and v.data is not None for v in vs),
-            variadic=True, doc="every argument is a constant (weights, buffers, folded values)"),
-    Builtin("absent", (T,), B, lambda ctx, v: v is None, doc="an optional operand that is not there"),
-    Builtin("present", (T,), B, lambda ctx, v: v is not None, doc="an optional operand that is there"),
-    Builtin("single_use", (T,), B, lambda ctx, v: v is not None and v.num_uses == 1,
-            doc="read by exactly one operand slot (a graph output counts as a use)"),
-    Builtin("is_output", (T,), B, lambda ctx, v: v is not None and v.is_graph_output, doc="a graph output"),
-    Builtin("uses", (T,), INT, lambda ctx, v: 0 if v is None else v.num_uses, doc="number of uses"),
-    Builtin("pure", (T,), B, lambda ctx, v: _pure(v), doc="produced by a deterministic, side-effect-free op"),
-    Builtin("duplicate", (T,), B, lambda ctx, v: ctx.find_duplicate(v) is not None, where="guard",
-            doc="an earlier node computes the same op on the same operands with the same attributes"),
-    Builtin("broadcastable", (T, T), B, lambda ctx, a, b: _broadcastable(a, b), doc="shapes broadcast together"),
-    Builtin("same_shape", (T, T), B, lambda ctx, a, b: a is not None and b is not None and a.shape == b.shape,
-            doc="equal shapes"),
-    Builtin("per_channel", (T, T), B, lambda ctx, c, y: y is not None and y.type.rank >= 2 and _along(c, y, 1),
-            doc="c broadcasts against y along dim 1 only (shape [C,1,1], [1,C,1,1] or all ones)"),
-    Builtin("along", (T, T, INT), B, lambda ctx, c, y, d: _along(c, y, d),
-            doc="c broadcasts against y without growing it, varying along dim d of y only"),
-    Builtin("same_type", (T, T), B, lambda ctx, a, b: a is not None and b is not None and a.type.same_shape_dtype(
-        b.type), doc="equal shapes and dtypes"),
-    Builtin("foldable", (T,), B, lambda ctx, v: _foldable(v),
-            doc="produced by a pure op whose operands are all constants"),
-    Builtin("result_size", (T,), INT, lambda ctx, v: sum(o.type.numel for o in v.producer.outputs)
-            if v is not None and v.producer is not None else 0, doc="elements in all outputs of v's node"),
-    Builtin("operand_size", (T,), INT, lambda ctx, v: _operand_size(v),
-            doc="elements in the distinct constant operands of v's node"),
-    Builtin("op", (T,), K.STR, lambda ctx, v: v.producer.op if v is not None and v.producer is not None else "",
-            doc="the op that produced v (\"\" for inputs and constants)"),
-    Builtin("all_equal", (T, F), B, lambda ctx, c, x: _all_equal(c, x),
-            doc="a constant whose every element equals x"),
-    Builtin("value", (T,), F, lambda ctx, c: _value(c), doc="the element of a constant whose elements are all equal"),
-    Builtin("finite", (T,), B, lambda ctx, c: bool(torch.isfinite(_known(c)).all()),
-            doc="a constant with no inf or nan"),
-    Builtin("positive", (T,), B, lambda ctx, c: bool((_known(c) > 0).all()), doc="a constant with every element > 0"),
-    Builtin("is_float", (T,), B, lambda ctx, v: v is not None and v.dtype.is_float, doc="a floating-point tensor"),
-    Builtin("rank", (T,), INT, lambda ctx, v: v.type.rank, doc="number of dimensions"),
-    Builtin("numel", (T,), INT, lambda ctx, v: v.type.numel, doc="number of elements"),
-    Builtin("shape", (T,), L, lambda ctx, v: v.shape, doc="the shape, as a list"),
-    Builtin("dtype", (T,), K.DTYPE, lambda ctx, v: v.dtype.value, doc="the element type"),
-    Builtin("broadcast_shape", (T, T), L, lambda ctx, a, b: tuple(torch.broadcast_shapes(a.shape, b.shape)),
-            doc="the shape a and b broadcast to"),
-    Builtin("len", (L,), INT, lambda ctx, xs: len(xs), doc="length of a list"),
-    Builtin("prod", (L,), INT, lambda ctx, xs: math.prod(xs), doc="product of a list"),
-    Builtin("compose", (L, L), L, lambda ctx, p, q: _compose(p, q),
-            doc="the permutation of permute(permute(x, dims=p), dims=q)"),
-    Builtin("inverse", (L,), L, lambda ctx, p: _inverse(p), doc="the inverse permutation"),
-    Builtin("identity", (INT,), L, lambda ctx, n: tuple(range(n)), doc="[0, 1, ..., n-1]"),
-    Builtin("swapped", (L, INT, INT), L, lambda ctx, p, i, j: _swapped(p, i, j), doc="p with items i and j exchanged"),
-    Builtin("all_zero", (L,), B, lambda ctx, xs: all(x == 0 for x in xs), doc="every item is 0"),
-    Builtin("min", (F, F), F, lambda ctx, a, b: min(a, b), doc="the smaller number"),
-    Builtin("max", (F, F), F, lambda ctx, a, b: max(a, b), doc="the larger number"),
-    Builtin("abs", (F,), F, lambda ctx, a: abs(a), doc="absolute value"),
-    Builtin("fold", (T,), T, lambda ctx, v: ctx.fold(v), where="replace",
-            doc="the value computed now: the node producing v, evaluated on its constant operands"),
-    Builtin("original", (T,), T, lambda ctx, v: ctx.find_duplicate(v), where="replace",
-            doc="the earlier node's output that `duplicate(v)` found"),
-    Builtin("default", (T, T), T, lambda ctx, a, b: a if a is not None else b, where="replace",
-            doc="a if present, else b (e.g. default(b, 0) for an absent bias)"),
-]}
+BUILTINS: dict[str, Builtin] = {
+    b.name: b
+    for b in [
+        Builtin(
+            "const",
+            (T,),
+            B,
+            lambda ctx, *vs: all(v is not None and v.data is not None for v in vs),
+            variadic=True,
+            doc="every argument is a constant (weights, buffers, folded values)",
+        ),
+        Builtin("absent", (T,), B, lambda ctx, v: v is None, doc="an optional operand that is not there"),
+        Builtin("present", (T,), B, lambda ctx, v: v is not None, doc="an optional operand that is there"),
+        Builtin(
+            "single_use",
+            (T,),
+            B,
+            lambda ctx, v: v is not None and v.num_uses == 1,
+            doc="read by exactly one operand slot (a graph output counts as a use)",
+        ),
+        Builtin("is_output", (T,), B, lambda ctx, v: v is not None and v.is_graph_output, doc="a graph output"),
+        Builtin("uses", (T,), INT, lambda ctx, v: 0 if v is None else v.num_uses, doc="number of uses"),
+        Builtin("pure", (T,), B, lambda ctx, v: _pure(v), doc="produced by a deterministic, side-effect-free op"),
+        Builtin(
+            "duplicate",
+            (T,),
+            B,
+            lambda ctx, v: ctx.find_duplicate(v) is not None,
+            where="guard",
+            doc="an earlier node computes the same op on the same operands with the same attributes",
+        ),
+        Builtin("broadcastable", (T, T), B, lambda ctx, a, b: _broadcastable(a, b), doc="shapes broadcast together"),
+        Builtin(
+            "same_shape",
+            (T, T),
+            B,
+            lambda ctx, a, b: a is not None and b is not None and a.shape == b.shape,
+            doc="equal shapes",
+        ),
+        Builtin(
+            "per_channel",
+            (T, T),
+            B,
+            lambda ctx, c, y: y is not None and y.type.rank >= 2 and _along(c, y, 1),
+            doc="c broadcasts against y along dim 1 only (shape [C,1,1], [1,C,1,1] or all ones)",
+        ),
+        Builtin(
+            "along",
+            (T, T, INT),
+            B,
+            lambda ctx, c, y, d: _along(c, y, d),
+            doc="c broadcasts against y without growing it, varying along dim d of y only",
+        ),
+        Builtin(
+            "same_type",
+            (T, T),
+            B,
+            lambda ctx, a, b: a is not None and b is not None and a.type.same_shape_dtype(b.type),
+            doc="equal shapes and dtypes",
+        ),
+        Builtin(
+            "foldable",
+            (T,),
+            B,
+            lambda ctx, v: _foldable(v),
+            doc="produced by a pure op whose operands are all constants",
+        ),
+        Builtin(
+            "result_size",
+            (T,),
+            INT,
+            lambda ctx, v: (
+                sum(o.type.numel for o in v.producer.outputs) if v is not None and v.producer is not None else 0
+            ),
+            doc="elements in all outputs of v's node",
+        ),
+        Builtin(
+            "operand_size",
+            (T,),
+            INT,
+            lambda ctx, v: _operand_size(v),
+            doc="elements in the distinct constant operands of v's node",
+        ),
+        Builtin(
+            "op",
+            (T,),
+            K.STR,
+            lambda ctx, v: v.producer.op if v is not None and v.producer is not None else "",
+            doc='the op that produced v ("" for inputs and constants)',
+        ),
+        Builtin(
+            "all_equal", (T, F), B, lambda ctx, c, x: _all_equal(c, x), doc="a constant whose every element equals x"
+        ),
+        Builtin(
+            "value", (T,), F, lambda ctx, c: _value(c), doc="the element of a constant whose elements are all equal"
+        ),
+        Builtin(
+            "finite", (T,), B, lambda ctx, c: bool(torch.isfinite(_known(c)).all()), doc="a constant with no inf or nan"
+        ),
+        Builtin(
+            "positive", (T,), B, lambda ctx, c: bool((_known(c) > 0).all()), doc="a constant with every element > 0"
+        ),
+        Builtin("is_float", (T,), B, lambda ctx, v: v is not None and v.dtype.is_float, doc="a floating-point tensor"),
+        Builtin("rank", (T,), INT, lambda ctx, v: v.type.rank, doc="number of dimensions"),
+        Builtin("numel", (T,), INT, lambda ctx, v: v.type.numel, doc="number of elements"),
+        Builtin("shape", (T,), L, lambda ctx, v: v.shape, doc="the shape, as a list"),
+        Builtin("dtype", (T,), K.DTYPE, lambda ctx, v: v.dtype.value, doc="the element type"),
+        Builtin(
+            "broadcast_shape",
+            (T, T),
+            L,
+            lambda ctx, a, b: tuple(torch.broadcast_shapes(a.shape, b.shape)),
+            doc="the shape a and b broadcast to",
+        ),
+        Builtin("len", (L,), INT, lambda ctx, xs: len(xs), doc="length of a list"),
+        Builtin("prod", (L,), INT, lambda ctx, xs: math.prod(xs), doc="product of a list"),
+        Builtin(
+            "compose",
+            (L, L),
+            L,
+            lambda ctx, p, q: _compose(p, q),
+            doc="the permutation of permute(permute(x, dims=p), dims=q)",
+        ),
+        Builtin("inverse", (L,), L, lambda ctx, p: _inverse(p), doc="the inverse permutation"),
+        Builtin("identity", (INT,), L, lambda ctx, n: tuple(range(n)), doc="[0, 1, ..., n-1]"),
+        Builtin(
+            "swapped", (L, INT, INT), L, lambda ctx, p, i, j: _swapped(p, i, j), doc="p with items i and j exchanged"
+        ),
+        Builtin("all_zero", (L,), B, lambda ctx, xs: all(x == 0 for x in xs), doc="every item is 0"),
+        Builtin("min", (F, F), F, lambda ctx, a, b: min(a, b), doc="the smaller number"),
+        Builtin("max", (F, F), F, lambda ctx, a, b: max(a, b), doc="the larger number"),
+        Builtin("abs", (F,), F, lambda ctx, a: abs(a), doc="absolute value"),
+        Builtin(
+            "fold",
+            (T,),
+            T,
+            lambda ctx, v: ctx.fold(v),
+            where="replace",
+            doc="the value computed now: the node producing v, evaluated on its constant operands",
+        ),
+        Builtin(
+            "original",
+            (T,),
+            T,
+            lambda ctx, v: ctx.find_duplicate(v),
+            where="replace",
+            doc="the earlier node's output that `duplicate(v)` found",
+        ),
+        Builtin(
+            "default",
+            (T, T),
+            T,
+            lambda ctx, a, b: a if a is not None else b,
+            where="replace",
+            doc="a if present, else b (e.g. default(b, 0) for an absent bias)",
+        ),
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -204,7 +302,14 @@ def helper_builtin(name: str, helper: Helper | Callable) -> Builtin:
     """Wrap a helper as a Builtin taking any arguments; tensors arrive as gawee Values."""
     if not isinstance(helper, Helper):
         helper = Helper(helper)
-    returns = {"bool": B, "int": INT, "float": F, "str": K.STR, "list": L, "dtype": K.DTYPE, "tensor": T,
-               "any": K.ANY}[helper.returns]
-    return Builtin(name, (K.ANY,), returns, lambda ctx, *args: helper.fn(*args), variadic=True,
-                   doc=(helper.fn.__doc__ or "").strip().splitlines()[0] if helper.fn.__doc__ else "a Python helper")
+    returns = {"bool": B, "int": INT, "float": F, "str": K.STR, "list": L, "dtype": K.DTYPE, "tensor": T, "any": K.ANY}[
+        helper.returns
+    ]
+    return Builtin(
+        name,
+        (K.ANY,),
+        returns,
+        lambda ctx, *args: helper.fn(*args),
+        variadic=True,
+        doc=(helper.fn.__doc__ or "").strip().splitlines()[0] if helper.fn.__doc__ else "a Python helper",
+    )

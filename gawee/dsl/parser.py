@@ -19,8 +19,9 @@ KEYWORDS = {"rule", "where", "with", "and", "or", "not", "in", "true", "false", 
 @functools.cache
 def _parser() -> Lark:
     if not GRAMMAR_PATH.exists():
-        raise GaweeError(f"the rule grammar is missing: {GRAMMAR_PATH}",
-                         hint="gawee runs from its source tree (pip install -e .)")
+        raise GaweeError(
+            f"the rule grammar is missing: {GRAMMAR_PATH}", hint="gawee runs from its source tree (pip install -e .)"
+        )
     return Lark(GRAMMAR_PATH.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
 
 
@@ -61,8 +62,14 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> RuleSyntaxError:
 
 
 _TERMINAL_TEXT = {
-    "NAME": "a name", "INT": "a number", "FLOAT": "a number", "SIGNED_INT": "a number", "STRING": "a string",
-    "COMP_OP": "a comparison", "ADD_OP": "`+` or `-`", "MUL_OP": "`*`, `/`, `//` or `%`",
+    "NAME": "a name",
+    "INT": "a number",
+    "FLOAT": "a number",
+    "SIGNED_INT": "a number",
+    "STRING": "a string",
+    "COMP_OP": "a comparison",
+    "ADD_OP": "`+` or `-`",
+    "MUL_OP": "`*`, `/`, `//` or `%`",
 }
 
 
@@ -111,8 +118,16 @@ class _ToAST(Transformer):
         guard = rest.pop(0)[1] if rest and isinstance(rest[0], tuple) and rest[0][0] == "guard" else None
         replacement = rest.pop(0)
         withs = rest.pop(0) if rest else []
-        return A.RuleAST(self._span(meta), str(name_tok), options, _as_pattern(pattern), guard, replacement, withs,
-                         name_span=self._tok_span(name_tok))
+        return A.RuleAST(
+            self._span(meta),
+            str(name_tok),
+            options,
+            _as_pattern(pattern),
+            guard,
+            replacement,
+            withs,
+            name_span=self._tok_span(name_tok),
+        )
 
     def options(self, meta, children):
         return dict(children)

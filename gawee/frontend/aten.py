@@ -83,8 +83,14 @@ class NodeConverter:
         if not self._unmapped_results_unused(fx_node, mapped):
             return False
 
-        primary = next((self._value(v) for v in args.values()
-                        if isinstance(v, torch.fx.Node) and isinstance(self._value(v), Value)), None)
+        primary = next(
+            (
+                self._value(v)
+                for v in args.values()
+                if isinstance(v, torch.fx.Node) and isinstance(self._value(v), Value)
+            ),
+            None,
+        )
         inputs: list[Value | None] = []
         for operand in opdef.operands:
             v = args.pop(operand.name, None)
@@ -186,15 +192,22 @@ class NodeConverter:
         collect(fx_node.args)
         collect(list(fx_node.kwargs.values()))
         try:
-            attrs = {"target": key, "args": encode_arg(tuple(fx_node.args), index),
-                     "kwargs": tuple((k, encode_arg(v, index)) for k, v in fx_node.kwargs.items())}
+            attrs = {
+                "target": key,
+                "args": encode_arg(tuple(fx_node.args), index),
+                "kwargs": tuple((k, encode_arg(v, index)) for k, v in fx_node.kwargs.items()),
+            }
         except TypeError as e:
-            raise GaweeError(f"cannot record {key} at {fx_node.name}: {e}",
-                             hint="this ATen call takes an argument gawee cannot serialize") from None
+            raise GaweeError(
+                f"cannot record {key} at {fx_node.name}: {e}",
+                hint="this ATen call takes an argument gawee cannot serialize",
+            ) from None
         recorded = recorded_types(fx_node)
         if any(t is None for t in recorded):
-            raise GaweeError(f"{key} at {fx_node.name} returns a non-tensor result",
-                             hint="data-dependent shapes and symbolic values are not supported yet")
+            raise GaweeError(
+                f"{key} at {fx_node.name} returns a non-tensor result",
+                hint="data-dependent shapes and symbolic values are not supported yet",
+            )
         node = self.graph.create_node(OPAQUE, operands, attrs, types=recorded, name=fx_node.name, source=key)
         if isinstance(fx_node.meta.get("val"), (list, tuple)):
             self.env[fx_node] = list(node.outputs)

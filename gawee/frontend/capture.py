@@ -53,8 +53,9 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> tuple[Ex
     return ep, t1 - t0, time.perf_counter() - t1
 
 
-def capture(model: torch.nn.Module, example_inputs: Sequence, *, name: str | None = None,
-            stats: CaptureStats | None = None) -> Graph:
+def capture(
+    model: torch.nn.Module, example_inputs: Sequence, *, name: str | None = None, stats: CaptureStats | None = None
+) -> Graph:
     """Capture ``model`` (put in eval mode) on ``example_inputs`` into a Graph.
 
     Parameters and buffers become constant Values (meta-device models give meta
@@ -66,8 +67,11 @@ def capture(model: torch.nn.Module, example_inputs: Sequence, *, name: str | Non
     t0 = time.perf_counter()
     graph = from_exported_program(ep, name or type(model).__name__, stats)
     stats.convert_s = time.perf_counter() - t0
-    graph.meta["capture"] = {"export_s": round(stats.export_s, 4), "decompose_s": round(stats.decompose_s, 4),
-                             "convert_s": round(stats.convert_s, 4)}
+    graph.meta["capture"] = {
+        "export_s": round(stats.export_s, 4),
+        "decompose_s": round(stats.decompose_s, 4),
+        "convert_s": round(stats.convert_s, 4),
+    }
     return graph
 
 
@@ -92,8 +96,10 @@ def from_exported_program(ep: ExportedProgram, name: str = "graph", stats: Captu
             elif spec is None or spec.kind == InputKind.USER_INPUT:
                 (t,) = recorded_types(fx_node)
                 if t is None:
-                    raise CaptureError(f"input {fx_node.name} is not a tensor",
-                                       hint="pass tensors as example inputs; other values are baked in by export")
+                    raise CaptureError(
+                        f"input {fx_node.name} is not a tensor",
+                        hint="pass tensors as example inputs; other values are baked in by export",
+                    )
                 env[fx_node] = graph.add_input(t, fx_node.name)
             else:
                 raise CaptureError(f"unsupported input kind {spec.kind.name} for {fx_node.name}")
@@ -110,8 +116,10 @@ def from_exported_program(ep: ExportedProgram, name: str = "graph", stats: Captu
                     stats.warnings.append(f"ignored {spec.kind.name} output {spec.target}: gawee graphs are pure")
             graph.set_outputs(outs)
         else:
-            raise CaptureError(f"unsupported exported node {fx_node.op} {fx_node.target}",
-                               hint="control flow (torch.cond, while_loop) is not supported yet")
+            raise CaptureError(
+                f"unsupported exported node {fx_node.op} {fx_node.target}",
+                hint="control flow (torch.cond, while_loop) is not supported yet",
+            )
     for node in graph:
         if node.op == OPAQUE:
             t = node.attrs["target"]
@@ -139,8 +147,11 @@ def _export_failure(e: BaseException) -> str:
     if not frames:
         import traceback
 
-        frames = [(f.filename, str(f.lineno), f.name) for f in traceback.extract_tb(e.__traceback__)
-                  if "site-packages/torch" not in f.filename and "/gawee/" not in f.filename]
+        frames = [
+            (f.filename, str(f.lineno), f.name)
+            for f in traceback.extract_tb(e.__traceback__)
+            if "site-packages/torch" not in f.filename and "/gawee/" not in f.filename
+        ]
     where = f" (at {frames[-1][0]}:{frames[-1][1]} in {frames[-1][2]})" if frames else ""
     return f"torch.export could not capture the model: {type(e).__name__}: {why}{where}"
 

@@ -38,8 +38,9 @@ def default_input(name: str, batch: int = 1, device: str = "cpu") -> tuple[torch
     return (torch.randn(batch, 3, size, size, device=device),)
 
 
-def resolve(spec: str, *, batch: int = 1, meta: bool = False, seed: int = 0,
-            input_shapes: Sequence[Sequence[int]] | None = None) -> ModelSource:
+def resolve(
+    spec: str, *, batch: int = 1, meta: bool = False, seed: int = 0, input_shapes: Sequence[Sequence[int]] | None = None
+) -> ModelSource:
     """Turn ``spec`` into a ModelSource; raises ModelSpecError when it resolves to nothing.
 
     * ``resnet18`` — a torchvision classifier with random weights (``weights=None``);
@@ -66,8 +67,10 @@ def resolve(spec: str, *, batch: int = 1, meta: bool = False, seed: int = 0,
             close = difflib.get_close_matches(spec, names, n=3)
             raise ModelSpecError(
                 f"{spec!r} is not a torchvision model, a file.py:factory, or a .json graph",
-                hint=f"did you mean {' or '.join(close)}?" if close else
-                "e.g. resnet18, mobilenet_v3_small, path/to/model.py:make_model, saved.json")
+                hint=f"did you mean {' or '.join(close)}?"
+                if close
+                else "e.g. resnet18, mobilenet_v3_small, path/to/model.py:make_model, saved.json",
+            )
         import torchvision
 
         with torch.device(device):
@@ -95,8 +98,9 @@ def _from_factory(spec: str, device: str) -> tuple[torch.nn.Module, tuple]:
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         found = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
-        raise ModelSpecError(f"{path} has no callable {factory_name!r}",
-                             hint=f"callables there: {', '.join(found[:8]) or 'none'}")
+        raise ModelSpecError(
+            f"{path} has no callable {factory_name!r}", hint=f"callables there: {', '.join(found[:8]) or 'none'}"
+        )
     try:
         with torch.device(device):
             made = factory()
@@ -107,12 +111,19 @@ def _from_factory(spec: str, device: str) -> tuple[torch.nn.Module, tuple]:
         return made[0], tuple(inputs)
     if isinstance(made, torch.nn.Module):
         return made, (torch.randn(1, 3, 224, 224, device=device),)
-    raise ModelSpecError(f"{spec}() returned {type(made).__name__}",
-                         hint="return an nn.Module, or (module, example_inputs)")
+    raise ModelSpecError(
+        f"{spec}() returned {type(made).__name__}", hint="return an nn.Module, or (module, example_inputs)"
+    )
 
 
-def load_graph(spec: str, *, batch: int = 1, meta: bool = False, stats: CaptureStats | None = None,
-               input_shapes: Sequence[Sequence[int]] | None = None) -> tuple[Graph, ModelSource]:
+def load_graph(
+    spec: str,
+    *,
+    batch: int = 1,
+    meta: bool = False,
+    stats: CaptureStats | None = None,
+    input_shapes: Sequence[Sequence[int]] | None = None,
+) -> tuple[Graph, ModelSource]:
     """Resolve ``spec`` and capture it (a saved graph is returned as loaded)."""
     src = resolve(spec, batch=batch, meta=meta, input_shapes=input_shapes)
     if src.graph is not None:

@@ -97,8 +97,15 @@ class Node:
         "source",
     )
 
-    def __init__(self, op: str, inputs: Sequence[Value | None], attrs: Mapping[str, Any],
-                 output_types: Sequence[TensorType], name: str, source: str = ""):
+    def __init__(
+        self,
+        op: str,
+        inputs: Sequence[Value | None],
+        attrs: Mapping[str, Any],
+        output_types: Sequence[TensorType],
+        name: str,
+        source: str = "",
+    ):
         self.op = op
         self._inputs: tuple[Value | None, ...] = tuple(inputs)
         self.attrs: dict[str, Any] = dict(attrs)
@@ -108,8 +115,8 @@ class Node:
         self.name = name
         self.graph: Graph | None = None
         self.outputs: tuple[Value, ...] = tuple(
-            Value(t, name if len(output_types) == 1 else f"{name}.{i}")
-            for i, t in enumerate(output_types))
+            Value(t, name if len(output_types) == 1 else f"{name}.{i}") for i, t in enumerate(output_types)
+        )
         for i, v in enumerate(self.outputs):
             v.producer = self
             v.output_index = i
@@ -126,8 +133,10 @@ class Node:
     def output(self) -> Value:
         """The single output (an error for multi-output nodes)."""
         if len(self.outputs) != 1:
-            raise IRError(f"node {self.name} ({self.op}) has {len(self.outputs)} outputs",
-                          hint="index node.outputs instead of node.output")
+            raise IRError(
+                f"node {self.name} ({self.op}) has {len(self.outputs)} outputs",
+                hint="index node.outputs instead of node.output",
+            )
         return self.outputs[0]
 
     def set_input(self, index: int, value: Value | None) -> None:
@@ -168,8 +177,10 @@ def _freeze(v: Any, key: str) -> Any:
         return tuple(_freeze(x, key) for x in v)
     if isinstance(v, Mapping):
         return tuple(sorted((str(k), _freeze(x, key)) for k, x in v.items()))
-    raise IRError(f"attribute {key!r} has non-plain value {v!r} ({type(v).__name__})",
-                  hint="attributes hold ints, floats, bools, strings, None and lists of them")
+    raise IRError(
+        f"attribute {key!r} has non-plain value {v!r} ({type(v).__name__})",
+        hint="attributes hold ints, floats, bools, strings, None and lists of them",
+    )
 
 
 class Graph:
@@ -259,9 +270,17 @@ class Graph:
     def nodes(self) -> list[Node]:
         return list(self)
 
-    def create_node(self, op: str, inputs: Sequence[Value | None], attrs: Mapping[str, Any] | None = None,
-                    *, types: Sequence[TensorType] | None = None, name: str | None = None,
-                    source: str = "", before: Node | None = None) -> Node:
+    def create_node(
+        self,
+        op: str,
+        inputs: Sequence[Value | None],
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        types: Sequence[TensorType] | None = None,
+        name: str | None = None,
+        source: str = "",
+        before: Node | None = None,
+    ) -> Node:
         """Create a node and insert it at the end (or before ``before``).
 
         Without ``types`` the output types are inferred through the op registry.
@@ -326,9 +345,10 @@ class Graph:
         for v in node.outputs:
             if v.num_uses:
                 users = [u.node.name for u in v._uses] + (["<graph output>"] if v.is_graph_output else [])
-                raise IRError(f"cannot erase {node.name}: its output %{v.name} is still used by "
-                              f"{', '.join(users)}",
-                              hint="replace_all_uses_with() first, or erase the users")
+                raise IRError(
+                    f"cannot erase {node.name}: its output %{v.name} is still used by {', '.join(users)}",
+                    hint="replace_all_uses_with() first, or erase the users",
+                )
         for i, v in enumerate(node._inputs):
             if v is not None:
                 _remove_use(v, node, i)
@@ -364,8 +384,10 @@ class Graph:
         if old is new:
             return []
         if not old.type.same_shape_dtype(new.type):
-            raise IRError(f"cannot replace %{old.name}: {old.type} with %{new.name}: {new.type}",
-                          hint="a replacement must keep the exact shape and dtype")
+            raise IRError(
+                f"cannot replace %{old.name}: {old.type} with %{new.name}: {new.type}",
+                hint="a replacement must keep the exact shape and dtype",
+            )
         changed: list[Node] = []
         for use in list(old._uses):  # snapshot: _set_input edits the list
             self._set_input(use.node, use.index, new)
@@ -419,8 +441,14 @@ class Graph:
             g.inputs.append(nv)
             vmap[id(v)] = nv
         for node in self:
-            n = Node(node.op, [get(v) for v in node._inputs], node.attrs,
-                     [v.type for v in node.outputs], node.name, node.source)
+            n = Node(
+                node.op,
+                [get(v) for v in node._inputs],
+                node.attrs,
+                [v.type for v in node.outputs],
+                node.name,
+                node.source,
+            )
             for ov, nv in zip(node.outputs, n.outputs):
                 nv.name = ov.name
                 g._names.add(ov.name)

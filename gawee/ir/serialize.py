@@ -51,18 +51,25 @@ def to_json_dict(graph: Graph) -> tuple[dict, dict[str, torch.Tensor]]:
         constants.append(entry)
     nodes = []
     for node in graph:
-        entry = {"name": node.name, "op": node.op,
-                 "inputs": [None if v is None else v.name for v in node.inputs],
-                 "outputs": [{"name": v.name, "type": _type_json(v.type)} for v in node.outputs]}
+        entry = {
+            "name": node.name,
+            "op": node.op,
+            "inputs": [None if v is None else v.name for v in node.inputs],
+            "outputs": [{"name": v.name, "type": _type_json(v.type)} for v in node.outputs],
+        }
         if node.attrs:
             entry["attrs"] = {k: _attr_json(v) for k, v in node.attrs.items()}
         if node.source:
             entry["source"] = node.source
         nodes.append(entry)
     doc = {
-        "format": FORMAT, "version": VERSION, "name": graph.name, "meta": graph.meta,
+        "format": FORMAT,
+        "version": VERSION,
+        "name": graph.name,
+        "meta": graph.meta,
         "inputs": [{"name": v.name, "type": _type_json(v.type)} for v in graph.inputs],
-        "constants": constants, "nodes": nodes,
+        "constants": constants,
+        "nodes": nodes,
         "outputs": [v.name for v in graph.outputs],
     }
     return doc, arrays
@@ -159,11 +166,17 @@ def load(path: str | os.PathLike) -> Graph:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise SerializationError(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
-                                 where=str(path), hint="the file may be truncated or hand-edited") from None
+        raise SerializationError(
+            f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
+            where=str(path),
+            hint="the file may be truncated or hand-edited",
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        d.fail("format", f"not a gawee graph (format is {doc.get('format') if isinstance(doc, dict) else None!r})",
-               hint=f"expected \"format\": \"{FORMAT}\"")
+        d.fail(
+            "format",
+            f"not a gawee graph (format is {doc.get('format') if isinstance(doc, dict) else None!r})",
+            hint=f'expected "format": "{FORMAT}"',
+        )
     version = d.get(doc, "version", int, "")
     if version != VERSION:
         d.fail("version", f"schema version {version} is not supported (this gawee reads {VERSION})")
@@ -200,8 +213,11 @@ def load(path: str | os.PathLike) -> Graph:
             if ref is None:
                 inputs.append(None)
             elif not isinstance(ref, str) or ref not in values:
-                d.fail(f"{w}.inputs[{k}]", f"{ref!r} is not defined before node {name!r}",
-                       hint="values must be defined (input, constant or earlier node) before use")
+                d.fail(
+                    f"{w}.inputs[{k}]",
+                    f"{ref!r} is not defined before node {name!r}",
+                    hint="values must be defined (input, constant or earlier node) before use",
+                )
             else:
                 inputs.append(values[ref])
         outs = d.get(e, "outputs", list, w)
@@ -242,8 +258,11 @@ def _load_npz(path: Path, doc: dict, d: _Doc) -> dict[str, np.ndarray]:
         with np.load(npz, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
     except FileNotFoundError:
-        raise SerializationError(f"tensor data file {npz} is missing", where=str(path),
-                                 hint="keep the .npz written by save() next to the .json") from None
+        raise SerializationError(
+            f"tensor data file {npz} is missing",
+            where=str(path),
+            hint="keep the .npz written by save() next to the .json",
+        ) from None
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise SerializationError(f"cannot read tensor data {npz}: {e}", where=str(path)) from None
 
@@ -254,7 +273,10 @@ def _array_for(name: str, t: TensorType, arrays: dict[str, np.ndarray], d: _Doc,
     arr = arrays[name]
     want = np.dtype(NUMPY_STORAGE[t.dtype])
     if tuple(arr.shape) != t.shape or arr.dtype != want:
-        d.fail(where, f"array {name!r} is {arr.dtype}{list(arr.shape)} but the graph says {t}",
-               hint="the .npz does not match the .json")
+        d.fail(
+            where,
+            f"array {name!r} is {arr.dtype}{list(arr.shape)} but the graph says {t}",
+            hint="the .npz does not match the .json",
+        )
     data = torch.from_numpy(arr.copy())
     return data.view(torch.bfloat16) if t.dtype is DType.bf16 else data

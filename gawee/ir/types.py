@@ -53,16 +53,16 @@ class DType(enum.Enum):
         try:
             return _FROM_TORCH[dtype]
         except KeyError:
-            raise IRError(f"torch dtype {dtype} has no gawee DType",
-                          hint="supported: " + ", ".join(d.value for d in DType)) from None
+            raise IRError(
+                f"torch dtype {dtype} has no gawee DType", hint="supported: " + ", ".join(d.value for d in DType)
+            ) from None
 
     @staticmethod
     def parse(name: str) -> DType:
         try:
             return DType(name)
         except ValueError:
-            raise IRError(f"unknown dtype {name!r}",
-                          hint="use one of " + ", ".join(d.value for d in DType)) from None
+            raise IRError(f"unknown dtype {name!r}", hint="use one of " + ", ".join(d.value for d in DType)) from None
 
     def __repr__(self) -> str:
         return self.value
@@ -71,16 +71,23 @@ class DType(enum.Enum):
 
 
 _TO_TORCH = {
-    DType.f64: torch.float64, DType.f32: torch.float32, DType.f16: torch.float16,
-    DType.bf16: torch.bfloat16, DType.i64: torch.int64, DType.i32: torch.int32,
-    DType.i16: torch.int16, DType.i8: torch.int8, DType.u8: torch.uint8,
-    DType.bool: torch.bool, DType.c64: torch.complex64, DType.c128: torch.complex128,
+    DType.f64: torch.float64,
+    DType.f32: torch.float32,
+    DType.f16: torch.float16,
+    DType.bf16: torch.bfloat16,
+    DType.i64: torch.int64,
+    DType.i32: torch.int32,
+    DType.i16: torch.int16,
+    DType.i8: torch.int8,
+    DType.u8: torch.uint8,
+    DType.bool: torch.bool,
+    DType.c64: torch.complex64,
+    DType.c128: torch.complex128,
 }
 _FROM_TORCH = {v: k for k, v in _TO_TORCH.items()}
 
 # numpy has no bfloat16: bf16 data is stored as its raw 16 bits (uint16).
-NUMPY_STORAGE = {d: (np.uint16 if d is DType.bf16 else torch.empty(0, dtype=d.torch).numpy().dtype)
-                 for d in DType}
+NUMPY_STORAGE = {d: (np.uint16 if d is DType.bf16 else torch.empty(0, dtype=d.torch).numpy().dtype) for d in DType}
 
 
 class Layout(enum.Enum):

@@ -28,16 +28,19 @@ def verify(graph: Graph, *, check_types: bool = True) -> None:
         count += 1
         where = f"node {node.name} ({node.op})"
         if node.graph is not graph:
-            raise IRError(f"{where} is linked into {graph.name} but claims graph "
-                          f"{node.graph.name if node.graph else None}")
+            raise IRError(
+                f"{where} is linked into {graph.name} but claims graph {node.graph.name if node.graph else None}"
+            )
         if node._prev is not prev:
             raise IRError(f"{where}: broken node list (prev pointer)")
         prev = node
         opdef = get_op(node.op)
         n_in = len(node.inputs)
         if n_in < opdef.min_arity or n_in > opdef.max_arity or (not opdef.variadic and n_in != len(opdef.operands)):
-            raise IRError(f"{where} has {n_in} operands; {node.op} takes {opdef.min_arity}"
-                          f"{'+' if opdef.variadic else '..' + str(opdef.max_arity)}")
+            raise IRError(
+                f"{where} has {n_in} operands; {node.op} takes {opdef.min_arity}"
+                f"{'+' if opdef.variadic else '..' + str(opdef.max_arity)}"
+            )
         try:
             completed = opdef.complete_attrs(dict(node.attrs), where)
         except GaweeError as e:
@@ -51,8 +54,10 @@ def verify(graph: Graph, *, check_types: bool = True) -> None:
                     raise IRError(f"{where}: operand {i} ({spec.name}) is required but absent")
                 continue
             if v.data is None and id(v) not in defined:
-                raise IRError(f"{where} reads %{v.name} before it is defined (or from another graph)",
-                              hint="nodes must be in topological order")
+                raise IRError(
+                    f"{where} reads %{v.name} before it is defined (or from another graph)",
+                    hint="nodes must be in topological order",
+                )
             if v.data is not None and v.producer is not None:
                 raise IRError(f"{where}: %{v.name} has both constant data and a producer")
             expected_uses.setdefault(id(v), []).append(Use(node, i))
@@ -71,8 +76,9 @@ def verify(graph: Graph, *, check_types: bool = True) -> None:
                 raise IRError(f"{where}: {e.message}") from None
             got = [v.type for v in node.outputs]
             if len(inferred) != len(got) or any(not a.same_shape_dtype(b) for a, b in zip(inferred, got)):
-                raise IRError(f"{where} is typed {[str(t) for t in got]} but its operands give "
-                              f"{[str(t) for t in inferred]}")
+                raise IRError(
+                    f"{where} is typed {[str(t) for t in got]} but its operands give {[str(t) for t in inferred]}"
+                )
     if count != len(graph):
         raise IRError(f"graph {graph.name} counts {len(graph)} nodes but links {count}")
     for v in graph.constants():

@@ -16,5 +16,18 @@ from gawee.ops.base import (
 from gawee.ops.nn import ACTIVATIONS, apply_act
 from gawee.ops.opaque import OPAQUE
 
-__all__ = ["ACTIVATIONS", "OPAQUE", "REQUIRED", "TRAITS", "AtenBinding", "Attr", "OpDef", "Operand",
-           "all_ops", "apply_act", "get_op", "has_op", "register"]
+__all__ = [
+    "ACTIVATIONS",
+    "OPAQUE",
+    "REQUIRED",
+    "TRAITS",
+    "AtenBinding",
+    "Attr",
+    "OpDef",
+    "Operand",
+    "all_ops",
+    "apply_act",
+    "get_op",
+    "has_op",
+    "register",
+]

@@ -16,8 +16,9 @@ def reference() -> str:
     ]
     for name, op in all_ops().items():
         operands = ", ".join(o.name + ("*" if o.variadic else "?" if o.optional else "") for o in op.operands)
-        attrs = ", ".join(a.name + ": " + a.kind + ("" if a.default is REQUIRED else f" = {a.default!r}")
-                          for a in op.attrs)
+        attrs = ", ".join(
+            a.name + ": " + a.kind + ("" if a.default is REQUIRED else f" = {a.default!r}") for a in op.attrs
+        )
         traits = ", ".join(sorted(op.traits))
         aten = ", ".join(f"`{b.target}`" for b in op.aten) if name != OPAQUE else "any ATen op without an OpDef"
         lines.append(f"| `{name}` | {operands} | {attrs} | {traits} | {aten} | {op.doc} |")

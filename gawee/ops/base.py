@@ -17,13 +17,15 @@ TypeList = Sequence[TensorType | None]
 REQUIRED = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
 """Default of an attribute that every node must set."""
 
-TRAITS = frozenset({
-    "commutative",   # op(a, b, ...) == op(b, a, ...) for the first two operands
-    "elementwise",   # out[i] depends on in[i] only (after broadcasting)
-    "view",          # output aliases the input: costs no FLOPs and no bytes
-    "pure",          # deterministic and side-effect free: may be folded, CSE'd, erased
-    "creation",      # makes a tensor from attributes alone (full, arange)
-})
+TRAITS = frozenset(
+    {
+        "commutative",  # op(a, b, ...) == op(b, a, ...) for the first two operands
+        "elementwise",  # out[i] depends on in[i] only (after broadcasting)
+        "view",  # output aliases the input: costs no FLOPs and no bytes
+        "pure",  # deterministic and side-effect free: may be folded, CSE'd, erased
+        "creation",  # makes a tensor from attributes alone (full, arange)
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -137,8 +139,7 @@ class OpDef:
     doc: str = ""
 
     def __post_init__(self):
-        object.__setattr__(self, "aten", tuple(b if isinstance(b, AtenBinding) else AtenBinding(b)
-                                               for b in self.aten))
+        object.__setattr__(self, "aten", tuple(b if isinstance(b, AtenBinding) else AtenBinding(b) for b in self.aten))
         object.__setattr__(self, "traits", frozenset(self.traits))
         unknown = set(self.traits) - TRAITS
         if unknown:
@@ -179,8 +180,11 @@ class OpDef:
         attrs = freeze_attrs(attrs)
         for k in attrs:
             if k not in self._attr_index:  # type: ignore[attr-defined]
-                raise IRError(f"op {self.name} has no attribute {k!r}", where=where or None,
-                              hint="its attributes: " + (", ".join(a.name for a in self.attrs) or "none"))
+                raise IRError(
+                    f"op {self.name} has no attribute {k!r}",
+                    where=where or None,
+                    hint="its attributes: " + (", ".join(a.name for a in self.attrs) or "none"),
+                )
         out = {}
         for a in self.attrs:
             if a.name in attrs:
@@ -190,8 +194,7 @@ class OpDef:
             else:
                 v = a.default
             if not a.accepts(v):
-                raise IRError(f"attribute {a.name!r} of {self.name} must be {a.kind}, got {v!r}",
-                              where=where or None)
+                raise IRError(f"attribute {a.name!r} of {self.name} must be {a.kind}, got {v!r}", where=where or None)
             out[a.name] = v
         return out
 
@@ -204,8 +207,9 @@ class OpDef:
             try:
                 out = {**out, **freeze_attrs(self.canonicalize(dict(out), in_types))}
             except (IndexError, KeyError, TypeError, ValueError, StopIteration, ZeroDivisionError) as e:
-                raise InferenceError(f"{self.name}: attributes {out} do not fit its operands: {_first_line(e)}",
-                                     where=where or None) from None
+                raise InferenceError(
+                    f"{self.name}: attributes {out} do not fit its operands: {_first_line(e)}", where=where or None
+                ) from None
         return out
 
     # -- semantics -----------------------------------------------------------------
@@ -291,6 +295,7 @@ def all_ops() -> dict[str, OpDef]:
 
 
 # -- helpers shared by op definitions --------------------------------------------------
+
 
 def numel(t: TensorType | None) -> int:
     return 0 if t is None else t.numel

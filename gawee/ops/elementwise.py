@@ -28,20 +28,41 @@ def _same_type_if_float(fn):
 def _unary_sample(draw_attrs):
     def sample(draw, slots, attrs):
         return [S.same_as_input(draw, slots, attrs)], {**(draw_attrs(draw) if draw_attrs else {}), **attrs}
+
     return sample
 
 
-def unary(name: str, fn, *, aten: tuple = (), attrs: tuple = (), keeps_dtype: bool = True, draw_attrs=None,
-          onnx=None, doc: str = "") -> OpDef:
+def unary(
+    name: str,
+    fn,
+    *,
+    aten: tuple = (),
+    attrs: tuple = (),
+    keeps_dtype: bool = True,
+    draw_attrs=None,
+    onnx=None,
+    doc: str = "",
+) -> OpDef:
     """An elementwise op of one tensor; ``aten`` defaults to ``aten.<name>.default``.
 
     ``keeps_dtype``: a float operand gives the same type (else inference evaluates on meta).
     ``draw_attrs(draw)`` draws valid attributes for the soundness harness. ``onnx``: see OpDef.onnx.
     """
-    return register(OpDef(
-        name, (Operand("self"),), fn, attrs=attrs, traits=EW, infer=_same_type_if_float(fn) if keeps_dtype else None,
-        flops=out_numel, sample=_unary_sample(draw_attrs), aten=aten or (f"aten.{name}.default",), onnx=onnx,
-        doc=doc))
+    return register(
+        OpDef(
+            name,
+            (Operand("self"),),
+            fn,
+            attrs=attrs,
+            traits=EW,
+            infer=_same_type_if_float(fn) if keeps_dtype else None,
+            flops=out_numel,
+            sample=_unary_sample(draw_attrs),
+            aten=aten or (f"aten.{name}.default",),
+            onnx=onnx,
+            doc=doc,
+        )
+    )
 
 
 def _binary_infer(ins, attrs):
@@ -61,16 +82,29 @@ def _int_sample(draw, slots, attrs):
 
 def _binary_onnx(op_type: str, compare: bool, negate: bool = False):
     """The ONNX op on operands cast to one type (ONNX does not promote); ``negate``: Not of its result."""
+
     def lower(c):
         dtype = binary_dtype(c.type(0), c.type(1)) if compare else c.out.dtype
         y = c.emit(op_type, c.x_as(0, dtype), c.x_as(1, dtype))
         return c.emit("Not", y) if negate else y
+
     return lower
 
 
-def binary(name: str, fn, *, commutative: bool = False, compare: bool = False, to_float: bool = False,
-           aten: tuple = (), attrs: tuple = (), sample=S.elementwise, onnx=None, lower_torch=None,
-           doc: str = "") -> OpDef:
+def binary(
+    name: str,
+    fn,
+    *,
+    commutative: bool = False,
+    compare: bool = False,
+    to_float: bool = False,
+    aten: tuple = (),
+    attrs: tuple = (),
+    sample=S.elementwise,
+    onnx=None,
+    lower_torch=None,
+    doc: str = "",
+) -> OpDef:
     """An elementwise op of two broadcasting tensors (a Scalar operand arrives as a 0-d constant).
 
     ``compare``: the result is bool; ``to_float``: integer operands give a float result
@@ -80,11 +114,22 @@ def binary(name: str, fn, *, commutative: bool = False, compare: bool = False, t
     """
     traits = EW | ({"commutative"} if commutative else set())
     infer = _bool_infer if compare else None if to_float else _binary_infer
-    return register(OpDef(
-        name, (Operand("self"), Operand("other")), fn, attrs=attrs, traits=traits,
-        infer=infer, flops=out_numel, sample=sample,
-        onnx=_binary_onnx(onnx, compare) if isinstance(onnx, str) else onnx, lower_torch=lower_torch,
-        aten=aten or (f"aten.{name}.Tensor", f"aten.{name}.Scalar"), doc=doc))
+    return register(
+        OpDef(
+            name,
+            (Operand("self"), Operand("other")),
+            fn,
+            attrs=attrs,
+            traits=traits,
+            infer=infer,
+            flops=out_numel,
+            sample=sample,
+            onnx=_binary_onnx(onnx, compare) if isinstance(onnx, str) else onnx,
+            lower_torch=lower_torch,
+            aten=aten or (f"aten.{name}.Tensor", f"aten.{name}.Scalar"),
+            doc=doc,
+        )
+    )
 
 
 # -- activations (also the vocabulary of fused `act=` attributes, see ops.nn) ------------
@@ -95,63 +140,131 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
 unary("relu", torch.relu, onnx="Relu", doc="max(x, 0)")
 unary("sigmoid", torch.sigmoid, onnx="Sigmoid")
 unary("tanh", torch.tanh, onnx="Tanh")
-unary("silu", F.silu, onnx=lambda c: c.emit("Mul", c.x(0), c.emit("Sigmoid", c.x(0))),
-      doc="x * sigmoid(x) (a.k.a. swish)")
+unary(
+    "silu", F.silu, onnx=lambda c: c.emit("Mul", c.x(0), c.emit("Sigmoid", c.x(0))), doc="x * sigmoid(x) (a.k.a. swish)"
+)
 unary("hardswish", F.hardswish, onnx="HardSwish")
 unary("hardsigmoid", F.hardsigmoid, onnx=lambda c: c.emit("HardSigmoid", c.x(0), alpha=1 / 6, beta=0.5))
 unary("mish", F.mish, onnx="Mish")
-unary("gelu", lambda self, approximate="none": F.gelu(self, approximate=approximate),
-      attrs=(Attr("approximate", "str", "none"),),
-      onnx=lambda c: c.emit("Gelu", c.x(0), approximate=c.attrs["approximate"]),
-      draw_attrs=lambda d: {"approximate": d.choice(["none", "tanh"])})
-unary("hardtanh", hardtanh, attrs=(Attr("min_val", "float", -1.0), Attr("max_val", "float", 1.0)),
-      onnx=lambda c: c.emit("Clip", c.x(0), c.scalar(c.attrs["min_val"], c.out.dtype),
-                            c.scalar(c.attrs["max_val"], c.out.dtype)),
-      draw_attrs=lambda d: dict(zip(("min_val", "max_val"), sorted((d.floats(-2, 2), d.floats(-2, 6)))))
-      if d.boolean(0.7) else {"min_val": 0.0, "max_val": 6.0},
-      doc="clamp(x, min_val, max_val); relu6 is hardtanh(0, 6)")
-unary("leaky_relu", lambda self, negative_slope=0.01: F.leaky_relu(self, negative_slope),
-      attrs=(Attr("negative_slope", "float", 0.01),),
-      onnx=lambda c: c.emit("LeakyRelu", c.x(0), alpha=c.attrs["negative_slope"]),
-      draw_attrs=lambda d: {"negative_slope": d.floats(-1, 1)})
-unary("elu", lambda self, alpha=1.0, scale=1.0, input_scale=1.0: torch.ops.aten.elu(self, alpha, scale, input_scale),
-      attrs=(Attr("alpha", "float", 1.0), Attr("scale", "float", 1.0), Attr("input_scale", "float", 1.0)),
-      onnx=lambda c: c.emit("Elu", c.x(0), alpha=c.attrs["alpha"]) if c.attrs["scale"] == c.attrs["input_scale"] == 1
-      else c.fail("elu with scale or input_scale"))
-unary("softplus", lambda self, beta=1.0, threshold=20.0: F.softplus(self, beta, threshold),
-      attrs=(Attr("beta", "float", 1.0), Attr("threshold", "float", 20.0)),
-      onnx=lambda c: c.emit("Div", c.emit("Softplus", c.emit("Mul", c.x(0), c.scalar(c.attrs["beta"], c.out.dtype))),
-                            c.scalar(c.attrs["beta"], c.out.dtype)))
-unary("clamp", lambda self, min=None, max=None: torch.clamp(self, min, max),
-      attrs=(Attr("min", "scalar?", None), Attr("max", "scalar?", None)),
-      onnx=lambda c: c.emit("Clip", c.x(0), *("" if c.attrs[k] is None else c.scalar(c.attrs[k], c.out.dtype)
-                                              for k in ("min", "max"))),
-      draw_attrs=lambda d: {"min": d.choice([None, d.floats(-2, 1)]), "max": d.choice([None, d.floats(-1, 3)])},
-      aten=("aten.clamp.default",
-            AtenBinding("aten.clamp_min.default"), AtenBinding("aten.clamp_max.default")),
-      doc="min(max(x, min), max); either bound may be absent")
+unary(
+    "gelu",
+    lambda self, approximate="none": F.gelu(self, approximate=approximate),
+    attrs=(Attr("approximate", "str", "none"),),
+    onnx=lambda c: c.emit("Gelu", c.x(0), approximate=c.attrs["approximate"]),
+    draw_attrs=lambda d: {"approximate": d.choice(["none", "tanh"])},
+)
+unary(
+    "hardtanh",
+    hardtanh,
+    attrs=(Attr("min_val", "float", -1.0), Attr("max_val", "float", 1.0)),
+    onnx=lambda c: c.emit(
+        "Clip", c.x(0), c.scalar(c.attrs["min_val"], c.out.dtype), c.scalar(c.attrs["max_val"], c.out.dtype)
+    ),
+    draw_attrs=lambda d: (
+        dict(zip(("min_val", "max_val"), sorted((d.floats(-2, 2), d.floats(-2, 6)))))
+        if d.boolean(0.7)
+        else {"min_val": 0.0, "max_val": 6.0}
+    ),
+    doc="clamp(x, min_val, max_val); relu6 is hardtanh(0, 6)",
+)
+unary(
+    "leaky_relu",
+    lambda self, negative_slope=0.01: F.leaky_relu(self, negative_slope),
+    attrs=(Attr("negative_slope", "float", 0.01),),
+    onnx=lambda c: c.emit("LeakyRelu", c.x(0), alpha=c.attrs["negative_slope"]),
+    draw_attrs=lambda d: {"negative_slope": d.floats(-1, 1)},
+)
+unary(
+    "elu",
+    lambda self, alpha=1.0, scale=1.0, input_scale=1.0: torch.ops.aten.elu(self, alpha, scale, input_scale),
+    attrs=(Attr("alpha", "float", 1.0), Attr("scale", "float", 1.0), Attr("input_scale", "float", 1.0)),
+    onnx=lambda c: (
+        c.emit("Elu", c.x(0), alpha=c.attrs["alpha"])
+        if c.attrs["scale"] == c.attrs["input_scale"] == 1
+        else c.fail("elu with scale or input_scale")
+    ),
+)
+unary(
+    "softplus",
+    lambda self, beta=1.0, threshold=20.0: F.softplus(self, beta, threshold),
+    attrs=(Attr("beta", "float", 1.0), Attr("threshold", "float", 20.0)),
+    onnx=lambda c: c.emit(
+        "Div",
+        c.emit("Softplus", c.emit("Mul", c.x(0), c.scalar(c.attrs["beta"], c.out.dtype))),
+        c.scalar(c.attrs["beta"], c.out.dtype),
+    ),
+)
+unary(
+    "clamp",
+    lambda self, min=None, max=None: torch.clamp(self, min, max),
+    attrs=(Attr("min", "scalar?", None), Attr("max", "scalar?", None)),
+    onnx=lambda c: c.emit(
+        "Clip", c.x(0), *("" if c.attrs[k] is None else c.scalar(c.attrs[k], c.out.dtype) for k in ("min", "max"))
+    ),
+    draw_attrs=lambda d: {"min": d.choice([None, d.floats(-2, 1)]), "max": d.choice([None, d.floats(-1, 3)])},
+    aten=("aten.clamp.default", AtenBinding("aten.clamp_min.default"), AtenBinding("aten.clamp_max.default")),
+    doc="min(max(x, min), max); either bound may be absent",
+)
 
 # -- plain math ---------------------------------------------------------------------------
-_MATH_ONNX = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "neg": "Neg", "abs": "Abs", "reciprocal": "Reciprocal",
-              "sin": "Sin", "cos": "Cos", "erf": "Erf", "floor": "Floor", "ceil": "Ceil", "sign": "Sign",
-              "rsqrt": lambda c: c.emit("Reciprocal", c.emit("Sqrt", c.x(0))),
-              "logical_not": "Not", "bitwise_not": "BitwiseNot", "isnan": "IsNaN", "isinf": "IsInf"}
+_MATH_ONNX = {
+    "exp": "Exp",
+    "log": "Log",
+    "sqrt": "Sqrt",
+    "neg": "Neg",
+    "abs": "Abs",
+    "reciprocal": "Reciprocal",
+    "sin": "Sin",
+    "cos": "Cos",
+    "erf": "Erf",
+    "floor": "Floor",
+    "ceil": "Ceil",
+    "sign": "Sign",
+    "rsqrt": lambda c: c.emit("Reciprocal", c.emit("Sqrt", c.x(0))),
+    "logical_not": "Not",
+    "bitwise_not": "BitwiseNot",
+    "isnan": "IsNaN",
+    "isinf": "IsInf",
+}
 """ONNX spelling of the plain math ops registered below (exp2, expm1, log2, log1p, trunc: none)."""
 
 
-for _name, _fn in [("exp", torch.exp), ("exp2", torch.exp2), ("expm1", torch.expm1), ("log", torch.log),
-                   ("log2", torch.log2), ("log1p", torch.log1p), ("sqrt", torch.sqrt),
-                   ("rsqrt", torch.rsqrt), ("neg", torch.neg), ("abs", torch.abs),
-                   ("reciprocal", torch.reciprocal), ("sin", torch.sin), ("cos", torch.cos),
-                   ("erf", torch.erf), ("floor", torch.floor), ("ceil", torch.ceil), ("trunc", torch.trunc),
-                   ("sign", torch.sign)]:
+for _name, _fn in [
+    ("exp", torch.exp),
+    ("exp2", torch.exp2),
+    ("expm1", torch.expm1),
+    ("log", torch.log),
+    ("log2", torch.log2),
+    ("log1p", torch.log1p),
+    ("sqrt", torch.sqrt),
+    ("rsqrt", torch.rsqrt),
+    ("neg", torch.neg),
+    ("abs", torch.abs),
+    ("reciprocal", torch.reciprocal),
+    ("sin", torch.sin),
+    ("cos", torch.cos),
+    ("erf", torch.erf),
+    ("floor", torch.floor),
+    ("ceil", torch.ceil),
+    ("trunc", torch.trunc),
+    ("sign", torch.sign),
+]:
     unary(_name, _fn, onnx=_MATH_ONNX.get(_name))
-for _name, _fn in [("logical_not", torch.logical_not), ("bitwise_not", torch.bitwise_not),
-                   ("isnan", torch.isnan), ("isinf", torch.isinf)]:
+for _name, _fn in [
+    ("logical_not", torch.logical_not),
+    ("bitwise_not", torch.bitwise_not),
+    ("isnan", torch.isnan),
+    ("isinf", torch.isinf),
+]:
     unary(_name, _fn, keeps_dtype=False, onnx=_MATH_ONNX[_name])
-unary("round", lambda self, decimals=0: torch.round(self, decimals=decimals),
-      attrs=(Attr("decimals", "int", 0),), aten=("aten.round.default", "aten.round.decimals"),
-      onnx=lambda c: c.emit("Round", c.x(0)) if c.attrs["decimals"] == 0 else c.fail("round to decimals"))
+unary(
+    "round",
+    lambda self, decimals=0: torch.round(self, decimals=decimals),
+    attrs=(Attr("decimals", "int", 0),),
+    aten=("aten.round.default", "aten.round.decimals"),
+    onnx=lambda c: c.emit("Round", c.x(0)) if c.attrs["decimals"] == 0 else c.fail("round to decimals"),
+)
+
 
 def _add_lower_torch(ctx):
     """In place into a dead operand that owns its memory and has the result's type (no allocation)."""
@@ -161,21 +274,42 @@ def _add_lower_torch(ctx):
     return ctx.reference()
 
 
-binary("add", torch.add, commutative=True, onnx="Add", lower_torch=_add_lower_torch,
-       aten=(AtenBinding("aten.add.Tensor", fixed={"alpha": 1}), AtenBinding("aten.add.Scalar", fixed={"alpha": 1})))
-binary("sub", torch.sub, onnx="Sub",
-       aten=(AtenBinding("aten.sub.Tensor", fixed={"alpha": 1}), AtenBinding("aten.sub.Scalar", fixed={"alpha": 1}),
-             AtenBinding("aten.rsub.Scalar", rename={"self": "other", "other": "self"}, fixed={"alpha": 1}),
-             AtenBinding("aten.rsub.Tensor", rename={"self": "other", "other": "self"}, fixed={"alpha": 1})))
+binary(
+    "add",
+    torch.add,
+    commutative=True,
+    onnx="Add",
+    lower_torch=_add_lower_torch,
+    aten=(AtenBinding("aten.add.Tensor", fixed={"alpha": 1}), AtenBinding("aten.add.Scalar", fixed={"alpha": 1})),
+)
+binary(
+    "sub",
+    torch.sub,
+    onnx="Sub",
+    aten=(
+        AtenBinding("aten.sub.Tensor", fixed={"alpha": 1}),
+        AtenBinding("aten.sub.Scalar", fixed={"alpha": 1}),
+        AtenBinding("aten.rsub.Scalar", rename={"self": "other", "other": "self"}, fixed={"alpha": 1}),
+        AtenBinding("aten.rsub.Tensor", rename={"self": "other", "other": "self"}, fixed={"alpha": 1}),
+    ),
+)
 binary("mul", torch.mul, commutative=True, onnx="Mul")
-binary("div", lambda self, other, rounding_mode=None: torch.div(self, other, rounding_mode=rounding_mode),
-       to_float=True, sample=lambda d, sl, a: S.elementwise(d, sl, {"rounding_mode": d.choice([None, "floor"]), **a}),
-       attrs=(Attr("rounding_mode", "str?", None),),
-       onnx=lambda c: _binary_onnx("Div", False)(c) if c.attrs["rounding_mode"] is None
-       else c.emit("Floor", _binary_onnx("Div", False)(c)) if c.attrs["rounding_mode"] == "floor"
-       and c.out.dtype.is_float else c.fail(f"rounding_mode={c.attrs['rounding_mode']}"),
-       aten=("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode"),
-       doc="true division, or floor/trunc division with rounding_mode")
+binary(
+    "div",
+    lambda self, other, rounding_mode=None: torch.div(self, other, rounding_mode=rounding_mode),
+    to_float=True,
+    sample=lambda d, sl, a: S.elementwise(d, sl, {"rounding_mode": d.choice([None, "floor"]), **a}),
+    attrs=(Attr("rounding_mode", "str?", None),),
+    onnx=lambda c: (
+        _binary_onnx("Div", False)(c)
+        if c.attrs["rounding_mode"] is None
+        else c.emit("Floor", _binary_onnx("Div", False)(c))
+        if c.attrs["rounding_mode"] == "floor" and c.out.dtype.is_float
+        else c.fail(f"rounding_mode={c.attrs['rounding_mode']}")
+    ),
+    aten=("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode"),
+    doc="true division, or floor/trunc division with rounding_mode",
+)
 binary("pow", torch.pow, onnx="Pow", aten=("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar", "aten.pow.Scalar"))
 binary("maximum", torch.maximum, commutative=True, onnx="Max", aten=("aten.maximum.default",))
 binary("minimum", torch.minimum, commutative=True, onnx="Min", aten=("aten.minimum.default",))
@@ -185,32 +319,67 @@ binary("floor_divide", torch.floor_divide, aten=("aten.floor_divide.default", "a
 binary("atan2", torch.atan2, to_float=True, aten=("aten.atan2.default",))
 for _name, _fn in [("eq", torch.eq), ("ne", torch.ne)]:
     binary(_name, _fn, commutative=True, compare=True, onnx=_binary_onnx("Equal", True, negate=_name == "ne"))
-for _name, _fn, _onnx in [("lt", torch.lt, "Less"), ("le", torch.le, "LessOrEqual"), ("gt", torch.gt, "Greater"),
-                          ("ge", torch.ge, "GreaterOrEqual")]:
+for _name, _fn, _onnx in [
+    ("lt", torch.lt, "Less"),
+    ("le", torch.le, "LessOrEqual"),
+    ("gt", torch.gt, "Greater"),
+    ("ge", torch.ge, "GreaterOrEqual"),
+]:
     binary(_name, _fn, compare=True, onnx=_onnx)
-for _name, _fn in [("logical_and", torch.logical_and), ("logical_or", torch.logical_or),
-                   ("logical_xor", torch.logical_xor)]:
-    binary(_name, _fn, commutative=True, compare=True, aten=(f"aten.{_name}.default",), sample=_int_sample,
-           onnx={"logical_and": "And", "logical_or": "Or", "logical_xor": "Xor"}[_name])
-for _name, _fn in [("bitwise_and", torch.bitwise_and), ("bitwise_or", torch.bitwise_or),
-                   ("bitwise_xor", torch.bitwise_xor)]:
-    binary(_name, _fn, commutative=True, sample=_int_sample,
-           onnx={"bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor"}[_name])
+for _name, _fn in [
+    ("logical_and", torch.logical_and),
+    ("logical_or", torch.logical_or),
+    ("logical_xor", torch.logical_xor),
+]:
+    binary(
+        _name,
+        _fn,
+        commutative=True,
+        compare=True,
+        aten=(f"aten.{_name}.default",),
+        sample=_int_sample,
+        onnx={"logical_and": "And", "logical_or": "Or", "logical_xor": "Xor"}[_name],
+    )
+for _name, _fn in [
+    ("bitwise_and", torch.bitwise_and),
+    ("bitwise_or", torch.bitwise_or),
+    ("bitwise_xor", torch.bitwise_xor),
+]:
+    binary(
+        _name,
+        _fn,
+        commutative=True,
+        sample=_int_sample,
+        onnx={"bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor"}[_name],
+    )
 
-register(OpDef(
-    "where", (Operand("condition"), Operand("self"), Operand("other")), torch.where, traits=EW,
-    flops=out_numel, sample=lambda d, sl, a: (_where_types(d, sl), a),
-    onnx=lambda c: c.emit("Where", c.x(0), c.x_as(1, c.out.dtype), c.x_as(2, c.out.dtype)),
-    aten=("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar"),
-    doc="condition ? self : other, broadcasting all three"))
+register(
+    OpDef(
+        "where",
+        (Operand("condition"), Operand("self"), Operand("other")),
+        torch.where,
+        traits=EW,
+        flops=out_numel,
+        sample=lambda d, sl, a: (_where_types(d, sl), a),
+        onnx=lambda c: c.emit("Where", c.x(0), c.x_as(1, c.out.dtype), c.x_as(2, c.out.dtype)),
+        aten=("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar"),
+        doc="condition ? self : other, broadcasting all three",
+    )
+)
 
-register(OpDef(
-    "masked_fill", (Operand("self"), Operand("mask"), Operand("value")),
-    lambda self, mask, value: torch.masked_fill(self, mask, value), traits=EW, flops=out_numel,
-    sample=lambda d, sl, a: (_masked_fill_types(d, sl), a),
-    onnx=lambda c: c.emit("Where", c.x(1), c.x_as(2, c.out.dtype), c.x(0)),
-    aten=("aten.masked_fill.Scalar", "aten.masked_fill.Tensor"),
-    doc="value where mask, else self; value is a 0-d tensor"))
+register(
+    OpDef(
+        "masked_fill",
+        (Operand("self"), Operand("mask"), Operand("value")),
+        lambda self, mask, value: torch.masked_fill(self, mask, value),
+        traits=EW,
+        flops=out_numel,
+        sample=lambda d, sl, a: (_masked_fill_types(d, sl), a),
+        onnx=lambda c: c.emit("Where", c.x(1), c.x_as(2, c.out.dtype), c.x(0)),
+        aten=("aten.masked_fill.Scalar", "aten.masked_fill.Tensor"),
+        doc="value where mask, else self; value is a 0-d tensor",
+    )
+)
 
 
 def _where_types(draw, slots):
@@ -238,12 +407,21 @@ def _cast_args(args, types):
     return args
 
 
-register(OpDef(
-    "cast", (Operand("self"),), lambda self, dtype: self.to(DType.parse(dtype).torch, copy=True),
-    attrs=(Attr("dtype", "dtype"),), traits=EW,
-    infer=lambda ins, attrs: [TensorType(ins[0].shape, DType.parse(attrs["dtype"]), ins[0].layout)], flops=zero_flops,
-    sample=lambda d, sl, a: ([S.same_as_input(d, sl, a)],
-                             {"dtype": d.choice(["f32", "f16", "bf16", "f64", "i32", "i64"]), **a}),
-    aten=(AtenBinding("aten._to_copy.default", convert=_cast_args),),
-    onnx=lambda c: c.cast(c.x(0), c.out.dtype),
-    doc="element type conversion (a copy, also when the dtype does not change)"))
+register(
+    OpDef(
+        "cast",
+        (Operand("self"),),
+        lambda self, dtype: self.to(DType.parse(dtype).torch, copy=True),
+        attrs=(Attr("dtype", "dtype"),),
+        traits=EW,
+        infer=lambda ins, attrs: [TensorType(ins[0].shape, DType.parse(attrs["dtype"]), ins[0].layout)],
+        flops=zero_flops,
+        sample=lambda d, sl, a: (
+            [S.same_as_input(d, sl, a)],
+            {"dtype": d.choice(["f32", "f16", "bf16", "f64", "i32", "i64"]), **a},
+        ),
+        aten=(AtenBinding("aten._to_copy.default", convert=_cast_args),),
+        onnx=lambda c: c.cast(c.x(0), c.out.dtype),
+        doc="element type conversion (a copy, also when the dtype does not change)",
+    )
+)

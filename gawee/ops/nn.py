@@ -67,8 +67,17 @@ def act_as_op(act: str, params: tuple = ()) -> tuple[str, dict]:
 def _conv_onnx(c):
     """Conv (+ Add of the residual) (+ the activation's own nodes): ONNX has no fused convolution."""
     a = c.attrs
-    y = c.emit("Conv", c.x(0), c.x(1), c.x(2), kernel_shape=list(c.type(1).shape[2:]), strides=list(a["stride"]),
-               pads=list(a["padding"]) * 2, dilations=list(a["dilation"]), group=a["groups"])
+    y = c.emit(
+        "Conv",
+        c.x(0),
+        c.x(1),
+        c.x(2),
+        kernel_shape=list(c.type(1).shape[2:]),
+        strides=list(a["stride"]),
+        pads=list(a["padding"]) * 2,
+        dilations=list(a["dilation"]),
+        group=a["groups"],
+    )
     if c.arity > 3 and c.x(3):
         y = c.emit("Add", y, c.x(3))
     if a.get("act") is not None:
@@ -79,9 +88,18 @@ def _conv_onnx(c):
 
 def _conv_transpose_onnx(c):
     a = c.attrs
-    return c.emit("ConvTranspose", c.x(0), c.x(1), c.x(2), kernel_shape=list(c.type(1).shape[2:]),
-                  strides=list(a["stride"]), pads=list(a["padding"]) * 2, output_padding=list(a["output_padding"]),
-                  dilations=list(a["dilation"]), group=a["groups"])
+    return c.emit(
+        "ConvTranspose",
+        c.x(0),
+        c.x(1),
+        c.x(2),
+        kernel_shape=list(c.type(1).shape[2:]),
+        strides=list(a["stride"]),
+        pads=list(a["padding"]) * 2,
+        output_padding=list(a["output_padding"]),
+        dilations=list(a["dilation"]),
+        group=a["groups"],
+    )
 
 
 def _linear_onnx(c):
@@ -101,25 +119,44 @@ def _ones_or(c, index: int, shape, fill: float) -> str:
 
 def _batch_norm_onnx(c):
     channels = (c.type(0).shape[1],)
-    return c.emit("BatchNormalization", c.x(0), _ones_or(c, 1, channels, 1.0), _ones_or(c, 2, channels, 0.0),
-                  c.x(3), c.x(4), epsilon=c.attrs["eps"])
+    return c.emit(
+        "BatchNormalization",
+        c.x(0),
+        _ones_or(c, 1, channels, 1.0),
+        _ones_or(c, 2, channels, 0.0),
+        c.x(3),
+        c.x(4),
+        epsilon=c.attrs["eps"],
+    )
 
 
 def _layer_norm_onnx(c):
     shape = c.attrs["normalized_shape"]
-    return c.emit("LayerNormalization", c.x(0), _ones_or(c, 1, shape, 1.0), c.x(2), axis=-len(shape),
-                  epsilon=c.attrs["eps"])
+    return c.emit(
+        "LayerNormalization", c.x(0), _ones_or(c, 1, shape, 1.0), c.x(2), axis=-len(shape), epsilon=c.attrs["eps"]
+    )
 
 
 def _pool_onnx(op_type: str):
     def lower(c):
         a = c.attrs
-        extra = {"dilations": list(a["dilation"])} if "dilation" in a else {
-            "count_include_pad": int(a["count_include_pad"])}
+        extra = (
+            {"dilations": list(a["dilation"])}
+            if "dilation" in a
+            else {"count_include_pad": int(a["count_include_pad"])}
+        )
         if a.get("divisor_override") is not None:
             c.fail("divisor_override")
-        return c.emit(op_type, c.x(0), kernel_shape=list(a["kernel_size"]), strides=list(a["stride"]),
-                      pads=list(a["padding"]) * 2, ceil_mode=int(a["ceil_mode"]), **extra)
+        return c.emit(
+            op_type,
+            c.x(0),
+            kernel_shape=list(a["kernel_size"]),
+            strides=list(a["stride"]),
+            pads=list(a["padding"]) * 2,
+            ceil_mode=int(a["ceil_mode"]),
+            **extra,
+        )
+
     return lower
 
 
@@ -133,6 +170,7 @@ def _adaptive_pool_onnx(reduce_op: str, window_op: str):
             c.fail(f"output size {list(out)} does not divide the input's {list(size)}")
         kernel = [s // o for s, o in zip(size, out)]
         return c.emit(window_op, c.x(0), kernel_shape=kernel, strides=kernel)
+
     return lower
 
 
@@ -150,8 +188,9 @@ def _sdpa_onnx(c):
     length, source = q.shape[-2], k.shape[-2]
     if a["is_causal"]:
         allowed = torch.ones(length, source, dtype=torch.bool).tril()
-        scores = c.emit("Add", scores, c.constant(torch.zeros(length, source, dtype=dtype.torch)
-                                                  .masked_fill(~allowed, -math.inf)))
+        scores = c.emit(
+            "Add", scores, c.constant(torch.zeros(length, source, dtype=dtype.torch).masked_fill(~allowed, -math.inf))
+        )
     if c.arity > 3 and c.x(3):
         if c.type(3).dtype.name == "bool":
             bias = c.emit("Where", c.x(3), c.scalar(0.0, dtype), c.scalar(-math.inf, dtype))
@@ -174,6 +213,7 @@ def _conv_canon(nd):
         for k in ("stride", "padding", "dilation"):
             attrs[k] = _pair(attrs[k], nd)
         return attrs
+
     return canon
 
 
@@ -213,6 +253,7 @@ def _from_convolution(nd, transposed):
         if not transposed:
             args.pop("output_padding", None)
         return args
+
     return convert
 
 
@@ -244,8 +285,8 @@ def _conv_sample(nd: int, fused: bool):
             if groups is None:
                 groups = cin // cin_g if cin_g else draw.choice([g for g in (1, 2, cin) if cin % g == 0])
         else:
-            if groups is None:
-                groups = draw.choice([1, 1, 2])
+            if groups is None:  # grouped convolutions as often as plain ones: where group bugs hide
+                groups = draw.choice([1, 2, 3])
             cin = groups * (cin_g or draw.integers(1, 3))
         if groups < 1 or cin % groups or (cin_g is not None and cin_g * groups != cin):
             raise S.Reject("groups")
@@ -258,8 +299,10 @@ def _conv_sample(nd: int, fused: bool):
                 attrs[k] = tuple(draw.integers(lo, hi) for _ in range(nd))
         attrs["groups"] = groups
         if not isinstance(x, TensorType):
-            need = [(kk - 1) * d + 1 - 2 * p for kk, d, p in zip(kernel, _pair(attrs["dilation"], nd),
-                                                                   _pair(attrs["padding"], nd))]
+            need = [
+                (kk - 1) * d + 1 - 2 * p
+                for kk, d, p in zip(kernel, _pair(attrs["dilation"], nd), _pair(attrs["padding"], nd))
+            ]
             spatial = tuple(max(n, 1) + draw.integers(0, 3) for n in need)
             x = TensorType((draw.integers(1, 2), cin, *spatial), draw.dtype)
         if not isinstance(w, TensorType):
@@ -274,6 +317,7 @@ def _conv_sample(nd: int, fused: bool):
                 res = get_op("conv2d").infer_types([*types, None], {**attrs, "act": None, "act_params": ()})[0]
             types.append(None if res in (S.FREE, S.ABSENT) else res)
         return types, attrs
+
     return sample
 
 
@@ -285,15 +329,28 @@ def _conv2d_lower_torch(ctx):
     x, w, b, r = (ctx.type(i) for i in range(4))
     a = ctx.attrs
     post = onednn.post_op(a["act"], a["act_params"])
-    if not (ctx.options.fused_kernels and onednn.supports(x.dtype) and x.rank == 4 and post is not None
-            and w.dtype == x.dtype and (b is None or b.dtype == x.dtype)
-            and (r is None or r.same_shape_dtype(ctx.node.output.type))):
+    if not (
+        ctx.options.fused_kernels
+        and onednn.supports(x.dtype)
+        and x.rank == 4
+        and post is not None
+        and w.dtype == x.dtype
+        and (b is None or b.dtype == x.dtype)
+        and (r is None or r.same_shape_dtype(ctx.node.output.type))
+    ):
         return ctx.reference()
     geometry = (list(a["padding"]), list(a["stride"]), list(a["dilation"]), a["groups"])
     weight = ctx.const(1)
     if weight is not None:
-        packed = onednn.pack_conv_weight(weight, padding=a["padding"], stride=a["stride"], dilation=a["dilation"],
-                                         groups=a["groups"], input_shape=x.shape, channels_last=ctx.channels_last)
+        packed = onednn.pack_conv_weight(
+            weight,
+            padding=a["padding"],
+            stride=a["stride"],
+            dilation=a["dilation"],
+            groups=a["groups"],
+            input_shape=x.shape,
+            channels_last=ctx.channels_last,
+        )
         weight = ctx.buffer(packed, "packed_weight")
     else:
         weight = ctx.arg(1)
@@ -302,44 +359,91 @@ def _conv2d_lower_torch(ctx):
         return ctx.call(mkldnn._convolution_pointwise.default, ctx.arg(0), weight, ctx.arg(2), *geometry, *post)
     fused_act = a["act"] if a["act"] in onednn.BINARY_POST_OPS else None
     if ctx.can_overwrite(3):  # the sum goes into the dead residual, as Inductor does: no allocation
-        y = ctx.call(mkldnn._convolution_pointwise_.binary, ctx.arg(3), ctx.arg(0), weight, ctx.arg(2), *geometry,
-                     "add", 1.0, fused_act, [], None)
+        y = ctx.call(
+            mkldnn._convolution_pointwise_.binary,
+            ctx.arg(3),
+            ctx.arg(0),
+            weight,
+            ctx.arg(2),
+            *geometry,
+            "add",
+            1.0,
+            fused_act,
+            [],
+            None,
+        )
     else:
-        y = ctx.call(mkldnn._convolution_pointwise.binary, ctx.arg(0), ctx.arg(3), weight, ctx.arg(2), *geometry,
-                     "add", 1.0, fused_act, [], None)
+        y = ctx.call(
+            mkldnn._convolution_pointwise.binary,
+            ctx.arg(0),
+            ctx.arg(3),
+            weight,
+            ctx.arg(2),
+            *geometry,
+            "add",
+            1.0,
+            fused_act,
+            [],
+            None,
+        )
     return y if fused_act == a["act"] else ctx.call(apply_act, y, a["act"], tuple(a["act_params"]))
 
 
 def _conv(name: str, nd: int, fused: bool = False, doc: str = "") -> OpDef:
     operands = (Operand("input"), Operand("weight"), Operand("bias", optional=True))
-    attrs = (Attr("stride", "ints", (1,) * nd), Attr("padding", "ints", (0,) * nd),
-             Attr("dilation", "ints", (1,) * nd), Attr("groups", "int", 1))
+    attrs = (
+        Attr("stride", "ints", (1,) * nd),
+        Attr("padding", "ints", (0,) * nd),
+        Attr("dilation", "ints", (1,) * nd),
+        Attr("groups", "int", 1),
+    )
     if fused:
         operands += (Operand("residual", optional=True),)
         attrs += (Attr("act", "str?", None), Attr("act_params", "floats", ()))
 
-    def evaluate(input, weight, bias=None, residual=None, *, stride, padding, dilation, groups,
-                 act=None, act_params=()):
+    def evaluate(
+        input, weight, bias=None, residual=None, *, stride, padding, dilation, groups, act=None, act_params=()
+    ):
         fn = (F.conv1d, F.conv2d, F.conv3d)[nd - 1]
         y = fn(input, weight, bias, stride, padding, dilation, groups)
         if residual is not None:
             if residual.shape != y.shape or residual.dtype != y.dtype:
-                raise ValueError(f"residual {list(residual.shape)} {residual.dtype} must have the output's shape "
-                                 f"{list(y.shape)} and dtype {y.dtype}")
+                raise ValueError(
+                    f"residual {list(residual.shape)} {residual.dtype} must have the output's shape "
+                    f"{list(y.shape)} and dtype {y.dtype}"
+                )
             y = y + residual
         return apply_act(y, act, act_params)
 
-    return register(OpDef(
-        name, operands, evaluate, attrs=attrs, traits=PURE, flops=_conv_flops, canonicalize=_conv_canon(nd),
-        sample=_conv_sample(nd, fused), lower_torch=_conv2d_lower_torch if fused else None, onnx=_conv_onnx,
-        aten=(f"aten.{name}.default", AtenBinding(f"aten.{name}.padding", convert=_same_padding),
-              AtenBinding("aten.convolution.default", convert=_from_convolution(nd, False))),
-        doc=doc))
+    return register(
+        OpDef(
+            name,
+            operands,
+            evaluate,
+            attrs=attrs,
+            traits=PURE,
+            flops=_conv_flops,
+            canonicalize=_conv_canon(nd),
+            sample=_conv_sample(nd, fused),
+            lower_torch=_conv2d_lower_torch if fused else None,
+            onnx=_conv_onnx,
+            aten=(
+                f"aten.{name}.default",
+                AtenBinding(f"aten.{name}.padding", convert=_same_padding),
+                AtenBinding("aten.convolution.default", convert=_from_convolution(nd, False)),
+            ),
+            doc=doc,
+        )
+    )
 
 
 _conv("conv1d", 1)
-_conv("conv2d", 2, fused=True,
-      doc="act(conv2d(input, weight, bias) + residual): residual and act are optional fused epilogues")
+_conv(
+    "conv2d",
+    2,
+    fused=True,
+    doc="act(conv2d(input, weight, bias) + residual): residual and act are optional fused epilogues",
+)
 _conv("conv3d", 3)
 
 
@@ -348,15 +452,33 @@ def _convt_flops(ins, outs, attrs):
     return 2 * x.shape[0] * math.prod(x.shape[2:]) * math.prod(w.shape)
 
 
-register(OpDef(
-    "conv_transpose2d", (Operand("input"), Operand("weight"), Operand("bias", optional=True)),
-    lambda input, weight, bias=None, *, stride, padding, output_padding, groups, dilation:
-        F.conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups, dilation),
-    attrs=(Attr("stride", "ints", (1, 1)), Attr("padding", "ints", (0, 0)), Attr("output_padding", "ints", (0, 0)),
-           Attr("groups", "int", 1), Attr("dilation", "ints", (1, 1))),
-    traits=PURE, flops=_convt_flops, onnx=_conv_transpose_onnx,
-    canonicalize=lambda a, t: {**a, **{k: _pair(a[k]) for k in ("stride", "padding", "output_padding", "dilation")}},
-    aten=("aten.conv_transpose2d.input", AtenBinding("aten.convolution.default", convert=_from_convolution(2, True)))))
+register(
+    OpDef(
+        "conv_transpose2d",
+        (Operand("input"), Operand("weight"), Operand("bias", optional=True)),
+        lambda input, weight, bias=None, *, stride, padding, output_padding, groups, dilation: F.conv_transpose2d(
+            input, weight, bias, stride, padding, output_padding, groups, dilation
+        ),
+        attrs=(
+            Attr("stride", "ints", (1, 1)),
+            Attr("padding", "ints", (0, 0)),
+            Attr("output_padding", "ints", (0, 0)),
+            Attr("groups", "int", 1),
+            Attr("dilation", "ints", (1, 1)),
+        ),
+        traits=PURE,
+        flops=_convt_flops,
+        onnx=_conv_transpose_onnx,
+        canonicalize=lambda a, t: {
+            **a,
+            **{k: _pair(a[k]) for k in ("stride", "padding", "output_padding", "dilation")},
+        },
+        aten=(
+            "aten.conv_transpose2d.input",
+            AtenBinding("aten.convolution.default", convert=_from_convolution(2, True)),
+        ),
+    )
+)
 
 
 # -- linear algebra -------------------------------------------------------------------
@@ -367,8 +489,11 @@ def _contract_flops(ins, outs, attrs):
 
 def _linear_sample(draw, slots, attrs):
     x, w, b = slots
-    k = x.shape[-1] if isinstance(x, TensorType) and x.rank else (w.shape[1] if isinstance(w, TensorType) else
-                                                                    draw.integers(1, 4))
+    k = (
+        x.shape[-1]
+        if isinstance(x, TensorType) and x.rank
+        else (w.shape[1] if isinstance(w, TensorType) else draw.integers(1, 4))
+    )
     if isinstance(x, TensorType) and x.rank == 0:
         raise S.Reject("linear needs rank >= 1")
     if not isinstance(x, TensorType):
@@ -383,8 +508,11 @@ def _linear_sample(draw, slots, attrs):
 def _matmul_sample(draw, slots, attrs):
     a, b = slots
     if not isinstance(a, TensorType):
-        k = b.shape[-2] if isinstance(b, TensorType) and b.rank >= 2 else (
-            b.shape[0] if isinstance(b, TensorType) else draw.integers(1, 4))
+        k = (
+            b.shape[-2]
+            if isinstance(b, TensorType) and b.rank >= 2
+            else (b.shape[0] if isinstance(b, TensorType) else draw.integers(1, 4))
+        )
         a = TensorType((*S.shape(draw, draw.integers(0, 2)), k), b.dtype if isinstance(b, TensorType) else draw.dtype)
     if not isinstance(b, TensorType):
         k = a.shape[-1] if a.rank else 1
@@ -405,30 +533,81 @@ def _linear_lower_torch(ctx):
     return ctx.call(_matrix_linear, ctx.arg(0), ctx.arg(1), ctx.arg(2), list(ctx.node.output.shape))
 
 
-register(OpDef(
-    "linear", (Operand("input"), Operand("weight"), Operand("bias", optional=True)),
-    lambda input, weight, bias=None: F.linear(input, weight, bias), traits=PURE, flops=_contract_flops,
-    sample=_linear_sample, onnx=_linear_onnx, lower_torch=_linear_lower_torch,
-    aten=("aten.linear.default",), doc="input @ weight.T + bias"))
-register(OpDef("matmul", (Operand("self"), Operand("other")), torch.matmul, traits=PURE,
-               flops=_contract_flops, sample=_matmul_sample, aten=("aten.matmul.default",), onnx="MatMul",
-               doc="numpy-style matmul with broadcasting"))
-register(OpDef("mm", (Operand("self"), Operand("mat2")), torch.mm, traits=PURE, flops=_contract_flops,
-               aten=("aten.mm.default",), onnx="MatMul"))
-register(OpDef("bmm", (Operand("self"), Operand("mat2")), torch.bmm, traits=PURE, flops=_contract_flops,
-               aten=("aten.bmm.default",), onnx="MatMul"))
-register(OpDef(
-    "addmm", (Operand("self"), Operand("mat1"), Operand("mat2")),
-    lambda self, mat1, mat2, beta=1, alpha=1: torch.addmm(self, mat1, mat2, beta=beta, alpha=alpha),
-    attrs=(Attr("beta", "scalar", 1), Attr("alpha", "scalar", 1)), traits=PURE,
-    flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1], aten=("aten.addmm.default",),
-    onnx=lambda c: c.emit("Gemm", c.x(1), c.x(2), c.x(0), alpha=float(c.attrs["alpha"]), beta=float(c.attrs["beta"])),
-    doc="beta * self + alpha * (mat1 @ mat2)"))
-register(OpDef(
-    "baddbmm", (Operand("self"), Operand("batch1"), Operand("batch2")),
-    lambda self, batch1, batch2, beta=1, alpha=1: torch.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha),
-    attrs=(Attr("beta", "scalar", 1), Attr("alpha", "scalar", 1)), traits=PURE,
-    flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1], aten=("aten.baddbmm.default",)))
+register(
+    OpDef(
+        "linear",
+        (Operand("input"), Operand("weight"), Operand("bias", optional=True)),
+        lambda input, weight, bias=None: F.linear(input, weight, bias),
+        traits=PURE,
+        flops=_contract_flops,
+        sample=_linear_sample,
+        onnx=_linear_onnx,
+        lower_torch=_linear_lower_torch,
+        aten=("aten.linear.default",),
+        doc="input @ weight.T + bias",
+    )
+)
+register(
+    OpDef(
+        "matmul",
+        (Operand("self"), Operand("other")),
+        torch.matmul,
+        traits=PURE,
+        flops=_contract_flops,
+        sample=_matmul_sample,
+        aten=("aten.matmul.default",),
+        onnx="MatMul",
+        doc="numpy-style matmul with broadcasting",
+    )
+)
+register(
+    OpDef(
+        "mm",
+        (Operand("self"), Operand("mat2")),
+        torch.mm,
+        traits=PURE,
+        flops=_contract_flops,
+        aten=("aten.mm.default",),
+        onnx="MatMul",
+    )
+)
+register(
+    OpDef(
+        "bmm",
+        (Operand("self"), Operand("mat2")),
+        torch.bmm,
+        traits=PURE,
+        flops=_contract_flops,
+        aten=("aten.bmm.default",),
+        onnx="MatMul",
+    )
+)
+register(
+    OpDef(
+        "addmm",
+        (Operand("self"), Operand("mat1"), Operand("mat2")),
+        lambda self, mat1, mat2, beta=1, alpha=1: torch.addmm(self, mat1, mat2, beta=beta, alpha=alpha),
+        attrs=(Attr("beta", "scalar", 1), Attr("alpha", "scalar", 1)),
+        traits=PURE,
+        flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1],
+        aten=("aten.addmm.default",),
+        onnx=lambda c: c.emit(
+            "Gemm", c.x(1), c.x(2), c.x(0), alpha=float(c.attrs["alpha"]), beta=float(c.attrs["beta"])
+        ),
+        doc="beta * self + alpha * (mat1 @ mat2)",
+    )
+)
+register(
+    OpDef(
+        "baddbmm",
+        (Operand("self"), Operand("batch1"), Operand("batch2")),
+        lambda self, batch1, batch2, beta=1, alpha=1: torch.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha),
+        attrs=(Attr("beta", "scalar", 1), Attr("alpha", "scalar", 1)),
+        traits=PURE,
+        flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1],
+        aten=("aten.baddbmm.default",),
+    )
+)
 
 
 def _einsum_flops(ins, outs, attrs):
@@ -437,7 +616,7 @@ def _einsum_flops(ins, outs, attrs):
     sizes: dict[str, int] = {}
     for term, t in zip(lhs, ins):
         letters = [c for c in term if c.isalpha()]
-        dims = t.shape[len(t.shape) - len(letters):] if "..." in term else t.shape
+        dims = t.shape[len(t.shape) - len(letters) :] if "..." in term else t.shape
         for c, d in zip(letters, dims):
             sizes[c] = max(sizes.get(c, 1), d)
     total = math.prod(sizes.values())
@@ -446,13 +625,19 @@ def _einsum_flops(ins, outs, attrs):
     return 2 * total if len(ins) > 1 else numel(ins[0])
 
 
-register(OpDef(
-    "einsum", (Operand("tensors", variadic=True),),
-    lambda *tensors, equation: torch.einsum(equation, *tensors),
-    attrs=(Attr("equation", "str"),), traits=PURE, flops=_einsum_flops,
-    onnx=lambda c: c.emit("Einsum", *(c.x(i) for i in range(c.arity)), equation=c.attrs["equation"]),
-    aten=(AtenBinding("aten.einsum.default", drop=frozenset({"path"})),),
-    doc="Einstein summation; FLOPs counted as 2 x the full index space (naive evaluation)"))
+register(
+    OpDef(
+        "einsum",
+        (Operand("tensors", variadic=True),),
+        lambda *tensors, equation: torch.einsum(equation, *tensors),
+        attrs=(Attr("equation", "str"),),
+        traits=PURE,
+        flops=_einsum_flops,
+        onnx=lambda c: c.emit("Einsum", *(c.x(i) for i in range(c.arity)), equation=c.attrs["equation"]),
+        aten=(AtenBinding("aten.einsum.default", drop=frozenset({"path"})),),
+        doc="Einstein summation; FLOPs counted as 2 x the full index space (naive evaluation)",
+    )
+)
 
 
 # -- normalization ----------------------------------------------------------------------
@@ -463,8 +648,12 @@ def _bn_sample(draw, slots, attrs):
     if x.rank < 2:
         raise S.Reject("batch_norm needs rank >= 2")
     c = TensorType((x.shape[1],), x.dtype)
-    types = [x] + [None if s is S.ABSENT or (s is S.FREE and opt and draw.boolean(0.2)) else
-                   (s if isinstance(s, TensorType) else c) for s, opt in zip(slots[1:], (True, True, False, False))]
+    types = [x] + [
+        None
+        if s is S.ABSENT or (s is S.FREE and opt and draw.boolean(0.2))
+        else (s if isinstance(s, TensorType) else c)
+        for s, opt in zip(slots[1:], (True, True, False, False))
+    ]
     return types, {"eps": draw.choice([1e-5, 1e-3, 0.1]), **attrs}
 
 
@@ -474,38 +663,70 @@ def _ln_sample(draw, slots, attrs):
         raise S.Reject("layer_norm needs rank >= 1")
     attrs = dict(attrs)
     if "normalized_shape" not in attrs:
-        attrs["normalized_shape"] = x.shape[x.rank - draw.integers(1, x.rank):]
+        attrs["normalized_shape"] = x.shape[x.rank - draw.integers(1, x.rank) :]
     norm = TensorType(tuple(attrs["normalized_shape"]), x.dtype)
-    types = [x] + [None if s is S.ABSENT or (s is S.FREE and draw.boolean(0.2)) else
-                   (s if isinstance(s, TensorType) else norm) for s in slots[1:]]
+    types = [x] + [
+        None if s is S.ABSENT or (s is S.FREE and draw.boolean(0.2)) else (s if isinstance(s, TensorType) else norm)
+        for s in slots[1:]
+    ]
     return types, {"eps": draw.choice([1e-5, 1e-3]), **attrs}
 
 
-register(OpDef(
-    "batch_norm",
-    (Operand("input"), Operand("weight", optional=True), Operand("bias", optional=True),
-     Operand("running_mean"), Operand("running_var", domain="nonnegative")),
-    lambda input, weight, bias, running_mean, running_var, *, eps:
-        F.batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps),
-    attrs=(Attr("eps", "float", 1e-5),), traits=PURE, flops=per_element(2), sample=_bn_sample,
-    onnx=_batch_norm_onnx,
-    aten=(AtenBinding("aten._native_batch_norm_legit_no_training.default", drop=frozenset({"momentum"}),
-                      outputs=(0,)),
-          AtenBinding("aten.batch_norm.default", fixed={"training": False},
-                      drop=frozenset({"momentum", "cudnn_enabled"}))),
-    doc="inference batch norm: (x - mean) / sqrt(var + eps) * weight + bias, per channel (dim 1)"))
-register(OpDef(
-    "layer_norm", (Operand("input"), Operand("weight", optional=True), Operand("bias", optional=True)),
-    lambda input, weight=None, bias=None, *, normalized_shape, eps:
-        F.layer_norm(input, normalized_shape, weight, bias, eps),
-    attrs=(Attr("normalized_shape", "ints"), Attr("eps", "float", 1e-5)), traits=PURE, flops=per_element(5),
-    sample=_ln_sample, onnx=_layer_norm_onnx,
-    aten=(AtenBinding("aten.layer_norm.default", drop=frozenset({"cudnn_enable"})),)))
-register(OpDef(
-    "group_norm", (Operand("input"), Operand("weight", optional=True), Operand("bias", optional=True)),
-    lambda input, weight=None, bias=None, *, num_groups, eps: F.group_norm(input, num_groups, weight, bias, eps),
-    attrs=(Attr("num_groups", "int"), Attr("eps", "float", 1e-5)), traits=PURE, flops=per_element(5),
-    aten=(AtenBinding("aten.group_norm.default", drop=frozenset({"cudnn_enabled"})),)))
+register(
+    OpDef(
+        "batch_norm",
+        (
+            Operand("input"),
+            Operand("weight", optional=True),
+            Operand("bias", optional=True),
+            Operand("running_mean"),
+            Operand("running_var", domain="nonnegative"),
+        ),
+        lambda input, weight, bias, running_mean, running_var, *, eps: F.batch_norm(
+            input, running_mean, running_var, weight, bias, False, 0.0, eps
+        ),
+        attrs=(Attr("eps", "float", 1e-5),),
+        traits=PURE,
+        flops=per_element(2),
+        sample=_bn_sample,
+        onnx=_batch_norm_onnx,
+        aten=(
+            AtenBinding(
+                "aten._native_batch_norm_legit_no_training.default", drop=frozenset({"momentum"}), outputs=(0,)
+            ),
+            AtenBinding(
+                "aten.batch_norm.default", fixed={"training": False}, drop=frozenset({"momentum", "cudnn_enabled"})
+            ),
+        ),
+        doc="inference batch norm: (x - mean) / sqrt(var + eps) * weight + bias, per channel (dim 1)",
+    )
+)
+register(
+    OpDef(
+        "layer_norm",
+        (Operand("input"), Operand("weight", optional=True), Operand("bias", optional=True)),
+        lambda input, weight=None, bias=None, *, normalized_shape, eps: F.layer_norm(
+            input, normalized_shape, weight, bias, eps
+        ),
+        attrs=(Attr("normalized_shape", "ints"), Attr("eps", "float", 1e-5)),
+        traits=PURE,
+        flops=per_element(5),
+        sample=_ln_sample,
+        onnx=_layer_norm_onnx,
+        aten=(AtenBinding("aten.layer_norm.default", drop=frozenset({"cudnn_enable"})),),
+    )
+)
+register(
+    OpDef(
+        "group_norm",
+        (Operand("input"), Operand("weight", optional=True), Operand("bias", optional=True)),
+        lambda input, weight=None, bias=None, *, num_groups, eps: F.group_norm(input, num_groups, weight, bias, eps),
+        attrs=(Attr("num_groups", "int"), Attr("eps", "float", 1e-5)),
+        traits=PURE,
+        flops=per_element(5),
+        aten=(AtenBinding("aten.group_norm.default", drop=frozenset({"cudnn_enabled"})),),
+    )
+)
 
 
 # -- pooling ----------------------------------------------------------------------------
@@ -524,11 +745,16 @@ def _pool_sample(has_dilation: bool):
         if x.rank not in (3, 4):
             raise S.Reject("pooling needs rank 3 or 4")
         k = attrs.get("kernel_size") or (draw.integers(1, 3), draw.integers(1, 3))
-        drawn = {"kernel_size": k, "stride": (draw.integers(1, 2),) * 2,
-                 "padding": tuple(draw.integers(0, kk // 2) for kk in _pair(k)), "ceil_mode": draw.boolean(0.2)}
+        drawn = {
+            "kernel_size": k,
+            "stride": (draw.integers(1, 2),) * 2,
+            "padding": tuple(draw.integers(0, kk // 2) for kk in _pair(k)),
+            "ceil_mode": draw.boolean(0.2),
+        }
         if has_dilation:
             drawn["dilation"] = (1, 1)
         return [x], {**drawn, **attrs}
+
     return sample
 
 
@@ -536,48 +762,83 @@ def _window_flops(ins, outs, attrs):
     return outs[0].numel * math.prod(attrs["kernel_size"])
 
 
-register(OpDef(
-    "max_pool2d", (Operand("self"),),
-    lambda self, *, kernel_size, stride, padding, dilation, ceil_mode:
-        F.max_pool2d(self, kernel_size, stride, padding, dilation, ceil_mode),
-    attrs=(Attr("kernel_size", "ints"), Attr("stride", "ints", ()), Attr("padding", "ints", (0, 0)),
-           Attr("dilation", "ints", (1, 1)), Attr("ceil_mode", "bool", False)),
-    traits=PURE, flops=_window_flops, canonicalize=_pool_canon, sample=_pool_sample(True),
-    onnx=_pool_onnx("MaxPool"),
-    aten=("aten.max_pool2d.default", AtenBinding("aten.max_pool2d_with_indices.default", outputs=(0,)))))
-register(OpDef(
-    "avg_pool2d", (Operand("self"),),
-    lambda self, *, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override:
-        F.avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override),
-    attrs=(Attr("kernel_size", "ints"), Attr("stride", "ints", ()), Attr("padding", "ints", (0, 0)),
-           Attr("ceil_mode", "bool", False), Attr("count_include_pad", "bool", True),
-           Attr("divisor_override", "int?", None)),
-    traits=PURE, flops=_window_flops, canonicalize=_pool_canon, sample=_pool_sample(False),
-    onnx=_pool_onnx("AveragePool"),
-    aten=("aten.avg_pool2d.default",)))
-register(OpDef(
-    "adaptive_avg_pool2d", (Operand("self"),),
-    lambda self, *, output_size: F.adaptive_avg_pool2d(self, output_size),
-    attrs=(Attr("output_size", "ints"),), traits=PURE,
-    flops=lambda ins, outs, a: numel(ins[0]),
-    canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"])},
-    onnx=_adaptive_pool_onnx("ReduceMean", "AveragePool"),
-    aten=("aten.adaptive_avg_pool2d.default",)))
-register(OpDef(
-    "adaptive_max_pool2d", (Operand("self"),),
-    lambda self, *, output_size: F.adaptive_max_pool2d(self, output_size),
-    attrs=(Attr("output_size", "ints"),), traits=PURE,
-    flops=lambda ins, outs, a: numel(ins[0]),
-    canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"])},
-    onnx=_adaptive_pool_onnx("ReduceMax", "MaxPool"),
-    aten=(AtenBinding("aten.adaptive_max_pool2d.default", outputs=(0,)),)))
+register(
+    OpDef(
+        "max_pool2d",
+        (Operand("self"),),
+        lambda self, *, kernel_size, stride, padding, dilation, ceil_mode: F.max_pool2d(
+            self, kernel_size, stride, padding, dilation, ceil_mode
+        ),
+        attrs=(
+            Attr("kernel_size", "ints"),
+            Attr("stride", "ints", ()),
+            Attr("padding", "ints", (0, 0)),
+            Attr("dilation", "ints", (1, 1)),
+            Attr("ceil_mode", "bool", False),
+        ),
+        traits=PURE,
+        flops=_window_flops,
+        canonicalize=_pool_canon,
+        sample=_pool_sample(True),
+        onnx=_pool_onnx("MaxPool"),
+        aten=("aten.max_pool2d.default", AtenBinding("aten.max_pool2d_with_indices.default", outputs=(0,))),
+    )
+)
+register(
+    OpDef(
+        "avg_pool2d",
+        (Operand("self"),),
+        lambda self, *, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: F.avg_pool2d(
+            self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+        ),
+        attrs=(
+            Attr("kernel_size", "ints"),
+            Attr("stride", "ints", ()),
+            Attr("padding", "ints", (0, 0)),
+            Attr("ceil_mode", "bool", False),
+            Attr("count_include_pad", "bool", True),
+            Attr("divisor_override", "int?", None),
+        ),
+        traits=PURE,
+        flops=_window_flops,
+        canonicalize=_pool_canon,
+        sample=_pool_sample(False),
+        onnx=_pool_onnx("AveragePool"),
+        aten=("aten.avg_pool2d.default",),
+    )
+)
+register(
+    OpDef(
+        "adaptive_avg_pool2d",
+        (Operand("self"),),
+        lambda self, *, output_size: F.adaptive_avg_pool2d(self, output_size),
+        attrs=(Attr("output_size", "ints"),),
+        traits=PURE,
+        flops=lambda ins, outs, a: numel(ins[0]),
+        canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"])},
+        onnx=_adaptive_pool_onnx("ReduceMean", "AveragePool"),
+        aten=("aten.adaptive_avg_pool2d.default",),
+    )
+)
+register(
+    OpDef(
+        "adaptive_max_pool2d",
+        (Operand("self"),),
+        lambda self, *, output_size: F.adaptive_max_pool2d(self, output_size),
+        attrs=(Attr("output_size", "ints"),),
+        traits=PURE,
+        flops=lambda ins, outs, a: numel(ins[0]),
+        canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"])},
+        onnx=_adaptive_pool_onnx("ReduceMax", "MaxPool"),
+        aten=(AtenBinding("aten.adaptive_max_pool2d.default", outputs=(0,)),),
+    )
+)
 
 
 # -- attention, softmax -------------------------------------------------------------------
 def _sdpa(query, key, value, attn_mask=None, *, dropout_p, is_causal, scale, enable_gqa):
     kwargs = {"enable_gqa": True} if enable_gqa else {}
-    return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
-                                          **kwargs)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs)
 
 
 def _sdpa_flops(ins, outs, attrs):
@@ -588,51 +849,105 @@ def _sdpa_flops(ins, outs, attrs):
     return 2 * batch * length * s * e + 2 * batch * length * s * ev
 
 
-register(OpDef(
-    "scaled_dot_product_attention",
-    (Operand("query"), Operand("key"), Operand("value"), Operand("attn_mask", optional=True)),
-    _sdpa, attrs=(Attr("dropout_p", "float", 0.0), Attr("is_causal", "bool", False), Attr("scale", "float?", None),
-                  Attr("enable_gqa", "bool", False)),
-    traits=PURE, flops=_sdpa_flops, aten=("aten.scaled_dot_product_attention.default",), onnx=_sdpa_onnx,
-    doc="softmax(q @ k.T * scale + mask) @ v; FLOPs: the two matrix products (as flop_counter)"))
+register(
+    OpDef(
+        "scaled_dot_product_attention",
+        (Operand("query"), Operand("key"), Operand("value"), Operand("attn_mask", optional=True)),
+        _sdpa,
+        attrs=(
+            Attr("dropout_p", "float", 0.0),
+            Attr("is_causal", "bool", False),
+            Attr("scale", "float?", None),
+            Attr("enable_gqa", "bool", False),
+        ),
+        traits=PURE,
+        flops=_sdpa_flops,
+        aten=("aten.scaled_dot_product_attention.default",),
+        onnx=_sdpa_onnx,
+        doc="softmax(q @ k.T * scale + mask) @ v; FLOPs: the two matrix products (as flop_counter)",
+    )
+)
 
 for _name, _fn in [("softmax", F.softmax), ("log_softmax", F.log_softmax)]:
-    register(OpDef(
-        _name, (Operand("self"),), (lambda fn: lambda self, *, dim: fn(self, dim))(_fn),
-        attrs=(Attr("dim", "int"),), traits=PURE, flops=per_element(5),
-        onnx=(lambda op_type: lambda c: c.emit(op_type, c.x(0), axis=c.attrs["dim"]))(
-            "Softmax" if _name == "softmax" else "LogSoftmax"),
-        sample=lambda d, sl, a: (lambda t: ([t], {"dim": S.dim(d, max(t.rank, 1)), **a}))(S.same_as_input(d, sl, a)),
-        aten=(AtenBinding(f"aten.{_name}.int", fixed={"dtype": None}),
-              AtenBinding(f"aten._{_name}.default", fixed={"half_to_float": False}))))
+    register(
+        OpDef(
+            _name,
+            (Operand("self"),),
+            (lambda fn: lambda self, *, dim: fn(self, dim))(_fn),
+            attrs=(Attr("dim", "int"),),
+            traits=PURE,
+            flops=per_element(5),
+            onnx=(lambda op_type: lambda c: c.emit(op_type, c.x(0), axis=c.attrs["dim"]))(
+                "Softmax" if _name == "softmax" else "LogSoftmax"
+            ),
+            sample=lambda d, sl, a: (lambda t: ([t], {"dim": S.dim(d, max(t.rank, 1)), **a}))(
+                S.same_as_input(d, sl, a)
+            ),
+            aten=(
+                AtenBinding(f"aten.{_name}.int", fixed={"dtype": None}),
+                AtenBinding(f"aten._{_name}.default", fixed={"half_to_float": False}),
+            ),
+        )
+    )
 
-register(OpDef(
-    "dropout", (Operand("input"),),
-    lambda input, *, p, train: F.dropout(input, p, training=train),
-    attrs=(Attr("p", "float", 0.5), Attr("train", "bool", False)), traits=frozenset(),
-    sample=lambda d, sl, a: ([S.same_as_input(d, sl, a)], {"p": d.choice([0.0, 0.1, 0.5]), "train": d.boolean(0.3),
-                                                           **a}),
-    flops=out_numel, aten=("aten.dropout.default",),
-    onnx=lambda c: c.emit("Identity", c.x(0)) if not (c.attrs["train"] and c.attrs["p"]) else c.fail("training"),
-    doc="not pure: random when train; the identity when not train"))
+register(
+    OpDef(
+        "dropout",
+        (Operand("input"),),
+        lambda input, *, p, train: F.dropout(input, p, training=train),
+        attrs=(Attr("p", "float", 0.5), Attr("train", "bool", False)),
+        traits=frozenset(),
+        sample=lambda d, sl, a: (
+            [S.same_as_input(d, sl, a)],
+            {"p": d.choice([0.0, 0.1, 0.5]), "train": d.boolean(0.3), **a},
+        ),
+        flops=out_numel,
+        aten=("aten.dropout.default",),
+        onnx=lambda c: c.emit("Identity", c.x(0)) if not (c.attrs["train"] and c.attrs["p"]) else c.fail("training"),
+        doc="not pure: random when train; the identity when not train",
+    )
+)
 
-register(OpDef(
-    "embedding", (Operand("weight"), Operand("indices")),
-    lambda weight, indices, *, padding_idx: F.embedding(indices, weight, padding_idx if padding_idx >= 0 else None),
-    attrs=(Attr("padding_idx", "int", -1),), traits=PURE, flops=zero_flops,
-    onnx=lambda c: c.emit("Gather", c.x(0), c.x(1), axis=0),
-    aten=(AtenBinding("aten.embedding.default", fixed={"scale_grad_by_freq": False, "sparse": False}),)))
+register(
+    OpDef(
+        "embedding",
+        (Operand("weight"), Operand("indices")),
+        lambda weight, indices, *, padding_idx: F.embedding(indices, weight, padding_idx if padding_idx >= 0 else None),
+        attrs=(Attr("padding_idx", "int", -1),),
+        traits=PURE,
+        flops=zero_flops,
+        onnx=lambda c: c.emit("Gather", c.x(0), c.x(1), axis=0),
+        aten=(AtenBinding("aten.embedding.default", fixed={"scale_grad_by_freq": False, "sparse": False}),),
+    )
+)
 
-register(OpDef(
-    "upsample_nearest2d", (Operand("input"),),
-    lambda input, *, output_size, scale_factors:
-        torch.ops.aten.upsample_nearest2d.vec(input, output_size, scale_factors),
-    attrs=(Attr("output_size", "ints?", None), Attr("scale_factors", "floats?", None)), traits=PURE,
-    flops=zero_flops, aten=("aten.upsample_nearest2d.vec",)))
-register(OpDef(
-    "upsample_bilinear2d", (Operand("input"),),
-    lambda input, *, output_size, align_corners, scale_factors:
-        torch.ops.aten.upsample_bilinear2d.vec(input, output_size, align_corners, scale_factors),
-    attrs=(Attr("output_size", "ints?", None), Attr("align_corners", "bool", False),
-           Attr("scale_factors", "floats?", None)), traits=PURE,
-    flops=per_element(4), aten=("aten.upsample_bilinear2d.vec",)))
+register(
+    OpDef(
+        "upsample_nearest2d",
+        (Operand("input"),),
+        lambda input, *, output_size, scale_factors: torch.ops.aten.upsample_nearest2d.vec(
+            input, output_size, scale_factors
+        ),
+        attrs=(Attr("output_size", "ints?", None), Attr("scale_factors", "floats?", None)),
+        traits=PURE,
+        flops=zero_flops,
+        aten=("aten.upsample_nearest2d.vec",),
+    )
+)
+register(
+    OpDef(
+        "upsample_bilinear2d",
+        (Operand("input"),),
+        lambda input, *, output_size, align_corners, scale_factors: torch.ops.aten.upsample_bilinear2d.vec(
+            input, output_size, align_corners, scale_factors
+        ),
+        attrs=(
+            Attr("output_size", "ints?", None),
+            Attr("align_corners", "bool", False),
+            Attr("scale_factors", "floats?", None),
+        ),
+        traits=PURE,
+        flops=per_element(4),
+        aten=("aten.upsample_bilinear2d.vec",),
+    )
+)

@@ -22,8 +22,7 @@ OPAQUE = "aten"
 _TAGS = {
     "$dtype": (torch.dtype, lambda v: DType.from_torch(v).value, lambda s: DType.parse(s).torch),
     "$device": (torch.device, lambda v: str(v), torch.device),
-    "$memory_format": (torch.memory_format, lambda v: str(v).split(".")[-1],
-                       lambda s: getattr(torch, s)),
+    "$memory_format": (torch.memory_format, lambda v: str(v).split(".")[-1], lambda s: getattr(torch, s)),
     "$layout": (torch.layout, lambda v: str(v).split(".")[-1], lambda s: getattr(torch, s)),
 }
 
@@ -59,8 +58,9 @@ def resolve_target(target: str):
         ns, name, overload = parts[0], parts[1], parts[2] if len(parts) > 2 else "default"
         return getattr(getattr(getattr(torch.ops, ns), name), overload)
     except (AttributeError, IndexError, RuntimeError):
-        raise EvaluationError(f"torch has no operator {target!r}",
-                              hint="the graph was captured with a different torch version") from None
+        raise EvaluationError(
+            f"torch has no operator {target!r}", hint="the graph was captured with a different torch version"
+        ) from None
 
 
 def _evaluate(*inputs, target: str, args: tuple, kwargs: tuple):
@@ -77,8 +77,9 @@ def _lower_torch(ctx):
     """A direct call of the recorded ATen overload (4-D operands made contiguous: it may be a view)."""
     fn = resolve_target(ctx.attrs["target"])
     inputs = tuple(ctx.standard(i) for i in range(len(ctx.node.inputs)))
-    out = ctx.call(fn, *decode_arg(ctx.attrs["args"], inputs),
-                   **{k: decode_arg(v, inputs) for k, v in ctx.attrs["kwargs"]})
+    out = ctx.call(
+        fn, *decode_arg(ctx.attrs["args"], inputs), **{k: decode_arg(v, inputs) for k, v in ctx.attrs["kwargs"]}
+    )
     returns = fn._schema.returns
     single = len(returns) == 1 and str(returns[0].type) == "Tensor"
     if len(ctx.node.outputs) == 1 and not single:
@@ -87,12 +88,22 @@ def _lower_torch(ctx):
 
 
 def _no_inference(ins, attrs):
-    raise InferenceError(f"opaque node {attrs.get('target')} cannot infer types",
-                         hint="opaque nodes keep the output types recorded at capture")
+    raise InferenceError(
+        f"opaque node {attrs.get('target')} cannot infer types",
+        hint="opaque nodes keep the output types recorded at capture",
+    )
 
 
-register(OpDef(
-    OPAQUE, (Operand("args", optional=True, variadic=True),), _evaluate,
-    attrs=(Attr("target", "str"), Attr("args", "any", ()), Attr("kwargs", "any", ())),
-    traits=frozenset(), infer=_no_inference, flops=None, lower_torch=_lower_torch,
-    doc="an ATen call without an OpDef, replayed through torch; rules never match it"))
+register(
+    OpDef(
+        OPAQUE,
+        (Operand("args", optional=True, variadic=True),),
+        _evaluate,
+        attrs=(Attr("target", "str"), Attr("args", "any", ()), Attr("kwargs", "any", ())),
+        traits=frozenset(),
+        infer=_no_inference,
+        flops=None,
+        lower_torch=_lower_torch,
+        doc="an ATen call without an OpDef, replayed through torch; rules never match it",
+    )
+)

@@ -31,17 +31,22 @@ def _torch_dtype(dtype):
 
 def _reduction_sample(draw, slots, attrs):
     x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(1, 4))
-    dims = None if not x.rank or draw.boolean(0.2) else tuple(sorted({draw.integers(0, x.rank - 1)
-                                                                      for _ in range(draw.integers(1, 2))}))
+    dims = (
+        None
+        if not x.rank or draw.boolean(0.2)
+        else tuple(sorted({draw.integers(0, x.rank - 1) for _ in range(draw.integers(1, 2))}))
+    )
     return [x], {"dim": dims, "keepdim": draw.boolean(), **attrs}
 
 
 def _reduce_onnx(op_type: str):
     """The ONNX Reduce* op over ``dim`` (no axes: all), on the input cast to ``dtype`` when one is given."""
+
     def lower(c):
         x = c.x_as(0, c.out.dtype) if c.attrs.get("dtype") is not None else c.x(0)
         axes = c.ints(c.attrs["dim"]) if c.attrs["dim"] else ""
         return c.emit(op_type, x, axes, keepdims=int(c.attrs["keepdim"]))
+
     return lower
 
 
@@ -51,48 +56,115 @@ def reduction(name, fn, *, extra=(), aten=(), onnx=None, doc="") -> OpDef:
     ``onnx``: the ONNX Reduce* op type computing it.
     """
     attrs = (Attr("dim", "ints?", None), Attr("keepdim", "bool", False), *extra)
-    return register(OpDef(name, SELF, fn, attrs=attrs, traits=PURE, flops=_in_numel, canonicalize=_dims_canon,
-                          sample=_reduction_sample, aten=aten, onnx=onnx and _reduce_onnx(onnx), doc=doc))
+    return register(
+        OpDef(
+            name,
+            SELF,
+            fn,
+            attrs=attrs,
+            traits=PURE,
+            flops=_in_numel,
+            canonicalize=_dims_canon,
+            sample=_reduction_sample,
+            aten=aten,
+            onnx=onnx and _reduce_onnx(onnx),
+            doc=doc,
+        )
+    )
 
 
 def _all_dims(self, dim):
     return tuple(range(self.dim())) if dim is None or len(dim) == 0 else dim
 
 
-reduction("sum", lambda self, *, dim, keepdim, dtype:
-          torch.sum(self, _all_dims(self, dim), keepdim, dtype=_torch_dtype(dtype)),
-          extra=(Attr("dtype", "dtype?", None),), aten=("aten.sum.dim_IntList", "aten.sum.default"), onnx="ReduceSum")
-reduction("mean", lambda self, *, dim, keepdim, dtype:
-          torch.mean(self, _all_dims(self, dim), keepdim, dtype=_torch_dtype(dtype)),
-          extra=(Attr("dtype", "dtype?", None),), aten=("aten.mean.dim", "aten.mean.default"), onnx="ReduceMean")
-reduction("amax", lambda self, *, dim, keepdim: torch.amax(self, _all_dims(self, dim), keepdim),
-          aten=("aten.amax.default",), onnx="ReduceMax")
-reduction("amin", lambda self, *, dim, keepdim: torch.amin(self, _all_dims(self, dim), keepdim),
-          aten=("aten.amin.default",), onnx="ReduceMin")
-reduction("prod", lambda self, *, dim, keepdim: _prod(self, dim, keepdim),
-          aten=(AtenBinding("aten.prod.dim_int", rename={"dim": "dim"},
-                            convert=lambda a, t: {**a, "dim": [a["dim"]]}, fixed={"dtype": None}),
-                AtenBinding("aten.prod.default", fixed={"dtype": None})))
-reduction("any", lambda self, *, dim, keepdim: torch.any(self, _all_dims(self, dim), keepdim) if self.dim()
-          else torch.any(self),
-          aten=("aten.any.dims", AtenBinding("aten.any.dim", convert=lambda a, t: {**a, "dim": [a["dim"]]}),
-                "aten.any.default"))
-reduction("all", lambda self, *, dim, keepdim: torch.all(self, _all_dims(self, dim), keepdim) if self.dim()
-          else torch.all(self),
-          aten=("aten.all.dims", AtenBinding("aten.all.dim", convert=lambda a, t: {**a, "dim": [a["dim"]]}),
-                "aten.all.default"))
-reduction("var", lambda self, *, dim, keepdim, correction:
-          torch.var(self, _all_dims(self, dim), correction=correction, keepdim=keepdim),
-          extra=(Attr("correction", "float", 1.0),), aten=("aten.var.correction",))
-reduction("std", lambda self, *, dim, keepdim, correction:
-          torch.std(self, _all_dims(self, dim), correction=correction, keepdim=keepdim),
-          extra=(Attr("correction", "float", 1.0),), aten=("aten.std.correction",))
-reduction("logsumexp", lambda self, *, dim, keepdim: torch.logsumexp(self, _all_dims(self, dim), keepdim),
-          aten=("aten.logsumexp.default",), onnx="ReduceLogSumExp")
-reduction("linalg_vector_norm", lambda self, *, dim, keepdim, ord, dtype:
-          torch.linalg.vector_norm(self, ord, dim, keepdim, dtype=_torch_dtype(dtype)),
-          extra=(Attr("ord", "float", 2.0), Attr("dtype", "dtype?", None)),
-          aten=("aten.linalg_vector_norm.default",), doc="the ord-norm over dim (None: all elements)")
+reduction(
+    "sum",
+    lambda self, *, dim, keepdim, dtype: torch.sum(self, _all_dims(self, dim), keepdim, dtype=_torch_dtype(dtype)),
+    extra=(Attr("dtype", "dtype?", None),),
+    aten=("aten.sum.dim_IntList", "aten.sum.default"),
+    onnx="ReduceSum",
+)
+reduction(
+    "mean",
+    lambda self, *, dim, keepdim, dtype: torch.mean(self, _all_dims(self, dim), keepdim, dtype=_torch_dtype(dtype)),
+    extra=(Attr("dtype", "dtype?", None),),
+    aten=("aten.mean.dim", "aten.mean.default"),
+    onnx="ReduceMean",
+)
+reduction(
+    "amax",
+    lambda self, *, dim, keepdim: torch.amax(self, _all_dims(self, dim), keepdim),
+    aten=("aten.amax.default",),
+    onnx="ReduceMax",
+)
+reduction(
+    "amin",
+    lambda self, *, dim, keepdim: torch.amin(self, _all_dims(self, dim), keepdim),
+    aten=("aten.amin.default",),
+    onnx="ReduceMin",
+)
+reduction(
+    "prod",
+    lambda self, *, dim, keepdim: _prod(self, dim, keepdim),
+    aten=(
+        AtenBinding(
+            "aten.prod.dim_int",
+            rename={"dim": "dim"},
+            convert=lambda a, t: {**a, "dim": [a["dim"]]},
+            fixed={"dtype": None},
+        ),
+        AtenBinding("aten.prod.default", fixed={"dtype": None}),
+    ),
+)
+reduction(
+    "any",
+    lambda self, *, dim, keepdim: torch.any(self, _all_dims(self, dim), keepdim) if self.dim() else torch.any(self),
+    aten=(
+        "aten.any.dims",
+        AtenBinding("aten.any.dim", convert=lambda a, t: {**a, "dim": [a["dim"]]}),
+        "aten.any.default",
+    ),
+)
+reduction(
+    "all",
+    lambda self, *, dim, keepdim: torch.all(self, _all_dims(self, dim), keepdim) if self.dim() else torch.all(self),
+    aten=(
+        "aten.all.dims",
+        AtenBinding("aten.all.dim", convert=lambda a, t: {**a, "dim": [a["dim"]]}),
+        "aten.all.default",
+    ),
+)
+reduction(
+    "var",
+    lambda self, *, dim, keepdim, correction: torch.var(
+        self, _all_dims(self, dim), correction=correction, keepdim=keepdim
+    ),
+    extra=(Attr("correction", "float", 1.0),),
+    aten=("aten.var.correction",),
+)
+reduction(
+    "std",
+    lambda self, *, dim, keepdim, correction: torch.std(
+        self, _all_dims(self, dim), correction=correction, keepdim=keepdim
+    ),
+    extra=(Attr("correction", "float", 1.0),),
+    aten=("aten.std.correction",),
+)
+reduction(
+    "logsumexp",
+    lambda self, *, dim, keepdim: torch.logsumexp(self, _all_dims(self, dim), keepdim),
+    aten=("aten.logsumexp.default",),
+    onnx="ReduceLogSumExp",
+)
+reduction(
+    "linalg_vector_norm",
+    lambda self, *, dim, keepdim, ord, dtype: torch.linalg.vector_norm(
+        self, ord, dim, keepdim, dtype=_torch_dtype(dtype)
+    ),
+    extra=(Attr("ord", "float", 2.0), Attr("dtype", "dtype?", None)),
+    aten=("aten.linalg_vector_norm.default",),
+    doc="the ord-norm over dim (None: all elements)",
+)
 
 
 def _prod(self, dim, keepdim):
@@ -103,43 +175,115 @@ def _prod(self, dim, keepdim):
 
 
 def _arg_reduction(name, fn):
-    register(OpDef(name, SELF, lambda self, *, dim, keepdim: fn(self, dim, keepdim),
-                   attrs=(Attr("dim", "int?", None), Attr("keepdim", "bool", False)), traits=PURE,
-                   flops=_in_numel, aten=(f"aten.{name}.default",),
-                   onnx=lambda c: c.emit("ArgMax" if name == "argmax" else "ArgMin", c.x(0), axis=c.attrs["dim"],
-                                         keepdims=int(c.attrs["keepdim"])) if c.attrs["dim"] is not None
-                   else c.fail("arg reduction over all elements")))
+    register(
+        OpDef(
+            name,
+            SELF,
+            lambda self, *, dim, keepdim: fn(self, dim, keepdim),
+            attrs=(Attr("dim", "int?", None), Attr("keepdim", "bool", False)),
+            traits=PURE,
+            flops=_in_numel,
+            aten=(f"aten.{name}.default",),
+            onnx=lambda c: (
+                c.emit(
+                    "ArgMax" if name == "argmax" else "ArgMin",
+                    c.x(0),
+                    axis=c.attrs["dim"],
+                    keepdims=int(c.attrs["keepdim"]),
+                )
+                if c.attrs["dim"] is not None
+                else c.fail("arg reduction over all elements")
+            ),
+        )
+    )
 
 
 _arg_reduction("argmax", torch.argmax)
 _arg_reduction("argmin", torch.argmin)
 
 for _name, _fn in [("max_dim", torch.max), ("min_dim", torch.min)]:
-    register(OpDef(_name, SELF, (lambda fn: lambda self, *, dim, keepdim: tuple(fn(self, dim, keepdim)))(_fn),
-                   attrs=(Attr("dim", "int"), Attr("keepdim", "bool", False)), traits=PURE, flops=_in_numel,
-                   aten=(f"aten.{_name[:3]}.dim",), doc="(values, indices) along dim"))
+    register(
+        OpDef(
+            _name,
+            SELF,
+            (lambda fn: lambda self, *, dim, keepdim: tuple(fn(self, dim, keepdim)))(_fn),
+            attrs=(Attr("dim", "int"), Attr("keepdim", "bool", False)),
+            traits=PURE,
+            flops=_in_numel,
+            aten=(f"aten.{_name[:3]}.dim",),
+            doc="(values, indices) along dim",
+        )
+    )
 for _name, _fn in [("max", torch.max), ("min", torch.min)]:
-    register(OpDef(_name, SELF, _fn, traits=PURE, flops=_in_numel, aten=(f"aten.{_name}.default",),
-                   onnx=(lambda op_type: lambda c: c.emit(op_type, c.x(0), keepdims=0))(
-                       "ReduceMax" if _name == "max" else "ReduceMin"),
-                   doc="the largest element, as a 0-d tensor" if _name == "max" else "the smallest element"))
+    register(
+        OpDef(
+            _name,
+            SELF,
+            _fn,
+            traits=PURE,
+            flops=_in_numel,
+            aten=(f"aten.{_name}.default",),
+            onnx=(lambda op_type: lambda c: c.emit(op_type, c.x(0), keepdims=0))(
+                "ReduceMax" if _name == "max" else "ReduceMin"
+            ),
+            doc="the largest element, as a 0-d tensor" if _name == "max" else "the smallest element",
+        )
+    )
 
-register(OpDef(
-    "cumsum", SELF, lambda self, *, dim, dtype: torch.cumsum(self, dim, dtype=_torch_dtype(dtype)),
-    attrs=(Attr("dim", "int"), Attr("dtype", "dtype?", None)), traits=PURE, flops=_in_numel,
-    onnx=lambda c: c.emit("CumSum", c.x_as(0, c.out.dtype), c.constant(torch.tensor(c.attrs["dim"]))),
-    aten=("aten.cumsum.default",)))
-register(OpDef(
-    "topk", SELF, lambda self, *, k, dim, largest, sorted: tuple(torch.topk(self, k, dim, largest, sorted)),
-    attrs=(Attr("k", "int"), Attr("dim", "int", -1), Attr("largest", "bool", True), Attr("sorted", "bool", True)),
-    traits=PURE, flops=_in_numel, aten=("aten.topk.default",), doc="(values, indices) of the k largest"))
-register(OpDef(
-    "sort", SELF, lambda self, *, dim, descending: tuple(torch.sort(self, dim=dim, descending=descending)),
-    attrs=(Attr("dim", "int", -1), Attr("descending", "bool", False)), traits=PURE, flops=_in_numel,
-    aten=(AtenBinding("aten.sort.default"), AtenBinding("aten.sort.stable", fixed={"stable": None}))))
-register(OpDef(
-    "tril", SELF, lambda self, *, diagonal: torch.tril(self, diagonal), attrs=(Attr("diagonal", "int", 0),),
-    traits=frozenset({"pure"}), flops=zero_flops, aten=("aten.tril.default",)))
-register(OpDef(
-    "triu", SELF, lambda self, *, diagonal: torch.triu(self, diagonal), attrs=(Attr("diagonal", "int", 0),),
-    traits=frozenset({"pure"}), flops=zero_flops, aten=("aten.triu.default",)))
+register(
+    OpDef(
+        "cumsum",
+        SELF,
+        lambda self, *, dim, dtype: torch.cumsum(self, dim, dtype=_torch_dtype(dtype)),
+        attrs=(Attr("dim", "int"), Attr("dtype", "dtype?", None)),
+        traits=PURE,
+        flops=_in_numel,
+        onnx=lambda c: c.emit("CumSum", c.x_as(0, c.out.dtype), c.constant(torch.tensor(c.attrs["dim"]))),
+        aten=("aten.cumsum.default",),
+    )
+)
+register(
+    OpDef(
+        "topk",
+        SELF,
+        lambda self, *, k, dim, largest, sorted: tuple(torch.topk(self, k, dim, largest, sorted)),
+        attrs=(Attr("k", "int"), Attr("dim", "int", -1), Attr("largest", "bool", True), Attr("sorted", "bool", True)),
+        traits=PURE,
+        flops=_in_numel,
+        aten=("aten.topk.default",),
+        doc="(values, indices) of the k largest",
+    )
+)
+register(
+    OpDef(
+        "sort",
+        SELF,
+        lambda self, *, dim, descending: tuple(torch.sort(self, dim=dim, descending=descending)),
+        attrs=(Attr("dim", "int", -1), Attr("descending", "bool", False)),
+        traits=PURE,
+        flops=_in_numel,
+        aten=(AtenBinding("aten.sort.default"), AtenBinding("aten.sort.stable", fixed={"stable": None})),
+    )
+)
+register(
+    OpDef(
+        "tril",
+        SELF,
+        lambda self, *, diagonal: torch.tril(self, diagonal),
+        attrs=(Attr("diagonal", "int", 0),),
+        traits=frozenset({"pure"}),
+        flops=zero_flops,
+        aten=("aten.tril.default",),
+    )
+)
+register(
+    OpDef(
+        "triu",
+        SELF,
+        lambda self, *, diagonal: torch.triu(self, diagonal),
+        attrs=(Attr("diagonal", "int", 0),),
+        traits=frozenset({"pure"}),
+        flops=zero_flops,
+        aten=("aten.triu.default",),
+    )
+)

@@ -64,7 +64,7 @@ def broadcast_partner(draw: Draw, other: TensorType, dtype: DType | None = None)
     elif kind == "ones":
         out = tuple(d if draw.boolean() else 1 for d in dims)
     elif kind == "trailing":
-        out = dims[draw.integers(0, len(dims)):]
+        out = dims[draw.integers(0, len(dims)) :]
     else:
         out = ()
     return TensorType(tuple(out), dtype or other.dtype)
@@ -74,8 +74,9 @@ def first_fixed(slots: Sequence[Slot]) -> TensorType | None:
     return next((s for s in slots if isinstance(s, TensorType)), None)
 
 
-def fill_free(draw: Draw, slots: Sequence[Slot], optional: Sequence[bool], like: TensorType | None,
-              p_absent: float = 0.3) -> list[TensorType | None]:
+def fill_free(
+    draw: Draw, slots: Sequence[Slot], optional: Sequence[bool], like: TensorType | None, p_absent: float = 0.3
+) -> list[TensorType | None]:
     """Free slots become broadcast partners of ``like`` (or fresh tensors); optional ones may be absent."""
     out: list[TensorType | None] = []
     for s, opt in zip(slots, optional):

@@ -33,13 +33,40 @@ def _view_bytes(ins, outs, attrs):
 
 
 def view_op(name, operands, fn, attrs=(), canonicalize=None, aten=(), sample=None, onnx=None, doc="") -> OpDef:
-    return register(OpDef(name, operands, fn, attrs=attrs, traits=VIEW, flops=zero_flops, sample=sample,
-                          bytes_accessed=_view_bytes, canonicalize=canonicalize, aten=aten, onnx=onnx, doc=doc))
+    return register(
+        OpDef(
+            name,
+            operands,
+            fn,
+            attrs=attrs,
+            traits=VIEW,
+            flops=zero_flops,
+            sample=sample,
+            bytes_accessed=_view_bytes,
+            canonicalize=canonicalize,
+            aten=aten,
+            onnx=onnx,
+            doc=doc,
+        )
+    )
 
 
 def move_op(name, operands, fn, attrs=(), canonicalize=None, aten=(), sample=None, onnx=None, doc="") -> OpDef:
-    return register(OpDef(name, operands, fn, attrs=attrs, traits=MOVE, flops=zero_flops, sample=sample,
-                          canonicalize=canonicalize, aten=aten, onnx=onnx, doc=doc))
+    return register(
+        OpDef(
+            name,
+            operands,
+            fn,
+            attrs=attrs,
+            traits=MOVE,
+            flops=zero_flops,
+            sample=sample,
+            canonicalize=canonicalize,
+            aten=aten,
+            onnx=onnx,
+            doc=doc,
+        )
+    )
 
 
 # -- ONNX lowerings (OpDef.onnx; see gawee.backend.onnx) ---------------------------------
@@ -74,12 +101,14 @@ def _repeat_onnx(c):
 
 def unary_sample(draw_attrs=None, min_rank: int = 0):
     """Sampler of a one-operand op: the operand's type, then ``draw_attrs(draw, type)``."""
+
     def sample(draw, slots, attrs):
         x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(min_rank, 4))
         if x.rank < min_rank:
             raise S.Reject(f"needs rank >= {min_rank}")
         drawn = draw_attrs(draw, x, attrs) if draw_attrs else {}
         return [x], {**drawn, **attrs}
+
     return sample
 
 
@@ -92,12 +121,12 @@ def _draw_reshape(draw, x, attrs):
         return {"shape": tuple(dims)}
     if kind == "merge" and len(dims) >= 2:
         i = draw.integers(0, len(dims) - 2)
-        return {"shape": (*dims[:i], dims[i] * dims[i + 1], *dims[i + 2:])}
+        return {"shape": (*dims[:i], dims[i] * dims[i + 1], *dims[i + 2 :])}
     if kind == "ones":
         i = draw.integers(0, len(dims))
         return {"shape": (*dims[:i], 1, *dims[i:])}
     i = draw.integers(0, len(dims) - 1)
-    return {"shape": (*dims[:i], 1, dims[i], *dims[i + 1:])}
+    return {"shape": (*dims[:i], 1, dims[i], *dims[i + 1 :])}
 
 
 def _draw_flatten(draw, x, attrs):
@@ -186,45 +215,89 @@ def _cat_sample(draw, slots, attrs):
 SELF = (Operand("self"),)
 
 # -- views (no data moves; they cost nothing) ----------------------------------------
-view_op("reshape", SELF, lambda self, *, shape: torch.reshape(self, shape),
-        sample=unary_sample(_draw_reshape),
-        attrs=(Attr("shape", "ints"),),
-        canonicalize=lambda a, t: {**a, "shape": _resolve_shape(a["shape"], t[0].numel)},
-        onnx=_reshape_onnx,
-        aten=(AtenBinding("aten.view.default", rename={"size": "shape"}), "aten.reshape.default",
-              AtenBinding("aten._unsafe_view.default", rename={"size": "shape"})),
-        doc="same elements in row-major order, new shape (-1 resolved at creation)")
-view_op("flatten", SELF, lambda self, *, start_dim, end_dim: torch.flatten(self, start_dim, end_dim),
-        sample=unary_sample(_draw_flatten),
-        attrs=(Attr("start_dim", "int", 0), Attr("end_dim", "int", -1)),
-        canonicalize=lambda a, t: {"start_dim": _norm_dim(a["start_dim"], max(t[0].rank, 1)),
-                                   "end_dim": _norm_dim(a["end_dim"], max(t[0].rank, 1))},
-        aten=("aten.flatten.using_ints",), onnx=_reshape_onnx)
-view_op("permute", SELF, lambda self, *, dims: self.permute(dims), attrs=(Attr("dims", "ints"),),
-        sample=unary_sample(lambda d, x, a: {"dims": S.permutation(d, x.rank)}),
-        canonicalize=lambda a, t: {"dims": tuple(_norm_dim(d, t[0].rank) for d in a["dims"])},
-        aten=("aten.permute.default",), onnx=lambda c: c.emit("Transpose", c.x(0), perm=list(c.attrs["dims"])),
-        doc="output dim i is input dim dims[i]")
-view_op("transpose", SELF, lambda self, *, dim0, dim1: self.transpose(dim0, dim1),
-        sample=unary_sample(lambda d, x, a: {"dim0": S.dim(d, x.rank), "dim1": S.dim(d, x.rank)}, 1),
-        attrs=(Attr("dim0", "int"), Attr("dim1", "int")),
-        canonicalize=lambda a, t: {"dim0": _norm_dim(a["dim0"], t[0].rank), "dim1": _norm_dim(a["dim1"], t[0].rank)},
-        onnx=lambda c: c.emit("Transpose", c.x(0), perm=[
-            {c.attrs["dim0"]: c.attrs["dim1"], c.attrs["dim1"]: c.attrs["dim0"]}.get(i, i) for i in range(c.out.rank)]),
-        aten=("aten.transpose.int",
-              AtenBinding("aten.t.default",
-                          convert=lambda a, t: {**a, "dim0": 0, "dim1": 1} if t["self"].rank == 2 else None)))
-view_op("expand", SELF, lambda self, *, size: self.expand(size), attrs=(Attr("size", "ints"),),
-        sample=unary_sample(_draw_expand),
-        canonicalize=lambda a, t: {"size": tuple(
-            t[0].shape[i - (len(a["size"]) - t[0].rank)] if s == -1 else s for i, s in enumerate(a["size"]))},
-        aten=(AtenBinding("aten.expand.default", fixed={"implicit": False}),),
-        onnx=lambda c: c.emit("Expand", c.x(0), c.ints(c.out.shape)),
-        doc="broadcast to size (-1 keeps a dim)")
-view_op("unsqueeze", SELF, lambda self, *, dim: self.unsqueeze(dim), attrs=(Attr("dim", "int"),),
-        sample=unary_sample(lambda d, x, a: {"dim": S.dim(d, x.rank, extra=1)}),
-        canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank + 1)},
-        aten=("aten.unsqueeze.default",), onnx=_reshape_onnx)
+view_op(
+    "reshape",
+    SELF,
+    lambda self, *, shape: torch.reshape(self, shape),
+    sample=unary_sample(_draw_reshape),
+    attrs=(Attr("shape", "ints"),),
+    canonicalize=lambda a, t: {**a, "shape": _resolve_shape(a["shape"], t[0].numel)},
+    onnx=_reshape_onnx,
+    aten=(
+        AtenBinding("aten.view.default", rename={"size": "shape"}),
+        "aten.reshape.default",
+        AtenBinding("aten._unsafe_view.default", rename={"size": "shape"}),
+    ),
+    doc="same elements in row-major order, new shape (-1 resolved at creation)",
+)
+view_op(
+    "flatten",
+    SELF,
+    lambda self, *, start_dim, end_dim: torch.flatten(self, start_dim, end_dim),
+    sample=unary_sample(_draw_flatten),
+    attrs=(Attr("start_dim", "int", 0), Attr("end_dim", "int", -1)),
+    canonicalize=lambda a, t: {
+        "start_dim": _norm_dim(a["start_dim"], max(t[0].rank, 1)),
+        "end_dim": _norm_dim(a["end_dim"], max(t[0].rank, 1)),
+    },
+    aten=("aten.flatten.using_ints",),
+    onnx=_reshape_onnx,
+)
+view_op(
+    "permute",
+    SELF,
+    lambda self, *, dims: self.permute(dims),
+    attrs=(Attr("dims", "ints"),),
+    sample=unary_sample(lambda d, x, a: {"dims": S.permutation(d, x.rank)}),
+    canonicalize=lambda a, t: {"dims": tuple(_norm_dim(d, t[0].rank) for d in a["dims"])},
+    aten=("aten.permute.default",),
+    onnx=lambda c: c.emit("Transpose", c.x(0), perm=list(c.attrs["dims"])),
+    doc="output dim i is input dim dims[i]",
+)
+view_op(
+    "transpose",
+    SELF,
+    lambda self, *, dim0, dim1: self.transpose(dim0, dim1),
+    sample=unary_sample(lambda d, x, a: {"dim0": S.dim(d, x.rank), "dim1": S.dim(d, x.rank)}, 1),
+    attrs=(Attr("dim0", "int"), Attr("dim1", "int")),
+    canonicalize=lambda a, t: {"dim0": _norm_dim(a["dim0"], t[0].rank), "dim1": _norm_dim(a["dim1"], t[0].rank)},
+    onnx=lambda c: c.emit(
+        "Transpose",
+        c.x(0),
+        perm=[
+            {c.attrs["dim0"]: c.attrs["dim1"], c.attrs["dim1"]: c.attrs["dim0"]}.get(i, i) for i in range(c.out.rank)
+        ],
+    ),
+    aten=(
+        "aten.transpose.int",
+        AtenBinding(
+            "aten.t.default", convert=lambda a, t: {**a, "dim0": 0, "dim1": 1} if t["self"].rank == 2 else None
+        ),
+    ),
+)
+view_op(
+    "expand",
+    SELF,
+    lambda self, *, size: self.expand(size),
+    attrs=(Attr("size", "ints"),),
+    sample=unary_sample(_draw_expand),
+    canonicalize=lambda a, t: {
+        "size": tuple(t[0].shape[i - (len(a["size"]) - t[0].rank)] if s == -1 else s for i, s in enumerate(a["size"]))
+    },
+    aten=(AtenBinding("aten.expand.default", fixed={"implicit": False}),),
+    onnx=lambda c: c.emit("Expand", c.x(0), c.ints(c.out.shape)),
+    doc="broadcast to size (-1 keeps a dim)",
+)
+view_op(
+    "unsqueeze",
+    SELF,
+    lambda self, *, dim: self.unsqueeze(dim),
+    attrs=(Attr("dim", "int"),),
+    sample=unary_sample(lambda d, x, a: {"dim": S.dim(d, x.rank, extra=1)}),
+    canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank + 1)},
+    aten=("aten.unsqueeze.default",),
+    onnx=_reshape_onnx,
+)
 
 
 def _squeeze_canon(attrs, types):
@@ -237,20 +310,34 @@ def _squeeze_canon(attrs, types):
     return {"dims": tuple(d for d in dims if d < len(shape) and shape[d] == 1)}
 
 
-view_op("squeeze", SELF, lambda self, *, dims: self.squeeze(dims) if dims else self.view(self.shape),
-        sample=unary_sample(_draw_squeeze),
-        attrs=(Attr("dims", "ints?", None),), canonicalize=_squeeze_canon,
-        aten=(AtenBinding("aten.squeeze.dims", rename={"dim": "dims"}),
-              AtenBinding("aten.squeeze.dim", convert=lambda a, t: {"self": a["self"], "dims": [a["dim"]]}),
-              "aten.squeeze.default"),
-        onnx=_reshape_onnx, doc="drop size-1 dims (canonical: exactly the dims removed)")
-view_op("select", SELF, lambda self, *, dim, index: self.select(dim, index),
-        sample=unary_sample(_draw_select, 1),
-        attrs=(Attr("dim", "int"), Attr("index", "int")),
-        canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank),
-                                   "index": _norm_dim(a["index"], t[0].shape[_norm_dim(a["dim"], t[0].rank)])},
-        aten=("aten.select.int",),
-        onnx=lambda c: c.emit("Gather", c.x(0), c.constant(torch.tensor(c.attrs["index"])), axis=c.attrs["dim"]))
+view_op(
+    "squeeze",
+    SELF,
+    lambda self, *, dims: self.squeeze(dims) if dims else self.view(self.shape),
+    sample=unary_sample(_draw_squeeze),
+    attrs=(Attr("dims", "ints?", None),),
+    canonicalize=_squeeze_canon,
+    aten=(
+        AtenBinding("aten.squeeze.dims", rename={"dim": "dims"}),
+        AtenBinding("aten.squeeze.dim", convert=lambda a, t: {"self": a["self"], "dims": [a["dim"]]}),
+        "aten.squeeze.default",
+    ),
+    onnx=_reshape_onnx,
+    doc="drop size-1 dims (canonical: exactly the dims removed)",
+)
+view_op(
+    "select",
+    SELF,
+    lambda self, *, dim, index: self.select(dim, index),
+    sample=unary_sample(_draw_select, 1),
+    attrs=(Attr("dim", "int"), Attr("index", "int")),
+    canonicalize=lambda a, t: {
+        "dim": _norm_dim(a["dim"], t[0].rank),
+        "index": _norm_dim(a["index"], t[0].shape[_norm_dim(a["dim"], t[0].rank)]),
+    },
+    aten=("aten.select.int",),
+    onnx=lambda c: c.emit("Gather", c.x(0), c.constant(torch.tensor(c.attrs["index"])), axis=c.attrs["dim"]),
+)
 
 
 def _slice_canon(attrs, types):
@@ -264,35 +351,65 @@ def _slice(self, *, dim, start, end, step):
     return torch.ops.aten.slice.Tensor(self, dim, start, end, step)
 
 
-view_op("slice", SELF, _slice,
-        sample=unary_sample(_draw_slice, 1),
-        attrs=(Attr("dim", "int", 0), Attr("start", "int?", None), Attr("end", "int?", None), Attr("step", "int", 1)),
-        canonicalize=_slice_canon, aten=("aten.slice.Tensor",),
-        onnx=lambda c: c.emit("Slice", c.x(0), *(c.ints([c.attrs[k]]) for k in ("start", "end", "dim", "step"))),
-        doc="self[start:end:step] along dim (bounds clamped at creation)")
-view_op("alias", SELF, lambda self: self.view(self.shape), aten=("aten.alias.default", "aten.detach.default"),
-        sample=unary_sample(), onnx="Identity",
-        doc="the same tensor")
+view_op(
+    "slice",
+    SELF,
+    _slice,
+    sample=unary_sample(_draw_slice, 1),
+    attrs=(Attr("dim", "int", 0), Attr("start", "int?", None), Attr("end", "int?", None), Attr("step", "int", 1)),
+    canonicalize=_slice_canon,
+    aten=("aten.slice.Tensor",),
+    onnx=lambda c: c.emit("Slice", c.x(0), *(c.ints([c.attrs[k]]) for k in ("start", "end", "dim", "step"))),
+    doc="self[start:end:step] along dim (bounds clamped at creation)",
+)
+view_op(
+    "alias",
+    SELF,
+    lambda self: self.view(self.shape),
+    aten=("aten.alias.default", "aten.detach.default"),
+    sample=unary_sample(),
+    onnx="Identity",
+    doc="the same tensor",
+)
 
 # -- data movement ----------------------------------------------------------------------
-move_op("clone", SELF, lambda self: self.clone(),
-        sample=unary_sample(), onnx="Identity",
-        aten=(AtenBinding("aten.clone.default", drop=frozenset({"memory_format"})),
-              "aten.lift_fresh_copy.default",
-              AtenBinding("aten.contiguous.default", drop=frozenset({"memory_format"}))),
-        doc="a copy with the same values")
-move_op("cat", (Operand("tensors", variadic=True),), lambda *tensors, dim: torch.cat(tensors, dim),
-        sample=_cat_sample,
-        attrs=(Attr("dim", "int", 0),),
-        canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], next(x for x in t if x is not None).rank)},
-        onnx=lambda c: c.emit("Concat", *(c.x_as(i, c.out.dtype) for i in range(c.arity)), axis=c.attrs["dim"]),
-        aten=("aten.cat.default",))
-move_op("stack", (Operand("tensors", variadic=True),), lambda *tensors, dim: torch.stack(tensors, dim),
-        sample=_stack_sample,
-        attrs=(Attr("dim", "int", 0),),
-        canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank + 1)}, aten=("aten.stack.default",),
-        onnx=lambda c: c.emit("Concat", *(c.emit("Unsqueeze", c.x_as(i, c.out.dtype), c.ints([c.attrs["dim"]]))
-                                          for i in range(c.arity)), axis=c.attrs["dim"]))
+move_op(
+    "clone",
+    SELF,
+    lambda self: self.clone(),
+    sample=unary_sample(),
+    onnx="Identity",
+    aten=(
+        AtenBinding("aten.clone.default", drop=frozenset({"memory_format"})),
+        "aten.lift_fresh_copy.default",
+        AtenBinding("aten.contiguous.default", drop=frozenset({"memory_format"})),
+    ),
+    doc="a copy with the same values",
+)
+move_op(
+    "cat",
+    (Operand("tensors", variadic=True),),
+    lambda *tensors, dim: torch.cat(tensors, dim),
+    sample=_cat_sample,
+    attrs=(Attr("dim", "int", 0),),
+    canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], next(x for x in t if x is not None).rank)},
+    onnx=lambda c: c.emit("Concat", *(c.x_as(i, c.out.dtype) for i in range(c.arity)), axis=c.attrs["dim"]),
+    aten=("aten.cat.default",),
+)
+move_op(
+    "stack",
+    (Operand("tensors", variadic=True),),
+    lambda *tensors, dim: torch.stack(tensors, dim),
+    sample=_stack_sample,
+    attrs=(Attr("dim", "int", 0),),
+    canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank + 1)},
+    aten=("aten.stack.default",),
+    onnx=lambda c: c.emit(
+        "Concat",
+        *(c.emit("Unsqueeze", c.x_as(i, c.out.dtype), c.ints([c.attrs["dim"]])) for i in range(c.arity)),
+        axis=c.attrs["dim"],
+    ),
+)
 
 
 def _split_sizes(args, types):
@@ -306,18 +423,33 @@ def _split_sizes(args, types):
     return args
 
 
-move_op("split", SELF, lambda self, *, split_sizes, dim: torch.split(self, list(split_sizes), dim),
-        sample=unary_sample(_draw_split, 1),
-        attrs=(Attr("split_sizes", "ints"), Attr("dim", "int", 0)),
-        canonicalize=lambda a, t: {**a, "dim": _norm_dim(a["dim"], t[0].rank)},
-        aten=("aten.split_with_sizes.default", AtenBinding("aten.split.Tensor", convert=_split_sizes),
-              AtenBinding("aten.chunk.default", convert=_split_sizes)),
-        onnx=lambda c: c.emit_multi("Split", [c.x(0), c.ints(c.attrs["split_sizes"])], len(c.attrs["split_sizes"]),
-                                    axis=c.attrs["dim"]),
-        doc="consecutive pieces along dim, one output each")
-move_op("unbind", SELF, lambda self, *, dim: torch.unbind(self, dim), attrs=(Attr("dim", "int", 0),),
-        canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank)},
-        aten=("aten.unbind.int",), onnx=_unbind_onnx, doc="one output per index along dim")
+move_op(
+    "split",
+    SELF,
+    lambda self, *, split_sizes, dim: torch.split(self, list(split_sizes), dim),
+    sample=unary_sample(_draw_split, 1),
+    attrs=(Attr("split_sizes", "ints"), Attr("dim", "int", 0)),
+    canonicalize=lambda a, t: {**a, "dim": _norm_dim(a["dim"], t[0].rank)},
+    aten=(
+        "aten.split_with_sizes.default",
+        AtenBinding("aten.split.Tensor", convert=_split_sizes),
+        AtenBinding("aten.chunk.default", convert=_split_sizes),
+    ),
+    onnx=lambda c: c.emit_multi(
+        "Split", [c.x(0), c.ints(c.attrs["split_sizes"])], len(c.attrs["split_sizes"]), axis=c.attrs["dim"]
+    ),
+    doc="consecutive pieces along dim, one output each",
+)
+move_op(
+    "unbind",
+    SELF,
+    lambda self, *, dim: torch.unbind(self, dim),
+    attrs=(Attr("dim", "int", 0),),
+    canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank)},
+    aten=("aten.unbind.int",),
+    onnx=_unbind_onnx,
+    doc="one output per index along dim",
+)
 
 
 def _pad_args(args, types):
@@ -326,49 +458,104 @@ def _pad_args(args, types):
     return args
 
 
-move_op("pad", SELF,
-        lambda self, *, pad, mode, value: F.pad(self, pad, mode, value if mode == "constant" else None),
-        attrs=(Attr("pad", "ints"), Attr("mode", "str", "constant"), Attr("value", "float?", None)),
-        canonicalize=lambda a, t: {**a, "value": (a["value"] or 0.0) if a["mode"] == "constant" else None},
-        aten=(AtenBinding("aten.pad.default", convert=_pad_args),
-              AtenBinding("aten.constant_pad_nd.default", convert=_pad_args)),
-        sample=unary_sample(_draw_pad, 1), onnx=_pad_onnx,
-        doc="F.pad: pairs (before, after) from the last dim backwards")
-move_op("roll", SELF, lambda self, *, shifts, dims: torch.roll(self, shifts, dims),
-        sample=unary_sample(_draw_roll, 1),
-        attrs=(Attr("shifts", "ints"), Attr("dims", "ints", ())), aten=("aten.roll.default",))
-move_op("flip", SELF, lambda self, *, dims: torch.flip(self, dims), attrs=(Attr("dims", "ints"),),
-        sample=unary_sample(lambda d, x, a: {"dims": _draw_dims(d, x)}, 1),
-        onnx=lambda c: c.emit("Slice", c.x(0), c.ints([-1] * len(c.attrs["dims"])),
-                              c.ints([-(2**63)] * len(c.attrs["dims"])), c.ints(c.attrs["dims"]),
-                              c.ints([-1] * len(c.attrs["dims"]))),
-        aten=("aten.flip.default",))
-move_op("repeat", SELF, lambda self, *, repeats: self.repeat(repeats), attrs=(Attr("repeats", "ints"),),
-        aten=("aten.repeat.default",), onnx=_repeat_onnx)
-move_op("index", (Operand("self"), Operand("indices", optional=True, variadic=True)),
-        lambda self, *indices: torch.ops.aten.index.Tensor(self, list(indices)),
-        aten=("aten.index.Tensor",), doc="advanced indexing self[i0, i1, ...]; absent indices take a whole dim")
-move_op("index_select", (Operand("self"), Operand("index")),
-        lambda self, index, *, dim: torch.index_select(self, dim, index), attrs=(Attr("dim", "int"),),
-        aten=("aten.index_select.default",), onnx=lambda c: c.emit("Gather", c.x(0), c.x(1), axis=c.attrs["dim"]))
-move_op("gather", (Operand("self"), Operand("index")),
-        lambda self, index, *, dim: torch.gather(self, dim, index), attrs=(Attr("dim", "int"),),
-        aten=(AtenBinding("aten.gather.default", fixed={"sparse_grad": False}),),
-        onnx=lambda c: c.emit("GatherElements", c.x(0), c.x(1), axis=c.attrs["dim"]))
+move_op(
+    "pad",
+    SELF,
+    lambda self, *, pad, mode, value: F.pad(self, pad, mode, value if mode == "constant" else None),
+    attrs=(Attr("pad", "ints"), Attr("mode", "str", "constant"), Attr("value", "float?", None)),
+    canonicalize=lambda a, t: {**a, "value": (a["value"] or 0.0) if a["mode"] == "constant" else None},
+    aten=(
+        AtenBinding("aten.pad.default", convert=_pad_args),
+        AtenBinding("aten.constant_pad_nd.default", convert=_pad_args),
+    ),
+    sample=unary_sample(_draw_pad, 1),
+    onnx=_pad_onnx,
+    doc="F.pad: pairs (before, after) from the last dim backwards",
+)
+move_op(
+    "roll",
+    SELF,
+    lambda self, *, shifts, dims: torch.roll(self, shifts, dims),
+    sample=unary_sample(_draw_roll, 1),
+    attrs=(Attr("shifts", "ints"), Attr("dims", "ints", ())),
+    aten=("aten.roll.default",),
+)
+move_op(
+    "flip",
+    SELF,
+    lambda self, *, dims: torch.flip(self, dims),
+    attrs=(Attr("dims", "ints"),),
+    sample=unary_sample(lambda d, x, a: {"dims": _draw_dims(d, x)}, 1),
+    onnx=lambda c: c.emit(
+        "Slice",
+        c.x(0),
+        c.ints([-1] * len(c.attrs["dims"])),
+        c.ints([-(2**63)] * len(c.attrs["dims"])),
+        c.ints(c.attrs["dims"]),
+        c.ints([-1] * len(c.attrs["dims"])),
+    ),
+    aten=("aten.flip.default",),
+)
+move_op(
+    "repeat",
+    SELF,
+    lambda self, *, repeats: self.repeat(repeats),
+    attrs=(Attr("repeats", "ints"),),
+    aten=("aten.repeat.default",),
+    onnx=_repeat_onnx,
+)
+move_op(
+    "index",
+    (Operand("self"), Operand("indices", optional=True, variadic=True)),
+    lambda self, *indices: torch.ops.aten.index.Tensor(self, list(indices)),
+    aten=("aten.index.Tensor",),
+    doc="advanced indexing self[i0, i1, ...]; absent indices take a whole dim",
+)
+move_op(
+    "index_select",
+    (Operand("self"), Operand("index")),
+    lambda self, index, *, dim: torch.index_select(self, dim, index),
+    attrs=(Attr("dim", "int"),),
+    aten=("aten.index_select.default",),
+    onnx=lambda c: c.emit("Gather", c.x(0), c.x(1), axis=c.attrs["dim"]),
+)
+move_op(
+    "gather",
+    (Operand("self"), Operand("index")),
+    lambda self, index, *, dim: torch.gather(self, dim, index),
+    attrs=(Attr("dim", "int"),),
+    aten=(AtenBinding("aten.gather.default", fixed={"sparse_grad": False}),),
+    onnx=lambda c: c.emit("GatherElements", c.x(0), c.x(1), axis=c.attrs["dim"]),
+)
 
 # -- functional forms of in-place writes (what functionalization leaves) ---------------
-move_op("copy", (Operand("self"), Operand("src")),
-        lambda self, src: src.to(self.dtype).expand(self.shape).clone(),
-        aten=(AtenBinding("aten.copy.default", drop=frozenset({"non_blocking"})),),
-        doc="src broadcast to self's shape and cast to its dtype (self's values are not read)")
-move_op("slice_scatter", (Operand("self"), Operand("src")),
-        lambda self, src, *, dim, start, end, step: torch.slice_scatter(self, src, dim, start, end, step),
-        attrs=(Attr("dim", "int", 0), Attr("start", "int?", None), Attr("end", "int?", None), Attr("step", "int", 1)),
-        canonicalize=_slice_canon, aten=("aten.slice_scatter.default",),
-        doc="self with self[start:end:step] along dim replaced by src")
-move_op("select_scatter", (Operand("self"), Operand("src")),
-        lambda self, src, *, dim, index: torch.select_scatter(self, src, dim, index),
-        attrs=(Attr("dim", "int"), Attr("index", "int")), aten=("aten.select_scatter.default",))
-move_op("index_put", (Operand("self"), Operand("values"), Operand("indices", optional=True, variadic=True)),
-        lambda self, values, *indices, accumulate: torch.index_put(self, list(indices), values, accumulate),
-        attrs=(Attr("accumulate", "bool", False),), aten=("aten.index_put.default",))
+move_op(
+    "copy",
+    (Operand("self"), Operand("src")),
+    lambda self, src: src.to(self.dtype).expand(self.shape).clone(),
+    aten=(AtenBinding("aten.copy.default", drop=frozenset({"non_blocking"})),),
+    doc="src broadcast to self's shape and cast to its dtype (self's values are not read)",
+)
+move_op(
+    "slice_scatter",
+    (Operand("self"), Operand("src")),
+    lambda self, src, *, dim, start, end, step: torch.slice_scatter(self, src, dim, start, end, step),
+    attrs=(Attr("dim", "int", 0), Attr("start", "int?", None), Attr("end", "int?", None), Attr("step", "int", 1)),
+    canonicalize=_slice_canon,
+    aten=("aten.slice_scatter.default",),
+    doc="self with self[start:end:step] along dim replaced by src",
+)
+move_op(
+    "select_scatter",
+    (Operand("self"), Operand("src")),
+    lambda self, src, *, dim, index: torch.select_scatter(self, src, dim, index),
+    attrs=(Attr("dim", "int"), Attr("index", "int")),
+    aten=("aten.select_scatter.default",),
+)
+move_op(
+    "index_put",
+    (Operand("self"), Operand("values"), Operand("indices", optional=True, variadic=True)),
+    lambda self, values, *indices, accumulate: torch.index_put(self, list(indices), values, accumulate),
+    attrs=(Attr("accumulate", "bool", False),),
+    aten=("aten.index_put.default",),
+)

@@ -33,6 +33,22 @@ def _finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum(dtype=torch.float64)))
 
 
+def _underflowed(opdef, data: list, attrs: dict, result: torch.Tensor) -> bool:
+    """Folding rounded a nonzero value to zero (tiny weights times a tiny batch-norm scale): where
+    the original computed ``inf * w * s = inf`` the folded graph would give ``inf * 0 = nan``. Checked
+    in float64, only when the result has a zero at all (one reduction otherwise)."""
+    if not result.is_floating_point() or result.dtype == torch.float64 or result.device.type == "meta":
+        return False
+    if bool(result.all()):
+        return False
+    wide = [d.double() if d is not None and d.is_floating_point() else d for d in data]
+    try:
+        (exact,) = opdef.run(wide, attrs)
+    except (GaweeError, RuntimeError, ValueError, TypeError):
+        return False
+    return bool(((result == 0) & (exact != 0)).any())
+
+
 _SCALARS: dict[tuple, torch.Tensor] = {}
 """0-d tensors for the numbers replacements use (eps, 0, 1), shared: constants are immutable."""
 
@@ -48,8 +64,9 @@ class RewriteContext:
         self.with_fns: list[Any] = []
 
     def error(self, message: str, hint: str | None = None) -> RewriteError:
-        return RewriteError(f"rule {self.rule.name} ({self.rule.location}) on node {self.root.name}: {message}",
-                            hint=hint)
+        return RewriteError(
+            f"rule {self.rule.name} ({self.rule.location}) on node {self.root.name}: {message}", hint=hint
+        )
 
     # -- building ------------------------------------------------------------------------
     def tensor(self, x: Any, like: Value | None = None) -> Value:
@@ -80,6 +97,8 @@ class RewriteContext:
                 out = opdef.run(data, attrs)
                 if len(out) != 1:
                     raise self.error(f"{op} has {len(out)} outputs; a replacement builds single-output ops")
+                if _underflowed(opdef, data, attrs, out[0]):
+                    raise GuardFailed(f"folding {op} underflowed {out[0].dtype} to zero")
                 return detached_constant(out[0])
             name = self.graph.peek_name(op)
             for i, v in enumerate(inputs):
@@ -104,8 +123,9 @@ class RewriteContext:
     def _adopt(self, v: Value, name: str) -> None:
         """Name a constant folded by this replacement as it enters the graph. A fold that turned the
         pattern's finite constants into inf/nan overflowed (f16 weights scaled past 65504): abandon it."""
-        if not _finite(v.data) and all(_finite(x.data) for x in self.env.values()
-                                       if isinstance(x, Value) and x.data is not None):
+        if not _finite(v.data) and all(
+            _finite(x.data) for x in self.env.values() if isinstance(x, Value) and x.data is not None
+        ):
             raise GuardFailed(f"folding overflowed {v.dtype}")
         v.name = self.graph.unique_name(name)
 
@@ -120,8 +140,10 @@ class RewriteContext:
     def fold_node(self, node: Node) -> list[Value]:
         """Every output of ``node``, evaluated now on its constant operands."""
         if any(v is not None and v.data is None for v in node.inputs):
-            raise self.error(f"fold() needs constant operands; {node.name} reads a computed value",
-                             hint="guard the rule with foldable(y)")
+            raise self.error(
+                f"fold() needs constant operands; {node.name} reads a computed value",
+                hint="guard the rule with foldable(y)",
+            )
         opdef = get_op(node.op)
         try:
             outs = opdef.run([None if v is None else v.data for v in node.inputs], node.attrs)
@@ -147,8 +169,13 @@ class RewriteContext:
         position = self.graph.position(node)
         for use in first.uses:
             other = use.node
-            if (other is not node and other.op == node.op and other.inputs == node.inputs
-                    and other.attrs == node.attrs and len(other.outputs) == len(node.outputs)
-                    and self.graph.position(other) < position):
+            if (
+                other is not node
+                and other.op == node.op
+                and other.inputs == node.inputs
+                and other.attrs == node.attrs
+                and len(other.outputs) == len(node.outputs)
+                and self.graph.position(other) < position
+            ):
                 return other.outputs[v.output_index]
         return None

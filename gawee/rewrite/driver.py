@@ -44,8 +44,7 @@ class Firing:
 
     def __str__(self) -> str:
         created = ", ".join(self.created) or "-"
-        return (f"{self.rule} ({self.location}): {' + '.join(self.matched)} -> %{self.replaced_by}"
-                f" [new: {created}]")
+        return f"{self.rule} ({self.location}): {' + '.join(self.matched)} -> %{self.replaced_by} [new: {created}]"
 
 
 @dataclass
@@ -68,8 +67,15 @@ class RewriteReport:
 class Rewriter:
     """Applies one RuleSet to one graph, in place. Use :func:`rewrite` for the non-mutating API."""
 
-    def __init__(self, graph: Graph, rules: RuleSet, *, trace: bool = False, check: bool = False,
-                 budget_per_node: int = BUDGET_PER_NODE):
+    def __init__(
+        self,
+        graph: Graph,
+        rules: RuleSet,
+        *,
+        trace: bool = False,
+        check: bool = False,
+        budget_per_node: int = BUDGET_PER_NODE,
+    ):
         self.graph = graph
         self.rules = rules
         self.report = RewriteReport(nodes_before=len(graph))
@@ -160,14 +166,17 @@ class Rewriter:
             if new is None or not isinstance(new, Value):
                 raise rctx.error(f"the replacement is {'absent' if new is None else repr(new)}, not a tensor")
             if not new.type.same_shape_dtype(old.type):
-                raise rctx.error(f"the replacement is {new.type} but %{old.name} is {old.type}",
-                                 hint="a rule must keep the exact shape and dtype; tighten its guard")
+                raise rctx.error(
+                    f"the replacement is {new.type} but %{old.name} is {old.type}",
+                    hint="a rule must keep the exact shape and dtype; tighten its guard",
+                )
         if all(new is old for old, new in zip(root.outputs, results)):
             return None
         return [rctx.name_result(v) for v in results]
 
-    def _apply(self, rule: Rule, root: Node, rctx: RewriteContext, results: list[Value], matched: list[Node],
-               phase: str) -> None:
+    def _apply(
+        self, rule: Rule, root: Node, rctx: RewriteContext, results: list[Value], matched: list[Node], phase: str
+    ) -> None:
         graph = self.graph
         replaced_by = results[0].name
         for old, new in zip(root.outputs, results):
@@ -179,9 +188,17 @@ class Rewriter:
             if v.producer is not None:
                 self._push(v.producer)
         if self.trace:
-            self.report.trace.append(Firing(
-                rule.name, rule.location, root.name, tuple(f"{n.name}:{n.op}" for n in matched),
-                tuple(f"{n.name}:{n.op}" for n in rctx.new_nodes if n.graph is graph), replaced_by, phase))
+            self.report.trace.append(
+                Firing(
+                    rule.name,
+                    rule.location,
+                    root.name,
+                    tuple(f"{n.name}:{n.op}" for n in matched),
+                    tuple(f"{n.name}:{n.op}" for n in rctx.new_nodes if n.graph is graph),
+                    replaced_by,
+                    phase,
+                )
+            )
         self.report.firings[rule.name] += 1
         for n in matched:
             if n.graph is graph and _dead(n):
@@ -226,13 +243,15 @@ def _cycle_error(recent, rules: RuleSet, fired: int) -> RewriteError:
     counts = Counter(recent)
     names = [n for n, _ in counts.most_common()]
     located = ", ".join(f"{n} ({rules.rule(n).location})" for n in names)
-    return RewriteError(f"the rules keep firing without reaching a fixpoint ({fired} rewrites): {located}",
-                        hint="these rules undo each other or grow the graph; make one of them one-directional "
-                             "(a guard) or drop it")
+    return RewriteError(
+        f"the rules keep firing without reaching a fixpoint ({fired} rewrites): {located}",
+        hint="these rules undo each other or grow the graph; make one of them one-directional (a guard) or drop it",
+    )
 
 
-def rewrite(graph: Graph, rules: RuleSet | None = None, *, trace: bool = False, check: bool = False
-            ) -> tuple[Graph, RewriteReport]:
+def rewrite(
+    graph: Graph, rules: RuleSet | None = None, *, trace: bool = False, check: bool = False
+) -> tuple[Graph, RewriteReport]:
     """Apply ``rules`` (default: the bundled pipeline) to a copy of ``graph``.
 
     Returns the rewritten graph and a report (firings per rule, node counts, time,

@@ -32,9 +32,10 @@ def find_node(graph: Graph, name: str) -> Node:
     import difflib
 
     close = difflib.get_close_matches(name, [n.name for n in graph], n=3)
-    raise GaweeError(f"no node named {name!r} in {graph.name}",
-                     hint=f"did you mean {' or '.join(close)}?" if close else "`gawee-rewrite show MODEL --graph` "
-                                                                          "lists the nodes")
+    raise GaweeError(
+        f"no node named {name!r} in {graph.name}",
+        hint=f"did you mean {' or '.join(close)}?" if close else "`gawee-rewrite show MODEL --graph` lists the nodes",
+    )
 
 
 def explain(graph: Graph, node: Node | str, rules: RuleSet) -> list[Explanation]:

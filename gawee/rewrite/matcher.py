@@ -79,8 +79,13 @@ class VarM(ValueMatcher):
     def _match(self, v, env, ctx, depth):
         new = _bind(env, self.name, v, lambda a, b: a is b)
         if new is None:
-            ctx.fail(depth, lambda: f"`{self.name}` is already %{env[self.name].name if env[self.name] else '_'}, "
-                                    f"here it would be {_ref(v)}")
+            ctx.fail(
+                depth,
+                lambda: (
+                    f"`{self.name}` is already %{env[self.name].name if env[self.name] else '_'}, "
+                    f"here it would be {_ref(v)}"
+                ),
+            )
             return
         yield
         if new:
@@ -171,15 +176,21 @@ class OpM(ValueMatcher):
             return
         for k, want in self.defaults.items():
             if not data_equal(node.attrs.get(k), want):
-                ctx.fail(depth, lambda k=k, want=want: (
-                    f"%{v.name} = {node.op}(...) has {k}={node.attrs.get(k)!r}, the pattern needs the default "
-                    f"{want!r} (add `...` to allow any)"))
+                ctx.fail(
+                    depth,
+                    lambda k=k, want=want: (
+                        f"%{v.name} = {node.op}(...) has {k}={node.attrs.get(k)!r}, the pattern needs the default "
+                        f"{want!r} (add `...` to allow any)"
+                    ),
+                )
                 return
         inputs = node.inputs
         n_fixed = self.variadic_from if self.variadic_from is not None else len(inputs)
         if self.variadic_from is not None and self.rest is False and len(inputs) != len(self.operands):
-            ctx.fail(depth, lambda: f"%{v.name} = {node.op}(...) has {len(inputs)} operands, "
-                                    f"the pattern {len(self.operands)}")
+            ctx.fail(
+                depth,
+                lambda: f"%{v.name} = {node.op}(...) has {len(inputs)} operands, the pattern {len(self.operands)}",
+            )
             return
         if len(inputs) < len(self.operands):
             ctx.fail(depth, lambda: f"%{v.name} = {node.op}(...) has only {len(inputs)} operands")
@@ -187,13 +198,23 @@ class OpM(ValueMatcher):
         if self.rest is False:
             for i in range(len(self.operands), n_fixed):
                 if inputs[i] is not None:
-                    ctx.fail(depth, lambda i=i: f"%{v.name} = {node.op}(...) has operand {self.operand_names[i]} "
-                                                f"(%{inputs[i].name}) the pattern does not mention (add `...`)")
+                    ctx.fail(
+                        depth,
+                        lambda i=i: (
+                            f"%{v.name} = {node.op}(...) has operand {self.operand_names[i]} "
+                            f"(%{inputs[i].name}) the pattern does not mention (add `...`)"
+                        ),
+                    )
                     return
             for i in range(n_fixed):
                 if i < len(self.operands) and self.operands[i] is None and inputs[i] is not None:
-                    ctx.fail(depth, lambda i=i: f"%{v.name} = {node.op}(...) has operand {self.operand_names[i]} "
-                                                f"the pattern does not mention (add `...`)")
+                    ctx.fail(
+                        depth,
+                        lambda i=i: (
+                            f"%{v.name} = {node.op}(...) has operand {self.operand_names[i]} "
+                            f"the pattern does not mention (add `...`)"
+                        ),
+                    )
                     return
         orders = [list(range(len(self.operands)))]
         if self.commutative and len(self.operands) >= 2:
@@ -234,9 +255,12 @@ class OpM(ValueMatcher):
     def _rest_record(self, node: Node) -> RestRecord:
         mentioned_attrs = set(self.attrs)
         n_fixed = self.variadic_from if self.variadic_from is not None else len(node.inputs)
-        operands = {self.operand_names[i]: node.inputs[i] for i in range(n_fixed)
-                    if i >= len(self.operands) or self.operands[i] is None}
-        variadic = tuple(node.inputs[len(self.operands):]) if self.variadic_from is not None else ()
+        operands = {
+            self.operand_names[i]: node.inputs[i]
+            for i in range(n_fixed)
+            if i >= len(self.operands) or self.operands[i] is None
+        }
+        variadic = tuple(node.inputs[len(self.operands) :]) if self.variadic_from is not None else ()
         attrs = {k: v for k, v in node.attrs.items() if k not in mentioned_attrs}
         return RestRecord(node.op, operands, attrs, variadic)
 
@@ -283,8 +307,9 @@ class AttrLit(AttrMatcher):
         if data_equal(value, self.value):
             yield
         else:
-            ctx.fail(depth, lambda: f"%{node.name} = {node.op}(...) has {name}={value!r}, the pattern needs "
-                                    f"{self.value!r}")
+            ctx.fail(
+                depth, lambda: f"%{node.name} = {node.op}(...) has {name}={value!r}, the pattern needs {self.value!r}"
+            )
 
 
 @dataclass
@@ -293,8 +318,7 @@ class AttrList(AttrMatcher):
 
     def match(self, value, env, ctx, depth, name, node):
         if not isinstance(value, tuple) or len(value) != len(self.items):
-            ctx.fail(depth, lambda: f"%{node.name}.{name} is {value!r}, the pattern needs a list of "
-                                    f"{len(self.items)}")
+            ctx.fail(depth, lambda: f"%{node.name}.{name} is {value!r}, the pattern needs a list of {len(self.items)}")
             return
         steps = [lambda m=m, x=x: m.match(x, env, ctx, depth, name, node) for m, x in zip(self.items, value)]
         yield from _chain(steps, 0)

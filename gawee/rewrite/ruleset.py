@@ -99,8 +99,9 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def load_rules_text(text: str, name: str = "<rules>", helpers: Mapping[str, Helper | Callable] | None = None
-                    ) -> RuleSet:
+def load_rules_text(
+    text: str, name: str = "<rules>", helpers: Mapping[str, Helper | Callable] | None = None
+) -> RuleSet:
     """A RuleSet of one phase from rule text (for tests and notebooks)."""
     compiled = {n: helper_builtin(n, h) for n, h in (helpers or {}).items()}
     return _number([load_phase(text, name, Path(name).stem, compiled)])
@@ -122,8 +123,11 @@ def _number(phases: list[Phase]) -> RuleSet:
     for phase in phases:
         for r in phase.rules:
             if r.name in seen:
-                raise RuleError(f"rule {r.name!r} is defined twice (first at {seen[r.name].location})",
-                                span=r.span, hint="rule names must be unique in a rule set")
+                raise RuleError(
+                    f"rule {r.name!r} is defined twice (first at {seen[r.name].location})",
+                    span=r.span,
+                    hint="rule names must be unique in a rule set",
+                )
             seen[r.name] = r
             r.index = i
             i += 1
@@ -141,8 +145,9 @@ def default_rules() -> RuleSet:
     """The bundled pipeline (every file of rules/, in name order), compiled once per process
     (again only if a file changed)."""
     if not RULES_DIR.is_dir():
-        raise GaweeError(f"the bundled rules are missing: {RULES_DIR}",
-                         hint="gawee runs from its source tree (pip install -e .)")
+        raise GaweeError(
+            f"the bundled rules are missing: {RULES_DIR}", hint="gawee runs from its source tree (pip install -e .)"
+        )
     stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(RULES_DIR.glob("*.rules")))
     return _bundled(stamp)
 

@@ -32,9 +32,9 @@ AWKWARD = [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, 1e-4, -1e-4, 1e3, -1e3, 6e4, -6
 """Values that break sloppy rewrites: zeros (of both signs), tiny, huge, cancelling pairs."""
 
 CANCEL_MAGNITUDE = {DType.f16: 1e3, DType.bf16: 1e3, DType.f32: 1e8, DType.f64: 1e17}
-"""In "cancel" mode every float leaf is filled with one value: inputs with M or 0.3, constants with
--M, M or 0.3, where 0.3 is below M's rounding step. (M + -M) + 0.3 and M + (-M + 0.3) then differ
-in every element, exposing reassociation even under a max-norm tolerance."""
+"""In "cancel" mode every float leaf is filled with one value, M, -M or 0.3 (chosen by hypothesis, so
+the combinations are explored and shrunk), where 0.3 is below M's rounding step. (M + -M) + 0.3 and
+M + (-M + 0.3) then differ in every element, exposing reassociation even under a max-norm tolerance."""
 
 STYLES = ["normal", "awkward", "ints"]
 
@@ -71,7 +71,8 @@ class Leaf:
     name: str
     value: Value
     style: str
-    """How its values are drawn: normal, awkward, positive or ints."""
+    """How its values are drawn: normal, awkward, positive, ints or cancel:i (see CANCEL_MAGNITUDE);
+    abs- before any of them for operands that must be nonnegative."""
 
 
 @dataclass
@@ -98,17 +99,17 @@ def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = Fals
         return torch.randint(-3, 4, t.shape, generator=gen).to(t.dtype.torch)
     if style.startswith("abs-"):
         return fill(t, style[4:], gen).abs()
-    if style in ("cancel", "cancel-input"):
+    if style.startswith("cancel:"):
         m = CANCEL_MAGNITUDE.get(t.dtype, 1e3)
-        pool = [m, 0.3] if style == "cancel-input" else [-m, m, 0.3]
-        value = pool[int(torch.randint(0, len(pool), (), generator=gen))]
+        value = (m, -m, 0.3)[int(style.partition(":")[2])]
         return torch.full(t.shape, value, dtype=t.dtype.torch)
     if style == "awkward":
         values = AWKWARD + (NONFINITE if nonfinite else [])
         pool = torch.tensor(values, dtype=torch.float64)
         idx = torch.randint(0, len(values), t.shape, generator=gen)
-        x = pool[idx] * torch.where(torch.rand(t.shape, generator=gen) < 0.5, 1.0, 1.0 + torch.rand(
-            t.shape, generator=gen, dtype=torch.float64))
+        x = pool[idx] * torch.where(
+            torch.rand(t.shape, generator=gen) < 0.5, 1.0, 1.0 + torch.rand(t.shape, generator=gen, dtype=torch.float64)
+        )
     elif style == "positive":
         x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 + 0.05
     elif style == "ints":
@@ -156,14 +157,25 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
                 h.maybe_absent.add(n)
     elif isinstance(e, A.ENot):
         _collect(e.operand, h, not positive)
-    elif isinstance(e, A.EIn) and positive and not e.negate and isinstance(e.item, A.ECall) \
-            and e.item.func == "op" and _names(e.item.args):
+    elif (
+        isinstance(e, A.EIn)
+        and positive
+        and not e.negate
+        and isinstance(e.item, A.ECall)
+        and e.item.func == "op"
+        and _names(e.item.args)
+    ):
         h.ops[_names(e.item.args)[0]] = [c.value for c in e.choices.items if isinstance(c, A.ELit)]
-    elif (isinstance(e, A.EIn) and positive and not e.negate and isinstance(e.item, A.EAttr)
-          and e.item.name == "dtype"):
+    elif isinstance(e, A.EIn) and positive and not e.negate and isinstance(e.item, A.EAttr) and e.item.name == "dtype":
         h.dtypes += [c.name for c in e.choices.items if isinstance(c, A.EName)]
-    elif isinstance(e, A.ECompare) and positive and e.op == "==" and isinstance(e.left, A.EAttr) \
-            and e.left.name == "dtype" and isinstance(e.right, A.EName):
+    elif (
+        isinstance(e, A.ECompare)
+        and positive
+        and e.op == "=="
+        and isinstance(e.left, A.EAttr)
+        and e.left.name == "dtype"
+        and isinstance(e.right, A.EName)
+    ):
         h.dtypes.append(e.right.name)
     elif isinstance(e, A.ECall) and positive:
         names = _names(e.args)
@@ -223,8 +235,14 @@ class Generator:
         self.attr_env: dict[str, Any] = {}
         self.leaves: list[Leaf] = []
         self.all_const = False
-        self.cancel = draw.boolean(0.3)
+        self.cancel = draw.boolean(0.4)
         """Every float leaf in "cancel" style (see CANCEL_MAGNITUDE)."""
+        self.cancel_run: int | None = draw.integers(0, 2) if self.cancel and draw.boolean(0.5) else None
+        """When set, cancel values go M, -M, 0.3, M, ... in leaf (operand) order from this offset: the
+        large pair cancels and a small term follows, the order that exposes reassociation."""
+        self.steer = draw.boolean(0.75)
+        """Follow the guard's const/absent hints for all leaves at once (a guard naming five constants
+        then holds on most draws); otherwise each leaf goes its own way, so guard-false draws occur."""
 
     def example(self) -> Example:
         m = self.rule.matcher
@@ -265,7 +283,8 @@ class Generator:
                 v = self.env[sub.name]
                 slots.append(S.ABSENT if v is None else v.type)
             elif (isinstance(sub, LitM) and sub.value is None) or (
-                    sub is None and m.rest is False and m.op is not None):
+                sub is None and m.rest is False and m.op is not None
+            ):
                 slots.append(S.ABSENT)
             else:
                 slots.append(S.FREE)
@@ -305,14 +324,18 @@ class Generator:
             elif isinstance(am, AttrVar) and am.var in self.attr_env:
                 attrs[name] = self.attr_env[am.var]
             elif isinstance(am, AttrList) and all(
-                    isinstance(x, AttrLit) or (isinstance(x, AttrVar) and x.var in self.attr_env) for x in am.items):
+                isinstance(x, AttrLit) or (isinstance(x, AttrVar) and x.var in self.attr_env) for x in am.items
+            ):
                 attrs[name] = tuple(x.value if isinstance(x, AttrLit) else self.attr_env[x.var] for x in am.items)
         return attrs
 
     @staticmethod
     def lists_fit(m: OpM, attrs: dict[str, Any]) -> bool:
-        return all(isinstance(attrs.get(n), (tuple, list)) and len(attrs[n]) == len(am.items)
-                   for n, am in m.attrs.items() if isinstance(am, AttrList))
+        return all(
+            isinstance(attrs.get(n), (tuple, list)) and len(attrs[n]) == len(am.items)
+            for n, am in m.attrs.items()
+            if isinstance(am, AttrList)
+        )
 
     def bind_attrs(self, m: OpM, attrs: dict[str, Any]) -> dict[str, Any]:
         """Bind attribute variables to the drawn values; a variable seen before imposes its value."""
@@ -370,14 +393,22 @@ class Generator:
             value = self.graph.constant(torch.full(t.shape, sub.value, dtype=t.dtype.torch), "lit")
             self.leaves.append(Leaf(value.name, value, "literal"))
             return value
-        if name is not None and name in self.hints.maybe_absent and opdef.operands[
-                min(index, len(opdef.operands) - 1)].optional and self.draw.boolean(0.4):
+        if (
+            name is not None
+            and name in self.hints.maybe_absent
+            and opdef.operands[min(index, len(opdef.operands) - 1)].optional
+            and self.draw.boolean(0.6 if self.steer else 0.2)
+        ):
             self.env[name] = None
             return None
-        constant = self.all_const or (self.draw.boolean(0.9) if name in self.hints.const else self.draw.boolean(0.2))
+        hinted = name in self.hints.const
+        constant = self.all_const or (hinted and self.steer) or self.draw.boolean(0.5 if hinted else 0.2)
         style = self.draw.choice(STYLES) if name not in self.hints.positive else "positive"
         if self.cancel:
-            style = "cancel" if constant else "cancel-input"
+            if self.cancel_run is None:
+                style = f"cancel:{self.draw.integers(0, 2)}"
+            else:
+                style, self.cancel_run = f"cancel:{self.cancel_run % 3}", self.cancel_run + 1
         if opdef.operands[min(index, len(opdef.operands) - 1)].domain == "nonnegative":
             style = "abs-" + style
         base = name or opdef.operands[min(index, len(opdef.operands) - 1)].name
@@ -421,6 +452,4 @@ def small(t: torch.Tensor, limit: int = 48) -> str:
     if t.numel() <= limit:
         return str(t.tolist())
     flat = t.flatten().double()
-    return (f"{t.numel()} values in [{flat.min().item():.4g}, {flat.max().item():.4g}], "
-            f"mean {flat.mean().item():.4g}")
-
+    return f"{t.numel()} values in [{flat.min().item():.4g}, {flat.max().item():.4g}], mean {flat.mean().item():.4g}"

@@ -11,5 +11,16 @@ from gawee.viz.mermaid import to_mermaid
 from gawee.viz.svg import graph_svg
 from gawee.viz.view import GraphView, build_view, provenance
 
-__all__ = ["GraphView", "PicturePlan", "RenderError", "build_view", "graph_svg", "html_report", "plan_pictures",
-           "provenance", "to_dot", "to_mermaid", "to_svg"]
+__all__ = [
+    "GraphView",
+    "PicturePlan",
+    "RenderError",
+    "build_view",
+    "graph_svg",
+    "html_report",
+    "plan_pictures",
+    "provenance",
+    "to_dot",
+    "to_mermaid",
+    "to_svg",
+]

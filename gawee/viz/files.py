@@ -33,8 +33,9 @@ class PicturePlan:
     def __bool__(self) -> bool:
         return any(p is not None for p in (self.html, self.mermaid, self.dot))
 
-    def write(self, before: Graph, after: Graph, columns: list[Column], *, trace=(), firings=None,
-              title: str | None = None) -> list[Path]:
+    def write(
+        self, before: Graph, after: Graph, columns: list[Column], *, trace=(), firings=None, title: str | None = None
+    ) -> list[Path]:
         """Render and write every planned file atomically; returns the paths written.
 
         Raises RenderError if Graphviz fails on an ``.svg``, GaweeError if a file cannot be written.
@@ -70,22 +71,29 @@ def plan_pictures(*, html: str | None = None, mermaid: str | None = None, dot: s
     directory, RenderError for an ``.svg`` without Graphviz installed.
     """
     plan = PicturePlan(*(None if p is None else Path(p) for p in (html, mermaid, dot)))
-    for flag, path, exts in (("--html", plan.html, HTML_EXT), ("--mermaid", plan.mermaid, MERMAID_EXT),
-                             ("--dot", plan.dot, DOT_EXT)):
+    for flag, path, exts in (
+        ("--html", plan.html, HTML_EXT),
+        ("--mermaid", plan.mermaid, MERMAID_EXT),
+        ("--dot", plan.dot, DOT_EXT),
+    ):
         if path is None:
             continue
         if path.suffix.lower() not in exts:
-            raise GaweeError(f"{flag} {path}: unknown extension {path.suffix or '(none)'!r}",
-                             hint=f"{flag} writes {' or '.join(exts)} files" +
-                             ("; .svg renders the DOT with Graphviz" if flag == "--dot" else ""))
+            raise GaweeError(
+                f"{flag} {path}: unknown extension {path.suffix or '(none)'!r}",
+                hint=f"{flag} writes {' or '.join(exts)} files"
+                + ("; .svg renders the DOT with Graphviz" if flag == "--dot" else ""),
+            )
         if path.is_dir():
-            raise GaweeError(f"{flag} {path} is a directory",
-                             hint=f"give a file name, e.g. {path / ('graph' + exts[0])}")
+            raise GaweeError(
+                f"{flag} {path} is a directory", hint=f"give a file name, e.g. {path / ('graph' + exts[0])}"
+            )
     if plan.dot is not None and plan.dot.suffix.lower() == ".svg" and shutil.which("dot") is None:
         from gawee.viz.dot import INSTALL_HINT, RenderError
 
-        raise RenderError(f"--dot {plan.dot}: rendering SVG needs Graphviz's `dot`, which is not installed",
-                          hint=INSTALL_HINT)
+        raise RenderError(
+            f"--dot {plan.dot}: rendering SVG needs Graphviz's `dot`, which is not installed", hint=INSTALL_HINT
+        )
     return plan
 
 
@@ -95,6 +103,8 @@ def _write(path: Path, text: str) -> Path:
     try:
         _atomic_write(path, text.encode())
     except OSError as e:
-        raise GaweeError(f"cannot write {path}: {e.strerror or e}",
-                         hint="check that the directory is writable and the disk has space") from None
+        raise GaweeError(
+            f"cannot write {path}: {e.strerror or e}",
+            hint="check that the directory is writable and the disk has space",
+        ) from None
     return path

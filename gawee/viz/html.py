@@ -44,8 +44,9 @@ footer { margin-top: 24px; font-size: 12px; color: #868e96; }
 """
 
 
-def html_report(before: Graph, after: Graph, columns: list[Column], *, trace=(), firings=None,
-                title: str | None = None) -> str:
+def html_report(
+    before: Graph, after: Graph, columns: list[Column], *, trace=(), firings=None, title: str | None = None
+) -> str:
     """The report page as one HTML string.
 
     ``columns`` are the report's figures (gawee.report Columns, "before" and "after");
@@ -55,16 +56,20 @@ def html_report(before: Graph, after: Graph, columns: list[Column], *, trace=(),
     """
     trace = list(trace)
     title = title or f"{before.name}: {len(before)} -> {len(after)} nodes"
-    panels = [f'<figure class="panel" id="panel-{s.prefix}"><figcaption>{escape(s.caption)}</figcaption>'
-              f'<div class="scroll">\n{view_svg(s.view, prefix=s.prefix)}\n</div></figure>'
-              for s in sections(after, trace, before)]
+    panels = [
+        f'<figure class="panel" id="panel-{s.prefix}"><figcaption>{escape(s.caption)}</figcaption>'
+        f'<div class="scroll">\n{view_svg(s.view, prefix=s.prefix)}\n</div></figure>'
+        for s in sections(after, trace, before)
+    ]
     fired = ", ".join(f"{k} x{v}" for k, v in (firings.most_common() if firings else []))
     head = ["metric", *(c.title for c in columns)] + (["change"] if len(columns) == 2 else [])
     body = [
         f"<h1>{escape(title)}</h1>",
         f'<p class="sub">{escape("rules fired: " + fired if fired else "no rule fired")}</p>',
         _legend(),
-        '<section class="graphs">', *panels, "</section>",
+        '<section class="graphs">',
+        *panels,
+        "</section>",
         "<h2>Before and after</h2>",
         '<section class="tables">',
         _table(head, summary_rows(columns), "summary"),
@@ -76,39 +81,59 @@ def html_report(before: Graph, after: Graph, columns: list[Column], *, trace=(),
         f"<pre>{escape(markdown_report(title, columns))}</pre></details>",
         "<footer>made by gawee-rewrite; hover a box for its operands, attributes and provenance</footer>",
     ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body>\n</html>\n"
+    )
 
 
 def _legend() -> str:
-    items = [("io", "graph input / output"), ("op", "captured op"), ("rule", "made by a rule (its rules below)"),
-             ("replaced", "replaced by a rule"), ("opaque", "opaque ATen op")]
+    items = [
+        ("io", "graph input / output"),
+        ("op", "captured op"),
+        ("rule", "made by a rule (its rules below)"),
+        ("replaced", "replaced by a rule"),
+        ("opaque", "opaque ATen op"),
+    ]
     spans = []
     for key, text in items:
         st = STYLES[key]
         border = "dashed" if st.dashed else "solid"
-        spans.append(f'<span><span class="sw" style="background:{st.fill};border:{2 if st.thick else 1}px {border} '
-                     f'{st.stroke}"></span>{escape(text)}</span>')
+        spans.append(
+            f'<span><span class="sw" style="background:{st.fill};border:{2 if st.thick else 1}px {border} '
+            f'{st.stroke}"></span>{escape(text)}</span>'
+        )
     spans.append(f'<span><i style="color:{CONST_COLOR}">italic</i>: constant operands (weights)</span>')
     return '<div class="legend">' + "".join(spans) + "</div>"
 
 
 def _table(head: list[str], rows: list[list[str]], cls: str) -> str:
-    out = [f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead>",
-           "<tbody>"]
+    out = [
+        f'<table class="{cls}"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead>",
+        "<tbody>",
+    ]
     out += ["<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows]
     out.append("</tbody></table>")
     return "\n".join(out)
 
 
 def _trace_table(trace) -> str:
-    out = ['<table class="trace"><thead><tr><th>#</th><th>rule</th><th>location</th><th>phase</th>'
-           "<th>matched</th><th>replaced by</th><th>new nodes</th></tr></thead><tbody>"]
+    out = [
+        '<table class="trace"><thead><tr><th>#</th><th>rule</th><th>location</th><th>phase</th>'
+        "<th>matched</th><th>replaced by</th><th>new nodes</th></tr></thead><tbody>"
+    ]
     for i, f in enumerate(trace, 1):
-        cells = [f'<td class="n">{i}</td>', f'<td class="rule">{escape(f.rule)}</td>', f"<td>{escape(f.location)}</td>",
-                 f"<td>{escape(f.phase)}</td>", f"<td>{escape(' + '.join(f.matched))}</td>",
-                 f"<td>%{escape(f.replaced_by)}</td>", f"<td>{escape(', '.join(f.created) or '-')}</td>"]
+        cells = [
+            f'<td class="n">{i}</td>',
+            f'<td class="rule">{escape(f.rule)}</td>',
+            f"<td>{escape(f.location)}</td>",
+            f"<td>{escape(f.phase)}</td>",
+            f"<td>{escape(' + '.join(f.matched))}</td>",
+            f"<td>%{escape(f.replaced_by)}</td>",
+            f"<td>{escape(', '.join(f.created) or '-')}</td>",
+        ]
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)

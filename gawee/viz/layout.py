@@ -69,8 +69,13 @@ class Spacing:
     """Rounds of ordering and of coordinate sweeps."""
 
 
-def layered_layout(sizes: Mapping[str, tuple[float, float]], edges: Sequence[tuple[str, str]], *,
-                   pinned_top: Collection[str] = (), spacing: Spacing = Spacing()) -> Layout:
+def layered_layout(
+    sizes: Mapping[str, tuple[float, float]],
+    edges: Sequence[tuple[str, str]],
+    *,
+    pinned_top: Collection[str] = (),
+    spacing: Spacing = Spacing(),
+) -> Layout:
     """Lay out boxes (``id → (width, height)``, in a topological order) joined by ``edges``.
 
     ``pinned_top`` are sources that stay in the first layer (graph inputs). Returns the
@@ -204,8 +209,14 @@ def _crossings(layers: list[list[int]], down: list[list[int]]) -> int:
     return total
 
 
-def _coordinates(layers: list[list[int]], up: list[list[int]], down: list[list[int]], width: list[float],
-                 dummy: list[bool], spacing: Spacing) -> list[float]:
+def _coordinates(
+    layers: list[list[int]],
+    up: list[list[int]],
+    down: list[list[int]],
+    width: list[float],
+    dummy: list[bool],
+    spacing: Spacing,
+) -> list[float]:
     x = [0.0] * len(width)
     for lay in layers:
         for v, xv in zip(lay, _place(lay, [0.0] * len(lay), width, dummy, spacing)):
@@ -220,15 +231,17 @@ def _coordinates(layers: list[list[int]], up: list[list[int]], down: list[list[i
     return x
 
 
-def _settle(lay: list[int], nbrs: list[list[int]], x: list[float], width: list[float], dummy: list[bool],
-            spacing: Spacing) -> None:
+def _settle(
+    lay: list[int], nbrs: list[list[int]], x: list[float], width: list[float], dummy: list[bool], spacing: Spacing
+) -> None:
     desired = [sum(x[u] for u in nbrs[v]) / len(nbrs[v]) if nbrs[v] else x[v] for v in lay]
     for v, xv in zip(lay, _place(lay, desired, width, dummy, spacing)):
         x[v] = xv
 
 
-def _place(lay: list[int], desired: list[float], width: list[float], dummy: list[bool],
-           spacing: Spacing) -> list[float]:
+def _place(
+    lay: list[int], desired: list[float], width: list[float], dummy: list[bool], spacing: Spacing
+) -> list[float]:
     """Centres closest (least squares) to ``desired`` that keep the order and the gaps.
 
     With offsets o_i (the tightest packing), y_i = x_i - o_i must be non-decreasing:
@@ -251,9 +264,16 @@ def _place(lay: list[int], desired: list[float], width: list[float], dummy: list
     return [y + o for y, o in zip(ys, offsets)]
 
 
-def _edge_paths(chains: list[list[int]], placed: dict[str, Placed], ids: list[str], x: list[float],
-                vlayer: list[int], tops: list[float], heights: list[float],
-                spacing: Spacing) -> tuple[tuple[Point, ...], ...]:
+def _edge_paths(
+    chains: list[list[int]],
+    placed: dict[str, Placed],
+    ids: list[str],
+    x: list[float],
+    vlayer: list[int],
+    tops: list[float],
+    heights: list[float],
+    spacing: Spacing,
+) -> tuple[tuple[Point, ...], ...]:
     """Polylines: out of the source's bottom, vertically through each dummy's layer, into the target's top.
     The edges leaving (entering) one box are spread along its bottom (top) edge, ordered by direction."""
     inner: list[list[Point]] = []
@@ -273,8 +293,9 @@ def _edge_paths(chains: list[list[int]], placed: dict[str, Placed], ids: list[st
     return tuple(paths)
 
 
-def _ports(ends: list[tuple[int, int]], x: list[float], placed: dict[str, Placed], ids: list[str],
-           spacing: Spacing) -> list[float]:
+def _ports(
+    ends: list[tuple[int, int]], x: list[float], placed: dict[str, Placed], ids: list[str], spacing: Spacing
+) -> list[float]:
     """For each edge end (box, the next vertex towards the far side): the x where it touches the box.
     Ends that go to the same next vertex (one value's shared lane) share a port."""
     by_box: dict[int, list[int]] = {}

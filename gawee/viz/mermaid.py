@@ -26,8 +26,10 @@ def to_mermaid(graph: Graph, *, trace: Iterable = (), before: Graph | None = Non
 
 def render(parts: list[Section]) -> str:
     """The flowchart text of already built sections."""
-    out = ["%% made by gawee-rewrite; render with Mermaid: mermaid.live, or a mermaid code block in Markdown",
-           "flowchart TB"]
+    out = [
+        "%% made by gawee-rewrite; render with Mermaid: mermaid.live, or a mermaid code block in Markdown",
+        "flowchart TB",
+    ]
     classes: dict[str, list[str]] = {}
     for part in parts:
         indent = "  "

@@ -39,14 +39,17 @@ def graph_svg(graph: Graph, prov: Provenance = NO_PROVENANCE, *, original: bool 
 def view_svg(view: GraphView, *, prefix: str = "g") -> str:
     """A GraphView as an ``<svg>`` element (deterministic: the same view gives the same text)."""
     sizes = {b.id: _box_size(b) for b in view.boxes}
-    layout = layered_layout(sizes, [(e.src, e.dst) for e in view.edges],
-                            pinned_top=[b.id for b in view.boxes if b.kind == "input"])
+    layout = layered_layout(
+        sizes, [(e.src, e.dst) for e in view.edges], pinned_top=[b.id for b in view.boxes if b.kind == "input"]
+    )
     w, h = _num(layout.width), _num(layout.height)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" id="{prefix}" width="{w}" height="{h}" '
-           f'viewBox="0 0 {w} {h}" font-family="{FONT}" role="img" aria-label="{escape(view.name)}">',
-           f'<defs><marker id="{prefix}-arrow" viewBox="0 0 8 8" refX="7.5" refY="4" markerWidth="7" '
-           f'markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="{EDGE_COLOR}"/></marker></defs>',
-           '<g class="edges">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" id="{prefix}" width="{w}" height="{h}" '
+        f'viewBox="0 0 {w} {h}" font-family="{FONT}" role="img" aria-label="{escape(view.name)}">',
+        f'<defs><marker id="{prefix}-arrow" viewBox="0 0 8 8" refX="7.5" refY="4" markerWidth="7" '
+        f'markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="{EDGE_COLOR}"/></marker></defs>',
+        '<g class="edges">',
+    ]
     out += _edges(view, layout, prefix)
     out.append('</g><g class="boxes">')
     out += [_box(b, layout, prefix) for b in view.boxes]
@@ -68,13 +71,16 @@ def _edges(view: GraphView, layout: Layout, prefix: str) -> list[str]:
     for edge, pts in zip(view.edges, layout.edges):
         d = _curve(pts, drawn)
         if d:
-            out.append(f'<path d="{d}" fill="none" stroke="{EDGE_COLOR}" stroke-width="1.2" '
-                       f'marker-end="url(#{prefix}-arrow)"/>')
+            out.append(
+                f'<path d="{d}" fill="none" stroke="{EDGE_COLOR}" stroke-width="1.2" '
+                f'marker-end="url(#{prefix}-arrow)"/>'
+            )
         if edge.label:
             (x1, y1), (x2, y2) = pts[-2], pts[-1]
             x, y = x1 + (x2 - x1) * 0.75, y1 + (y2 - y1) * 0.75
-            out.append(f'<text x="{_num(x + 3)}" y="{_num(y)}" font-size="9" fill="{EDGE_COLOR}">'
-                       f'{escape(edge.label)}</text>')
+            out.append(
+                f'<text x="{_num(x + 3)}" y="{_num(y)}" font-size="9" fill="{EDGE_COLOR}">{escape(edge.label)}</text>'
+            )
     return out
 
 
@@ -105,22 +111,28 @@ def _box(box: Box, layout: Layout, prefix: str) -> str:
     st = STYLES[cls]
     rx = p.height / 2 if box.kind in ("input", "output") else 5
     dash = ' stroke-dasharray="5 3"' if st.dashed else ""
-    out = [f'<g id="{prefix}-{box.id}" class="box {cls}"><title>{escape(box.tooltip)}</title>',
-           f'<rect x="{_num(p.left)}" y="{_num(p.y)}" width="{_num(p.width)}" height="{_num(p.height)}" '
-           f'rx="{_num(min(rx, 12))}" fill="{st.fill}" stroke="{st.stroke}" '
-           f'stroke-width="{2 if st.thick else 1}"{dash}/>']
+    out = [
+        f'<g id="{prefix}-{box.id}" class="box {cls}"><title>{escape(box.tooltip)}</title>',
+        f'<rect x="{_num(p.left)}" y="{_num(p.y)}" width="{_num(p.width)}" height="{_num(p.height)}" '
+        f'rx="{_num(min(rx, 12))}" fill="{st.fill}" stroke="{st.stroke}" '
+        f'stroke-width="{2 if st.thick else 1}"{dash}/>',
+    ]
     y = p.y + PAD_Y
     for kind, text in box.lines():
         if kind == "const":  # constants sit behind a dashed rule: they are weights, not dataflow
             y += 2
-            out.append(f'<line x1="{_num(p.left + 4)}" x2="{_num(p.left + p.width - 4)}" y1="{_num(y)}" '
-                       f'y2="{_num(y)}" stroke="{CONST_COLOR}" stroke-width="0.8" stroke-dasharray="3 2"/>')
+            out.append(
+                f'<line x1="{_num(p.left + 4)}" x2="{_num(p.left + p.width - 4)}" y1="{_num(y)}" '
+                f'y2="{_num(y)}" stroke="{CONST_COLOR}" stroke-width="0.8" stroke-dasharray="3 2"/>'
+            )
         y += LINE_H
-        font = {"title": f'font-size="{TITLE_PX}" font-weight="bold" fill="#212529"',
-                "attr": f'font-size="{TEXT_PX}" fill="#343a40"',
-                "const": f'font-size="{TEXT_PX}" font-style="italic" fill="{CONST_COLOR}"',
-                "value": f'font-size="{TEXT_PX}" fill="#495057"',
-                "note": f'font-size="{TEXT_PX}" fill="{st.note}"'}[kind]
+        font = {
+            "title": f'font-size="{TITLE_PX}" font-weight="bold" fill="#212529"',
+            "attr": f'font-size="{TEXT_PX}" fill="#343a40"',
+            "const": f'font-size="{TEXT_PX}" font-style="italic" fill="{CONST_COLOR}"',
+            "value": f'font-size="{TEXT_PX}" fill="#495057"',
+            "note": f'font-size="{TEXT_PX}" fill="{st.note}"',
+        }[kind]
         out.append(f'<text x="{_num(p.x)}" y="{_num(y - 2.5)}" text-anchor="middle" {font}>{escape(text)}</text>')
     out.append("</g>")
     return "".join(out)

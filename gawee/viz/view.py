@@ -207,11 +207,20 @@ def build_view(graph: Graph, prov: Provenance = NO_PROVENANCE, *, original: bool
         bid = new_id()
         title = "output" if len(graph.outputs) == 1 else f"output {i}"
         if v.is_const or id(v) not in box_of:
-            boxes.append(Box(bid, "output", title, consts=f"const {v.type}", values=(f"%{v.name}",),
-                             tooltip=f"graph output {i}: constant %{v.name}: {v.type}"))
+            boxes.append(
+                Box(
+                    bid,
+                    "output",
+                    title,
+                    consts=f"const {v.type}",
+                    values=(f"%{v.name}",),
+                    tooltip=f"graph output {i}: constant %{v.name}: {v.type}",
+                )
+            )
             continue
-        boxes.append(Box(bid, "output", title, values=(f"%{v.name}",),
-                         tooltip=f"graph output {i}: %{v.name}: {v.type}"))
+        boxes.append(
+            Box(bid, "output", title, values=(f"%{v.name}",), tooltip=f"graph output {i}: %{v.name}: {v.type}")
+        )
         edges.append(Edge(box_of[id(v)], bid, _edge_label(None, 0, v)))
     return GraphView(graph.name, tuple(boxes), tuple(edges))
 
@@ -241,9 +250,17 @@ def _node_box(bid: str, node: Node, prov: Provenance, original: bool) -> Box:
         tip.append("rules: " + " → ".join(rules))
     if replaced_by:
         tip.append(f"replaced by {replaced_by}")
-    return Box(bid, "opaque" if opaque else "op", node.op, tuple(_cut(s) for s in lines),
-               _cut(_const_text(node, opdef)), tuple(_cut(_value_line(v)) for v in node.outputs),
-               tuple(rules), replaced_by, "\n".join(tip))
+    return Box(
+        bid,
+        "opaque" if opaque else "op",
+        node.op,
+        tuple(_cut(s) for s in lines),
+        _cut(_const_text(node, opdef)),
+        tuple(_cut(_value_line(v)) for v in node.outputs),
+        tuple(rules),
+        replaced_by,
+        "\n".join(tip),
+    )
 
 
 def _is_default(opdef, key: str, value) -> bool:
@@ -347,5 +364,7 @@ def sections(graph: Graph, trace: Iterable = (), before: Graph | None = None) ->
     kept = {n.name for n in graph}  # a matched node that is still there (it had other users) was not replaced
     prov = Provenance(prov.rules_of, {k: r for k, r in prov.replaced_by.items() if k not in kept})
     before_view = build_view(before, prov, original=True)
-    return [Section(f"before: {before.name}, {before_view.num_nodes} nodes", before_view, "b"),
-            Section(f"after: {graph.name}, {after_view.num_nodes} nodes", after_view, "a")]
+    return [
+        Section(f"before: {before.name}, {before_view.num_nodes} nodes", before_view, "b"),
+        Section(f"after: {graph.name}, {after_view.num_nodes} nodes", after_view, "a"),
+    ]

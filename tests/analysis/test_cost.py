@@ -9,8 +9,14 @@ from gawee.frontend.capture import export_program, from_exported_program
 from gawee.ir.builder import GraphBuilder
 
 # gawee op -> the ATen ops flop_counter attributes its FLOPs to
-COUNTED_AS = {"conv2d": "convolution", "linear": "mm", "matmul": "mm", "mm": "mm", "bmm": "mm",
-              "scaled_dot_product_attention": "attention"}
+COUNTED_AS = {
+    "conv2d": "convolution",
+    "linear": "mm",
+    "matmul": "mm",
+    "mm": "mm",
+    "bmm": "mm",
+    "scaled_dot_product_attention": "attention",
+}
 
 
 def _their_category(aten_name: str) -> str:

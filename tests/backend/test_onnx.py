@@ -64,9 +64,12 @@ def test_transformer_ops(tmp_path):
     pooled = b.mean(b.cat(y, x, dim=1), dim=[1], keepdim=False)
     first = b.select(y, dim=1, index=0)
     tail = b.slice(y, dim=1, start=1, end=4)
-    graph = b.output(pooled, b.where(b.gt(first, 0.1), first, b.clamp(first, min=-0.5, max=0.5)),
-                     b.stack(b.expand(b.sum(tail, dim=[2], keepdim=True), size=[2, 3, 8]), tail, dim=0),
-                     b.cast(b.hardtanh(tail, min_val=0.0, max_val=0.2), dtype="f64"))
+    graph = b.output(
+        pooled,
+        b.where(b.gt(first, 0.1), first, b.clamp(first, min=-0.5, max=0.5)),
+        b.stack(b.expand(b.sum(tail, dim=[2], keepdim=True), size=[2, 3, 8]), tail, dim=0),
+        b.cast(b.hardtanh(tail, min_val=0.0, max_val=0.2), dtype="f64"),
+    )
     assert_ort_matches_reference(graph, tmp_path / "transformer.onnx")
 
 
@@ -74,8 +77,14 @@ def test_cnn_ops(tmp_path):
     torch.manual_seed(0)
     b = GraphBuilder("cnn")
     x = b.input("x", "f32[1,3,12,12]")
-    y = b.batch_norm(x, b.const(torch.rand(3)), b.const(torch.randn(3)), b.const(torch.randn(3)),
-                     b.const(torch.rand(3) + 0.5), eps=1e-3)
+    y = b.batch_norm(
+        x,
+        b.const(torch.rand(3)),
+        b.const(torch.randn(3)),
+        b.const(torch.randn(3)),
+        b.const(torch.rand(3) + 0.5),
+        eps=1e-3,
+    )
     y = b.pad(y, pad=[1, 1, 2, 0])
     y = b.max_pool2d(y, kernel_size=[3, 3], stride=[2, 2], padding=[1, 1])
     a = b.avg_pool2d(y, kernel_size=[2, 2], count_include_pad=False)
@@ -93,7 +102,8 @@ def test_ops_without_an_onnx_form_are_named():
         gawee.to_onnx(b.output(b.roll(x, shifts=[1], dims=[0])))
     b = GraphBuilder("opaque")
     x = b.input("x", "f32[4]")
-    node = b.graph.create_node("aten", [x], {"target": "aten.cumprod.default", "args": (("$in", 0), 0),
-                                             "kwargs": ()}, types=[x.type])
+    node = b.graph.create_node(
+        "aten", [x], {"target": "aten.cumprod.default", "args": (("$in", 0), 0), "kwargs": ()}, types=[x.type]
+    )
     with pytest.raises(ExportError, match="opaque"):
         gawee.to_onnx(b.output(node.output))

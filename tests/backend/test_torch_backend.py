@@ -45,8 +45,9 @@ def fused_conv_graph(dtype: str = "f32") -> gawee.Graph:
         for residual in (False, True):
             w = b.const(torch.randn(8, 8, 3, 3, dtype=tdtype) * 0.2, "w")
             bias = b.const(torch.randn(8, dtype=tdtype), "b")
-            y = b.conv2d(y, w, bias, y if residual else None, padding=[1, 1], act=act,
-                         act_params=ACT_PARAMS.get(act, ()))
+            y = b.conv2d(
+                y, w, bias, y if residual else None, padding=[1, 1], act=act, act_params=ACT_PARAMS.get(act, ())
+            )
     w = b.const(torch.randn(16, 4, 3, 3, dtype=tdtype), "w_grouped")  # grouped, strided, no bias
     y = b.conv2d(y, w, None, stride=[2, 2], groups=2, act="relu")
     return b.output(y)
@@ -145,8 +146,9 @@ def test_multi_output_and_opaque_ops():
     b = GraphBuilder("misc")
     x = b.input("x", "f32[4,6]")
     first, second = b.split(x, split_sizes=[2, 4], dim=1)
-    node = b.graph.create_node("aten", [first], {"target": "aten.cumprod.default", "args": (("$in", 0), 1),
-                                                 "kwargs": ()}, types=[first.type])
+    node = b.graph.create_node(
+        "aten", [first], {"target": "aten.cumprod.default", "args": (("$in", 0), 1), "kwargs": ()}, types=[first.type]
+    )
     graph = b.output(node.output, b.exp(second))
     module = to_torch(graph)
     assert torch.ops.aten.cumprod.default in [n.target for n in module.graph.nodes]

@@ -118,16 +118,27 @@ def test_duplicate_rule_names():
 def test_helpers_are_opt_in():
     _, text = diagnose("rule a: relu(x) where my_check(x) => x")
     assert "unknown function 'my_check'" in text and "helpers" in text
-    rules = load_rules_text("rule a: y: relu(x) where my_check(x) => x", "h.rules",
-                            helpers={"my_check": lambda v: v.type.rank == 2})
+    rules = load_rules_text(
+        "rule a: y: relu(x) where my_check(x) => x", "h.rules", helpers={"my_check": lambda v: v.type.rank == 2}
+    )
     assert rules.rules[0].name == "a"
 
 
 def test_every_error_is_a_gawee_error_never_a_crash():
     from gawee.errors import GaweeError
 
-    for text in ["rule", "rule a:", "rule a: _ => x", "rule a: x => x", "rule a: 1 => x", "rule a: relu(...) => x",
-                 "rule a: relu(x) => x with", "rule a: _(x) => x", "rule a (prio=1): relu(x) => x",
-                 "rule a: relu(x) where x in {1} => x", "rule a: cat(x, ...r) => cat(x, ...q)"]:
+    for text in [
+        "rule",
+        "rule a:",
+        "rule a: _ => x",
+        "rule a: x => x",
+        "rule a: 1 => x",
+        "rule a: relu(...) => x",
+        "rule a: relu(x) => x with",
+        "rule a: _(x) => x",
+        "rule a (prio=1): relu(x) => x",
+        "rule a: relu(x) where x in {1} => x",
+        "rule a: cat(x, ...r) => cat(x, ...q)",
+    ]:
         with pytest.raises(GaweeError):
             load_rules_text(text, "t.rules")

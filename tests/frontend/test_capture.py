@@ -8,8 +8,18 @@ from gawee.errors import CaptureError
 from gawee.ops import OPAQUE
 from tests.conftest import captured
 
-MODELS = ["resnet18", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "vit_b_16", "swin_t",
-          "densenet121", "shufflenet_v2_x0_5", "squeezenet1_0", "inception_v3"]
+MODELS = [
+    "resnet18",
+    "mobilenet_v3_small",
+    "efficientnet_b0",
+    "convnext_tiny",
+    "vit_b_16",
+    "swin_t",
+    "densenet121",
+    "shufflenet_v2_x0_5",
+    "squeezenet1_0",
+    "inception_v3",
+]
 
 
 @pytest.mark.parametrize("name", MODELS)

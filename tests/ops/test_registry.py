@@ -38,7 +38,7 @@ ANY = st.sampled_from([DType.f32, DType.f16, DType.i64, DType.i32, DType.bool, D
 def broadcast_pair(draw):
     rank = draw(st.integers(0, 4))
     shape = draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
-    other = [draw(st.sampled_from([s, 1])) for s in shape][draw(st.integers(0, rank)):]
+    other = [draw(st.sampled_from([s, 1])) for s in shape][draw(st.integers(0, rank)) :]
     return tuple(shape), tuple(other)
 
 
@@ -51,8 +51,7 @@ def _sample(t: TensorType) -> torch.Tensor:
 
 
 ELEMENTWISE = sorted(n for n, op in OPS.items() if op.has_trait("elementwise") and len(op.operands) == 2)
-UNARY = sorted(n for n, op in OPS.items() if op.has_trait("elementwise") and len(op.operands) == 1
-               and not op.attrs)
+UNARY = sorted(n for n, op in OPS.items() if op.has_trait("elementwise") and len(op.operands) == 1 and not op.attrs)
 
 
 @pytest.mark.parametrize("name", ELEMENTWISE)
@@ -88,9 +87,15 @@ def test_fused_activation_vocabulary_matches_the_unfused_ops():
     for act, (n, fn) in ACTIVATIONS.items():
         params = (-0.5, 0.7)[:n] if act == "hardtanh" else (0.1,) * n
         base = "gelu" if act.startswith("gelu") else act
-        attrs = {"approximate": "tanh"} if act == "gelu_tanh" else \
-            {"min_val": params[0], "max_val": params[1]} if act == "hardtanh" else \
-            {"negative_slope": params[0]} if act == "leaky_relu" else {}
+        attrs = (
+            {"approximate": "tanh"}
+            if act == "gelu_tanh"
+            else {"min_val": params[0], "max_val": params[1]}
+            if act == "hardtanh"
+            else {"negative_slope": params[0]}
+            if act == "leaky_relu"
+            else {}
+        )
         torch.testing.assert_close(fn(x, *params), get_op(base).run([x], get_op(base).complete_attrs(attrs))[0])
 
 

@@ -3,8 +3,10 @@
 import re
 
 import pytest
+import torch
 
 import gawee
+from gawee.ir.builder import GraphBuilder
 from gawee.rewrite.ruleset import RULES_DIR
 from tests.conftest import captured
 
@@ -25,8 +27,9 @@ def test_resnet18_reaches_the_target():
     assert report.firings == {"fold_conv_bn": 20, "fuse_conv_relu": 17, "fuse_conv_residual": 8}
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "swin_t",
-                                  "shufflenet_v2_x0_5"])
+@pytest.mark.parametrize(
+    "name", ["mobilenet_v3_small", "efficientnet_b0", "convnext_tiny", "swin_t", "shufflenet_v2_x0_5"]
+)
 def test_other_models_optimize_and_stay_equivalent(name):
     g, _, x = captured(name)
     out, _ = gawee.rewrite(g)
@@ -45,3 +48,28 @@ def test_every_bundled_rule_has_a_one_line_lhs_rhs_comment():
 
 def test_bundled_rule_files_are_where_default_rules_finds_them():
     assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == ["1-simplify.rules", "2-fold.rules", "3-fuse.rules"]
+
+
+def _conv_bn(w_scale: float, gamma_scale: float, dtype=torch.float32):
+    b = GraphBuilder("conv_bn")
+    x = b.input("x", f"{'f16' if dtype == torch.float16 else 'f32'}[1,2,3,3]")
+    w = b.const((torch.rand(2, 2, 1, 1) + 0.5).to(dtype) * w_scale, "w")
+    y = b.conv2d(x, w)
+    ones = torch.ones(2, dtype=dtype)
+    return b.output(b.batch_norm(y, b.const(ones * gamma_scale), b.const(ones), b.const(ones), b.const(ones)))
+
+
+@pytest.mark.parametrize(
+    "w_scale, gamma_scale, dtype, folds",
+    [
+        (1.0, 1.0, torch.float32, True),
+        (1e-30, 1e-30, torch.float32, False),  # w * s underflows to 0: inf * 0 would be nan, not inf
+        (1e4, 1e4, torch.float16, False),  # w * s overflows f16 (> 65504)
+    ],
+)
+def test_a_fold_that_underflows_or_overflows_is_abandoned(w_scale, gamma_scale, dtype, folds):
+    g = _conv_bn(w_scale, gamma_scale, dtype)
+    out, report = gawee.rewrite(g)
+    assert (report.firings["fold_conv_bn"] == 1) is folds
+    x = torch.tensor([float("-inf"), 1.0, 2.0]).repeat(1, 2, 3, 1).to(dtype)
+    assert gawee.verify_equivalent(g, out, [x]).ok

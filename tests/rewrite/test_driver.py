@@ -163,9 +163,11 @@ def test_explain_says_which_sub_pattern_or_guard_failed():
     x = b.input("x", "f32[2,3]")
     y = b.relu(b.sigmoid(x))
     b.output(y)
-    rs = rules("rule a: relu(relu(x)) => relu(x)\n"
-               "rule b: relu(s: sigmoid(x)) where x.rank == 2 and s.rank == 3 => s\n"
-               "rule c: relu(x) => relu(x)\n")
+    rs = rules(
+        "rule a: relu(relu(x)) => relu(x)\n"
+        "rule b: relu(s: sigmoid(x)) where x.rank == 2 and s.rank == 3 => s\n"
+        "rule c: relu(x) => relu(x)\n"
+    )
     got = {e.rule: e for e in gawee.explain(b.graph, y.producer.name, rs)}
     assert got["a"].outcome == "pattern" and "expected relu(...), found %sigmoid = sigmoid(...)" in got["a"].reason
     assert got["b"].outcome == "guard" and "`s.rank == 3`" in got["b"].reason
@@ -180,8 +182,9 @@ def test_rewriting_twice_gives_byte_identical_json(tmp_path):
     b, _ = rewrite(g)
     a.save(tmp_path / "a.json")
     b.save(tmp_path / "a2.json")
-    assert (tmp_path / "a.json").read_text().replace("a.npz", "X") == \
-        (tmp_path / "a2.json").read_text().replace("a2.npz", "X")
+    assert (tmp_path / "a.json").read_text().replace("a.npz", "X") == (tmp_path / "a2.json").read_text().replace(
+        "a2.npz", "X"
+    )
     assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "a2.npz").read_bytes()
 
 
@@ -195,8 +198,9 @@ def test_python_helper_in_a_guard():
         calls.append(v.name)
         return v.shape[-1] > 2
 
-    rs = load_rules_text("rule f: relu(x) where wide(x) => abs(x)", "h.rules",
-                         helpers={"wide": Helper(wide, returns="bool")})
+    rs = load_rules_text(
+        "rule f: relu(x) where wide(x) => abs(x)", "h.rules", helpers={"wide": Helper(wide, returns="bool")}
+    )
     out, _ = rewrite(chain(), rs)
     assert calls and "abs" in ops(out)
 

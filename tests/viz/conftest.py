@@ -18,9 +18,15 @@ def conv_block() -> gawee.Graph:
     def conv_bn(v, name):
         w = b.const(torch.randn(4, 4, 3, 3) * 0.3, f"{name}.weight")
         y = b.conv2d(v, w, padding=[1, 1])
-        stats = [b.const(t, f"{name}.{k}") for k, t in
-                 (("gamma", torch.rand(4) + 0.5), ("beta", torch.randn(4)), ("mean", torch.randn(4)),
-                  ("var", torch.rand(4) + 0.5))]
+        stats = [
+            b.const(t, f"{name}.{k}")
+            for k, t in (
+                ("gamma", torch.rand(4) + 0.5),
+                ("beta", torch.randn(4)),
+                ("mean", torch.randn(4)),
+                ("var", torch.rand(4) + 0.5),
+            )
+        ]
         return b.batch_norm(y, *stats)
 
     h = b.relu(conv_bn(x, "c1"))

@@ -38,11 +38,14 @@ def test_json_output_lists_the_pictures(capsys, tmp_path):
     assert json.loads(out)["trace"] is None  # the trace the picture needs is not forced into the JSON
 
 
-@pytest.mark.parametrize("flag, name, message", [
-    ("--html", "report.txt", "--html writes .html or .htm files"),
-    ("--dot", "graph.png", ".svg renders the DOT with Graphviz"),
-    ("--mermaid", "graph", "unknown extension '(none)'"),
-])
+@pytest.mark.parametrize(
+    "flag, name, message",
+    [
+        ("--html", "report.txt", "--html writes .html or .htm files"),
+        ("--dot", "graph.png", ".svg renders the DOT with Graphviz"),
+        ("--mermaid", "graph", "unknown extension '(none)'"),
+    ],
+)
 def test_an_unknown_extension_exits_2_with_a_hint(capsys, tmp_path, flag, name, message):
     code, _, err = run_cli(capsys, "optimize", MODEL, flag, str(tmp_path / name))
     assert code == 2 and message in err and "hint:" in err and "Traceback" not in err
@@ -63,7 +66,7 @@ def test_an_unwritable_destination_exits_2(capsys, tmp_path):
 
 def test_picture_extensions_keep_every_file_apart_from_the_inputs_and_each_other(tmp_path):
     kinds = [set(HTML_EXT), set(MERMAID_EXT), set(DOT_EXT), {".json", ".npz", ".py"}]  # the last: inputs and -o
-    assert all(not (a & b) for i, a in enumerate(kinds) for b in kinds[i + 1:])
+    assert all(not (a & b) for i, a in enumerate(kinds) for b in kinds[i + 1 :])
     (tmp_path / "d.html").mkdir()
     with pytest.raises(GaweeError, match="is a directory"):
         plan_pictures(html=str(tmp_path / "d.html"))

@@ -21,9 +21,19 @@ from gawee.viz.view import STYLES
 from tests.conftest import captured
 
 WINDOW = (1600, 1000)
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--hide-scrollbars", "--mute-audio"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--mute-audio",
+]
 
 
 def _report(graph, optimized, report) -> str:
@@ -41,8 +51,10 @@ def resnet18_report():
 def _chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
-        pytest.fail("headless Chromium is needed to check the HTML report: apt-get install -y chromium "
-                    "(.ci/run installs it in CI)")
+        pytest.fail(
+            "headless Chromium is needed to check the HTML report: apt-get install -y chromium "
+            "(.ci/run installs it in CI)"
+        )
     return exe
 
 
@@ -54,7 +66,7 @@ def _browse(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProce
 
 
 def _rgb(hex_colour: str) -> tuple[int, int, int]:
-    return tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    return tuple(int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
 
 
 def test_the_report_renders_in_chromium_with_both_graphs_visible(resnet18_report, tmp_path):

@@ -26,7 +26,7 @@ def test_layers_top_down_and_no_box_overlaps_another():
     ys = [layout.boxes[k].y for k in "abcde"]
     assert ys == sorted(ys) and len(set(ys)) == 5
     placed = list(layout.boxes.values())
-    assert not any(_overlap(p, q) for i, p in enumerate(placed) for q in placed[i + 1:])
+    assert not any(_overlap(p, q) for i, p in enumerate(placed) for q in placed[i + 1 :])
     assert all(p.left >= 0 and p.x + p.width / 2 <= layout.width for p in placed)
     assert all(p.bottom <= layout.height for p in placed)
 

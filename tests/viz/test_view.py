@@ -36,15 +36,23 @@ def test_made_nodes_carry_their_whole_rule_chain_from_the_trace(block):
     graph, optimized, report = block
     prov = provenance(report.trace)
     convs = [b for b in build_view(optimized, prov).boxes if b.title == "conv2d"]
-    assert [b.rules for b in convs] == [("fold_conv_bn", "fuse_conv_relu"),
-                                       ("fold_conv_bn", "fuse_conv_residual", "fuse_conv_relu")]
+    assert [b.rules for b in convs] == [
+        ("fold_conv_bn", "fuse_conv_relu"),
+        ("fold_conv_bn", "fuse_conv_residual", "fuse_conv_relu"),
+    ]
     assert convs[1].notes == ("by fold_conv_bn → fuse_conv_residual", "→ fuse_conv_relu")
     assert "source: fuse_conv_relu (rules/3-fuse.rules:" in convs[0].tooltip
     before = build_view(graph, prov, original=True)
     replaced = {b.values[0].split(":")[0]: b.replaced_by for b in before.boxes if b.replaced_by}
-    assert replaced == {"%conv2d": "fold_conv_bn", "%batch_norm": "fold_conv_bn", "%relu": "fuse_conv_relu",
-                        "%conv2d_1": "fold_conv_bn", "%batch_norm_1": "fold_conv_bn",
-                        "%add": "fuse_conv_residual", "%relu_1": "fuse_conv_relu"}
+    assert replaced == {
+        "%conv2d": "fold_conv_bn",
+        "%batch_norm": "fold_conv_bn",
+        "%relu": "fuse_conv_relu",
+        "%conv2d_1": "fold_conv_bn",
+        "%batch_norm_1": "fold_conv_bn",
+        "%add": "fuse_conv_residual",
+        "%relu_1": "fuse_conv_relu",
+    }
 
 
 def test_without_a_trace_the_rule_comes_from_node_source(block):
