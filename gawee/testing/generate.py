@@ -59,8 +59,9 @@ class DataDraw:
         return self._data.draw(self._st.sampled_from(list(options)))
 
     def boolean(self, p: float = 0.5) -> bool:
-        # hypothesis shrinks towards False; draw "True with probability p" as an integer threshold
-        return self._data.draw(self._st.integers(0, 99)) < int(p * 100)
+        # True with probability p, as an integer threshold placed so that shrinking the integer
+        # towards 0 shrinks the answer towards False (an input rather than a constant, no cancel mode)
+        return self._data.draw(self._st.integers(0, 99)) >= 100 - round(p * 100)
 
     def floats(self, lo: float, hi: float) -> float:
         return self._data.draw(self._st.sampled_from([0.0, 1.0, lo, hi, (lo + hi) / 2, lo + (hi - lo) / 3]))
