@@ -7,6 +7,7 @@ folding is written in rule text); any other op becomes a node inserted before th
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,27 +27,45 @@ def detached_constant(data: torch.Tensor) -> Value:
     return Value(TensorType.of(data), "", data=data)
 
 
-def _finite(t: torch.Tensor) -> bool:
+def _finite(t: torch.Tensor | None) -> bool:
     """No inf or nan in ``t``: exactly when its float64 sum is finite (one reduction, no mask)."""
-    if not t.is_floating_point() or t.device.type == "meta":
+    if t is None or not t.is_floating_point() or t.device.type == "meta":
         return True
     return bool(torch.isfinite(t.sum(dtype=torch.float64)))
 
 
-def _underflowed(opdef, data: list, attrs: dict, result: torch.Tensor) -> bool:
-    """Folding rounded a nonzero value to zero (tiny weights times a tiny batch-norm scale): where
-    the original computed ``inf * w * s = inf`` the folded graph would give ``inf * 0 = nan``. Checked
-    in float64, only when the result has a zero at all (one reduction otherwise)."""
-    if not result.is_floating_point() or result.dtype == torch.float64 or result.device.type == "meta":
-        return False
-    if bool(result.all()):
-        return False
+EXACT_ZEROS = frozenset({"add", "sub"})
+"""Ops whose float result is zero exactly when the exact result is (with gradual underflow,
+x - y == 0 only if x == y): no underflow check needed."""
+
+
+def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str | None:
+    """Why a constant that a replacement just folded must not be used, else None.
+
+    Overflow: finite constants turned into inf/nan (f16 weights scaled past 65504). Underflow: a
+    nonzero value rounded to zero (tiny weights times a tiny batch-norm scale), so that where the
+    original computed ``inf * w * s = inf`` the folded graph would give ``inf * 0 = nan``; checked in
+    float64 only where the result has a zero. Two reductions, no copy, in the common case.
+    """
+    if opdef.has_trait("view") or not result.is_floating_point() or result.device.type == "meta":
+        return None  # a view moves values: it makes no new ones
+    if result.numel() == 0:
+        return None
+    lo, hi = (float(v) for v in torch.aminmax(result))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"folding {opdef.name} overflowed {result.dtype}" if all(_finite(d) for d in data) else None
+    if lo > 0 or hi < 0 or result.dtype == torch.float64 or opdef.name in EXACT_ZEROS:
+        return None
+    if torch.count_nonzero(result) == result.numel():
+        return None
     wide = [d.double() if d is not None and d.is_floating_point() else d for d in data]
     try:
         (exact,) = opdef.run(wide, attrs)
     except (GaweeError, RuntimeError, ValueError, TypeError):
-        return False
-    return bool(((result == 0) & (exact != 0)).any())
+        return None
+    if bool(((result == 0) & (exact != 0)).any()):
+        return f"folding {opdef.name} underflowed {result.dtype} to zero"
+    return None
 
 
 _SCALARS: dict[tuple, torch.Tensor] = {}
@@ -97,8 +116,9 @@ class RewriteContext:
                 out = opdef.run(data, attrs)
                 if len(out) != 1:
                     raise self.error(f"{op} has {len(out)} outputs; a replacement builds single-output ops")
-                if _underflowed(opdef, data, attrs, out[0]):
-                    raise GuardFailed(f"folding {op} underflowed {out[0].dtype} to zero")
+                problem = _fold_problem(opdef, data, attrs, out[0])
+                if problem is not None:
+                    raise GuardFailed(problem)
                 return detached_constant(out[0])
             name = self.graph.peek_name(op)
             for i, v in enumerate(inputs):
@@ -121,12 +141,7 @@ class RewriteContext:
         return v
 
     def _adopt(self, v: Value, name: str) -> None:
-        """Name a constant folded by this replacement as it enters the graph. A fold that turned the
-        pattern's finite constants into inf/nan overflowed (f16 weights scaled past 65504): abandon it."""
-        if not _finite(v.data) and all(
-            _finite(x.data) for x in self.env.values() if isinstance(x, Value) and x.data is not None
-        ):
-            raise GuardFailed(f"folding overflowed {v.dtype}")
+        """Name a constant folded by this replacement (checked by _fold_problem) as it enters the graph."""
         v.name = self.graph.unique_name(name)
 
     def rollback(self) -> None:
