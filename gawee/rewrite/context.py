@@ -8,6 +8,7 @@ folding is written in rule text); any other op becomes a node inserted before th
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,24 +40,51 @@ EXACT_ZEROS = frozenset({"add", "sub"})
 x - y == 0 only if x == y): no underflow check needed."""
 
 
+_CHUNK = 1 << 20
+"""Elements per pass of _abs_range: its scratch buffer is this size, reused (no page faults)."""
+_scratch = threading.local()
+
+
+def _abs_range(t: torch.Tensor) -> tuple[float, float]:
+    """(min |t|, max |t|), nan if ``t`` holds one: |t| is written, a chunk at a time, into a per-thread
+    scratch buffer, so that checking a folded weight allocates no memory of its size."""
+    flat = t.reshape(-1)
+    buffers = getattr(_scratch, "buffers", None)
+    if buffers is None:
+        buffers = _scratch.buffers = {}
+    lo, hi = math.inf, 0.0
+    for start in range(0, flat.numel(), _CHUNK):
+        part = flat[start : start + _CHUNK]
+        if part.numel() < 4096:  # small: a fresh copy costs nothing
+            scratch = part.abs()
+        else:
+            buf = buffers.get(t.dtype)
+            if buf is None:
+                buf = buffers[t.dtype] = torch.empty(_CHUNK, dtype=t.dtype)
+            scratch = torch.abs(part, out=buf[: part.numel()])
+        a, b = (float(v) for v in torch.aminmax(scratch))
+        if math.isnan(b):
+            return math.nan, math.nan
+        lo, hi = min(lo, a), max(hi, b)
+    return lo, hi
+
+
 def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str | None:
     """Why a constant that a replacement just folded must not be used, else None.
 
     Overflow: finite constants turned into inf/nan (f16 weights scaled past 65504). Underflow: a
     nonzero value rounded to zero (tiny weights times a tiny batch-norm scale), so that where the
     original computed ``inf * w * s = inf`` the folded graph would give ``inf * 0 = nan``; checked in
-    float64 only where the result has a zero. Two reductions, no copy, in the common case.
+    float64 only where the result has a zero. One pass over the result in the common case.
     """
     if opdef.has_trait("view") or not result.is_floating_point() or result.device.type == "meta":
         return None  # a view moves values: it makes no new ones
     if result.numel() == 0:
         return None
-    lo, hi = (float(v) for v in torch.aminmax(result))
-    if not (math.isfinite(lo) and math.isfinite(hi)):
+    lo, hi = _abs_range(result)
+    if not math.isfinite(hi):
         return f"folding {opdef.name} overflowed {result.dtype}" if all(_finite(d) for d in data) else None
-    if lo > 0 or hi < 0 or result.dtype == torch.float64 or opdef.name in EXACT_ZEROS:
-        return None
-    if torch.count_nonzero(result) == result.numel():
+    if lo > 0 or result.dtype == torch.float64 or opdef.name in EXACT_ZEROS:
         return None
     wide = [d.double() if d is not None and d.is_floating_point() else d for d in data]
     try:
