@@ -164,7 +164,7 @@ def measure_resnet18(repeat: int) -> dict:
         graph.clone()
         clones.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    gawee.rewrite(graph)  # what a caller that passes no rules pays: the rules are loaded every call
+    gawee.rewrite(graph)  # what a caller that passes no rules pays (the bundled rules, cached)
     no_rules = time.perf_counter() - t0
     eq = gawee.verify_equivalent(graph, out)
     return {
@@ -174,7 +174,7 @@ def measure_resnet18(repeat: int) -> dict:
         "max_s": max(times),
         "engine_median_s": statistics.median(engine),
         "clone_median_s": statistics.median(clones),
-        "load_rules_s": statistics.median(loads),
+        "load_rules_s": loads[0],  # the first call compiles; later ones hit the per-process cache
         "no_rules_arg_s": no_rules,
         "nodes_before": len(graph),
         "nodes_after": len(out),
@@ -359,8 +359,9 @@ def report(res: dict, sizes: list[int], command: str, limits: tuple[float, float
             f"(min {r['min_s'] * 1e3:.1f}, max {r['max_s'] * 1e3:.1f}; engine {r['engine_median_s'] * 1e3:.1f} ms "
             f"+ graph copy {r['clone_median_s'] * 1e3:.1f} ms), {r['nodes_before']} → {r['nodes_after']} nodes, "
             f"{r['firings']} firings, equivalent: {r['equivalent']} — target < {TARGET_RESNET_MS:.0f} ms "
-            f"{verdict(ok)}. Loading the default rules takes {r['load_rules_s'] * 1e3:.0f} ms; "
-            f"`gawee.rewrite(graph)` with no rule set given took {r['no_rules_arg_s'] * 1e3:.0f} ms."
+            f"{verdict(ok)}. Compiling the bundled rules takes {r['load_rules_s'] * 1e3:.0f} ms, once per "
+            f"process (cached after); `gawee.rewrite(graph)` with no rule set given took "
+            f"{r['no_rules_arg_s'] * 1e3:.0f} ms."
         )
     else:
         lines.append(f"(a) ResNet-18: {fmt_s(r)} {r.get('error', '')}")

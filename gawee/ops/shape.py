@@ -32,41 +32,35 @@ def _view_bytes(ins, outs, attrs):
     return (0, 0)
 
 
-def view_op(name, operands, fn, attrs=(), canonicalize=None, aten=(), sample=None, onnx=None, doc="") -> OpDef:
+def _shape_op(
+    traits, name, operands, fn, attrs=(), canonicalize=None, aten=(), sample=None, onnx=None, doc="", **extra
+) -> OpDef:
     return register(
         OpDef(
             name,
             operands,
             fn,
             attrs=attrs,
-            traits=VIEW,
-            flops=zero_flops,
-            sample=sample,
-            bytes_accessed=_view_bytes,
-            canonicalize=canonicalize,
-            aten=aten,
-            onnx=onnx,
-            doc=doc,
-        )
-    )
-
-
-def move_op(name, operands, fn, attrs=(), canonicalize=None, aten=(), sample=None, onnx=None, doc="") -> OpDef:
-    return register(
-        OpDef(
-            name,
-            operands,
-            fn,
-            attrs=attrs,
-            traits=MOVE,
+            traits=traits,
             flops=zero_flops,
             sample=sample,
             canonicalize=canonicalize,
             aten=aten,
             onnx=onnx,
             doc=doc,
+            **extra,
         )
     )
+
+
+def view_op(*args, **kwargs) -> OpDef:
+    """An op whose output aliases its input: no FLOPs, no bytes moved."""
+    return _shape_op(VIEW, *args, bytes_accessed=_view_bytes, **kwargs)
+
+
+def move_op(*args, **kwargs) -> OpDef:
+    """An op that copies elements into a new arrangement: no FLOPs, its bytes read and written."""
+    return _shape_op(MOVE, *args, **kwargs)
 
 
 # -- ONNX lowerings (OpDef.onnx; see gawee.backend.onnx) ---------------------------------

@@ -8,7 +8,9 @@ applied anyway: when that breaks equivalence, the guard is shown to be needed.
 
 Numeric agreement: max|after - before| <= tol(dtype) x scale + 2 x max|before - truth|,
 where truth is the original graph evaluated in float64 and scale = max(1, max|truth|).
-The second term forgives a rewrite for rounding no worse than the original's own.
+The second term forgives a rewrite for rounding no worse than the original's own. Failing
+that, the rewrite still passes if, element by element, it agrees with the original or is
+no farther from the truth than the original was (it avoided an overflow of the original).
 """
 
 from __future__ import annotations
