@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from worker import TIMEOUT, run_worker
 
 HERE = Path(__file__).resolve().parent
 SECTION = "## Engine speed"
@@ -291,36 +290,15 @@ def profile(nodes: int, top: int = 30) -> int:
     return 0
 
 
-def run_worker(kind: str, blocks: int, repeat: int, timeout: float) -> dict:
-    with tempfile.TemporaryDirectory(prefix="gawee-speed-") as tmp:
-        out = Path(tmp) / "row.json"
-        cmd = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--worker",
-            kind,
-            "--blocks",
-            str(blocks),
-            "--repeat",
-            str(repeat),
-            "--out",
-            str(out),
-        ]
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"),
-            )
-        except subprocess.TimeoutExpired:
-            return {"timeout_s": timeout, "wall_s": time.perf_counter() - t0}
-        if not out.exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-            return {"error": f"exit status {proc.returncode}: " + " | ".join(tail)}
-        return json.loads(out.read_text())
+def measure(kind: str, blocks: int, repeat: int, timeout: float) -> dict:
+    row, why, wall = run_worker(
+        Path(__file__).resolve(),
+        ["--worker", kind, "--blocks", str(blocks), "--repeat", str(repeat)],
+        timeout=timeout,
+    )
+    if row is not None:
+        return row
+    return {"timeout_s": timeout, "wall_s": wall} if why == TIMEOUT else {"error": why}
 
 
 # ---------------------------------------------------------------------------------------
@@ -474,14 +452,14 @@ def main(argv: list[str] | None = None) -> int:
     res: dict = {"resnet18": {}, "gawee": {}, "fold": {}, "fx": {}}
     t_all = time.perf_counter()
     with console.status("ResNet-18 ...") as status:
-        res["resnet18"] = run_worker("resnet18", 0, max(10, args.repeat), args.timeout)
+        res["resnet18"] = measure("resnet18", 0, max(10, args.repeat), args.timeout)
         console.print(f"ResNet-18: {fmt_s(res['resnet18'])}", highlight=False)
         for n in sizes:
             blocks = blocks_for(n)
             repeat = args.small_repeat if n <= 10_000 else 1
             for kind, limit in (("gawee", args.timeout), ("fold", args.timeout), ("fx", args.fx_timeout)):
                 status.update(f"{n} nodes: {kind} ...")
-                row = run_worker(kind, blocks, repeat, limit)
+                row = measure(kind, blocks, repeat, limit)
                 res[kind][n] = row
                 console.print(f"{n:>7} nodes  {kind:<5} {fmt_s(row)}", highlight=False)
     body, lines = report(

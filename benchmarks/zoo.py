@@ -19,9 +19,7 @@ import datetime
 import json
 import os
 import resource
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -29,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from readme import README, machine, replace_section, source_version
+from worker import TIMEOUT, run_worker
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -254,43 +253,25 @@ class MemoryGate:
 
 
 def run_one(name: str, threads: int, timeout: float) -> dict:
-    with tempfile.TemporaryDirectory(prefix="gawee-zoo-") as tmp:
-        out = Path(tmp) / "row.json"
-        cmd = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--worker",
-            name,
-            "--out",
-            str(out),
-            "--threads",
-            str(threads),
-        ]
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
-        except subprocess.TimeoutExpired:
-            return {
-                "model": name,
-                "status": "FAIL",
-                "stage": "timeout",
-                "message": f"did not finish in {timeout:.0f} s",
-                "total_s": timeout,
-            }
-        if out.exists():
-            row = json.loads(out.read_text())
-            row["wall_s"] = time.perf_counter() - t0
-            return row
-        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-6:]
-        why = "killed (out of memory?)" if proc.returncode in (-9, 137) else f"exit status {proc.returncode}"
+    row, why, wall = run_worker(
+        Path(__file__).resolve(),
+        ["--worker", name, "--threads", str(threads)],
+        timeout=timeout,
+        threads=threads,
+        cwd=ROOT,
+    )
+    if row is not None:
+        row["wall_s"] = wall
+        return row
+    if why == TIMEOUT:
         return {
             "model": name,
             "status": "FAIL",
-            "stage": "crash",
-            "message": f"worker {why}: " + " | ".join(tail),
-            "total_s": time.perf_counter() - t0,
+            "stage": "timeout",
+            "message": f"did not finish in {timeout:.0f} s",
+            "total_s": timeout,
         }
+    return {"model": name, "status": "FAIL", "stage": "crash", "message": f"worker {why}", "total_s": wall}
 
 
 def fmt_si(x: float | None, unit: str = "", base: float = 1000.0) -> str:

@@ -3,8 +3,9 @@
 These are the kernels TorchInductor's freezing path emits (``torch/_inductor/fx_passes/
 mkldnn_fusion.py``): ``mkldnn._convolution_pointwise`` (convolution + one unary post-op),
 ``mkldnn._convolution_pointwise.binary`` (convolution + ``add`` of a second tensor, then
-optionally ``relu``) and ``mkldnn._linear_pointwise``, with weights reordered once into
-oneDNN's blocked format for the known input size. Op lowerings (``OpDef.lower_torch``)
+optionally ``relu``), with weights reordered once into oneDNN's blocked format for the
+known input size. (Its fused linear, ``mkldnn._linear_pointwise``, measured slower than
+torch's GEMM plus the activation here, so linear does not use it.) Op lowerings (``OpDef.lower_torch``)
 ask here whether a node qualifies and fall back to plain torch ops when it does not.
 """
 
@@ -47,8 +48,6 @@ def available() -> bool:
         for name in (
             "_convolution_pointwise",
             "_reorder_convolution_weight",
-            "_linear_pointwise",
-            "_reorder_linear_weight",
         )
     )
 
@@ -98,8 +97,3 @@ def pack_conv_weight(
     return torch.ops.mkldnn._reorder_convolution_weight(
         weight, list(padding), list(stride), list(dilation), groups, list(input_shape)
     )
-
-
-def pack_linear_weight(weight: torch.Tensor, batch_size: int) -> torch.Tensor:
-    """A linear weight reordered once for ``batch_size`` rows of input."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight, batch_size)

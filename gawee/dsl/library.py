@@ -123,10 +123,6 @@ def _pure(v: Value | None) -> bool:
     return v is not None and v.producer is not None and get_op(v.producer.op).has_trait("pure")
 
 
-def _tensor_fn(fn):
-    return lambda ctx, *vs: fn(*vs)
-
-
 T, B, INT, F, L = K.TENSOR, K.BOOL, K.INT, K.FLOAT, K.LIST
 
 BUILTINS: dict[str, Builtin] = {

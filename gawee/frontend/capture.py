@@ -15,7 +15,6 @@ from torch.export.graph_signature import InputKind, OutputKind
 from gawee.errors import CaptureError
 from gawee.frontend.aten import NodeConverter, recorded_types
 from gawee.ir.core import Graph
-from gawee.ir.types import TensorType
 from gawee.ops import OPAQUE
 
 
@@ -125,10 +124,6 @@ def from_exported_program(ep: ExportedProgram, name: str = "graph", stats: Captu
             t = node.attrs["target"]
             stats.opaque_ops[t] = stats.opaque_ops.get(t, 0) + 1
     return graph
-
-
-def example_input_types(example_inputs: Sequence) -> list[TensorType]:
-    return [TensorType.of(x) for x in example_inputs]
 
 
 def _first_line(e: BaseException) -> str:

@@ -44,10 +44,6 @@ class DType(enum.Enum):
     def is_complex(self) -> bool:
         return self.torch.is_complex
 
-    @property
-    def is_integer(self) -> bool:
-        return not (self.is_float or self.is_complex or self is DType.bool)
-
     @staticmethod
     def from_torch(dtype: torch.dtype) -> DType:
         try:
@@ -136,9 +132,6 @@ class TensorType:
     @property
     def nbytes(self) -> int:
         return self.numel * self.dtype.itemsize
-
-    def with_shape(self, shape: Shape) -> TensorType:
-        return TensorType(tuple(shape), self.dtype, self.layout)
 
     def same_shape_dtype(self, other: TensorType) -> bool:
         return self.shape == other.shape and self.dtype == other.dtype

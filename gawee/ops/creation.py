@@ -11,15 +11,6 @@ from gawee.ops.base import AtenBinding, Attr, OpDef, Operand, register, zero_flo
 CREATE = frozenset({"pure", "creation"})
 
 
-def _dtype_or(default_value):
-    """dtype for a `*_like`/`new_*` op: the given one, else the operand's."""
-
-    def pick(args, types):
-        return args.get("dtype") if args.get("dtype") is not None else default_value(args, types)
-
-    return pick
-
-
 def _plain_device(args) -> bool:
     dev = args.get("device")
     return (
