@@ -54,16 +54,16 @@ def available() -> bool:
 
 @cache
 def supports(dtype: DType) -> bool:
-    """Whether oneDNN's fused kernels run ``dtype`` on this CPU (f32 always; bf16/f16 where the ISA has them)."""
-    if not available():
-        return False
-    if dtype is DType.f32:
-        return True
-    if dtype is DType.bf16:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    if dtype is DType.f16:
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    return False
+    """Whether gawee lowers a ``dtype`` convolution onto oneDNN's fused kernels: f32 only.
+
+    f16/bf16 are deliberately excluded even where the ISA advertises them
+    (``torch.ops.mkldnn._is_mkldnn_fp16_supported()``): torch 2.14.1's oneDNN f16 convolution
+    segfaults on Sapphire Rapids (AVX-512/AMX) for valid strided/padded/dilated geometries,
+    and a low-precision kernel's rounding depends on the ISA it picks. Those convolutions
+    take the op's reference lowering instead, which computes in float32 and rounds once
+    (``gawee.ops.nn.conv_low_precision``): correct on every CPU. The f32 path is unchanged.
+    """
+    return available() and dtype is DType.f32
 
 
 def post_op(act: str | None, params: Sequence[float]) -> tuple[str, list[float], str | None] | None:

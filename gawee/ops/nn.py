@@ -389,6 +389,32 @@ def _conv2d_lower_torch(ctx):
     return y if fused_act == a["act"] else ctx.call(apply_act, y, a["act"], tuple(a["act_params"]))
 
 
+def conv_low_precision(fn, input, weight, bias, *args):
+    """``fn(input, weight, bias, *args)`` (a torch convolution) for every dtype, safe on every CPU.
+
+    f16/bf16 on CPU compute in float32 and round once to the input dtype. Why not torch's own
+    low-precision kernels: oneDNN's f16 convolution (torch 2.14.1) segfaults on Sapphire Rapids
+    (AVX-512/AMX) for valid strided/padded/dilated geometries, and its result depends on the ISA;
+    the non-oneDNN path (``mkldnn.flags(enabled=False)``, a process-global switch) rounds partial
+    sums to f16/bf16: against float64, its f16 conv_transpose2d differed from the correctly rounded
+    result in 41% of the elements with 2.6x the max error (tests/ops/test_conv_low_precision.py
+    checks the bound). float32 accumulation then one rounding is within one ulp of the float64
+    result (it differs from the correctly rounded one only at rare near-ties), uses only the
+    f32 kernels every CPU runs, and is what CUDA's f16 convolutions compute. Mixed dtypes are
+    passed through, so torch reports them as before.
+    """
+    low = input.dtype in (torch.float16, torch.bfloat16)
+    if (
+        low
+        and input.device.type == "cpu"
+        and weight.dtype == input.dtype
+        and (bias is None or bias.dtype == input.dtype)
+    ):
+        y = fn(input.float(), weight.float(), None if bias is None else bias.float(), *args)
+        return y.to(input.dtype)
+    return fn(input, weight, bias, *args)
+
+
 def _conv(name: str, nd: int, fused: bool = False, doc: str = "") -> OpDef:
     operands = (Operand("input"), Operand("weight"), Operand("bias", optional=True))
     attrs = (
@@ -405,7 +431,7 @@ def _conv(name: str, nd: int, fused: bool = False, doc: str = "") -> OpDef:
         input, weight, bias=None, residual=None, *, stride, padding, dilation, groups, act=None, act_params=()
     ):
         fn = (F.conv1d, F.conv2d, F.conv3d)[nd - 1]
-        y = fn(input, weight, bias, stride, padding, dilation, groups)
+        y = conv_low_precision(fn, input, weight, bias, stride, padding, dilation, groups)
         if residual is not None:
             if residual.shape != y.shape or residual.dtype != y.dtype:
                 raise ValueError(
@@ -456,8 +482,8 @@ register(
     OpDef(
         "conv_transpose2d",
         (Operand("input"), Operand("weight"), Operand("bias", optional=True)),
-        lambda input, weight, bias=None, *, stride, padding, output_padding, groups, dilation: F.conv_transpose2d(
-            input, weight, bias, stride, padding, output_padding, groups, dilation
+        lambda input, weight, bias=None, *, stride, padding, output_padding, groups, dilation: conv_low_precision(
+            F.conv_transpose2d, input, weight, bias, stride, padding, output_padding, groups, dilation
         ),
         attrs=(
             Attr("stride", "ints", (1, 1)),
