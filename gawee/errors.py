@@ -86,6 +86,13 @@ class RuleError(GaweeError):
     kind = "rule error"
 
 
+class RuleWarning(GaweeError):
+    """Something in a ``.rules`` file that is legal but probably not meant (a variable bound and never
+    used). Never raised: compiled rules carry their warnings and loading logs them."""
+
+    kind = "warning"
+
+
 class RewriteError(GaweeError):
     """A rule misbehaved while rewriting (wrong replacement type, non-termination...)."""
 

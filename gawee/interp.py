@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 
 from gawee.errors import EvaluationError, GaweeError
@@ -16,6 +18,13 @@ def run(graph: Graph, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
     tensors are released after their last use. Raises EvaluationError naming the
     node that failed.
     """
+    return run_observed(graph, inputs, ())[0]
+
+
+def run_observed(
+    graph: Graph, inputs: Collection[torch.Tensor], observe: Collection[Value]
+) -> tuple[tuple[torch.Tensor, ...], dict[Value, torch.Tensor]]:
+    """``run``, also returning the tensors of the ``observe`` values (inputs, constants or any node output)."""
     if len(inputs) != len(graph.inputs):
         raise EvaluationError(
             f"graph {graph.name} takes {len(graph.inputs)} inputs, got {len(inputs)}",
@@ -31,7 +40,7 @@ def run(graph: Graph, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
             )
         env[value] = x
     last_use = _last_uses(graph)
-    keep = set(graph.outputs)
+    keep = set(graph.outputs) | set(observe)
     with torch.no_grad():
         for i, node in enumerate(graph):
             args = [None if v is None else (v.data if v.data is not None else env[v]) for v in node.inputs]
@@ -50,7 +59,8 @@ def run(graph: Graph, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
             for v in last_use.get(i, ()):
                 if v not in keep:
                     env.pop(v, None)
-    return tuple(v.data if v.data is not None else env[v] for v in graph.outputs)
+    value_of = lambda v: v.data if v.data is not None else env[v]
+    return tuple(value_of(v) for v in graph.outputs), {v: value_of(v) for v in observe}
 
 
 def _last_uses(graph: Graph) -> dict[int, list[Value]]:

@@ -209,4 +209,7 @@ class RuleAST(Node):
     guard: Expr | None
     replacement: Expr
     withs: list[Binding]
+    assumes: list[Expr] = field(default_factory=list)
+    """`assume finite(x), ...`: numeric facts about runtime values the rule relies on (not checked
+    by the rewriter; stated, reported, and honoured by the soundness harness)."""
     name_span: SourceSpan = field(repr=False, compare=False, default=None)  # type: ignore[assignment]

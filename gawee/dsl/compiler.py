@@ -16,8 +16,8 @@ from typing import Any
 
 from gawee.dsl import ast as A
 from gawee.dsl import kinds as K
-from gawee.dsl.library import BUILTINS, Builtin, GuardFailed
-from gawee.errors import RuleError, SourceSpan
+from gawee.dsl.library import ASSUMPTIONS, BUILTINS, Assumption, Builtin, GuardFailed
+from gawee.errors import RuleError, RuleWarning, SourceSpan
 from gawee.ir.types import DType
 from gawee.ops import ACTIVATIONS, OPAQUE, REQUIRED, OpDef, all_ops, get_op, has_op
 from gawee.rewrite.matcher import (
@@ -63,6 +63,10 @@ class Rule:
     phase: str = ""
     ast: A.RuleAST | None = field(default=None, repr=False)
     """The source form (the soundness harness derives its example generator from it)."""
+    assumptions: list[Assumed] = field(default_factory=list)
+    """`assume ...`: facts about runtime values the rule is sound under."""
+    warnings: list[RuleWarning] = field(default_factory=list)
+    """Load-time warnings (e.g. a variable bound and never used)."""
 
     @property
     def location(self) -> str:
@@ -74,12 +78,24 @@ class Rule:
         return f"{self.name} ({self.location})"
 
 
+@dataclass(frozen=True)
+class Assumed:
+    """One stated assumption of a rule: ``fact`` holds for every element of the value bound to ``var``."""
+
+    fact: Assumption
+    var: str
+    text: str
+    """As written, e.g. `finite(x)`."""
+
+
 @dataclass
 class _Var:
     kind: K.Kind
     op: str | None = None
     """For REST variables: the op whose remaining operands/attributes it holds."""
     span: SourceSpan | None = None
+    uses: int = 0
+    """Mentions after the binding one (in the pattern, guard, assumptions or replacement)."""
 
 
 @dataclass
@@ -109,6 +125,7 @@ def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, com
         if kind.base not in (K.Base.BOOL, K.Base.ANY):
             raise RuleError(f"a guard must be a boolean, this is {kind}", span=rule.guard.span)
         guard_parts = [(part.text, ec.compile(part)[0]) for part in _conjuncts(rule.guard)]
+    assumptions = [_assumption(e, scope) for e in rule.assumes]
 
     ec = _ExprCompiler(scope, "replace")
     for i, b in enumerate(rule.withs):
@@ -144,7 +161,43 @@ def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, com
         priority=rule.options.get("priority", 0),
         comment=comment,
         ast=rule,
+        assumptions=assumptions,
+        warnings=_unused(scope),
     )
+
+
+def _assumption(e: A.Expr, scope: _Scope) -> Assumed:
+    """`finite(x)` in an `assume` clause: a known fact about a bound tensor variable."""
+    known = ", ".join(f"{n}(x)" for n in ASSUMPTIONS)
+    if not (isinstance(e, A.ECall) and e.func in ASSUMPTIONS):
+        raise RuleError("`assume` takes facts about runtime values", span=e.span, hint=f"known facts: {known}")
+    args = e.args
+    if len(args) != 1 or args[0].keyword or args[0].rest or not isinstance(args[0].value, A.EName):
+        raise RuleError(f"{e.func}(...) takes one variable of the pattern, e.g. {e.func}(x)", span=e.span)
+    name = args[0].value.name
+    var = scope.vars.get(name)
+    if var is None or not var.kind.is_tensor:
+        raise RuleError(
+            f"`{name}` is not an operand bound by the pattern",
+            span=args[0].span,
+            hint="an assumption is about the values of a tensor the pattern binds",
+        )
+    var.uses += 1
+    return Assumed(ASSUMPTIONS[e.func], name, e.text)
+
+
+def _unused(scope: _Scope) -> list[RuleWarning]:
+    """A variable bound once and never mentioned again matches anything: usually a typo or a
+    missing literal (`max_val=inf` before `inf` was a literal). `_name` says it is meant."""
+    return [
+        RuleWarning(
+            f"`{name}` is bound here and never used: it matches anything",
+            span=var.span,
+            hint=f"write `_` to match anything, a literal to match a value, or `_{name}` to keep the name",
+        )
+        for name, var in scope.vars.items()
+        if var.uses == 0 and not name.startswith("_")
+    ]
 
 
 _UNSET = object()
@@ -234,6 +287,7 @@ class _PatternCompiler:
         if prev is None:
             self.scope.vars[name] = _Var(kind, op, span)
             return
+        prev.uses += 1
         if prev.kind.is_tensor != kind.is_tensor or (prev.kind.base is K.Base.REST) != (kind.base is K.Base.REST):
             raise RuleError(
                 f"`{name}` is used as a {kind} here but as a {prev.kind} at {prev.span}",
@@ -438,6 +492,7 @@ class _ExprCompiler:
         name = e.name
         var = self.scope.vars.get(name)
         if var is not None:
+            var.uses += 1
             return (lambda ctx: ctx.env[name]), var.kind
         if name in self.scope.withs:
             if self.mode != "replace":

@@ -309,3 +309,29 @@ def helper_builtin(name: str, helper: Helper | Callable) -> Builtin:
         variadic=True,
         doc=(helper.fn.__doc__ or "").strip().splitlines()[0] if helper.fn.__doc__ else "a Python helper",
     )
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A numeric fact about the runtime values of a tensor that a rule may state (`assume finite(x)`).
+
+    The rewriter cannot check it (the values exist only when the model runs), so a rule that
+    assumes it is sound only for inputs where it holds: reports show it, and the soundness
+    harness draws values that satisfy it and discards a draw only where the fact is false.
+    """
+
+    name: str
+    holds: Callable[[torch.Tensor], torch.Tensor]
+    """Element-wise: True where the fact holds."""
+    doc: str
+
+
+ASSUMPTIONS: dict[str, Assumption] = {
+    a.name: a
+    for a in [
+        Assumption("finite", torch.isfinite, "no element is inf or nan"),
+        Assumption("positive", lambda t: t > 0, "every element is > 0"),
+        Assumption("nonnegative", lambda t: t >= 0, "every element is >= 0 (nan is not)"),
+        Assumption("nonzero", lambda t: t != 0, "no element is 0 (or -0)"),
+    ]
+}

@@ -13,7 +13,7 @@ from gawee.errors import GaweeError, RuleSyntaxError, SourceSpan
 
 GRAMMAR_PATH = Path(__file__).resolve().parents[2] / "grammar" / "rules.lark"
 
-KEYWORDS = {"rule", "where", "with", "and", "or", "not", "in", "true", "false", "none"}
+KEYWORDS = {"rule", "where", "assume", "with", "and", "or", "not", "in", "true", "false", "none", "inf", "nan"}
 
 
 @functools.cache
@@ -67,6 +67,8 @@ _TERMINAL_TEXT = {
     "FLOAT": "a number",
     "SIGNED_INT": "a number",
     "STRING": "a string",
+    "INF": "`inf`",
+    "NAN": "`nan`",
     "COMP_OP": "a comparison",
     "ADD_OP": "`+` or `-`",
     "MUL_OP": "`*`, `/`, `//` or `%`",
@@ -116,6 +118,7 @@ class _ToAST(Transformer):
         options = rest.pop(0) if rest and isinstance(rest[0], dict) else {}
         pattern = rest.pop(0)
         guard = rest.pop(0)[1] if rest and isinstance(rest[0], tuple) and rest[0][0] == "guard" else None
+        assumes = rest.pop(0)[1] if rest and isinstance(rest[0], tuple) and rest[0][0] == "assume" else []
         replacement = rest.pop(0)
         withs = rest.pop(0) if rest else []
         return A.RuleAST(
@@ -126,6 +129,7 @@ class _ToAST(Transformer):
             guard,
             replacement,
             withs,
+            assumes,
             name_span=self._tok_span(name_tok),
         )
 
@@ -137,6 +141,9 @@ class _ToAST(Transformer):
 
     def guard(self, meta, children):
         return ("guard", children[0])
+
+    def assumes(self, meta, children):
+        return ("assume", list(children))
 
     def withs(self, meta, children):
         return list(children)

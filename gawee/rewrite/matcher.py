@@ -9,9 +9,12 @@ failure is reported to ``ctx.fail`` with its depth, so the deepest one can be sh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from gawee.ir.core import Node, Value
 
@@ -41,7 +44,13 @@ def data_equal(a: Any, b: Any) -> bool:
         return False
     if isinstance(a, bool) != isinstance(b, bool) and a is not None and b is not None:
         return False
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True  # a `nan` literal matches a nan attribute
     return a == b
+
+
+def _is_nan(x: Any) -> bool:
+    return isinstance(x, float) and math.isnan(x)
 
 
 def _ref(v: Value | None) -> str:
@@ -118,7 +127,8 @@ class LitM(ValueMatcher):
             ctx.fail(depth, lambda: f"expected the constant {self.value!r}, found {_ref(v)} (not a known constant)")
             return
         data = v.data
-        if data.numel() == 0 or not bool((data == self.value).all()):
+        same = torch.isnan(data) if _is_nan(self.value) and data.is_floating_point() else data == self.value
+        if data.numel() == 0 or not bool(same.all()):
             ctx.fail(depth, lambda: f"expected the constant {self.value!r}, found %{v.name} with other values")
             return
         yield
@@ -299,12 +309,38 @@ class AttrAny(AttrMatcher):
         yield
 
 
+def _int_data(x: Any) -> bool:
+    return (isinstance(x, int) and not isinstance(x, bool)) or (
+        isinstance(x, (list, tuple)) and bool(x) and all(_int_data(v) for v in x)
+    )
+
+
+def canonical_equal(literal: Any, value: Any, name: str, node: Node) -> bool:
+    """Whether a literal written in a pattern (``dim=-1``, ``dims=[-1]``, ``stride=[2]``) is the node's
+    canonical ``value`` once the op canonicalizes it for this node's operands (nodes store dims
+    non-negative, pairs expanded): ``transpose(x, dim0=-2, dim1=-1)`` matches a rank-3 transpose(1, 2)."""
+    if not _int_data(literal):
+        return False
+    from gawee.errors import GaweeError
+    from gawee.ops import get_op
+
+    try:
+        opdef = get_op(node.op)
+        if opdef.canonicalize is None:
+            return False
+        attrs = {**node.attrs, name: tuple(literal) if isinstance(literal, list) else literal}
+        canon = opdef.prepare_attrs(attrs, [None if v is None else v.type for v in node.inputs])
+    except GaweeError:
+        return False
+    return data_equal(canon.get(name), value)
+
+
 @dataclass
 class AttrLit(AttrMatcher):
     value: Any
 
     def match(self, value, env, ctx, depth, name, node):
-        if data_equal(value, self.value):
+        if data_equal(value, self.value) or canonical_equal(self.value, value, name, node):
             yield
         else:
             ctx.fail(
@@ -317,6 +353,13 @@ class AttrList(AttrMatcher):
     items: list[AttrMatcher]
 
     def match(self, value, env, ctx, depth, name, node):
+        literal = [m.value for m in self.items if isinstance(m, AttrLit)]
+        if len(literal) == len(self.items) and not data_equal(value, literal):
+            if canonical_equal(literal, value, name, node):  # dims=[-1] against a node's dims=(2,)
+                yield
+            else:
+                ctx.fail(depth, lambda: f"%{node.name}.{name} is {value!r}, the pattern needs {literal!r}")
+            return
         if not isinstance(value, tuple) or len(value) != len(self.items):
             ctx.fail(depth, lambda: f"%{node.name}.{name} is {value!r}, the pattern needs a list of {len(self.items)}")
             return

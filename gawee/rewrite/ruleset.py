@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from gawee.errors import GaweeError, RuleError
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 """The bundled rules: `1-simplify`, `2-fold`, `3-fuse` ... run in file-name order."""
+
+log = logging.getLogger("gawee.rules")
 
 
 @dataclass
@@ -114,6 +117,8 @@ def load_phase(text: str, file: str, name: str, helpers) -> Phase:
     for ast in asts:
         rules.append(compile_rule(ast, helpers, comment=_comment_above(lines, ast.span.line)))
         rules[-1].phase = name
+        for w in rules[-1].warnings:
+            log.warning("%s", w)
     return Phase(name, rules)
 
 
