@@ -85,11 +85,14 @@ class Example:
     leaves: list[Leaf] = field(default_factory=list)
     data_seed: int = 0
     dtype: DType = DType.f32
+    bindings: dict[str, Value | None] = field(default_factory=dict)
+    """The pattern's variables: name -> the Value of this graph it stands for."""
 
-    def inputs(self) -> list[torch.Tensor]:
+    def inputs(self, nonfinite: bool = True) -> list[torch.Tensor]:
+        """Input data (reproducible); ``nonfinite`` lets awkward inputs hold inf and nan."""
         gen = torch.Generator().manual_seed(self.data_seed)
         styles = {id(leaf.value): leaf.style for leaf in self.leaves}
-        return [fill(v.type, styles.get(id(v), "normal"), gen, nonfinite=True) for v in self.graph.inputs]
+        return [fill(v.type, styles.get(id(v), "normal"), gen, nonfinite=nonfinite) for v in self.graph.inputs]
 
 
 def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = False) -> torch.Tensor:
@@ -255,7 +258,8 @@ class Generator:
             twin = self.graph.create_node(root.op, list(root.inputs), root.attrs, before=root)
             outputs = list(twin.outputs) + outputs
         self.graph.set_outputs(outputs)
-        return Example(self.graph, root, self.leaves, self.draw.integers(0, 2**16), self.draw.dtype)
+        seed = self.draw.integers(0, 2**16)
+        return Example(self.graph, root, self.leaves, seed, self.draw.dtype, dict(self.env))
 
     # -- one op pattern ------------------------------------------------------------------
     def op(self, m: OpM) -> Value:
