@@ -167,7 +167,7 @@ def cmd_show(args, console: Console) -> int:
             "graph": graph.name,
             **report.as_dict(),
             "opaque_ops": stats.opaque_ops,
-            "capture_s": graph.meta.get("capture", {}),
+            "capture_s": stats.seconds(),
             "warnings": stats.warnings,
         }
         print(json.dumps(out, indent=1))

@@ -35,6 +35,12 @@ class CaptureStats:
     def total_s(self) -> float:
         return self.export_s + self.decompose_s + self.convert_s
 
+    def seconds(self) -> dict[str, float]:
+        """The timings, rounded for reports (``{}`` when nothing was captured, e.g. a graph loaded from a file)."""
+        if not self.total_s:
+            return {}
+        return {k: round(getattr(self, k), 4) for k in ("export_s", "decompose_s", "convert_s")}
+
 
 def export_program(model: torch.nn.Module, example_inputs: Sequence) -> tuple[ExportedProgram, float, float]:
     """torch.export in eval mode, then functionalize. Raises CaptureError saying why and where."""
@@ -66,11 +72,8 @@ def capture(
     t0 = time.perf_counter()
     graph = from_exported_program(ep, name or type(model).__name__, stats)
     stats.convert_s = time.perf_counter() - t0
-    graph.meta["capture"] = {
-        "export_s": round(stats.export_s, 4),
-        "decompose_s": round(stats.decompose_s, 4),
-        "convert_s": round(stats.convert_s, 4),
-    }
+    # Timings go to ``stats`` (the CLI reports them), never into the graph: a saved graph is a pure function
+    # of the model (and rules), byte for byte.
     return graph
 
 

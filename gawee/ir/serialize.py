@@ -2,7 +2,10 @@
 
 Loading never executes code: the JSON is plain data and the .npz is read with
 ``allow_pickle=False``. Both files are written atomically and byte-for-byte
-deterministically (the .npz zip entries carry a fixed timestamp).
+deterministically: the same graph gives the same files on any host (the .npz zip
+entries carry a fixed timestamp and host system, arrays are little-endian; the JSON
+holds no timings — capture reports them in CaptureStats — and floats are printed as
+Python's shortest round-tripping repr).
 """
 
 from __future__ import annotations
@@ -95,9 +98,11 @@ def _npz_bytes(arrays: dict[str, torch.Tensor]) -> bytes:
         for name, t in arrays.items():
             t = t.detach().cpu().contiguous()
             arr = t.view(torch.uint16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
+            arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)  # the same bytes on any host
             member = io.BytesIO()
             np.lib.format.write_array(member, arr, allow_pickle=False)
             info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.create_system = 3  # ZipInfo says 0 on Windows, 3 elsewhere: fixed, so is every header byte
             zf.writestr(info, member.getvalue())
     return buf.getvalue()
 
@@ -271,6 +276,7 @@ def _array_for(name: str, t: TensorType, arrays: dict[str, np.ndarray], d: _Doc,
     if name not in arrays:
         d.fail(where, f"constant {name!r} has no array in the .npz", hint="the .npz does not belong to this .json")
     arr = arrays[name]
+    arr = arr.astype(arr.dtype.newbyteorder("="), copy=False)  # saved little-endian; no copy on such a host
     want = np.dtype(NUMPY_STORAGE[t.dtype])
     if tuple(arr.shape) != t.shape or arr.dtype != want:
         d.fail(
