@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from rich.console import Console
@@ -144,6 +145,20 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--examples", type=int, default=200, metavar="N", help="valid draws per rule (default 200)")
     chk.add_argument("--seed", type=int, default=None, metavar="S", help="random seed (default: fixed per rule)")
     chk.add_argument("--rule", action="append", metavar="NAME", help="check only these rules (repeatable)")
+    chk.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="rules checked at once, each in its own worker process (default: the number of CPUs)",
+    )
+    chk.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a rule still running after this long gets the `crashed` verdict (default: no limit)",
+    )
     chk.add_argument("--json", action="store_true", help="print machine-readable JSON")
     chk.set_defaults(func=cmd_check)
     return parser
@@ -316,17 +331,18 @@ def cmd_check(args, console: Console) -> int:
     from rich.table import Table
 
     from gawee.rewrite.ruleset import load_rules
-    from gawee.testing import check_rule
+    from gawee.testing import check_rules
 
     if args.examples < 1:
         raise GaweeError("--examples must be at least 1")
+    if args.jobs < 1:
+        raise GaweeError("--jobs must be at least 1")
     rules = load_rules(*args.paths).rules
     if args.rule:
         unknown = sorted(set(args.rule) - {r.name for r in rules})
         if unknown:
             raise GaweeError(f"no rule named {', '.join(unknown)} in {' '.join(args.paths)}")
         rules = [r for r in rules if r.name in args.rule]
-    results = []
     with Progress(
         TextColumn("checking {task.fields[rule]:<28}"),
         BarColumn(),
@@ -336,11 +352,15 @@ def cmd_check(args, console: Console) -> int:
         disable=args.json,
         transient=True,
     ) as bar:
-        task = bar.add_task("check", total=len(rules), rule="")
-        for rule in rules:
-            bar.update(task, rule=rule.name)
-            results.append(check_rule(rule, args.examples, args.seed))
-            bar.advance(task)
+        task = bar.add_task("check", total=len(rules), rule=rules[0].name if rules else "")
+        results = check_rules(
+            rules,
+            args.examples,
+            args.seed,
+            progress=lambda rule, _: bar.update(task, advance=1, rule=rule.name),
+            jobs=args.jobs,
+            timeout=args.timeout,
+        )
     bad = [r for r in results if not r.ok]
     if args.json:
         print(
@@ -356,6 +376,10 @@ def cmd_check(args, console: Console) -> int:
                         "guard": r.guard_verdict,
                         "seconds": round(r.seconds, 2),
                         "counterexample": None if r.counterexample is None else str(r.counterexample),
+                        "assumes": [a.text for a in r.rule.assumptions],
+                        "assumption_false": r.assumption_false,
+                        "error": r.error or None,
+                        "crash": r.crash or None,
                     }
                     for r in results
                 ],
@@ -367,7 +391,9 @@ def cmd_check(args, console: Console) -> int:
     for col in ("rule", "location", "examples", "guard hits", "fired", "guard", "verdict"):
         table.add_column(col, justify="right" if col in ("examples", "guard hits", "fired") else "left")
     for r in results:
-        style = {"UNSOUND": "bold red", "untested": "red", "error": "red", "weak": "yellow"}.get(r.verdict, "green")
+        style = {"UNSOUND": "bold red", "crashed": "bold red", "untested": "red", "error": "red", "weak": "yellow"}.get(
+            r.verdict, "green"
+        )
         table.add_row(
             r.rule.name,
             r.rule.location,
@@ -382,6 +408,9 @@ def cmd_check(args, console: Console) -> int:
         if r.counterexample is not None:
             console.print(f"\n[bold red]{r.rule.name}[/] ({r.rule.location}) is unsound:")
             console.print(str(r.counterexample), markup=False, highlight=False)
+        elif r.crash:
+            console.print(f"\n[bold red]{r.rule.name}[/] ({r.rule.location}) crashed the harness:")
+            console.print(f"  {r.crash}", markup=False, highlight=False)
         elif r.verdict in ("untested", "weak", "error"):
             why = r.error or (
                 f"the guard held in {r.guard_hits} of {r.examples} draws; most often false: "
@@ -394,10 +423,18 @@ def cmd_check(args, console: Console) -> int:
     console.print(
         f"\n{len(results)} rules, {sum(r.examples for r in results)} examples, "
         f"{sum(r.verdict == 'UNSOUND' for r in results)} unsound, "
-        f"{sum(r.verdict in ('untested', 'error') for r in results)} untested, {total:.1f} s",
+        f"{sum(r.verdict in ('untested', 'error') for r in results)} untested, "
+        f"{sum(r.verdict == 'crashed' for r in results)} crashed, {total:.1f} s",
         highlight=False,
     )
-    return EXIT_FINDING if any(r.verdict in ("UNSOUND", "untested", "error") for r in results) else EXIT_OK
+    for r in results:
+        if r.rule.assumptions:
+            facts = ", ".join(a.text for a in r.rule.assumptions)
+            console.print(
+                f"{r.rule.name} assumes {facts}: {r.assumption_false} draws broke it and were set aside",
+                highlight=False,
+            )
+    return EXIT_FINDING if any(not r.ok for r in results) else EXIT_OK
 
 
 class _null:

@@ -16,10 +16,12 @@ no farther from the truth than the original was (it avoided an overflow of the o
 from __future__ import annotations
 
 import time
+import traceback
 import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -27,7 +29,7 @@ from gawee.dsl.compiler import Rule
 from gawee.dsl.library import GuardFailed
 from gawee.equivalence import TOLERANCE, output_error
 from gawee.errors import GaweeError, RewriteError
-from gawee.interp import run
+from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
@@ -52,11 +54,15 @@ class Counterexample:
     """(name, type, data) of every input and constant."""
     max_error: float = 0.0
     allowed: float = 0.0
+    assumed: list[str] = field(default_factory=list)
+    """The rule's `assume` facts, all true for these values."""
 
     def __str__(self) -> str:
         lines = [f"counterexample for {self.rule}: {self.reason}"]
         if self.allowed:
             lines.append(f"  max abs error {self.max_error:.4g} > allowed {self.allowed:.4g}")
+        if self.assumed:
+            lines.append(f"  assuming {', '.join(self.assumed)} (true for these values)")
         lines.append("  values:")
         lines += [f"    %{n}: {t} = {d}" for n, t, d in self.values]
         lines.append("  before:")
@@ -83,6 +89,11 @@ class RuleCheck:
     """Guard-false draws where the rewrite would still have been sound."""
     counterexample: Counterexample | None = None
     error: str = ""
+    """Why the harness could not judge the rule (no valid example, or a bug of the harness itself)."""
+    crash: str = ""
+    """The worker process running this rule died (a crash inside a kernel): how, and on which instance."""
+    assumption_false: int = 0
+    """Draws discarded because the data broke one of the rule's `assume` facts."""
     seconds: float = 0.0
     dtypes: set[str] = field(default_factory=set)
     guard_failures: Counter = field(default_factory=Counter)
@@ -92,6 +103,8 @@ class RuleCheck:
     def verdict(self) -> str:
         if self.counterexample is not None:
             return "UNSOUND"
+        if self.crash:
+            return "crashed"
         if self.error:
             return "error"
         if self.fired == 0:
@@ -169,19 +182,19 @@ def _describe(ex: Example, xs: list[torch.Tensor]) -> list[tuple[str, str, str]]
     return rows
 
 
-def _compare(rule: Rule, ex: Example, after: Graph) -> Counterexample | None:
-    """None if ``after`` agrees with the example's graph; a Counterexample if not.
+def _compare(rule: Rule, ex: Example, after: Graph, xs: list[torch.Tensor]) -> Counterexample | None:
+    """None if ``after`` agrees with the example's graph on inputs ``xs``; a Counterexample if not.
 
     Raises S.Reject when the original graph itself cannot run (e.g. an op lacks this dtype).
     """
-    xs = ex.inputs()
     try:
         ref = run(ex.graph, *xs)
     except GaweeError as e:
         raise S.Reject(f"reference does not run: {e}") from None
 
     def cx(reason, err=0.0, allowed=0.0):
-        return Counterexample(rule.name, reason, str(ex.graph), str(after), _describe(ex, xs), err, allowed)
+        assumed = [a.text for a in rule.assumptions]
+        return Counterexample(rule.name, reason, str(ex.graph), str(after), _describe(ex, xs), err, allowed, assumed)
 
     for i, (v_b, v_a) in enumerate(zip(ex.graph.outputs, after.outputs)):
         if not v_b.type.same_shape_dtype(v_a.type):
@@ -229,6 +242,27 @@ def _no_worse(ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor | None, 
     return bool((agree | no_farther).all())
 
 
+def _inputs(rule: Rule, ex: Example) -> list[torch.Tensor] | None:
+    """The example's input data, satisfying the rule's `assume` facts; None if no draw does.
+
+    The usual draw (awkward values include inf and nan) is kept when the facts hold for it;
+    else the draw without non-finite inputs; else the example is discarded. Only data that
+    breaks a stated fact is ever set aside, so a counterexample on such data is never hidden.
+    """
+    xs = ex.inputs()
+    if not rule.assumptions:
+        return xs
+    for data in (xs, ex.inputs(nonfinite=False)):
+        watched = {a.var: ex.bindings.get(a.var) for a in rule.assumptions}
+        try:
+            _, seen = run_observed(ex.graph, data, [v for v in watched.values() if v is not None])
+        except GaweeError:
+            return data  # the draw is refused later, where the reference run fails
+        if all(watched[a.var] is None or bool(a.fact.holds(seen[watched[a.var]]).all()) for a in rule.assumptions):
+            return data
+    return None
+
+
 # -- the property -----------------------------------------------------------------------
 def _guard_holds(rule: Rule, ex: Example) -> tuple[bool | None, str]:
     """(holds, first false conjunct) for the first match at the root; (None, "") if it does not match."""
@@ -252,8 +286,18 @@ def _apply(rule: Rule, ex: Example, use_guard: bool) -> Graph | None:
     return after if fire(after, rule, root, use_guard=use_guard) else None
 
 
-def check_rule(rule: Rule, examples: int = 200, seed: int | None = None) -> RuleCheck:
-    """Run the harness on one rule with ``examples`` valid draws (reproducible for a given seed)."""
+def check_rule(
+    rule: Rule,
+    examples: int = 200,
+    seed: int | None = None,
+    on_example: Callable[[Example, list[torch.Tensor]], None] | None = None,
+) -> RuleCheck:
+    """Run the harness on one rule with ``examples`` valid draws (reproducible for a given seed).
+
+    ``on_example(ex, inputs)`` is called before each drawn instance runs (the isolated runner
+    keeps the last one, to show which instance crashed a kernel). An exception inside the
+    harness becomes the rule's ``error`` verdict, naming the exception and where it was raised.
+    """
     from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings
     from hypothesis import seed as hseed
     from hypothesis import strategies as st
@@ -269,12 +313,21 @@ def check_rule(rule: Rule, examples: int = 200, seed: int | None = None) -> Rule
         except S.Reject:
             result.rejected += 1
             reject()
+        if on_example is not None:
+            on_example(ex, ex.inputs())
         holds, failed_part = _guard_holds(rule, ex)
         if holds is None:
             result.rejected += 1
             reject()
+        xs = _inputs(rule, ex)
+        if xs is None:
+            result.rejected += 1
+            result.assumption_false += 1
+            reject()
+        if on_example is not None and rule.assumptions:
+            on_example(ex, xs)
         try:
-            run(ex.graph, *ex.inputs())  # ops without a kernel for this dtype make the draw invalid
+            run(ex.graph, *xs)  # ops without a kernel for this dtype make the draw invalid
         except GaweeError:
             result.rejected += 1
             reject()
@@ -287,13 +340,13 @@ def check_rule(rule: Rule, examples: int = 200, seed: int | None = None) -> Rule
             except RewriteError as e:
                 raise _Unsound(
                     Counterexample(
-                        rule.name, e.message, str(ex.graph), "(no graph: the rule failed)", _describe(ex, ex.inputs())
+                        rule.name, e.message, str(ex.graph), "(no graph: the rule failed)", _describe(ex, xs)
                     )
                 ) from None
             if after is None:
                 return
             result.fired += 1
-            found = _compare(rule, ex, after)
+            found = _compare(rule, ex, after, xs)
             if found is not None:
                 raise _Unsound(found)
         else:
@@ -306,7 +359,7 @@ def check_rule(rule: Rule, examples: int = 200, seed: int | None = None) -> Rule
             if after is None:
                 return
             try:
-                bad = _compare(rule, ex, after)
+                bad = _compare(rule, ex, after, xs)
             except S.Reject:
                 return
             if bad is not None:
@@ -335,19 +388,40 @@ def check_rule(rule: Rule, examples: int = 200, seed: int | None = None) -> Rule
         result.counterexample = e.cx
     except Unsatisfiable:
         result.error = "no valid example could be generated for this pattern"
+    except Exception as e:  # a bug of the harness or of an op's sampler: a verdict for this rule, not a crash
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        where = f"{frame.filename}:{frame.lineno} in {frame.name}"
+        ours = Path(frame.filename).resolve().is_relative_to(Path(__file__).resolve().parents[1])
+        blame = "a bug of gawee's harness: please report it" if ours else "raised outside gawee (a helper?)"
+        result.error = f"checking this rule raised {type(e).__name__}: {e} (at {where}; {blame})"
     result.seconds = time.perf_counter() - t0
     return result
 
 
 def check_rules(
-    rules: RuleSet,
+    rules: RuleSet | list[Rule],
     examples: int = 200,
     seed: int | None = None,
     progress: Callable[[Rule, RuleCheck], None] | None = None,
+    *,
+    isolate: bool = True,
+    jobs: int = 1,
+    timeout: float | None = None,
 ) -> list[RuleCheck]:
-    """check_rule for every rule of the set, in order; ``progress`` is called after each."""
+    """check_rule for every rule of the set; results in rule order, ``progress`` called after each.
+
+    With ``isolate`` (the default where the platform can fork), each rule runs in a worker
+    process (gawee.testing.isolate): a crash inside a kernel, or a rule that outlives
+    ``timeout`` seconds, is that rule's ``crashed`` verdict and the other rules are still judged;
+    ``jobs`` workers run at once.
+    """
+    from gawee.testing.isolate import can_isolate, check_isolated
+
+    rule_list = rules.rules if isinstance(rules, RuleSet) else list(rules)
+    if isolate and can_isolate():
+        return check_isolated(rule_list, examples, seed, jobs=jobs, timeout=timeout, progress=progress)
     out = []
-    for rule in rules.rules:
+    for rule in rule_list:
         res = check_rule(rule, examples, seed)
         out.append(res)
         if progress is not None:
