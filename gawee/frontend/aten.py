@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.fx
 
-from gawee.errors import GaweeError
+from gawee.errors import CaptureError, GaweeError
 from gawee.ir.core import Graph, Value
 from gawee.ir.types import DType, TensorType
 from gawee.ops import OPAQUE, AtenBinding, OpDef, all_ops
@@ -34,6 +35,17 @@ def recorded_types(fx_node: torch.fx.Node) -> list[TensorType | None]:
     return [TensorType.of(v) if isinstance(v, torch.Tensor) else None for v in vals]
 
 
+def is_check(target) -> bool:
+    """An ATen op that returns nothing and writes nothing: a runtime check export emits
+    (``_assert_tensor_metadata`` next to every ``.to(dtype)``, ``_assert_scalar``,
+    ``sym_constrain_range_for_size``, ``_assert_async``...). Found by schema, not by name.
+    The shapes and dtypes it asserts are already static in the captured graph."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    return not schema.returns and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
 class NodeConverter:
     """Converts fx call_function nodes into gawee nodes on one graph.
 
@@ -41,10 +53,14 @@ class NodeConverter:
     results); ``scalar`` makes (and shares) 0-d constants for Scalar operands.
     """
 
-    def __init__(self, graph: Graph, env: dict[torch.fx.Node, Any], warnings: list[str]):
+    def __init__(
+        self, graph: Graph, env: dict[torch.fx.Node, Any], warnings: list[str], dropped: dict[str, int] | None = None
+    ):
         self.graph = graph
         self.env = env
         self.warnings = warnings
+        self.dropped = dropped if dropped is not None else {}
+        """ATen target → how many no-result checks (``_assert_tensor_metadata``...) were dropped."""
         self.table = binding_table()
         self._scalars: dict[tuple, Value] = {}
 
@@ -56,6 +72,9 @@ class NodeConverter:
             self.env[fx_node] = self.env[src][idx]
             return
         key = _target_name(target)
+        if is_check(target):
+            self.dropped[key] = self.dropped.get(key, 0) + 1
+            return
         for opdef, binding in self.table.get(key, ()):
             if self._try_bind(fx_node, opdef, binding, key):
                 return
@@ -198,15 +217,17 @@ class NodeConverter:
                 "kwargs": tuple((k, encode_arg(v, index)) for k, v in fx_node.kwargs.items()),
             }
         except TypeError as e:
-            raise GaweeError(
+            raise CaptureError(
                 f"cannot record {key} at {fx_node.name}: {e}",
                 hint="this ATen call takes an argument gawee cannot serialize",
             ) from None
         recorded = recorded_types(fx_node)
         if any(t is None for t in recorded):
-            raise GaweeError(
-                f"{key} at {fx_node.name} returns a non-tensor result",
-                hint="data-dependent shapes and symbolic values are not supported yet",
+            raise CaptureError(
+                f"{key} at {fx_node.name} returns a non-tensor result ({_describe(fx_node.meta.get('val'))})",
+                where=_user_location(fx_node),
+                hint="gawee graphs carry tensors only: a symbolic size or scalar result comes from data-dependent "
+                "shapes, which are not supported; make the shape static or return the value as a tensor",
             )
         node = self.graph.create_node(OPAQUE, operands, attrs, types=recorded, name=fx_node.name, source=key)
         if isinstance(fx_node.meta.get("val"), (list, tuple)):
@@ -253,3 +274,19 @@ def _target_name(target: Callable) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
     return getattr(target, "__name__", str(target))
+
+
+def _describe(val: Any) -> str:
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    return ", ".join(type(v).__name__ for v in vals)
+
+
+def _user_location(fx_node: torch.fx.Node) -> str | None:
+    """``file:line`` of the user's code that emitted this node (the innermost non-torch frame export recorded)."""
+    trace = fx_node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
+    frames = [f for f in frames if "site-packages/torch/" not in f[0]] or frames
+    if not frames:
+        return None
+    path, line, func = frames[-1]
+    return f"{path}:{line} in {func}"

@@ -29,6 +29,8 @@ class CaptureStats:
     convert_s: float = 0.0
     """gawee's own conversion of the exported graph."""
     opaque_ops: dict[str, int] = field(default_factory=dict)
+    dropped_checks: dict[str, int] = field(default_factory=dict)
+    """No-result runtime checks export emitted (``aten._assert_tensor_metadata``...), dropped."""
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -86,7 +88,7 @@ def from_exported_program(ep: ExportedProgram, name: str = "graph", stats: Captu
     specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
     state = dict(ep.state_dict)
     state.update(ep.constants)
-    converter = NodeConverter(graph, env, stats.warnings)
+    converter = NodeConverter(graph, env, stats.warnings, stats.dropped_checks)
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             spec = specs.get(fx_node.name)

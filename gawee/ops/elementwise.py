@@ -310,9 +310,17 @@ binary(
     aten=("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode"),
     doc="true division, or floor/trunc division with rounding_mode",
 )
-binary("pow", torch.pow, onnx="Pow", aten=("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar", "aten.pow.Scalar"))
-binary("maximum", torch.maximum, commutative=True, onnx="Max", aten=("aten.maximum.default",))
-binary("minimum", torch.minimum, commutative=True, onnx="Min", aten=("aten.minimum.default",))
+binary(
+    "pow",
+    torch.pow,
+    onnx="Pow",
+    aten=tuple(
+        AtenBinding(f"aten.pow.{o}", rename={"exponent": "other"}) for o in ("Tensor_Tensor", "Tensor_Scalar", "Scalar")
+    ),
+    doc="self ** other; a Scalar base or exponent arrives as a 0-d constant",
+)
+binary("maximum", torch.maximum, commutative=True, onnx="Max", aten=("aten.maximum.default", "aten.max.other"))
+binary("minimum", torch.minimum, commutative=True, onnx="Min", aten=("aten.minimum.default", "aten.min.other"))
 binary("fmod", torch.fmod)
 binary("remainder", torch.remainder)
 binary("floor_divide", torch.floor_divide, aten=("aten.floor_divide.default", "aten.floor_divide.Scalar"))
@@ -340,17 +348,30 @@ for _name, _fn in [
         sample=_int_sample,
         onnx={"logical_and": "And", "logical_or": "Or", "logical_xor": "Xor"}[_name],
     )
-for _name, _fn in [
-    ("bitwise_and", torch.bitwise_and),
-    ("bitwise_or", torch.bitwise_or),
-    ("bitwise_xor", torch.bitwise_xor),
+
+
+def _bitwise_onnx(bitwise: str, logical: str):
+    """ONNX's Bitwise* take integers only: on bool (masks, ``a & b``) the logical op is the same function."""
+
+    def lower(c):
+        return _binary_onnx(logical if c.out.dtype is DType.bool else bitwise, False)(c)
+
+    return lower
+
+
+for _name, _fn, _py in [
+    ("bitwise_and", torch.bitwise_and, "and"),
+    ("bitwise_or", torch.bitwise_or, "or"),
+    ("bitwise_xor", torch.bitwise_xor, "xor"),
 ]:
     binary(
         _name,
         _fn,
         commutative=True,
         sample=_int_sample,
-        onnx={"bitwise_and": "BitwiseAnd", "bitwise_or": "BitwiseOr", "bitwise_xor": "BitwiseXor"}[_name],
+        onnx=_bitwise_onnx("Bitwise" + _py.capitalize(), _py.capitalize()),
+        aten=(f"aten.{_name}.Tensor", f"aten.{_name}.Scalar", f"aten.__{_py}__.Tensor", f"aten.__{_py}__.Scalar"),
+        doc=f"the `__{_py}__` operator; on bool tensors, logical {_py}",
     )
 
 register(
@@ -378,6 +399,45 @@ register(
         onnx=lambda c: c.emit("Where", c.x(1), c.x_as(2, c.out.dtype), c.x(0)),
         aten=("aten.masked_fill.Scalar", "aten.masked_fill.Tensor"),
         doc="value where mask, else self; value is a 0-d tensor",
+    )
+)
+
+
+def _addcmul_flops(ins, outs, attrs):
+    """t1 * t2, times value unless it is 1, plus self: per output element."""
+    return (2 if attrs["value"] == 1 else 3) * outs[0].numel
+
+
+def _addcmul_sample(draw, slots, attrs):
+    """Free operands are broadcast partners of the first fixed one; Reject when the three do not broadcast."""
+    types, attrs = S.elementwise(draw, slots, {"value": draw.choice([1, 0.5, -2.0]), **attrs})
+    try:
+        torch.broadcast_shapes(*(t.shape for t in types))
+    except RuntimeError:
+        raise S.Reject("operands do not broadcast together") from None
+    return types, attrs
+
+
+def _addcmul_onnx(c):
+    dtype = c.out.dtype
+    prod = c.emit("Mul", c.x_as(1, dtype), c.x_as(2, dtype))
+    if c.attrs["value"] != 1:
+        prod = c.emit("Mul", prod, c.scalar(c.attrs["value"], dtype))
+    return c.emit("Add", c.x_as(0, dtype), prod)
+
+
+register(
+    OpDef(
+        "addcmul",
+        (Operand("self"), Operand("tensor1"), Operand("tensor2")),
+        lambda self, tensor1, tensor2, *, value: torch.addcmul(self, tensor1, tensor2, value=value),
+        attrs=(Attr("value", "scalar", 1),),
+        traits=EW,
+        flops=_addcmul_flops,
+        sample=_addcmul_sample,
+        onnx=_addcmul_onnx,
+        aten=("aten.addcmul.default",),
+        doc="self + value * tensor1 * tensor2, broadcasting all three (GRN of ConvNeXt-V2)",
     )
 )
 

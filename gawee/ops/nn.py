@@ -162,10 +162,10 @@ def _pool_onnx(op_type: str):
 
 def _adaptive_pool_onnx(reduce_op: str, window_op: str):
     def lower(c):
-        size, out = c.type(0).shape[-2:], tuple(c.attrs["output_size"])
-        if out == (1, 1):  # a reduction over H, W: ONNX Runtime's Reduce* beat its GlobalAveragePool here
-            rank = c.type(0).rank
-            return c.emit(reduce_op, c.x(0), c.ints([rank - 2, rank - 1]), keepdims=1)
+        out = tuple(c.attrs["output_size"])
+        size, rank = c.type(0).shape[-len(out) :], c.type(0).rank
+        if all(o == 1 for o in out):  # a reduction over the spatial dims: ONNX Runtime's Reduce* beat GlobalAveragePool
+            return c.emit(reduce_op, c.x(0), c.ints(list(range(rank - len(out), rank))), keepdims=1)
         if any(s % o for s, o in zip(size, out)):
             c.fail(f"output size {list(out)} does not divide the input's {list(size)}")
         kernel = [s // o for s, o in zip(size, out)]
@@ -857,6 +857,125 @@ register(
         canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"])},
         onnx=_adaptive_pool_onnx("ReduceMax", "MaxPool"),
         aten=(AtenBinding("aten.adaptive_max_pool2d.default", outputs=(0,)),),
+    )
+)
+
+
+def _pool3d_canon(attrs, _types):
+    attrs["kernel_size"] = _pair(attrs["kernel_size"], 3)
+    attrs["stride"] = _pair(attrs["stride"], 3) if attrs["stride"] else attrs["kernel_size"]
+    attrs["padding"] = _pair(attrs["padding"], 3)
+    if "dilation" in attrs:
+        attrs["dilation"] = _pair(attrs["dilation"], 3)
+    return attrs
+
+
+def _pool3d_sample(has_dilation: bool):
+    """A (N,) C, D, H, W input and a window that fits it (padding at most half the kernel, as torch requires)."""
+
+    def sample(draw, slots, attrs):
+        x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.choice([4, 5]))
+        if x.rank not in (4, 5):
+            raise S.Reject("3-D pooling needs rank 4 or 5")
+        k = _pair(attrs.get("kernel_size") or tuple(draw.integers(1, 2) for _ in range(3)), 3)
+        if any(kk > d for kk, d in zip(k, x.shape[-3:])):
+            raise S.Reject("kernel larger than the input")
+        drawn = {
+            "kernel_size": k,
+            "stride": tuple(draw.integers(1, 2) for _ in range(3)),
+            "padding": tuple(draw.integers(0, kk // 2) for kk in k),
+            "ceil_mode": draw.boolean(0.2),
+        }
+        if has_dilation:
+            drawn["dilation"] = (1, 1, 1)
+        return [x], {**drawn, **attrs}
+
+    return sample
+
+
+def _adaptive3d_sample(draw, slots, attrs):
+    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.choice([4, 5]))
+    if x.rank not in (4, 5):
+        raise S.Reject("3-D adaptive pooling needs rank 4 or 5")
+    size = tuple(draw.choice([1, d]) if draw.boolean(0.5) else draw.integers(1, d) for d in x.shape[-3:])
+    return [x], {"output_size": size, **attrs}
+
+
+register(
+    OpDef(
+        "max_pool3d",
+        (Operand("self"),),
+        lambda self, *, kernel_size, stride, padding, dilation, ceil_mode: F.max_pool3d(
+            self, kernel_size, stride, padding, dilation, ceil_mode
+        ),
+        attrs=(
+            Attr("kernel_size", "ints"),
+            Attr("stride", "ints", ()),
+            Attr("padding", "ints", (0, 0, 0)),
+            Attr("dilation", "ints", (1, 1, 1)),
+            Attr("ceil_mode", "bool", False),
+        ),
+        traits=PURE,
+        flops=_window_flops,
+        canonicalize=_pool3d_canon,
+        sample=_pool3d_sample(True),
+        onnx=_pool_onnx("MaxPool"),
+        aten=("aten.max_pool3d.default", AtenBinding("aten.max_pool3d_with_indices.default", outputs=(0,))),
+        doc="max over (D, H, W) windows (video models: r3d, mc3, s3d)",
+    )
+)
+register(
+    OpDef(
+        "avg_pool3d",
+        (Operand("self"),),
+        lambda self, *, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override: F.avg_pool3d(
+            self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+        ),
+        attrs=(
+            Attr("kernel_size", "ints"),
+            Attr("stride", "ints", ()),
+            Attr("padding", "ints", (0, 0, 0)),
+            Attr("ceil_mode", "bool", False),
+            Attr("count_include_pad", "bool", True),
+            Attr("divisor_override", "int?", None),
+        ),
+        traits=PURE,
+        flops=_window_flops,
+        canonicalize=_pool3d_canon,
+        sample=_pool3d_sample(False),
+        onnx=_pool_onnx("AveragePool"),
+        aten=("aten.avg_pool3d.default",),
+        doc="mean over (D, H, W) windows",
+    )
+)
+register(
+    OpDef(
+        "adaptive_avg_pool3d",
+        (Operand("self"),),
+        lambda self, *, output_size: F.adaptive_avg_pool3d(self, output_size),
+        attrs=(Attr("output_size", "ints"),),
+        traits=PURE,
+        flops=lambda ins, outs, a: numel(ins[0]),
+        canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"], 3)},
+        sample=_adaptive3d_sample,
+        onnx=_adaptive_pool_onnx("ReduceMean", "AveragePool"),
+        aten=("aten.adaptive_avg_pool3d.default",),
+        doc="mean over adaptive (D, H, W) bins; (1, 1, 1) is the global pooling of video classifiers",
+    )
+)
+register(
+    OpDef(
+        "adaptive_max_pool3d",
+        (Operand("self"),),
+        lambda self, *, output_size: F.adaptive_max_pool3d(self, output_size),
+        attrs=(Attr("output_size", "ints"),),
+        traits=PURE,
+        flops=lambda ins, outs, a: numel(ins[0]),
+        canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"], 3)},
+        sample=_adaptive3d_sample,
+        onnx=_adaptive_pool_onnx("ReduceMax", "MaxPool"),
+        aten=(AtenBinding("aten.adaptive_max_pool3d.default", outputs=(0,)),),
+        doc="max over adaptive (D, H, W) bins",
     )
 )
 
