@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from gawee.errors import EquivalenceError
+from gawee.errors import EquivalenceError, GaweeError
 from gawee.interp import run
 from gawee.ir.core import Graph
 from gawee.ir.types import DType, TensorType
@@ -98,6 +99,18 @@ class EquivalenceReport:
         )
 
 
+def signature_problem(before: Graph, after: Graph) -> str:
+    """Why the two graphs cannot be compared at all (different inputs or output count, no weights), else ""."""
+    in_b, in_a = [v.type for v in before.inputs], [v.type for v in after.inputs]
+    if len(in_b) != len(in_a) or any(not x.same_shape_dtype(y) for x, y in zip(in_b, in_a)):
+        return f"inputs differ: {[str(t) for t in in_b]} vs {[str(t) for t in in_a]}"
+    if len(before.outputs) != len(after.outputs):
+        return f"{len(before.outputs)} outputs vs {len(after.outputs)}"
+    if any(v.data is not None and not v.has_known_data for g in (before, after) for v in g.constants()):
+        return "a graph holds meta-device constants (no values): capture with real weights to compare"
+    return ""
+
+
 def verify_equivalent(
     before: Graph, after: Graph, inputs: Sequence[torch.Tensor] | None = None, *, seed: int = 0, trials: int = 1
 ) -> EquivalenceReport:
@@ -107,16 +120,10 @@ def verify_equivalent(
     tolerance (TOLERANCE). Graphs with meta-device constants cannot be compared.
     """
     report = EquivalenceReport()
-    in_b, in_a = [v.type for v in before.inputs], [v.type for v in after.inputs]
-    if len(in_b) != len(in_a) or any(not x.same_shape_dtype(y) for x, y in zip(in_b, in_a)):
-        report.problem = f"inputs differ: {[str(t) for t in in_b]} vs {[str(t) for t in in_a]}"
+    report.problem = signature_problem(before, after)
+    if report.problem:
         return report
-    if len(before.outputs) != len(after.outputs):
-        report.problem = f"{len(before.outputs)} outputs vs {len(after.outputs)}"
-        return report
-    if any(v.data is not None and not v.has_known_data for g in (before, after) for v in g.constants()):
-        report.problem = "a graph holds meta-device constants (no values): capture with real weights to compare"
-        return report
+    in_b = [v.type for v in before.inputs]
     draws = [list(inputs)] if inputs is not None else [random_inputs(in_b, seed + k) for k in range(trials)]
     checks: dict[int, OutputCheck] = {}
     for xs in draws:
@@ -139,3 +146,492 @@ def assert_equivalent(before: Graph, after: Graph, inputs: Sequence[torch.Tensor
     report = verify_equivalent(before, after, inputs, **kw)
     if not report.ok:
         raise EquivalenceError(str(report))
+
+
+# -- verifying a rewrite: several input distributions, intermediate values, blame ---------------
+DISTRIBUTIONS = ("normal", "x10", "x100", "awkward")
+"""The input sets ``verify_rewrite`` tries, in order: unit normal, normal x10, normal x100, and the
+soundness harness's awkward values (huge, tiny, zero, signed zeros; ``gawee.testing.generate.AWKWARD``).
+Integer and bool inputs are drawn as ``random_inputs`` does in every set (they may be indices)."""
+
+_SCALES = {"normal": 1.0, "x10": 10.0, "x100": 100.0}
+
+
+def distribution_inputs(types: Sequence[TensorType], distribution: str, seed: int = 0) -> list[torch.Tensor]:
+    """Inputs of the given types drawn from one of DISTRIBUTIONS (``normal`` is ``random_inputs``)."""
+    xs = random_inputs(types, seed)
+    if distribution in _SCALES:
+        return [x * _SCALES[distribution] if x.is_floating_point() or x.is_complex() else x for x in xs]
+    if distribution != "awkward":
+        raise EquivalenceError(
+            f"unknown input distribution {distribution!r}", hint=f"one of {', '.join(DISTRIBUTIONS)}"
+        )
+    from gawee.testing.generate import fill  # AWKWARD's sampler; imported late (gawee.testing imports this module)
+
+    gen = torch.Generator().manual_seed(seed)
+    return [fill(t, "awkward", gen) if t.dtype.is_float or t.dtype.is_complex else x for t, x in zip(types, xs)]
+
+
+@dataclass
+class ValueCheck:
+    """A value of the rewritten graph compared with the value of the original it stands for."""
+
+    value: str
+    original: str
+    firings: tuple[int, ...]
+    """Indices into the trace of the replacements from ``original`` to ``value`` (empty: the same value)."""
+    rules: tuple[str, ...]
+    max_error: float
+    allowed: float
+    ok: bool
+    output: int | None = None
+    """The graph output index, when the value is one."""
+
+    def describe(self) -> str:
+        via = f" (made by {' then '.join(dict.fromkeys(self.rules))})" if self.rules else ""
+        what = f"output {self.output} " if self.output is not None else ""
+        return f"{what}%{self.value}{via} vs %{self.original} of the original"
+
+
+@dataclass
+class Trial:
+    """One input distribution: graph outputs and every corresponding intermediate value compared."""
+
+    distribution: str
+    outputs: list[OutputCheck] = field(default_factory=list)
+    values: int = 0
+    """Pairs of corresponding values compared (graph outputs included)."""
+    first_divergence: ValueCheck | None = None
+    """The first value, in the rewritten graph's order, that differs from the one it stands for."""
+    problem: str = ""
+    """The rewritten graph failed to run on these inputs (a failure)."""
+    skipped: str = ""
+    """The original graph failed to run on these inputs (no verdict)."""
+    max_rel_error: float = 0.0
+    """Over all compared values: max error / (tolerance x scale); <= 1 passes."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem and self.first_divergence is None and all(o.ok for o in self.outputs)
+
+    @property
+    def max_error(self) -> float:
+        return max((o.max_error for o in self.outputs), default=0.0)
+
+    def as_dict(self) -> dict:
+        return {
+            "distribution": self.distribution,
+            "ok": self.ok,
+            "skipped": self.skipped or None,
+            "max_error": self.max_error,
+            "max_error_over_allowed": self.max_rel_error,
+            "values_compared": self.values,
+            "first_divergence": None if self.first_divergence is None else self.first_divergence.__dict__,
+            "problem": self.problem or None,
+        }
+
+
+@dataclass
+class Blame:
+    """The rule held responsible for a failed verification."""
+
+    rule: str
+    location: str
+    firing: int
+    """Index into the rewrite's trace of the firing blamed."""
+    root: str
+    """The node that firing was rooted at."""
+    distribution: str
+    value: str
+    original: str
+    method: str
+    """"provenance": the diverging value's replacements and the nodes between it and the last values
+    that agree were all made by this one rule; "replay": several rules were involved, and replaying the
+    rewrite up to each of their firings found the first after which the value differs; "failed node":
+    the rewritten graph failed to run at a node this rule made; "ambiguous": no rule set to replay with."""
+    candidates: tuple[str, ...] = ()
+    """Every rule involved in making the diverging value."""
+
+    def __str__(self) -> str:
+        others = [c for c in self.candidates if c != self.rule]
+        among = f"; also involved: {', '.join(others)}" if others else ""
+        return f"rule {self.rule} ({self.location}), firing #{self.firing} at node {self.root} [{self.method}{among}]"
+
+
+@dataclass
+class RewriteVerification:
+    """The result of ``verify_rewrite``: one Trial per distribution and, on failure, the rule blamed."""
+
+    trials: list[Trial] = field(default_factory=list)
+    blame: Blame | None = None
+    problem: str = ""
+    """Why the graphs could not even be compared, else ""."""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem and all(t.ok for t in self.trials)
+
+    @property
+    def max_error(self) -> float:
+        """Max output error on the first (unit normal) input set, as verify_equivalent reports it."""
+        return self.trials[0].max_error if self.trials else 0.0
+
+    @property
+    def failed(self) -> list[Trial]:
+        return [t for t in self.trials if not t.ok]
+
+    def short(self) -> str:
+        """One cell's worth: "ok, max error 2.4e-06" or "FAILED: relu6_is_relu (x10)"."""
+        if self.problem:
+            return f"FAILED: {self.problem}"
+        if self.ok:
+            return f"ok, max error {self.max_error:.2g}"
+        where = ", ".join(t.distribution for t in self.failed)
+        return f"FAILED: {self.blame.rule} ({where})" if self.blame else f"FAILED ({where})"
+
+    def __str__(self) -> str:
+        if self.problem:
+            return f"not equivalent: {self.problem}"
+        sets = ", ".join(
+            f"{t.distribution} {'skipped' if t.skipped else 'ok' if t.ok else 'FAILED'}" for t in self.trials
+        )
+        if self.ok:
+            return f"equivalent on {len(self.trials)} input sets ({sets}), max error {self.max_error:.3g}"
+        first = self.failed[0]
+        lines = [f"NOT equivalent ({sets})"]
+        if first.problem:
+            lines.append(f"  on {first.distribution} inputs: {first.problem}")
+        elif first.first_divergence is not None:
+            d = first.first_divergence
+            lines.append(
+                f"  on {first.distribution} inputs, first difference: {d.describe()}: "
+                f"max error {d.max_error:.3g} > allowed {d.allowed:.3g}"
+            )
+        if self.blame is not None:
+            lines.append(f"  blamed: {self.blame}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "max_error": self.max_error,
+            "problem": self.problem or None,
+            "trials": [t.as_dict() for t in self.trials],
+            "blame": None if self.blame is None else self.blame.__dict__,
+            "seconds": self.seconds,
+            "detail": str(self),
+        }
+
+
+def verify_rewrite(
+    before: Graph,
+    after: Graph,
+    trace: Sequence,
+    *,
+    rules=None,
+    distributions: Sequence[str] = DISTRIBUTIONS,
+    seed: int = 0,
+) -> RewriteVerification:
+    """Verify that ``after`` (the result of rewriting ``before``, with ``trace`` its firings) computes
+    what ``before`` does, on several input distributions, value by value, and name the rule to blame.
+
+    For each distribution, both graphs run on the same inputs; every graph output and every value of
+    ``after`` that stands for a value of ``before`` (``gawee.rewrite.driver.provenance``) is compared
+    with the per-dtype tolerance scaled by the reference's magnitude (as ``verify_equivalent``; inf
+    and nan must sit at the same positions). A comparison that fails is judged again against the
+    original evaluated in float64 (when every op runs in float64): a rewritten value no farther from
+    that truth than the original's own rounding, element by element, is not a difference (reassociated
+    float math on huge inputs). The first value, in ``after``'s order, that differs localizes the
+    fault; the rule blamed is the one that made it, or, when several rules made the nodes between it
+    and the last values that agree, found by replaying the rewrite (``rules``, deterministic) up to each
+    of their firings and comparing the value again.
+    """
+    import time
+
+    from gawee.rewrite.driver import provenance
+
+    t0 = time.perf_counter()
+    out = RewriteVerification(problem=signature_problem(before, after))
+    if out.problem:
+        return out
+    trace = list(trace)
+    b_values = _values_by_name(before)
+    a_values = _values_by_name(after)
+    pairs = _pairs(before, after, provenance(trace, set(b_values)), b_values, a_values, trace)
+    b_probe = _probe(before, [p.original for p in pairs])
+    a_probe = _probe(after, [p.value for p in pairs])
+    types = [v.type for v in before.inputs]
+    failing: tuple[Trial, list[torch.Tensor], list, list | None] | None = None
+    for k, dist in enumerate(distributions):
+        xs = distribution_inputs(types, dist, seed + k)
+        trial = Trial(dist)
+        out.trials.append(trial)
+        try:
+            ref = run(b_probe, *xs)
+        except GaweeError as e:
+            trial.skipped = f"the original graph fails on these inputs: {e.message}"
+            continue
+        try:
+            got = run(a_probe, *xs)
+        except GaweeError as e:
+            trial.problem = f"the rewritten graph fails to run: {e.message}"
+            if failing is None:
+                failing = (trial, xs, ref, None)
+                out.blame = _blame_failed_node(e, trace, dist)
+            continue
+        n = len(before.outputs)
+        checks = [_judge(p, ref[n + i], got[n + i], None) for i, p in enumerate(pairs)]
+        _confirm(before, pairs, checks, xs, ref[n:], got[n:])
+        for c in checks:
+            c.rules = tuple(trace[i].rule for i in c.firings)
+        trial.values = len(checks)
+        trial.max_rel_error = max((c.max_error / c.allowed if c.allowed else 0.0 for c in checks), default=0.0)
+        trial.first_divergence = next((c for c in checks if not c.ok), None)
+        for i, (r, g) in enumerate(zip(ref[:n], got[:n])):
+            tb, ta = TensorType.of(r), TensorType.of(g)
+            c = next((c for c in checks if c.output == i), None)
+            err = c.max_error if c is not None else output_error(r, g)
+            tol = TOLERANCE.get(tb.dtype, 0.0)
+            check = OutputCheck(i, tb, ta, err, tol, _scale(r))
+            if c is not None and c.ok and not check.ok:  # forgiven against the float64 truth
+                check.scale = c.allowed / tol if tol else check.scale
+            trial.outputs.append(check)
+        if not trial.ok and failing is None:
+            failing = (trial, xs, ref, checks)
+    if failing is not None and out.blame is None and failing[0].first_divergence is not None:
+        trial, xs, ref, _ = failing
+        out.blame = _localize(before, after, trace, rules, trial, xs, ref, pairs, b_values)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+@dataclass
+class _Pair:
+    value: str
+    original: str
+    firings: tuple[int, ...]
+    position: int
+    output: int | None = None
+
+
+def _values_by_name(graph: Graph) -> dict[str, object]:
+    named: dict[str, object] = {v.name: v for v in graph.inputs}
+    for node in graph:
+        for v in node.inputs:
+            if v is not None and v.data is not None:
+                named.setdefault(v.name, v)
+        for v in node.outputs:
+            named[v.name] = v
+    for v in graph.outputs:
+        named.setdefault(v.name, v)
+    return named
+
+
+def _pairs(before, after, links, b_values, a_values, trace) -> list[_Pair]:
+    """(after value, original value) pairs to compare, in after's order: every replacement that is
+    still in ``after`` with each value it stands for, and the graph outputs."""
+    position = {v.name: i for i, node in enumerate(after) for v in node.outputs}
+    pairs: dict[tuple[str, str], _Pair] = {}
+    for name, sources in links.items():
+        if name not in a_values:
+            continue
+        for original, chain in sources.items():
+            if original in b_values:
+                pairs[name, original] = _Pair(name, original, chain, position.get(name, -1))
+    for i, (vb, va) in enumerate(zip(before.outputs, after.outputs)):
+        chain = links.get(va.name, {}).get(vb.name, ())
+        p = pairs.setdefault((va.name, vb.name), _Pair(va.name, vb.name, chain, position.get(va.name, -1)))
+        if p.output is None:
+            p.output = i
+    return sorted(pairs.values(), key=lambda p: (p.position, p.output is None, p.output or 0))
+
+
+def _probe(graph: Graph, names: Sequence[str]) -> Graph:
+    """A copy of ``graph`` that also returns the named values (after its own outputs)."""
+    g = graph.clone()
+    named = _values_by_name(g)
+    g.set_outputs([*g.outputs, *(named[n] for n in names)])
+    return g
+
+
+def _fast_error(ref: torch.Tensor, got: torch.Tensor) -> float:
+    """``output_error`` in three passes when both are finite (the common case): max|ref - got|
+    computed in the tensors' own dtype (float32 for 16-bit floats); exactly as output_error otherwise."""
+    if ref.is_floating_point() and ref.numel():
+        a, b = (ref.float(), got.float()) if ref.element_size() < 4 else (ref, got)
+        err = (a - b).abs().max().item()
+        if math.isfinite(err):
+            return err
+    return output_error(ref, got)
+
+
+def _scale(ref: torch.Tensor) -> float:
+    """max(1, max|ref|) over the finite elements of ``ref``."""
+    if ref.dtype == torch.bool or not ref.numel():
+        return 1.0
+    if ref.is_floating_point():
+        m = ref.abs().max().item()
+        if math.isfinite(m):
+            return max(1.0, m)
+    finite = ref[torch.isfinite(ref)] if ref.dtype.is_floating_point or ref.is_complex() else ref
+    return max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
+
+
+def _judge(p: _Pair, ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor | None) -> ValueCheck:
+    """Compare one pair: within tol x scale; with the float64 ``truth``, also forgiven when no worse
+    than the original's own rounding (tol x scale + 2 x max|ref - truth|, or element by element no
+    farther from the truth than the original)."""
+    dtype = DType.from_torch(ref.dtype)
+    tol = TOLERANCE.get(dtype, 0.0)
+    same_type = ref.shape == got.shape and ref.dtype == got.dtype
+    err = _fast_error(ref, got) if same_type else float("inf")
+    allowed = tol * _scale(ref)
+    ok = same_type and err <= allowed
+    if not ok and same_type and truth is not None and ref.is_floating_point() and truth.shape == ref.shape:
+        own = output_error(truth, ref.double())
+        own = 0.0 if own == float("inf") else own
+        allowed = tol * _scale(truth) + 2 * own
+        ok = err <= allowed or _no_farther(ref, got, truth, tol * _scale(truth))
+    return ValueCheck(p.value, p.original, p.firings, (), err, allowed, ok, p.output)
+
+
+def _no_farther(ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor, allowed: float) -> bool:
+    """Element by element, ``got`` agrees with ``ref`` or is no farther from ``truth`` than ``ref`` is
+    (a rewrite that avoids an overflow of the original is not wrong)."""
+    r, g = ref.double(), got.double()
+    agree = (r == g) | (torch.isnan(r) & torch.isnan(g)) | ((r - g).abs() <= allowed)
+    ref_err = (r - truth).abs().nan_to_num(nan=float("inf"))
+    return bool((agree | ((g - truth).abs() <= ref_err + allowed)).all())
+
+
+def _confirm(before: Graph, pairs: list[_Pair], checks: list[ValueCheck], xs, ref, got) -> None:
+    """Judge the failed checks again, in order, against the float64 truth, until one is confirmed.
+
+    The first is judged against the truth of just the value it compares (a pruned graph: cheap when it
+    comes early); if that one is forgiven, the rest against one float64 run of the whole original.
+    Checks after the first confirmed one are left as they are (the trial has failed already)."""
+    failed = [i for i, c in enumerate(checks) if not c.ok]
+    full = None
+    for k, i in enumerate(failed):
+        if k == 0:
+            truth = _truth(before, [pairs[i].original], xs)
+            truth = None if truth is None else truth[0]
+        else:
+            if full is None:
+                full = _truth(before, [p.original for p in pairs], xs) or []
+            truth = full[i] if full else None
+        if truth is None:
+            return
+        checks[i] = _judge(pairs[i], ref[i], got[i], truth)
+        if not checks[i].ok:
+            return
+
+
+def _prune(graph: Graph, names: Sequence[str]) -> Graph:
+    """A copy of ``graph`` returning just the named values, without the nodes they do not need."""
+    g = graph.clone()
+    named = _values_by_name(g)
+    g.set_outputs([named[n] for n in names])
+    for node in reversed(g.nodes):
+        if all(v.num_uses == 0 for v in node.outputs):
+            g.erase_node(node)
+    return g
+
+
+def _truth(graph: Graph, names: Sequence[str], xs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+    """The named values of ``graph`` computed in float64, or None if an op refuses float64."""
+    from gawee.testing.harness import upcast  # imported late: the harness imports this module
+
+    g = upcast(_prune(graph, names))
+    if g is None:
+        return None
+    try:
+        return list(run(g, *[x.double() if x.is_floating_point() else x for x in xs]))
+    except GaweeError:
+        return None
+
+
+def _blame_failed_node(e: GaweeError, trace: Sequence, dist: str) -> Blame | None:
+    """The rewritten graph failed at a node: blame the rule written on it (its ``source``)."""
+    where = getattr(e, "where", None) or ""
+    for i, f in enumerate(trace):
+        if where == f"{f.rule} ({f.location})":
+            return Blame(f.rule, f.location, i, f.root, dist, "", "", "failed node", (f.rule,))
+    return None
+
+
+def _localize(before, after, trace, rules, trial: Trial, xs, ref, pairs, b_values) -> Blame | None:
+    """Blame a rule for the trial's first diverging value: the one rule that made it and the nodes
+    between it and the values that agree, else the first of those firings found by replay."""
+    d = trial.first_divergence
+    made_by = {}
+    for i, f in enumerate(trace):
+        for c in f.created:
+            made_by[c.rpartition(":")[0]] = i
+    # the cone: nodes of `after` that compute d.value from values compared (and agreeing), inputs and constants
+    compared = {p.value for p in pairs}
+    a_values = _values_by_name(after)
+    firings = set(d.firings)
+    stack, seen = [a_values[d.value]], set()
+    while stack:
+        v = stack.pop()
+        node = getattr(v, "producer", None)
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.name in made_by:
+            firings.add(made_by[node.name])
+        for u in node.inputs:
+            if u is not None and u.producer is not None and u.name not in compared and u.name not in b_values:
+                stack.append(u)
+    if not firings:
+        return None
+    order = sorted(firings)
+    candidates = tuple(dict.fromkeys(trace[i].rule for i in order))
+    blamed, method = order[-1], "provenance"
+    if len(candidates) > 1:
+        if rules is None:
+            method = "ambiguous"
+        else:
+            blamed, method = _replay(before, trace, rules, order, d.original, xs, ref, pairs, b_values), "replay"
+    f = trace[blamed]
+    return Blame(f.rule, f.location, blamed, f.root, trial.distribution, d.value, d.original, method, candidates)
+
+
+def _replay(before, trace, rules, order: list[int], original: str, xs, ref, pairs, b_values) -> int:
+    """The first firing in ``order`` after which the value standing for ``original`` differs from it,
+    by replaying the (deterministic) rewrite up to each candidate firing: a binary search, assuming
+    that once the value differs, later rewrites do not repair it. The last candidate if none does."""
+    from gawee.rewrite.driver import provenance, rewrite
+
+    n = len(before.outputs)
+    index = next(i for i, p in enumerate(pairs) if p.original == original)
+    reference = ref[n + index]
+    pair = pairs[index]
+
+    def differs(k: int) -> bool:
+        partial, report = rewrite(before, rules, trace=True, max_firings=k + 1)
+        if len(report.trace) != k + 1 or report.trace[k].root != trace[k].root:
+            return False  # the replay took another path: no evidence
+        links = provenance(report.trace, set(b_values))
+        named = _values_by_name(partial)
+        now = [name for name, src in links.items() if original in src and name in named]
+        name = now[-1] if now else original if original in named else None
+        if name is None:
+            return False
+        (got,) = run(_prune(partial, [name]), *xs)
+        check = _judge(pair, reference, got, None)
+        if not check.ok:
+            truth = _truth(before, [original], xs)
+            check = _judge(pair, reference, got, None if truth is None else truth[0])
+        return not check.ok
+
+    lo, hi = 0, len(order) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if differs(order[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return order[lo]

@@ -41,6 +41,11 @@ class Firing:
     created: tuple[str, ...]
     replaced_by: str
     phase: str
+    replaces: tuple[str, ...] = ()
+    """The root's output values this firing replaced (their names), in order."""
+    results: tuple[str, ...] = ()
+    """The values that replaced them, in the same order: ``results[i]`` now stands for ``replaces[i]``
+    (see :func:`provenance`)."""
 
     def __str__(self) -> str:
         created = ", ".join(self.created) or "-"
@@ -75,6 +80,7 @@ class Rewriter:
         trace: bool = False,
         check: bool = False,
         budget_per_node: int = BUDGET_PER_NODE,
+        max_firings: int | None = None,
     ):
         self.graph = graph
         self.rules = rules
@@ -82,6 +88,8 @@ class Rewriter:
         self.trace = trace
         self.check = check
         self.budget_per_node = budget_per_node
+        self.max_firings = max_firings
+        """Stop after this many firings (replaying a prefix of a deterministic rewrite), or None."""
         self._queue: deque[Node] = deque()
         self._queued: set[int] = set()
 
@@ -94,6 +102,8 @@ class Rewriter:
     def run(self) -> RewriteReport:
         t0 = time.perf_counter()
         for phase in self.rules.phases:
+            if self._stopped():
+                break
             self._run_phase(phase)
         self.report.nodes_after = len(self.graph)
         self.report.seconds = time.perf_counter() - t0
@@ -120,6 +130,13 @@ class Rewriter:
                     if fired > budget:
                         raise _cycle_error(recent, self.rules, fired)
                     break
+            if self._stopped():
+                self._queue.clear()
+                self._queued.clear()
+                return
+
+    def _stopped(self) -> bool:
+        return self.max_firings is not None and self.report.total >= self.max_firings
 
     # -- one rule on one node ------------------------------------------------------------
     def _try(self, rule: Rule, node: Node, phase: str, use_guard: bool = True) -> bool:
@@ -197,6 +214,8 @@ class Rewriter:
                     tuple(f"{n.name}:{n.op}" for n in rctx.new_nodes if n.graph is graph),
                     replaced_by,
                     phase,
+                    tuple(v.name for v in root.outputs),
+                    tuple(v.name for v in results),
                 )
             )
         self.report.firings[rule.name] += 1
@@ -249,17 +268,48 @@ def _cycle_error(recent, rules: RuleSet, fired: int) -> RewriteError:
     )
 
 
+def provenance(trace: list[Firing], original: set[str]) -> dict[str, dict[str, tuple[int, ...]]]:
+    """Which values of the original graph each rewritten value stands for, from a trace.
+
+    A firing replaces its root's outputs (``Firing.replaces``) with ``Firing.results``: from then
+    on each result computes what the replaced value computed. Chained through the trace, a value
+    named ``v`` stands for ``{o: firings}``: ``o`` is a value of the original graph (named in
+    ``original``), ``firings`` the indices into ``trace`` of the replacements that led from ``o``
+    to ``v``, in order. Values the rewriter never replaced stand for themselves (not listed).
+    Names are never reused within one rewrite, so a name identifies one value.
+    """
+    links: dict[str, dict[str, tuple[int, ...]]] = {}
+    for i, f in enumerate(trace):
+        for old, new in zip(f.replaces, f.results):
+            if old == new:
+                continue
+            sources = dict(links.get(old, {}))
+            if old in original:
+                sources.setdefault(old, ())
+            into = links.setdefault(new, {})
+            for o, chain in sources.items():
+                into.setdefault(o, (*chain, i))
+    return links
+
+
 def rewrite(
-    graph: Graph, rules: RuleSet | None = None, *, trace: bool = False, check: bool = False
+    graph: Graph,
+    rules: RuleSet | None = None,
+    *,
+    trace: bool = False,
+    check: bool = False,
+    max_firings: int | None = None,
 ) -> tuple[Graph, RewriteReport]:
     """Apply ``rules`` (default: the bundled pipeline) to a copy of ``graph``.
 
     Returns the rewritten graph and a report (firings per rule, node counts, time,
     and with ``trace`` every firing). The input graph is never modified. ``check``
-    runs the IR verifier after every firing (slow; for debugging rules).
+    runs the IR verifier after every firing (slow; for debugging rules). ``max_firings`` stops
+    after that many firings: the rewriter is deterministic, so this replays a prefix of the full
+    rewrite (verification uses it to find the firing after which a value first differs).
     """
     rules = default_rules() if rules is None else rules
     work = graph.clone()
     with torch_threads(1):
-        report = Rewriter(work, rules, trace=trace, check=check).run()
+        report = Rewriter(work, rules, trace=trace, check=check, max_firings=max_firings).run()
     return work, report
