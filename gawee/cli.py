@@ -212,7 +212,7 @@ def cmd_optimize(args, console: Console) -> int:
     from pathlib import Path
 
     from gawee.analysis import cost
-    from gawee.equivalence import verify_equivalent
+    from gawee.equivalence import verify_rewrite
     from gawee.errors import GaweeError as _Err
     from gawee.frontend.capture import CaptureStats
     from gawee.frontend.models import load_graph
@@ -233,12 +233,12 @@ def cmd_optimize(args, console: Console) -> int:
         graph, _src = load_graph(
             args.model, batch=args.batch, meta=args.meta, stats=stats, input_shapes=args.input_shape
         )
-    optimized, report = rewrite(graph, rules, trace=args.trace or bool(pictures))
+    optimized, report = rewrite(graph, rules, trace=args.trace or bool(pictures) or not args.no_verify)
     before, after = cost(graph), cost(optimized)
     verification = None
     if not args.no_verify:
         with console.status("verifying equivalence ...", spinner="dots") if not args.json else _null():
-            verification = verify_equivalent(graph, optimized)
+            verification = verify_rewrite(graph, optimized, report.trace, rules=rules)
     explanations = []
     for name in args.explain or ():
         target = optimized if any(n.name == name for n in optimized) else graph
@@ -261,9 +261,7 @@ def cmd_optimize(args, console: Console) -> int:
             "after": after.as_dict(),
             "rewrite_s": report.seconds,
             "firings": dict(report.firings),
-            "verification": None
-            if verification is None
-            else {"ok": verification.ok, "max_error": verification.max_error, "detail": str(verification)},
+            "verification": None if verification is None else verification.as_dict(),
             "trace": [f.__dict__ for f in report.trace] if args.trace else None,
             "explain": {n: [e.__dict__ for e in es] for n, _, es in explanations} or None,
             "output": args.output,
@@ -294,6 +292,10 @@ def cmd_optimize(args, console: Console) -> int:
             console.print(f"wrote {args.output} (+ {Path(args.output).with_suffix('.npz').name})", highlight=False)
         for path in written:
             console.print(f"wrote {path}", highlight=False)
+        if verification is not None and not verification.ok:
+            from rich.markup import escape
+
+            console.print(f"[bold red]verification failed[/]: {escape(str(verification))}", highlight=False)
     if verification is not None and not verification.ok:
         return EXIT_FINDING
     return EXIT_OK
