@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from gawee.dsl import ast as A
 from gawee.errors import GaweeError, RuleSyntaxError, SourceSpan
+from gawee.resources import bundled_dir, missing_hint
 
-GRAMMAR_PATH = Path(__file__).resolve().parents[2] / "grammar" / "rules.lark"
+GRAMMAR_PATH = bundled_dir("grammar") / "rules.lark"
 
 KEYWORDS = {"rule", "where", "assume", "with", "and", "or", "not", "in", "true", "false", "none", "inf", "nan"}
 
@@ -19,9 +19,7 @@ KEYWORDS = {"rule", "where", "assume", "with", "and", "or", "not", "in", "true",
 @functools.cache
 def _parser() -> Lark:
     if not GRAMMAR_PATH.exists():
-        raise GaweeError(
-            f"the rule grammar is missing: {GRAMMAR_PATH}", hint="gawee runs from its source tree (pip install -e .)"
-        )
+        raise GaweeError(f"the rule grammar is missing: {GRAMMAR_PATH}", hint=missing_hint())
     return Lark(GRAMMAR_PATH.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
 
 

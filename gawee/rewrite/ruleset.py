@@ -13,8 +13,9 @@ from gawee.dsl.compiler import Rule, compile_rule
 from gawee.dsl.library import BUILTINS, Helper, helper_builtin
 from gawee.dsl.parser import parse_rules
 from gawee.errors import GaweeError, RuleError
+from gawee.resources import bundled_dir, missing_hint
 
-RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
+RULES_DIR = bundled_dir("rules")
 """The bundled rules: `1-simplify`, `2-fold`, `3-fuse` ... run in file-name order."""
 
 log = logging.getLogger("gawee.rules")
@@ -150,9 +151,7 @@ def default_rules() -> RuleSet:
     """The bundled pipeline (every file of rules/, in name order), compiled once per process
     (again only if a file changed)."""
     if not RULES_DIR.is_dir():
-        raise GaweeError(
-            f"the bundled rules are missing: {RULES_DIR}", hint="gawee runs from its source tree (pip install -e .)"
-        )
+        raise GaweeError(f"the bundled rules are missing: {RULES_DIR}", hint=missing_hint())
     stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(RULES_DIR.glob("*.rules")))
     return _bundled(stamp)
 
