@@ -370,6 +370,7 @@ def cmd_check(args, console: Console) -> int:
                 [
                     {
                         "rule": r.rule.name,
+                        "alternative": list(r.rule.variant),
                         "location": r.rule.location,
                         "verdict": r.verdict,
                         "examples": r.examples,
@@ -397,7 +398,7 @@ def cmd_check(args, console: Console) -> int:
             r.verdict, "green"
         )
         table.add_row(
-            r.rule.name,
+            r.rule.label,
             r.rule.location,
             str(r.examples),
             f"{r.hit_rate:.0%}",
@@ -408,10 +409,10 @@ def cmd_check(args, console: Console) -> int:
     console.print(table)
     for r in results:
         if r.counterexample is not None:
-            console.print(f"\n[bold red]{r.rule.name}[/] ({r.rule.location}) is unsound:")
+            console.print(f"\n[bold red]{r.rule.label}[/] ({r.rule.location}) is unsound:")
             console.print(str(r.counterexample), markup=False, highlight=False)
         elif r.crash:
-            console.print(f"\n[bold red]{r.rule.name}[/] ({r.rule.location}) crashed the harness:")
+            console.print(f"\n[bold red]{r.rule.label}[/] ({r.rule.location}) crashed the harness:")
             console.print(f"  {r.crash}", markup=False, highlight=False)
         elif r.verdict in ("untested", "weak", "error"):
             why = r.error or (
@@ -420,7 +421,7 @@ def cmd_check(args, console: Console) -> int:
                 if r.guard_failures
                 else f"fired {r.fired} times in {r.examples} draws"
             )
-            console.print(f"[yellow]{r.rule.name}[/] ({r.rule.location}) is {r.verdict}: {why}", highlight=False)
+            console.print(f"[yellow]{r.rule.label}[/] ({r.rule.location}) is {r.verdict}: {why}", highlight=False)
     total = sum(r.seconds for r in results)
     console.print(
         f"\n{len(results)} rules, {sum(r.examples for r in results)} examples, "

@@ -87,6 +87,21 @@ class PBind(Pattern):
 
 
 @dataclass
+class POutput(Pattern):
+    """``split(x, ...)[i]``: output ``index`` of a node with several outputs."""
+
+    pattern: POp
+    index: int
+
+
+@dataclass
+class PAlt(Pattern):
+    """``a | b``: either spelling; the rule is compiled once per combination of alternatives."""
+
+    options: list[Pattern]
+
+
+@dataclass
 class PSingleUse(Pattern):
     """The left side of `|>` after desugaring: ``pattern`` whose value has exactly one use."""
 

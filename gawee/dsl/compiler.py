@@ -9,6 +9,7 @@ Each problem is a RuleError at the exact source span.
 from __future__ import annotations
 
 import difflib
+import itertools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,6 +64,8 @@ class Rule:
     phase: str = ""
     ast: A.RuleAST | None = field(default=None, repr=False)
     """The source form (the soundness harness derives its example generator from it)."""
+    variant: tuple[int, int] = (1, 1)
+    """(i, n): this is the i-th of the n spellings its pattern's alternatives (`a | b`) make."""
     assumptions: list[Assumed] = field(default_factory=list)
     """`assume ...`: facts about runtime values the rule is sound under."""
     warnings: list[RuleWarning] = field(default_factory=list)
@@ -71,6 +74,11 @@ class Rule:
     @property
     def location(self) -> str:
         return f"{self.span.file}:{self.span.line}"
+
+    @property
+    def label(self) -> str:
+        """The name, with the alternative when the rule has several: `layer_norm_written (2/3)`."""
+        return self.name if self.variant[1] == 1 else f"{self.name} ({self.variant[0]}/{self.variant[1]})"
 
     @property
     def tag(self) -> str:
@@ -105,10 +113,75 @@ class _Scope:
     helpers: dict[str, Builtin] = field(default_factory=dict)
 
 
-def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, comment: str = "") -> Rule:
-    """Check and compile one rule AST. Raises RuleError at the offending span."""
+def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, comment: str = "") -> list[Rule]:
+    """Check and compile one rule AST: one Rule per combination of its pattern's alternatives
+    (`a | b`), all with the rule's name, guard and replacement. Raises RuleError at the offending span."""
+    patterns = _alternatives(_desugar(rule.pattern))
+    rules = [_compile_variant(rule, p, helpers, comment) for p in patterns]
+    if len(rules) > 1:
+        for i, r in enumerate(rules, 1):
+            r.variant = (i, len(rules))
+        seen: set[tuple] = set()  # a variable unused in every variant warns once
+        for r in rules:
+            r.warnings = [w for w in r.warnings if (w.message, str(w.span)) not in seen]
+            seen.update((w.message, str(w.span)) for w in r.warnings)
+    return rules
+
+
+def _alternatives(p: A.Pattern) -> list[A.Pattern]:
+    """Every spelling of a pattern with alternatives: the cross product of its `a | b` choices."""
+    if isinstance(p, A.PAlt):
+        names = [_bound_names(o) for o in p.options]
+        for o, n in zip(p.options[1:], names[1:]):
+            if n != names[0]:
+                raise RuleError(
+                    f"this alternative binds {', '.join(sorted(n)) or 'nothing'}, the first one "
+                    f"{', '.join(sorted(names[0])) or 'nothing'}",
+                    span=o.span,
+                    hint="every alternative must bind the same names (the guard and replacement use them)",
+                )
+        return [v for o in p.options for v in _alternatives(o)]
+    if isinstance(p, A.POp):
+        choices = [_alternatives(a.pattern) if a.pattern is not None else [None] for a in p.args]
+        return [
+            A.POp(
+                p.span, p.op, [A.PArg(a.span, c, a.keyword, a.rest) for a, c in zip(p.args, combo)], op_span=p.op_span
+            )
+            for combo in itertools.product(*choices)
+        ]
+    if isinstance(p, A.PBind):
+        return [A.PBind(p.span, p.name, v) for v in _alternatives(p.pattern)]
+    if isinstance(p, A.PSingleUse):
+        return [A.PSingleUse(p.span, v) for v in _alternatives(p.pattern)]
+    if isinstance(p, A.POutput):
+        return [A.POutput(p.span, v, p.index) for v in _alternatives(p.pattern)]
+    if isinstance(p, A.PList):
+        return [A.PList(p.span, list(c)) for c in itertools.product(*(_alternatives(x) for x in p.items))]
+    return [p]
+
+
+def _bound_names(p: A.Pattern | None) -> set[str]:
+    if p is None:
+        return set()
+    if isinstance(p, A.PVar):
+        return {p.name}
+    if isinstance(p, A.PBind):
+        return {p.name} | _bound_names(p.pattern)
+    if isinstance(p, A.POp):
+        return set().union(
+            *(_bound_names(a.pattern) | ({a.keyword} if a.rest and a.keyword else set()) for a in p.args)
+        )
+    if isinstance(p, (A.PSingleUse, A.POutput)):
+        return _bound_names(p.pattern)
+    if isinstance(p, A.PAlt):
+        return _bound_names(p.options[0])
+    if isinstance(p, A.PList):
+        return set().union(*(_bound_names(x) for x in p.items))
+    return set()
+
+
+def _compile_variant(rule: A.RuleAST, pattern: A.Pattern, helpers, comment: str) -> Rule:
     scope = _Scope(helpers=dict(helpers or {}))
-    pattern = _desugar(rule.pattern)
     root, root_bind = _root(pattern)
     whole_node = _is_whole_node(rule.replacement, root_bind)
     matcher = _PatternCompiler(scope).compile_root(root, root_bind, whole_node)
@@ -203,6 +276,10 @@ def _unused(scope: _Scope) -> list[RuleWarning]:
 _UNSET = object()
 
 
+def _multi_output_ops() -> list[str]:
+    return sorted(n for n, op in all_ops().items() if op.has_trait("multi_output"))
+
+
 def _a(kind: K.Kind) -> str:
     text = str(kind)
     return ("an " if text[0] in "aeiou" else "a ") + text
@@ -231,6 +308,12 @@ def _desugar(p: A.Pattern) -> A.Pattern:
         return A.PBind(p.span, p.name, _desugar(p.pattern))
     if isinstance(p, A.PList):
         return A.PList(p.span, [_desugar(x) for x in p.items])
+    if isinstance(p, A.PAlt):
+        return A.PAlt(p.span, [_desugar(x) for x in p.options])
+    if isinstance(p, A.POutput):
+        return A.POutput(p.span, _desugar(p.pattern), p.index)
+    if isinstance(p, A.PSingleUse):
+        return A.PSingleUse(p.span, _desugar(p.pattern))
     return p
 
 
@@ -328,6 +411,17 @@ class _PatternCompiler:
             return inner
         if isinstance(p, A.POp):
             m = self.op(p)
+            m.single_use = single
+            return m
+        if isinstance(p, A.POutput):
+            if p.pattern.op is not None and not get_op(p.pattern.op).has_trait("multi_output"):
+                raise RuleError(
+                    f"{p.pattern.op} has one output: `[{p.index}]` picks an output of a node with several",
+                    span=p.span,
+                    hint="ops with several outputs: " + ", ".join(_multi_output_ops()),
+                )
+            m = self.op(p.pattern)
+            m.output = p.index
             m.single_use = single
             return m
         raise RuleError("unsupported pattern", span=p.span)
@@ -580,8 +674,22 @@ class _ExprCompiler:
     def _EIndex(self, e: A.EIndex):
         obj, kind = self.compile(e.obj)
         idx, ikind = self.compile(e.index)
+        if kind.base is K.Base.TENSORS:
+            if ikind.base not in (K.Base.INT, K.Base.ANY):
+                raise RuleError(f"an output index must be an int, this is a {ikind}", span=e.index.span)
+
+            def output(ctx):
+                outs, i = obj(ctx), idx(ctx)
+                if not -len(outs) <= i < len(outs):
+                    raise ctx.error(f"`{e.text}`: the node has {len(outs)} outputs, there is no output {i}")
+                return outs[i]
+
+            return output, K.TENSOR
         if kind.base not in (K.Base.LIST, K.Base.ANY):
-            raise RuleError(f"only lists can be indexed, this is a {kind}", span=e.obj.span)
+            raise RuleError(
+                f"only lists and the outputs of a multi-output op (split(...)[0]) can be indexed, this is {_a(kind)}",
+                span=e.obj.span,
+            )
         if ikind.base not in (K.Base.INT, K.Base.ANY):
             raise RuleError(f"a list index must be an int, this is a {ikind}", span=e.index.span)
 
@@ -816,7 +924,7 @@ class _ExprCompiler:
             if missing:
                 raise RuleError(f"{e.func} needs attribute(s) {', '.join(missing)}", span=e.span)
         op = e.func
-
+        multi = opdef.has_trait("multi_output")
         fixed = len(names) if variadic_from is None else variadic_from
 
         def build(ctx):
@@ -844,9 +952,9 @@ class _ExprCompiler:
                     values[i] = ctx.tensor(values[i], like=like) if values[i] is not None else None
             for k, fn in attr_fns.items():
                 attrs[k] = fn(ctx)
-            return ctx.emit(op, values + extra, attrs)
+            return ctx.emit(op, values + extra, attrs, multi=multi)
 
-        return build, K.TENSOR
+        return build, K.TENSORS if multi else K.TENSOR
 
     def _check_attr(self, opdef: OpDef, name: str, kind: K.Kind, a: A.EArg) -> None:
         want = K.of_attr(opdef.attr(name).kind)

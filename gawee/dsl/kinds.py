@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 class Base(enum.Enum):
     TENSOR = "tensor"  # a Value (possibly absent)
+    TENSORS = "outputs"  # the outputs of a multi-output op (split, unbind): pick one with [i]
     INT = "int"
     FLOAT = "float"
     BOOL = "bool"
@@ -37,10 +38,11 @@ class Kind:
     @property
     def is_data(self) -> bool:
         """Plain data (what attributes hold), as opposed to a tensor or a rest record."""
-        return self.base not in (Base.TENSOR, Base.REST)
+        return self.base not in (Base.TENSOR, Base.TENSORS, Base.REST)
 
 
 TENSOR = Kind(Base.TENSOR)
+TENSORS = Kind(Base.TENSORS)
 INT = Kind(Base.INT)
 FLOAT = Kind(Base.FLOAT)
 BOOL = Kind(Base.BOOL)

@@ -153,6 +153,14 @@ class _ToAST(Transformer):
     def pipe(self, meta, children):
         return A.PPipe(self._span(meta), _as_pattern(children[0]), children[1])
 
+    def alt(self, meta, children):
+        left, right = _as_pattern(children[0]), _as_pattern(children[1])
+        options = [*left.options] if isinstance(left, A.PAlt) else [left]
+        return A.PAlt(self._span(meta), [*options, right])
+
+    def pat_output(self, meta, children):
+        return A.POutput(self._span(meta), children[0], int(children[1]))
+
     def bound(self, meta, children):
         return A.PBind(self._span(meta), str(children[0]), _as_pattern(children[1]))
 

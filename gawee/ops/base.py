@@ -24,6 +24,7 @@ TRAITS = frozenset(
         "view",  # output aliases the input: costs no FLOPs and no bytes
         "pure",  # deterministic and side-effect free: may be folded, CSE'd, erased
         "creation",  # makes a tensor from attributes alone (full, arange)
+        "multi_output",  # several outputs (split, unbind): rules pick one by index, `split(...)[i]`
     }
 )
 

@@ -58,9 +58,9 @@ def view_op(*args, **kwargs) -> OpDef:
     return _shape_op(VIEW, *args, bytes_accessed=_view_bytes, **kwargs)
 
 
-def move_op(*args, **kwargs) -> OpDef:
+def move_op(*args, traits=(), **kwargs) -> OpDef:
     """An op that copies elements into a new arrangement: no FLOPs, its bytes read and written."""
-    return _shape_op(MOVE, *args, **kwargs)
+    return _shape_op(frozenset(MOVE) | frozenset(traits), *args, **kwargs)
 
 
 # -- ONNX lowerings (OpDef.onnx; see gawee.backend.onnx) ---------------------------------
@@ -492,6 +492,7 @@ move_op(
 )
 move_op(
     "repeat",
+    traits=("multi_output",),
     SELF,
     lambda self, *, repeats: self.repeat(repeats),
     attrs=(Attr("repeats", "ints"),),
@@ -508,6 +509,7 @@ move_op(
 move_op(
     "index_select",
     (Operand("self"), Operand("index")),
+    traits=("multi_output",),
     lambda self, index, *, dim: torch.index_select(self, dim, index),
     attrs=(Attr("dim", "int"),),
     aten=("aten.index_select.default",),

@@ -133,8 +133,11 @@ class RewriteContext:
             t = _SCALARS.setdefault(key, torch.tensor(x, dtype=dtype))
         return detached_constant(t)
 
-    def emit(self, op: str, inputs: list[Value | None], attrs: dict[str, Any]) -> Value:
-        """Build ``op(inputs, attrs)``: evaluated now if every operand is constant, else a new node."""
+    def emit(
+        self, op: str, inputs: list[Value | None], attrs: dict[str, Any], multi: bool = False
+    ) -> Value | tuple[Value, ...]:
+        """Build ``op(inputs, attrs)``: evaluated now if every operand is constant, else a new node.
+        ``multi``: the op has several outputs, all returned (a tuple)."""
         opdef = get_op(op)
         in_types = [None if v is None else v.type for v in inputs]
         try:
@@ -142,12 +145,14 @@ class RewriteContext:
             if opdef.has_trait("pure") and all(v is None or v.data is not None for v in inputs):
                 data = [None if v is None else v.data for v in inputs]
                 out = opdef.run(data, attrs)
-                if len(out) != 1:
-                    raise self.error(f"{op} has {len(out)} outputs; a replacement builds single-output ops")
-                problem = _fold_problem(opdef, data, attrs, out[0])
-                if problem is not None:
-                    raise GuardFailed(problem)
-                return detached_constant(out[0])
+                if len(out) != 1 and not multi:
+                    raise self.error(f"{op} has {len(out)} outputs: pick one with `[i]`")
+                for t in out:
+                    problem = _fold_problem(opdef, data, attrs, t)
+                    if problem is not None:
+                        raise GuardFailed(problem)
+                consts = tuple(detached_constant(t) for t in out)
+                return consts if multi else consts[0]
             name = self.graph.peek_name(op)
             for i, v in enumerate(inputs):
                 if v is not None and v.data is not None and not v.name:  # a constant folded just now
@@ -160,7 +165,7 @@ class RewriteContext:
             raise self.error(f"evaluating {op} on constants failed: {str(e).splitlines()[0]}") from None
         self.new_nodes.append(node)
         if len(node.outputs) != 1:
-            raise self.error(f"{op} has {len(node.outputs)} outputs; a replacement builds single-output ops")
+            raise self.error(f"{op} has {len(node.outputs)} outputs: pick one with `[i]`")
         return node.outputs[0]
 
     def name_result(self, v: Value) -> Value:
@@ -174,6 +179,8 @@ class RewriteContext:
 
     def rollback(self) -> None:
         """Remove the nodes a replacement built (it was abandoned)."""
+        if multi:
+            return tuple(node.outputs)
         for node in reversed(self.new_nodes):
             if node.graph is self.graph and not any(o.num_uses for o in node.outputs):
                 self.graph.erase_node(node)

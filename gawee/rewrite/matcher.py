@@ -168,6 +168,8 @@ class OpM(ValueMatcher):
     """Index of the variadic operand in the op signature, or None."""
     any_outputs: bool = False
     """Allow multi-output producers (whole-node rules)."""
+    output: int | None = None
+    """`split(...)[i]`: the value must be output ``i`` of its node (negative counts from the end)."""
 
     def _match(self, v, env, ctx, depth):
         if v is None:
@@ -181,7 +183,12 @@ class OpM(ValueMatcher):
         if self.op is not None and node.op != self.op:
             ctx.fail(depth, lambda: f"expected {self.op}(...), found %{v.name} = {node.op}(...)")
             return
-        if len(node.outputs) != 1 and not self.any_outputs:
+        if self.output is not None:
+            n = len(node.outputs)
+            if not -n <= self.output < n or node.outputs[self.output] is not v:
+                ctx.fail(depth, lambda: f"%{v.name} is not output {self.output} of %{node.name} = {node.op}(...)")
+                return
+        elif len(node.outputs) != 1 and not self.any_outputs:
             ctx.fail(depth, lambda: f"%{v.name} comes from {node.op}, which has {len(node.outputs)} outputs")
             return
         for k, want in self.defaults.items():

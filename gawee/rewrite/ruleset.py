@@ -116,10 +116,11 @@ def load_phase(text: str, file: str, name: str, helpers) -> Phase:
     lines = text.splitlines()
     rules = []
     for ast in asts:
-        rules.append(compile_rule(ast, helpers, comment=_comment_above(lines, ast.span.line)))
-        rules[-1].phase = name
-        for w in rules[-1].warnings:
-            log.warning("%s", w)
+        for rule in compile_rule(ast, helpers, comment=_comment_above(lines, ast.span.line)):
+            rule.phase = name
+            rules.append(rule)
+            for w in rule.warnings:
+                log.warning("%s", w)
     return Phase(name, rules)
 
 
@@ -128,7 +129,7 @@ def _number(phases: list[Phase]) -> RuleSet:
     i = 0
     for phase in phases:
         for r in phase.rules:
-            if r.name in seen:
+            if r.name in seen and seen[r.name].span is not r.span:  # alternatives share a name and a span
                 raise RuleError(
                     f"rule {r.name!r} is defined twice (first at {seen[r.name].location})",
                     span=r.span,

@@ -314,7 +314,11 @@ class Generator:
             node = self.graph.create_node(op, inputs, attrs)
         except GaweeError as e:
             raise S.Reject(str(e)) from None
-        if len(node.outputs) != 1 and not m.any_outputs:
+        if m.output is not None:  # `split(...)[i]`
+            if not -len(node.outputs) <= m.output < len(node.outputs):
+                raise S.Reject(f"{op} has no output {m.output}")
+            out = node.outputs[m.output]
+        elif len(node.outputs) != 1 and not m.any_outputs:
             raise S.Reject("multi-output node")
         out = node.outputs[0]
         if m.bind is not None:

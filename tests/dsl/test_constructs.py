@@ -1,0 +1,105 @@
+"""Alternatives (`a | b`) and picking an output of a multi-output op (`split(...)[i]`), in patterns and
+replacements: compiled, matched, rewritten, and checked by the harness."""
+
+import pytest
+import torch
+
+from gawee import load_rules_text
+from gawee.equivalence import assert_equivalent
+from gawee.errors import RuleError
+from gawee.ir.builder import GraphBuilder
+from gawee.ops import all_ops
+from gawee.rewrite.driver import rewrite
+from gawee.testing import check_rule
+
+SQUARE = """
+# x + y*y, however the square is spelled -> x + y*y
+rule add_square:
+    r: add(x, pow(y, 2.0) | pow(y, 2) | pow(y, 2.0 | 2)) where same_type(r, x) => add(x, mul(y, y))
+"""
+
+
+def test_alternatives_compile_to_one_rule_per_spelling():
+    rules = load_rules_text(SQUARE).rules
+    assert [r.label for r in rules] == [f"add_square ({i}/4)" for i in range(1, 5)]  # nested: 1 + 1 + 2
+    assert {r.name for r in rules} == {"add_square"} and len({r.index for r in rules}) == 4
+
+
+def test_alternatives_must_bind_the_same_names():
+    with pytest.raises(RuleError, match="this alternative binds y, z, the first one y") as info:
+        load_rules_text("rule a: add(x, mul(y, y) | mul(y, z)) => x", "my.rules")
+    assert str(info.value).startswith("my.rules:1:28:")
+
+
+def test_each_alternative_rewrites_its_spelling():
+    rules = load_rules_text(SQUARE)
+    b = GraphBuilder("g")
+    x, y = b.input("x", "f32[4]"), b.input("y", "f32[4]")
+    g = b.output(b.add(x, b.pow(y, 2.0)))
+    after, report = rewrite(g, rules)
+    assert report.firings["add_square"] == 1 and [n.op for n in after] == ["mul", "add"]
+    assert_equivalent(g, after)
+
+
+def test_every_alternative_is_checked_on_its_own():
+    results = [check_rule(r, examples=60) for r in load_rules_text(SQUARE.replace(" | pow(y, 2.0 | 2)", "")).rules]
+    assert [r.verdict for r in results] == ["sound", "sound"]
+    assert all(r.fired > 0 for r in results)
+
+
+SPLIT = """
+# cat of the two pieces of a split, in order -> the input
+rule split_cat:
+    r: cat(split(x, split_sizes=[a, b], dim=d)[0], split(x, split_sizes=[a, b], dim=d)[1], dim=d)
+    where same_type(r, x) => x
+
+# relu of one piece -> that piece of relu
+rule relu_piece:
+    relu(split(x, split_sizes=s, dim=d)[-1]) => split(relu(x), split_sizes=s, dim=d)[-1]
+"""
+
+
+def test_output_index_in_patterns_and_replacements():
+    rules = load_rules_text(SPLIT)
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[2,6]")
+    p, q = b.split(x, split_sizes=[2, 4], dim=1)
+    g = b.output(b.cat(p, q, dim=1), b.relu(q))
+    after, report = rewrite(g, rules)
+    assert report.firings == {"split_cat": 1, "relu_piece": 1}
+    assert after.outputs[0] is after.inputs[0]
+    assert_equivalent(g, after, [torch.randn(2, 6)])
+
+
+def test_output_index_picks_only_that_output():
+    rules = load_rules_text(SPLIT)
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[2,6]")
+    p, _q = b.split(x, split_sizes=[2, 4], dim=1)
+    g = b.output(b.relu(p))  # output 0, the rule asks for the last one
+    assert rewrite(g, rules)[1].firings["relu_piece"] == 0
+
+
+@pytest.mark.parametrize("rule", load_rules_text(SPLIT).rules, ids=lambda r: r.name)
+def test_output_index_rules_are_checked(rule):
+    result = check_rule(rule, examples=60)
+    assert result.verdict == "sound" and result.fired > 0
+
+
+def test_indexing_a_single_output_op_is_a_load_error():
+    with pytest.raises(RuleError, match=r"relu has one output: `\[0\]` picks an output") as info:
+        load_rules_text("rule a: neg(relu(x)[0]) => x")
+    assert "split" in info.value.hint and "unbind" in info.value.hint
+
+
+def test_a_multi_output_replacement_must_pick_an_output():
+    with pytest.raises(RuleError, match="the replacement must be a tensor"):
+        load_rules_text("rule a: relu(x) => split(x, split_sizes=[1], dim=0)")
+
+
+def test_ops_with_several_outputs_carry_the_trait():
+    multi = {n for n, op in all_ops().items() if op.has_trait("multi_output")}
+    assert {"split", "unbind"} <= multi
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[3,4]")
+    assert len(b.unbind(x, dim=0)) == 3 and len(b.split(x, split_sizes=[1, 2], dim=0)) == 2
