@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -41,12 +43,14 @@ def unary(
     keeps_dtype: bool = True,
     draw_attrs=None,
     onnx=None,
+    mlir=None,
     doc: str = "",
 ) -> OpDef:
     """An elementwise op of one tensor; ``aten`` defaults to ``aten.<name>.default``.
 
     ``keeps_dtype``: a float operand gives the same type (else inference evaluates on meta).
-    ``draw_attrs(draw)`` draws valid attributes for the soundness harness. ``onnx``: see OpDef.onnx.
+    ``draw_attrs(draw)`` draws valid attributes for the soundness harness. ``onnx``, ``mlir``:
+    see OpDef.onnx and OpDef.mlir.
     """
     return register(
         OpDef(
@@ -60,6 +64,7 @@ def unary(
             sample=_unary_sample(draw_attrs),
             aten=aten or (f"aten.{name}.default",),
             onnx=onnx,
+            mlir=mlir,
             doc=doc,
         )
     )
@@ -91,6 +96,87 @@ def _binary_onnx(op_type: str, compare: bool, negate: bool = False):
     return lower
 
 
+# -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) -----------------------------------
+def _compare_mlir(direction: str):
+    """``stablehlo.compare`` on the operands converted to their promoted type."""
+    return lambda c: c.compare(direction, c.x(0), c.x(1), dtype=binary_dtype(c.type(0), c.type(1)))
+
+
+def _logical_mlir(op: str):
+    return lambda c: c.ew(op, c.convert(c.x(0), DType.bool), c.convert(c.x(1), DType.bool), dtype=DType.bool)
+
+
+def _floor_div_mlir(c, a, b):
+    """Floor division in the result's type: floor(a / b) for floats; for integers, the truncated
+    quotient minus one where the remainder is nonzero and the signs differ."""
+    dtype = c.out.dtype
+    if dtype.is_float:
+        return c.unary("stablehlo.floor", c.div(a, b, dtype))
+    q, r = c.div(a, b, dtype), c.ew("stablehlo.remainder", a, b, dtype=dtype)
+    fix = c.ew(
+        "stablehlo.and",
+        c.compare("NE", r, 0),
+        c.compare("NE", c.compare("LT", r, 0), c.compare("LT", c.convert(b, dtype), 0)),
+        dtype=DType.bool,
+    )
+    return c.select(fix, c.sub(q, 1), q)
+
+
+def _div_mlir(c):
+    mode, a, b = c.attrs["rounding_mode"], c.x(0), c.x(1)
+    if mode is None:
+        return c.div(a, b, c.out.dtype)
+    if mode == "floor":
+        return _floor_div_mlir(c, a, b)
+    q = c.div(a, b, c.out.dtype)  # "trunc": integer division truncates already
+    return _trunc_mlir(c, q) if c.out.dtype.is_float else q
+
+
+def _remainder_mlir(c):
+    """Python's modulo: C's fmod, plus ``other`` where the remainder's sign differs from it."""
+    dtype = c.out.dtype
+    r = c.ew("stablehlo.remainder", c.x(0), c.x(1), dtype=dtype)
+    b = c.convert(c.x(1), dtype)
+    fix = c.ew(
+        "stablehlo.and",
+        c.compare("NE", r, 0),
+        c.compare("NE", c.compare("LT", r, 0), c.compare("LT", b, 0)),
+        dtype=DType.bool,
+    )
+    return c.select(fix, c.add(r, b), r)
+
+
+def _trunc_mlir(c, x):
+    return c.select(c.compare("LT", x, 0), c.unary("stablehlo.ceil", x), c.unary("stablehlo.floor", x))
+
+
+def _hardsigmoid_mlir(c, x):
+    return c.div(c.clamp(c.add(x, 3), 0, 6), 6)
+
+
+def _softplus_mlir(c, x, beta: float = 1.0, threshold: float = 20.0):
+    """log1p(exp(beta x)) / beta, and x itself where beta x > threshold (torch's linear region)."""
+    bx = c.mul(x, beta) if beta != 1 else x
+    soft = c.unary("stablehlo.log_plus_one", c.unary("stablehlo.exponential", bx))
+    if beta != 1:
+        soft = c.div(soft, beta)
+    return c.select(c.compare("GT", bx, threshold), x, soft)
+
+
+def _gelu_mlir(c, x, approximate: str = "none"):
+    if approximate == "tanh":
+        inner = c.mul(c.add(x, c.mul(c.mul(c.mul(x, x), x), 0.044715)), math.sqrt(2 / math.pi))
+        return c.mul(c.mul(x, 0.5), c.add(c.unary("stablehlo.tanh", inner), 1))
+    return c.mul(c.mul(x, 0.5), c.add(c.unary("chlo.erf", c.mul(x, math.sqrt(0.5))), 1))
+
+
+def _isinf_mlir(c):
+    x = c.x(0)
+    if not x.dtype.is_float:
+        return c.splat(False, DType.bool, x.shape)
+    return c.compare("EQ", c.unary("stablehlo.abs", x), math.inf)
+
+
 def binary(
     name: str,
     fn,
@@ -102,6 +188,7 @@ def binary(
     attrs: tuple = (),
     sample=S.elementwise,
     onnx=None,
+    mlir=None,
     lower_torch=None,
     doc: str = "",
 ) -> OpDef:
@@ -125,6 +212,7 @@ def binary(
             flops=out_numel,
             sample=sample,
             onnx=_binary_onnx(onnx, compare) if isinstance(onnx, str) else onnx,
+            mlir=mlir,
             lower_torch=lower_torch,
             aten=aten or (f"aten.{name}.Tensor", f"aten.{name}.Scalar"),
             doc=doc,
@@ -137,20 +225,30 @@ def hardtanh(x, min_val=-1.0, max_val=1.0):
     return F.hardtanh(x, min_val, max_val)
 
 
-unary("relu", torch.relu, onnx="Relu", doc="max(x, 0)")
-unary("sigmoid", torch.sigmoid, onnx="Sigmoid")
-unary("tanh", torch.tanh, onnx="Tanh")
+unary("relu", torch.relu, onnx="Relu", mlir=lambda c: c.max(c.x(0), 0), doc="max(x, 0)")
+unary("sigmoid", torch.sigmoid, onnx="Sigmoid", mlir="stablehlo.logistic")
+unary("tanh", torch.tanh, onnx="Tanh", mlir="stablehlo.tanh")
 unary(
-    "silu", F.silu, onnx=lambda c: c.emit("Mul", c.x(0), c.emit("Sigmoid", c.x(0))), doc="x * sigmoid(x) (a.k.a. swish)"
+    "silu",
+    F.silu,
+    onnx=lambda c: c.emit("Mul", c.x(0), c.emit("Sigmoid", c.x(0))),
+    mlir=lambda c: c.mul(c.x(0), c.unary("stablehlo.logistic", c.x(0))),
+    doc="x * sigmoid(x) (a.k.a. swish)",
 )
-unary("hardswish", F.hardswish, onnx="HardSwish")
-unary("hardsigmoid", F.hardsigmoid, onnx=lambda c: c.emit("HardSigmoid", c.x(0), alpha=1 / 6, beta=0.5))
-unary("mish", F.mish, onnx="Mish")
+unary("hardswish", F.hardswish, onnx="HardSwish", mlir=lambda c: c.mul(c.x(0), _hardsigmoid_mlir(c, c.x(0))))
+unary(
+    "hardsigmoid",
+    F.hardsigmoid,
+    onnx=lambda c: c.emit("HardSigmoid", c.x(0), alpha=1 / 6, beta=0.5),
+    mlir=lambda c: _hardsigmoid_mlir(c, c.x(0)),
+)
+unary("mish", F.mish, onnx="Mish", mlir=lambda c: c.mul(c.x(0), c.unary("stablehlo.tanh", _softplus_mlir(c, c.x(0)))))
 unary(
     "gelu",
     lambda self, approximate="none": F.gelu(self, approximate=approximate),
     attrs=(Attr("approximate", "str", "none"),),
     onnx=lambda c: c.emit("Gelu", c.x(0), approximate=c.attrs["approximate"]),
+    mlir=lambda c: _gelu_mlir(c, c.x(0), c.attrs["approximate"]),
     draw_attrs=lambda d: {"approximate": d.choice(["none", "tanh"])},
 )
 unary(
@@ -160,6 +258,7 @@ unary(
     onnx=lambda c: c.emit(
         "Clip", c.x(0), c.scalar(c.attrs["min_val"], c.out.dtype), c.scalar(c.attrs["max_val"], c.out.dtype)
     ),
+    mlir=lambda c: c.clamp(c.x(0), c.attrs["min_val"], c.attrs["max_val"]),
     draw_attrs=lambda d: (
         dict(zip(("min_val", "max_val"), sorted((d.floats(-2, 2), d.floats(-2, 6)))))
         if d.boolean(0.7)
@@ -172,6 +271,7 @@ unary(
     lambda self, negative_slope=0.01: F.leaky_relu(self, negative_slope),
     attrs=(Attr("negative_slope", "float", 0.01),),
     onnx=lambda c: c.emit("LeakyRelu", c.x(0), alpha=c.attrs["negative_slope"]),
+    mlir=lambda c: c.select(c.compare("GT", c.x(0), 0), c.x(0), c.mul(c.x(0), c.attrs["negative_slope"])),
     draw_attrs=lambda d: {"negative_slope": d.floats(-1, 1)},
 )
 unary(
@@ -183,6 +283,14 @@ unary(
         if c.attrs["scale"] == c.attrs["input_scale"] == 1
         else c.fail("elu with scale or input_scale")
     ),
+    mlir=lambda c: c.mul(
+        c.select(
+            c.compare("GT", c.x(0), 0),
+            c.x(0),
+            c.mul(c.unary("stablehlo.exponential_minus_one", c.mul(c.x(0), c.attrs["input_scale"])), c.attrs["alpha"]),
+        ),
+        c.attrs["scale"],
+    ),
 )
 unary(
     "softplus",
@@ -193,6 +301,7 @@ unary(
         c.emit("Softplus", c.emit("Mul", c.x(0), c.scalar(c.attrs["beta"], c.out.dtype))),
         c.scalar(c.attrs["beta"], c.out.dtype),
     ),
+    mlir=lambda c: _softplus_mlir(c, c.x(0), c.attrs["beta"], c.attrs["threshold"]),
 )
 unary(
     "clamp",
@@ -201,6 +310,7 @@ unary(
     onnx=lambda c: c.emit(
         "Clip", c.x(0), *("" if c.attrs[k] is None else c.scalar(c.attrs[k], c.out.dtype) for k in ("min", "max"))
     ),
+    mlir=lambda c: c.clamp(c.convert(c.x(0), c.out.dtype), c.attrs["min"], c.attrs["max"]),
     draw_attrs=lambda d: {"min": d.choice([None, d.floats(-2, 1)]), "max": d.choice([None, d.floats(-1, 3)])},
     aten=("aten.clamp.default", AtenBinding("aten.clamp_min.default"), AtenBinding("aten.clamp_max.default")),
     doc="min(max(x, min), max); either bound may be absent",
@@ -228,6 +338,32 @@ _MATH_ONNX = {
 }
 """ONNX spelling of the plain math ops registered below (exp2, expm1, log2, log1p, trunc: none)."""
 
+_MATH_MLIR = {
+    "exp": "stablehlo.exponential",
+    "exp2": lambda c: c.unary("stablehlo.exponential", c.mul(c.convert(c.x(0), c.out.dtype), math.log(2))),
+    "expm1": "stablehlo.exponential_minus_one",
+    "log": "stablehlo.log",
+    "log2": lambda c: c.div(c.unary("stablehlo.log", c.convert(c.x(0), c.out.dtype)), math.log(2)),
+    "log1p": "stablehlo.log_plus_one",
+    "sqrt": "stablehlo.sqrt",
+    "rsqrt": "stablehlo.rsqrt",
+    "neg": "stablehlo.negate",
+    "abs": "stablehlo.abs",
+    "reciprocal": lambda c: c.div(1, c.convert(c.x(0), c.out.dtype), c.out.dtype),
+    "sin": "stablehlo.sine",
+    "cos": "stablehlo.cosine",
+    "erf": "chlo.erf",
+    "floor": "stablehlo.floor",
+    "ceil": "stablehlo.ceil",
+    "trunc": lambda c: _trunc_mlir(c, c.x(0)),
+    "sign": "stablehlo.sign",
+    "logical_not": lambda c: c.unary("stablehlo.not", c.convert(c.x(0), DType.bool)),
+    "bitwise_not": "stablehlo.not",
+    "isnan": lambda c: c.compare("NE", c.x(0), c.x(0)),
+    "isinf": _isinf_mlir,
+}
+"""StableHLO spelling of the plain math ops (an op name, or a composition)."""
+
 
 for _name, _fn in [
     ("exp", torch.exp),
@@ -249,20 +385,27 @@ for _name, _fn in [
     ("trunc", torch.trunc),
     ("sign", torch.sign),
 ]:
-    unary(_name, _fn, onnx=_MATH_ONNX.get(_name))
+    unary(_name, _fn, onnx=_MATH_ONNX.get(_name), mlir=_MATH_MLIR[_name])
 for _name, _fn in [
     ("logical_not", torch.logical_not),
     ("bitwise_not", torch.bitwise_not),
     ("isnan", torch.isnan),
     ("isinf", torch.isinf),
 ]:
-    unary(_name, _fn, keeps_dtype=False, onnx=_MATH_ONNX[_name])
+    unary(_name, _fn, keeps_dtype=False, onnx=_MATH_ONNX[_name], mlir=_MATH_MLIR[_name])
 unary(
     "round",
     lambda self, decimals=0: torch.round(self, decimals=decimals),
     attrs=(Attr("decimals", "int", 0),),
     aten=("aten.round.default", "aten.round.decimals"),
     onnx=lambda c: c.emit("Round", c.x(0)) if c.attrs["decimals"] == 0 else c.fail("round to decimals"),
+    mlir=lambda c: (
+        c.fail("round to decimals")
+        if c.attrs["decimals"]
+        else c.unary("stablehlo.round_nearest_even", c.x(0))
+        if c.out.dtype.is_float
+        else c.x(0)
+    ),
 )
 
 
@@ -279,6 +422,7 @@ binary(
     torch.add,
     commutative=True,
     onnx="Add",
+    mlir="stablehlo.add",
     lower_torch=_add_lower_torch,
     aten=(AtenBinding("aten.add.Tensor", fixed={"alpha": 1}), AtenBinding("aten.add.Scalar", fixed={"alpha": 1})),
 )
@@ -286,6 +430,7 @@ binary(
     "sub",
     torch.sub,
     onnx="Sub",
+    mlir="stablehlo.subtract",
     aten=(
         AtenBinding("aten.sub.Tensor", fixed={"alpha": 1}),
         AtenBinding("aten.sub.Scalar", fixed={"alpha": 1}),
@@ -293,7 +438,7 @@ binary(
         AtenBinding("aten.rsub.Tensor", rename={"self": "other", "other": "self"}, fixed={"alpha": 1}),
     ),
 )
-binary("mul", torch.mul, commutative=True, onnx="Mul")
+binary("mul", torch.mul, commutative=True, onnx="Mul", mlir="stablehlo.multiply")
 binary(
     "div",
     lambda self, other, rounding_mode=None: torch.div(self, other, rounding_mode=rounding_mode),
@@ -307,6 +452,7 @@ binary(
         if c.attrs["rounding_mode"] == "floor" and c.out.dtype.is_float
         else c.fail(f"rounding_mode={c.attrs['rounding_mode']}")
     ),
+    mlir=_div_mlir,
     aten=("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode"),
     doc="true division, or floor/trunc division with rounding_mode",
 )
@@ -314,26 +460,53 @@ binary(
     "pow",
     torch.pow,
     onnx="Pow",
+    mlir="stablehlo.power",
     aten=tuple(
         AtenBinding(f"aten.pow.{o}", rename={"exponent": "other"}) for o in ("Tensor_Tensor", "Tensor_Scalar", "Scalar")
     ),
     doc="self ** other; a Scalar base or exponent arrives as a 0-d constant",
 )
-binary("maximum", torch.maximum, commutative=True, onnx="Max", aten=("aten.maximum.default", "aten.max.other"))
-binary("minimum", torch.minimum, commutative=True, onnx="Min", aten=("aten.minimum.default", "aten.min.other"))
-binary("fmod", torch.fmod)
-binary("remainder", torch.remainder)
-binary("floor_divide", torch.floor_divide, aten=("aten.floor_divide.default", "aten.floor_divide.Scalar"))
-binary("atan2", torch.atan2, to_float=True, aten=("aten.atan2.default",))
+binary(
+    "maximum",
+    torch.maximum,
+    commutative=True,
+    onnx="Max",
+    mlir="stablehlo.maximum",
+    aten=("aten.maximum.default", "aten.max.other"),
+)
+binary(
+    "minimum",
+    torch.minimum,
+    commutative=True,
+    onnx="Min",
+    mlir="stablehlo.minimum",
+    aten=("aten.minimum.default", "aten.min.other"),
+)
+binary("fmod", torch.fmod, mlir="stablehlo.remainder")
+binary("remainder", torch.remainder, mlir=_remainder_mlir)
+binary(
+    "floor_divide",
+    torch.floor_divide,
+    mlir=lambda c: _floor_div_mlir(c, c.x(0), c.x(1)),
+    aten=("aten.floor_divide.default", "aten.floor_divide.Scalar"),
+)
+binary("atan2", torch.atan2, to_float=True, mlir="stablehlo.atan2", aten=("aten.atan2.default",))
 for _name, _fn in [("eq", torch.eq), ("ne", torch.ne)]:
-    binary(_name, _fn, commutative=True, compare=True, onnx=_binary_onnx("Equal", True, negate=_name == "ne"))
+    binary(
+        _name,
+        _fn,
+        commutative=True,
+        compare=True,
+        onnx=_binary_onnx("Equal", True, negate=_name == "ne"),
+        mlir=_compare_mlir(_name.upper()),
+    )
 for _name, _fn, _onnx in [
     ("lt", torch.lt, "Less"),
     ("le", torch.le, "LessOrEqual"),
     ("gt", torch.gt, "Greater"),
     ("ge", torch.ge, "GreaterOrEqual"),
 ]:
-    binary(_name, _fn, compare=True, onnx=_onnx)
+    binary(_name, _fn, compare=True, onnx=_onnx, mlir=_compare_mlir(_name.upper()))
 for _name, _fn in [
     ("logical_and", torch.logical_and),
     ("logical_or", torch.logical_or),
@@ -347,6 +520,7 @@ for _name, _fn in [
         aten=(f"aten.{_name}.default",),
         sample=_int_sample,
         onnx={"logical_and": "And", "logical_or": "Or", "logical_xor": "Xor"}[_name],
+        mlir=_logical_mlir("stablehlo." + _name[len("logical_") :]),
     )
 
 
@@ -370,6 +544,7 @@ for _name, _fn, _py in [
         commutative=True,
         sample=_int_sample,
         onnx=_bitwise_onnx("Bitwise" + _py.capitalize(), _py.capitalize()),
+        mlir="stablehlo." + _py,
         aten=(f"aten.{_name}.Tensor", f"aten.{_name}.Scalar", f"aten.__{_py}__.Tensor", f"aten.__{_py}__.Scalar"),
         doc=f"the `__{_py}__` operator; on bool tensors, logical {_py}",
     )
@@ -383,6 +558,7 @@ register(
         flops=out_numel,
         sample=lambda d, sl, a: (_where_types(d, sl), a),
         onnx=lambda c: c.emit("Where", c.x(0), c.x_as(1, c.out.dtype), c.x_as(2, c.out.dtype)),
+        mlir=lambda c: c.select(c.convert(c.x(0), DType.bool), c.x(1), c.x(2), dtype=c.out.dtype),
         aten=("aten.where.self", "aten.where.ScalarOther", "aten.where.ScalarSelf", "aten.where.Scalar"),
         doc="condition ? self : other, broadcasting all three",
     )
@@ -397,6 +573,7 @@ register(
         flops=out_numel,
         sample=lambda d, sl, a: (_masked_fill_types(d, sl), a),
         onnx=lambda c: c.emit("Where", c.x(1), c.x_as(2, c.out.dtype), c.x(0)),
+        mlir=lambda c: c.select(c.convert(c.x(1), DType.bool), c.x(2), c.x(0), dtype=c.out.dtype),
         aten=("aten.masked_fill.Scalar", "aten.masked_fill.Tensor"),
         doc="value where mask, else self; value is a 0-d tensor",
     )
@@ -436,6 +613,9 @@ register(
         flops=_addcmul_flops,
         sample=_addcmul_sample,
         onnx=_addcmul_onnx,
+        mlir=lambda c: c.add(
+            c.x(0), c.mul(c.mul(c.x(1), c.x(2), c.out.dtype), c.attrs["value"]), c.out.dtype
+        ),
         aten=("aten.addcmul.default",),
         doc="self + value * tensor1 * tensor2, broadcasting all three (GRN of ConvNeXt-V2)",
     )
@@ -482,6 +662,7 @@ register(
         ),
         aten=(AtenBinding("aten._to_copy.default", convert=_cast_args),),
         onnx=lambda c: c.cast(c.x(0), c.out.dtype),
+        mlir=lambda c: c.convert(c.x(0), c.out.dtype),
         doc="element type conversion (a copy, also when the dtype does not change)",
     )
 )

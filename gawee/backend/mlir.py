@@ -1,0 +1,763 @@
+"""to_mlir: a Graph as an MLIR module in the StableHLO dialect, and its IREE compilation.
+
+Each node lowers through its op's registry record: ``OpDef.mlir`` is a StableHLO (or CHLO)
+op name for an op that maps one to one onto it (operands broadcast to the result's shape and
+converted to its element type), or a function of an :class:`MlirLowering` that emits the
+op's composition. Fused gawee ops lower to their parts (``conv2d(..., residual=r, act=a)``
+is a ``stablehlo.convolution``, an ``add``, the activation's ops): IREE's dispatch formation
+fuses them again. Constants become ``dense_resource`` blobs in the module's
+``dialect_resources`` section (small ones are hex ``dense`` literals), never giant decimal
+literals. Shapes are the graph's static shapes.
+
+:func:`compile_iree` compiles the text with IREE for the host CPU (``llvm-cpu``) and
+:class:`IreeModule` runs the result on torch tensors. IREE is optional
+(``pip install 'gawee[iree]'``); :func:`to_mlir` itself needs nothing beyond gawee.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gawee.errors import GaweeError
+from gawee.ir.core import Graph, Node, Value
+from gawee.ir.types import DType, TensorType
+from gawee.ops import OPAQUE, OpDef, get_op
+
+__all__ = ["IreeModule", "LoweringError", "MlirLowering", "V", "compile_iree", "iree_available", "to_mlir"]
+
+_ELEM = {
+    DType.f64: "f64",
+    DType.f32: "f32",
+    DType.f16: "f16",
+    DType.bf16: "bf16",
+    DType.i64: "i64",
+    DType.i32: "i32",
+    DType.i16: "i16",
+    DType.i8: "i8",
+    DType.u8: "ui8",
+    DType.bool: "i1",
+}
+"""DType → MLIR element type (complex types have no lowering)."""
+
+INLINE_BYTES = 64
+"""Constants up to this size are hex ``dense<"0x...">`` literals; larger ones are resource blobs."""
+
+IREE_HINT = "install the IREE compiler and runtime: pip install 'gawee[iree]'"
+
+
+class LoweringError(GaweeError):
+    """A graph that cannot be written as StableHLO (an op without a lowering, an opaque node, no weights)."""
+
+    kind = "mlir lowering error"
+
+
+def tensor_type(t: TensorType) -> str:
+    """``tensor<2x3xf32>`` (``tensor<f32>`` for a 0-d tensor)."""
+    if t.dtype not in _ELEM:
+        raise LoweringError(f"element type {t.dtype.value} has no StableHLO lowering")
+    return "tensor<" + "".join(f"{d}x" for d in t.shape) + _ELEM[t.dtype] + ">"
+
+
+def scalar_literal(value: float | int | bool, dtype: DType) -> str:
+    """An exact MLIR literal of ``value`` as ``dtype`` (floats by bit pattern: inf and nan too)."""
+    if dtype is DType.bool:
+        return "true" if value else "false"
+    t = torch.tensor(value, dtype=dtype.torch)
+    if not dtype.is_float:
+        return str(int(t.item()))
+    bits = int.from_bytes(_raw_bytes(t), "little")
+    return f"0x{bits:0{2 * dtype.itemsize}X}"
+
+
+def _raw_bytes(t: torch.Tensor) -> bytes:
+    """The little-endian bytes of ``t`` in row-major order (bf16 through an int16 view)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    arr = t.numpy()
+    return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def _ints(values: Sequence[int]) -> str:
+    return "array<i64" + (": " + ", ".join(str(int(v)) for v in values) if len(values) else "") + ">"
+
+
+def _dense_i64(rows: Sequence[Sequence[int]]) -> str:
+    """A ``tensor<Nx2xi64>`` attribute (padding pairs)."""
+    body = ", ".join("[" + ", ".join(str(int(v)) for v in r) + "]" for r in rows)
+    return f"dense<[{body}]> : tensor<{len(rows)}x2xi64>" if rows else "dense<> : tensor<0x2xi64>"
+
+
+class V:
+    """An SSA value of the module being built: its name and static type."""
+
+    __slots__ = ("name", "type")
+
+    def __init__(self, name: str, type: TensorType):
+        self.name = name
+        self.type = type
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.type.dtype
+
+    @property
+    def rank(self) -> int:
+        return self.type.rank
+
+    def __repr__(self) -> str:
+        return f"{self.name}: {self.type}"
+
+
+_REDUCERS = {
+    "add": "stablehlo.add",
+    "max": "stablehlo.maximum",
+    "min": "stablehlo.minimum",
+    "mul": "stablehlo.multiply",
+    "and": "stablehlo.and",
+    "or": "stablehlo.or",
+}
+
+
+class MlirLowering:
+    """What ``OpDef.mlir`` sees for one node: its operands as :class:`V`, and StableHLO builders.
+
+    The builders broadcast (numpy rules), convert element types and splat Python numbers where
+    that is what the op means, so a lowering reads like the op's formula. The function returns
+    the V holding the op's output (a list of them for a multi-output op).
+    """
+
+    def __init__(
+        self,
+        emitter: _Emitter,
+        node: Node,
+        opdef: OpDef,
+        inputs: Sequence[V | None] | None = None,
+        attrs: Mapping[str, Any] | None = None,
+        out_types: Sequence[TensorType] | None = None,
+    ):
+        self._e = emitter
+        self.node = node
+        self.opdef = opdef
+        self.attrs = node.attrs if attrs is None else attrs
+        self._inputs = inputs
+        self._out_types = out_types
+
+    # -- operands ------------------------------------------------------------------
+    @property
+    def arity(self) -> int:
+        return len(self._inputs) if self._inputs is not None else len(self.node.inputs)
+
+    def x(self, index: int) -> V | None:
+        """Operand ``index`` (None for an absent optional operand)."""
+        if self._inputs is not None:
+            return self._inputs[index] if index < len(self._inputs) else None
+        value = self.node.inputs[index] if index < len(self.node.inputs) else None
+        return None if value is None else self._e.value(value)
+
+    @property
+    def xs(self) -> list[V]:
+        """All present operands (the tensors of a variadic op)."""
+        return [v for v in (self.x(i) for i in range(self.arity)) if v is not None]
+
+    def type(self, index: int) -> TensorType | None:
+        v = self.x(index)
+        return None if v is None else v.type
+
+    @property
+    def outs(self) -> list[TensorType]:
+        if self._out_types is not None:
+            return list(self._out_types)
+        return [o.type for o in self.node.outputs]
+
+    @property
+    def out(self) -> TensorType:
+        """The type of the (first) output."""
+        return self.outs[0]
+
+    def const(self, index: int) -> torch.Tensor | None:
+        """Operand ``index``'s data if it is a constant with known values."""
+        if self._inputs is not None:
+            return None
+        value = self.node.inputs[index] if index < len(self.node.inputs) else None
+        return value.data if value is not None and value.has_known_data else None
+
+    def fail(self, why: str):
+        """Raise LoweringError: this node has no StableHLO form (usable inside a lambda)."""
+        raise LoweringError(
+            f"node {self.node.name} ({self.opdef.name}) has no StableHLO lowering: {why}",
+            where=self.node.name,
+            hint=f"extend the `mlir=` lowering of {self.opdef.name} in gawee/ops",
+        )
+
+    # -- emitting ------------------------------------------------------------------
+    def op(
+        self,
+        name: str,
+        operands: Sequence[V],
+        result: TensorType | Sequence[TensorType],
+        attrs: Mapping[str, str] | None = None,
+        region: str | None = None,
+    ) -> V | list[V]:
+        """One operation in generic form; a list of results when ``result`` is a list of types."""
+        return self._e.emit(name, operands, result, attrs, region)
+
+    def constant(self, data: torch.Tensor) -> V:
+        """A constant tensor (a resource blob when large)."""
+        return self._e.constant(data, f"{self.node.name}_const")
+
+    def splat(self, value: float | int | bool, dtype: DType, shape: Sequence[int] = ()) -> V:
+        """``value`` as a ``dtype`` tensor of ``shape``."""
+        s = self._e.scalar(value, dtype)
+        return s if not shape else self.broadcast(s, tuple(shape))
+
+    def iota(self, shape: Sequence[int], dim: int, dtype: DType) -> V:
+        return self.op("stablehlo.iota", [], TensorType(tuple(shape), dtype), {"iota_dimension": f"{dim} : i64"})
+
+    # -- shapes and types --------------------------------------------------------
+    def convert(self, v: V, dtype: DType) -> V:
+        """``v`` as ``dtype`` (to bool: ``v != 0``)."""
+        if v.dtype is dtype:
+            return v
+        if dtype is DType.bool:
+            return self.compare("NE", v, 0)
+        return self.op("stablehlo.convert", [v], TensorType(v.shape, dtype))
+
+    def broadcast(self, v: V, shape: Sequence[int]) -> V:
+        """``v`` broadcast to ``shape`` by numpy's rules (trailing dimensions aligned)."""
+        shape = tuple(shape)
+        if v.shape == shape:
+            return v
+        offset = len(shape) - v.rank
+        if offset < 0 or any(d not in (1, shape[offset + i]) for i, d in enumerate(v.shape)):
+            raise LoweringError(f"cannot broadcast {list(v.shape)} to {list(shape)}", where=self.node.name)
+        dims = _ints(range(offset, len(shape)))
+        return self.op("stablehlo.broadcast_in_dim", [v], TensorType(shape, v.dtype), {"broadcast_dimensions": dims})
+
+    def broadcast_dims(self, v: V, shape: Sequence[int], dims: Sequence[int]) -> V:
+        """``stablehlo.broadcast_in_dim``: dimension i of ``v`` becomes dimension ``dims[i]``."""
+        return self.op(
+            "stablehlo.broadcast_in_dim", [v], TensorType(tuple(shape), v.dtype), {"broadcast_dimensions": _ints(dims)}
+        )
+
+    def reshape(self, v: V, shape: Sequence[int]) -> V:
+        shape = tuple(shape)
+        return v if v.shape == shape else self.op("stablehlo.reshape", [v], TensorType(shape, v.dtype))
+
+    def transpose(self, v: V, perm: Sequence[int]) -> V:
+        perm = [p % v.rank for p in perm] if v.rank else []
+        if perm == list(range(v.rank)):
+            return v
+        shape = tuple(v.shape[p] for p in perm)
+        return self.op("stablehlo.transpose", [v], TensorType(shape, v.dtype), {"permutation": _ints(perm)})
+
+    def slice(self, v: V, starts: Sequence[int], limits: Sequence[int], strides: Sequence[int] | None = None) -> V:
+        strides = list(strides or [1] * v.rank)
+        shape = tuple(max(0, -(-(hi - lo) // s)) for lo, hi, s in zip(starts, limits, strides))
+        if shape == v.shape:
+            return v
+        attrs = {"start_indices": _ints(starts), "limit_indices": _ints(limits), "strides": _ints(strides)}
+        return self.op("stablehlo.slice", [v], TensorType(shape, v.dtype), attrs)
+
+    def slice_dim(self, v: V, dim: int, start: int, end: int, step: int = 1) -> V:
+        starts, limits, strides = [0] * v.rank, list(v.shape), [1] * v.rank
+        starts[dim], limits[dim], strides[dim] = start, end, step
+        return self.slice(v, starts, limits, strides)
+
+    def concat(self, vs: Sequence[V], dim: int) -> V:
+        if len(vs) == 1:
+            return vs[0]
+        shape = list(vs[0].shape)
+        shape[dim] = sum(v.shape[dim] for v in vs)
+        return self.op(
+            "stablehlo.concatenate", list(vs), TensorType(tuple(shape), vs[0].dtype), {"dimension": f"{dim} : i64"}
+        )
+
+    def reverse(self, v: V, dims: Sequence[int]) -> V:
+        return self.op("stablehlo.reverse", [v], v.type, {"dimensions": _ints(dims)}) if dims else v
+
+    def pad(self, v: V, value: V, low: Sequence[int], high: Sequence[int], interior: Sequence[int] | None = None) -> V:
+        interior = list(interior or [0] * v.rank)
+        shape = tuple(d + lo + hi + max(d - 1, 0) * i for d, lo, hi, i in zip(v.shape, low, high, interior))
+        attrs = {"edge_padding_low": _ints(low), "edge_padding_high": _ints(high), "interior_padding": _ints(interior)}
+        return self.op("stablehlo.pad", [v, value], TensorType(shape, v.dtype), attrs)
+
+    def index_select(self, v: V, index: V, dim: int) -> V:
+        """``torch.index_select`` (``stablehlo.torch_index_select``): ``index`` may have any rank."""
+        shape = v.shape[:dim] + index.shape + v.shape[dim + 1 :]
+        attrs = {"dim": f"{dim} : i64", "batch_dims": "0 : i64"}
+        return self.op("stablehlo.torch_index_select", [v, index], TensorType(shape, v.dtype), attrs)
+
+    # -- arithmetic ----------------------------------------------------------------
+    def _operand(self, a: V | float | int | bool, like: V | None, dtype: DType | None) -> V:
+        if isinstance(a, V):
+            return a
+        if dtype is None:
+            dtype = like.dtype if like is not None else DType.f32
+        return self._e.scalar(a, dtype)
+
+    def ew(self, name: str, *operands: V | float | int | bool, dtype: DType | None = None) -> V:
+        """Elementwise ``name`` of operands broadcast together and converted to ``dtype`` (default:
+        the first tensor operand's); Python numbers become scalars of that type."""
+        tensors = [a for a in operands if isinstance(a, V)]
+        if dtype is None:
+            dtype = tensors[0].dtype if tensors else DType.f32
+        vs = [self.convert(self._operand(a, None, dtype), dtype) for a in operands]
+        shape = tuple(torch.broadcast_shapes(*(v.shape for v in vs)))
+        vs = [self.broadcast(v, shape) for v in vs]
+        return self.op(name, vs, TensorType(shape, dtype))
+
+    def add(self, a, b, dtype=None) -> V:
+        return self.ew("stablehlo.add", a, b, dtype=dtype)
+
+    def sub(self, a, b, dtype=None) -> V:
+        return self.ew("stablehlo.subtract", a, b, dtype=dtype)
+
+    def mul(self, a, b, dtype=None) -> V:
+        return self.ew("stablehlo.multiply", a, b, dtype=dtype)
+
+    def div(self, a, b, dtype=None) -> V:
+        return self.ew("stablehlo.divide", a, b, dtype=dtype)
+
+    def max(self, a, b, dtype=None) -> V:
+        return self.ew("stablehlo.maximum", a, b, dtype=dtype)
+
+    def min(self, a, b, dtype=None) -> V:
+        return self.ew("stablehlo.minimum", a, b, dtype=dtype)
+
+    def unary(self, name: str, v: V) -> V:
+        return self.op(name, [v], v.type)
+
+    def compare(self, direction: str, a, b, dtype: DType | None = None) -> V:
+        """``a <direction> b`` (EQ, NE, LT, LE, GT, GE) after broadcasting; a bool tensor."""
+        tensors = [x for x in (a, b) if isinstance(x, V)]
+        dtype = dtype or tensors[0].dtype
+        va, vb = (self.convert(self._operand(x, None, dtype), dtype) for x in (a, b))
+        shape = tuple(torch.broadcast_shapes(va.shape, vb.shape))
+        kind = "FLOAT" if dtype.is_float else "UNSIGNED" if dtype in (DType.u8, DType.bool) else "SIGNED"
+        attrs = {
+            "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
+            "compare_type": f"#stablehlo<comparison_type {kind}>",
+        }
+        vs = [self.broadcast(va, shape), self.broadcast(vb, shape)]
+        return self.op("stablehlo.compare", vs, TensorType(shape, DType.bool), attrs)
+
+    def select(self, pred: V, a, b, dtype: DType | None = None) -> V:
+        """``pred ? a : b``, broadcasting all three."""
+        tensors = [x for x in (a, b) if isinstance(x, V)]
+        dtype = dtype or (tensors[0].dtype if tensors else DType.f32)
+        va, vb = (self.convert(self._operand(x, None, dtype), dtype) for x in (a, b))
+        shape = tuple(torch.broadcast_shapes(pred.shape, va.shape, vb.shape))
+        vs = [self.broadcast(x, shape) for x in (pred, va, vb)]
+        return self.op("stablehlo.select", vs, TensorType(shape, dtype))
+
+    def clamp(self, v: V, lo: float | None, hi: float | None) -> V:
+        if lo is not None:
+            v = self.max(v, lo)
+        if hi is not None:
+            v = self.min(v, hi)
+        return v
+
+    # -- reductions, windows, contractions -----------------------------------------
+    def _body(self, kind: str, dtype: DType) -> str:
+        t = tensor_type(TensorType((), dtype))
+        op = _REDUCERS[kind]
+        return (
+            f"({{\n    ^bb0(%lhs: {t}, %rhs: {t}):\n"
+            f'      %r = "{op}"(%lhs, %rhs) : ({t}, {t}) -> {t}\n'
+            f'      "stablehlo.return"(%r) : ({t}) -> ()\n    }})'
+        )
+
+    def _init(self, kind: str, dtype: DType) -> V:
+        if kind in ("add", "or"):
+            return self.splat(False if dtype is DType.bool else 0, dtype)
+        if kind in ("mul", "and"):
+            return self.splat(True if dtype is DType.bool else 1, dtype)
+        if dtype.is_float:
+            return self.splat(-math.inf if kind == "max" else math.inf, dtype)
+        info = torch.iinfo(dtype.torch) if dtype is not DType.bool else None
+        if info is None:
+            return self.splat(kind == "min", dtype)
+        return self.splat(info.min if kind == "max" else info.max, dtype)
+
+    def reduce(self, v: V, dims: Sequence[int], kind: str = "add", keepdim: bool = False) -> V:
+        """``v`` reduced over ``dims`` by ``kind`` (add, max, min, mul, and, or)."""
+        dims = sorted({d % v.rank for d in dims}) if v.rank else []
+        if not dims:
+            return v
+        shape = tuple(d for i, d in enumerate(v.shape) if i not in dims)
+        out = self.op(
+            "stablehlo.reduce",
+            [v, self._init(kind, v.dtype)],
+            TensorType(shape, v.dtype),
+            {"dimensions": _ints(dims)},
+            self._body(kind, v.dtype),
+        )
+        if keepdim:
+            out = self.reshape(out, tuple(1 if i in dims else d for i, d in enumerate(v.shape)))
+        return out
+
+    def reduce_window(
+        self,
+        v: V,
+        kind: str,
+        window: Sequence[int],
+        strides: Sequence[int],
+        padding: Sequence[tuple[int, int]],
+        window_dilations: Sequence[int] | None = None,
+        init: V | None = None,
+    ) -> V:
+        """``stablehlo.reduce_window`` over every dimension (padding takes the reduction's identity)."""
+        window_dilations = list(window_dilations or [1] * v.rank)
+        shape = []
+        for d, k, s, (lo, hi), dil in zip(v.shape, window, strides, padding, window_dilations):
+            shape.append((d + lo + hi - (dil * (k - 1) + 1)) // s + 1)
+        attrs = {
+            "window_dimensions": _ints(window),
+            "window_strides": _ints(strides),
+            "window_dilations": _ints(window_dilations),
+            "padding": _dense_i64(padding),
+        }
+        init = init if init is not None else self._init(kind, v.dtype)
+        return self.op(
+            "stablehlo.reduce_window", [v, init], TensorType(tuple(shape), v.dtype), attrs, self._body(kind, v.dtype)
+        )
+
+    def dot_general(
+        self,
+        a: V,
+        b: V,
+        contract: tuple[Sequence[int], Sequence[int]],
+        batch: tuple[Sequence[int], Sequence[int]] = ((), ()),
+        dtype: DType | None = None,
+    ) -> V:
+        """Contract ``a`` and ``b``: the result is batch dims, then a's free dims, then b's free dims."""
+        (lc, rc), (lb, rb) = contract, batch
+        free_a = [d for i, d in enumerate(a.shape) if i not in lc and i not in lb]
+        free_b = [d for i, d in enumerate(b.shape) if i not in rc and i not in rb]
+        shape = tuple([a.shape[i] for i in lb] + free_a + free_b)
+        parts = []
+        if lb:
+            parts += [f"lhs_batching_dimensions = [{', '.join(map(str, lb))}]"]
+            parts += [f"rhs_batching_dimensions = [{', '.join(map(str, rb))}]"]
+        parts += [f"lhs_contracting_dimensions = [{', '.join(map(str, lc))}]"]
+        parts += [f"rhs_contracting_dimensions = [{', '.join(map(str, rc))}]"]
+        attrs = {"dot_dimension_numbers": "#stablehlo.dot<" + ", ".join(parts) + ">"}
+        return self.op("stablehlo.dot_general", [a, b], TensorType(shape, dtype or a.dtype), attrs)
+
+    def convolution(
+        self,
+        x: V,
+        w: V,
+        out: TensorType,
+        stride: Sequence[int],
+        padding: Sequence[tuple[int, int]],
+        lhs_dilation: Sequence[int] | None = None,
+        rhs_dilation: Sequence[int] | None = None,
+        groups: int = 1,
+    ) -> V:
+        """An N-d convolution in torch's layout: input (N, C, *spatial), weight (O, I/groups, *kernel)."""
+        nd = x.rank - 2
+        sp = ", ".join(str(i) for i in range(nd))
+        attrs = {
+            "dimension_numbers": f"#stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>",
+            "window_strides": _ints(stride),
+            "padding": _dense_i64(padding),
+            "lhs_dilation": _ints(lhs_dilation or [1] * nd),
+            "rhs_dilation": _ints(rhs_dilation or [1] * nd),
+            "feature_group_count": f"{groups} : i64",
+            "batch_group_count": "1 : i64",
+        }
+        return self.op("stablehlo.convolution", [x, w], out, attrs)
+
+    # -- other ops -------------------------------------------------------------------
+    def lower_as(self, op: str, inputs: Sequence[V | None], attrs: Mapping[str, Any] | None = None) -> V | list[V]:
+        """Emit op ``op`` (its own lowering) on ``inputs``: e.g. a fused activation as the standalone op."""
+        opdef = get_op(op)
+        full = opdef.prepare_attrs(dict(attrs or {}), [None if v is None else v.type for v in inputs], self.node.name)
+        outs = opdef.infer_types([None if v is None else v.type for v in inputs], full)
+        return self._e.lower(MlirLowering(self._e, self.node, opdef, list(inputs), full, outs))
+
+
+def _unique(base: str, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_]", "_", base) or "v"
+    if not base[0].isalpha():
+        base = "c" + base
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+class _Emitter:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.lines: list[str] = []
+        self.values: dict[Value, V] = {}
+        self.resources: list[tuple[str, bytes, int]] = []
+        self._resource_names: set[str] = set()
+        self._scalars: dict[tuple, V] = {}
+        self._count = 0
+
+    def fresh(self) -> str:
+        self._count += 1
+        return f"%v{self._count}"
+
+    def emit(self, name, operands, result, attrs=None, region=None):
+        many = not isinstance(result, TensorType)
+        results = list(result) if many else [result]
+        names = [self.fresh() for _ in results]
+        for v in operands:
+            if not isinstance(v, V):
+                raise TypeError(f"{name}: operand {v!r} is not an SSA value")
+        args = ", ".join(v.name for v in operands)
+        text = f'{", ".join(names)} = "{name}"({args})'
+        if region:
+            text += " " + region
+        if attrs:
+            text += " {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
+        ins = ", ".join(tensor_type(v.type) for v in operands)
+        outs = ", ".join(tensor_type(t) for t in results)
+        text += f" : ({ins}) -> " + (f"({outs})" if many else outs)
+        self.lines.append(text)
+        vs = [V(n, t) for n, t in zip(names, results)]
+        return vs if many else vs[0]
+
+    def scalar(self, value, dtype: DType) -> V:
+        key = (dtype, type(value), value if not (isinstance(value, float) and math.isnan(value)) else "nan")
+        v = self._scalars.get(key)
+        if v is None:
+            t = TensorType((), dtype)
+            lit = scalar_literal(value, dtype)
+            v = self.emit("stablehlo.constant", [], t, {"value": f"dense<{lit}> : {tensor_type(t)}"})
+            self._scalars[key] = v
+        return v
+
+    def constant(self, data: torch.Tensor, base: str) -> V:
+        dtype = DType.from_torch(data.dtype)
+        if dtype is DType.bool:  # i1 blobs have no agreed byte layout: build from i8
+            v = self.constant(data.to(torch.int8), base)
+            ctx = MlirLowering(self, None, None)  # type: ignore[arg-type]
+            return ctx.compare("NE", v, 0)
+        t = TensorType(tuple(data.shape), dtype)
+        if data.numel() == 1:
+            attr = f"dense<{scalar_literal(data.reshape(()).item(), dtype)}> : {tensor_type(t)}"
+        elif data.numel() * dtype.itemsize <= INLINE_BYTES:
+            attr = f'dense<"0x{_raw_bytes(data).hex().upper()}"> : {tensor_type(t)}'
+        else:
+            name = _unique(base, self._resource_names)
+            self.resources.append((name, _raw_bytes(data), max(dtype.itemsize, 4)))
+            attr = f"dense_resource<{name}> : {tensor_type(t)}"
+        return self.emit("stablehlo.constant", [], t, {"value": attr})
+
+    def value(self, value: Value) -> V:
+        v = self.values.get(value)
+        if v is None:
+            if value.data is None:
+                raise LoweringError(
+                    f"%{value.name} is read before it is computed",
+                    hint="the graph is not in topological order: run gawee.verify(graph)",
+                )
+            if not value.has_known_data:
+                raise LoweringError(
+                    f"constant %{value.name} has no values (meta-device capture)",
+                    hint="capture the model with real weights to lower it",
+                )
+            v = self.values[value] = self.constant(value.data, value.name)
+        return v
+
+    def lower(self, ctx: MlirLowering) -> V | list[V]:
+        spec = ctx.opdef.mlir
+        if ctx.opdef.name == OPAQUE:
+            raise LoweringError(
+                f"node {ctx.node.name} is an opaque ATen call ({ctx.attrs['target']}): no StableHLO lowering",
+                where=ctx.node.name,
+                hint="opaque nodes run through torch only; give the op an OpDef with `mlir=`",
+            )
+        if spec is None:
+            raise LoweringError(
+                f"op {ctx.opdef.name} has no StableHLO lowering (node {ctx.node.name})",
+                where=ctx.node.name,
+                hint=f"add `mlir=` to the OpDef of {ctx.opdef.name} in gawee/ops",
+            )
+        if isinstance(spec, str):
+            return ctx.ew(spec, *ctx.xs, dtype=ctx.out.dtype)
+        return spec(ctx)
+
+    def build(self, func_name: str) -> str:
+        args = []
+        for i, value in enumerate(self.graph.inputs):
+            v = self.values[value] = V(f"%arg{i}", value.type)
+            args.append(f"{v.name}: {tensor_type(v.type)}")
+        for node in self.graph:
+            result = self.lower(MlirLowering(self, node, get_op(node.op)))
+            results = [result] if isinstance(result, V) else list(result)
+            if len(results) != len(node.outputs):
+                raise LoweringError(
+                    f"the StableHLO lowering of {node.op} gave {len(results)} outputs for {len(node.outputs)}",
+                    where=node.name,
+                )
+            for value, v in zip(node.outputs, results):
+                if v.type.shape != value.type.shape or v.type.dtype != value.type.dtype:
+                    raise LoweringError(
+                        f"the StableHLO lowering of {node.op} made {v.type}, the node's output is {value.type}",
+                        where=node.name,
+                        hint=f"a bug in the `mlir=` lowering of {node.op}",
+                    )
+                self.values[value] = v
+        outs = [self.value(v) for v in self.graph.outputs]
+        out_types = ", ".join(tensor_type(v.type) for v in outs)
+        lines = [
+            f"module @{_module_name(self.graph.name)} {{",
+            f"  func.func @{func_name}({', '.join(args)}) -> ({out_types}) {{",
+            *("    " + line for line in self.lines),
+            f"    return {', '.join(v.name for v in outs)} : {out_types}" if outs else "    return",
+            "  }",
+            "}",
+        ]
+        if self.resources:
+            lines += ["{-#", "  dialect_resources: {", "    builtin: {"]
+            blobs = [
+                f'      {name}: "0x{align.to_bytes(4, "little").hex()}{raw.hex()}"' for name, raw, align in self.resources
+            ]
+            lines += [",\n".join(blobs), "    }", "  }", "#-}"]
+        return "\n".join(lines) + "\n"
+
+
+def _module_name(name: str) -> str:
+    return _unique(name or "gawee", set())
+
+
+def to_mlir(graph: Graph, *, func_name: str = "main") -> str:
+    """``graph`` as the text of an MLIR module in the StableHLO dialect: one function ``func_name``
+    taking the graph's inputs and returning its outputs; weights in a ``dialect_resources`` section.
+
+    Raises LoweringError naming the op and node for ops without a StableHLO lowering, opaque
+    nodes, and graphs whose constants have no values (meta-device capture).
+    """
+    return _Emitter(graph).build(func_name)
+
+
+# -- IREE ---------------------------------------------------------------------------------
+
+
+def iree_available() -> bool:
+    """Whether the IREE compiler and runtime packages are importable."""
+    try:
+        _import_iree()
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+def _import_iree():
+    try:
+        import iree.compiler as compiler
+        import iree.runtime as runtime
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError(
+            f"the IREE backend needs the iree-base-compiler and iree-base-runtime packages: {IREE_HINT}"
+        ) from e
+    return compiler, runtime
+
+
+def compile_flags(target_cpu: str = "host") -> list[str]:
+    """iree-compile flags: StableHLO input, the local device, llvm-cpu code for ``target_cpu``."""
+    return [
+        "--iree-input-type=stablehlo",
+        "--iree-hal-target-device=local",
+        "--iree-hal-local-target-device-backends=llvm-cpu",
+        f"--iree-llvmcpu-target-cpu={target_cpu}",
+    ]
+
+
+def compile_iree(mlir: str, *, target_cpu: str = "host", extra_args: Sequence[str] = ()) -> bytes:
+    """Compile StableHLO text to an IREE VM flatbuffer (.vmfb) for the CPU; LoweringError if IREE rejects it."""
+    compiler, _ = _import_iree()
+    try:
+        return compiler.compile_str(mlir, extra_args=[*compile_flags(target_cpu), *extra_args])
+    except compiler.CompilerToolError as e:
+        text = str(e)
+        first = next((line for line in text.splitlines() if "error:" in line), text.strip().splitlines()[0])
+        raise LoweringError(
+            f"iree-compile rejected the module: {first.strip()}",
+            hint="write the module with to_mlir and run iree-compile on it to see the whole diagnostic",
+        ) from None
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
+    """Write ``path`` atomically (temp file + rename), as gawee writes every artifact."""
+    from gawee.ir.serialize import _atomic_write
+
+    path = Path(path)
+    _atomic_write(path, data.encode() if isinstance(data, str) else data)
+    return path
+
+
+class IreeModule:
+    """A compiled module on IREE's CPU runtime: call it with torch tensors, get torch tensors back.
+
+    Returns one tensor for a one-output graph, else a tuple (``output_structure``, a pytree spec,
+    restores the model's nesting).
+    """
+
+    def __init__(
+        self,
+        vmfb: bytes,
+        input_types: Sequence[TensorType],
+        output_types: Sequence[TensorType],
+        *,
+        func_name: str = "main",
+        output_structure: Any = None,
+        driver: str = "local-task",
+    ):
+        _, rt = _import_iree()
+        self.vmfb = vmfb
+        self.input_types = list(input_types)
+        self.output_types = list(output_types)
+        self.output_structure = output_structure
+        self._config = rt.Config(driver)
+        self._context = rt.SystemContext(config=self._config)
+        vm_module = rt.VmModule.copy_buffer(self._config.vm_instance, vmfb)
+        self._context.add_vm_module(vm_module)
+        try:
+            self._fn = self._context.modules[vm_module.name][func_name]
+        except KeyError:
+            raise LoweringError(f"the compiled module has no function {func_name!r}") from None
+        self.gawee_report = None
+
+    def __call__(self, *inputs: torch.Tensor):
+        if len(inputs) != len(self.input_types):
+            raise TypeError(f"the compiled module takes {len(self.input_types)} inputs, got {len(inputs)}")
+        args = []
+        for i, (x, t) in enumerate(zip(inputs, self.input_types)):
+            if tuple(x.shape) != t.shape or x.dtype != t.dtype.torch:
+                raise TypeError(f"input {i} must be {t}, got {x.dtype}{list(x.shape)}")
+            if t.dtype is DType.bf16:
+                raise TypeError("bf16 inputs have no numpy form for the IREE runtime")
+            args.append(x.detach().cpu().contiguous().numpy())
+        result = self._fn(*args)
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        outs = tuple(torch.from_numpy(_host(r).copy()) for r in results)
+        if self.output_structure is not None:
+            from torch.utils import _pytree as pytree
+
+            return pytree.tree_unflatten(list(outs), self.output_structure)
+        return outs[0] if len(outs) == 1 else outs
+
+
+def _host(r):
+    return r.to_host() if hasattr(r, "to_host") else r
