@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import logging
+import os
 import re
+import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.fx
@@ -45,18 +53,29 @@ class CaptureStats:
 
 
 def export_program(model: torch.nn.Module, example_inputs: Sequence) -> tuple[ExportedProgram, float, float]:
-    """torch.export in eval mode, then functionalize. Raises CaptureError saying why and where."""
+    """torch.export in eval mode, then functionalize. Raises CaptureError saying why and where.
+
+    Whatever torch prints meanwhile (its logging, warnings, the partial-graph dump of a failed
+    export) goes to a log file instead of the terminal: deleted after a success, named in the
+    error (with torch's full message and traceback appended) after a failure.
+    """
     model = model.eval()
+    fd, log_name = tempfile.mkstemp(prefix="gawee-export-", suffix=".log")
+    log = Path(log_name)
+    os.close(fd)
     t0 = time.perf_counter()
     try:
-        ep = torch.export.export(model, tuple(example_inputs))
+        with _torch_output_to(log):
+            ep = torch.export.export(model, tuple(example_inputs))
     except Exception as e:  # torch.export raises many unrelated types; all mean "cannot capture"
-        raise CaptureError(_export_failure(e), hint=_export_hint(e)) from e
+        raise _capture_error(e, model, log, "torch.export could not capture the model") from e
     t1 = time.perf_counter()
     try:
-        ep = ep.run_decompositions({})
+        with _torch_output_to(log):
+            ep = ep.run_decompositions({})
     except Exception as e:  # same: any failure here is a capture failure of this model
-        raise CaptureError(f"functionalization failed: {_first_line(e)}") from e
+        raise _capture_error(e, model, log, "functionalization failed") from e
+    log.unlink(missing_ok=True)
     return ep, t1 - t0, time.perf_counter() - t1
 
 
@@ -131,33 +150,148 @@ def from_exported_program(ep: ExportedProgram, name: str = "graph", stats: Captu
     return graph
 
 
+_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_WHY_CHARS = 240
+"""torch's first line is cut here (a symbolic size can run to pages); the log has it whole."""
+
+
+@contextlib.contextmanager
+def _torch_output_to(path: Path):
+    """Send everything written to stderr meanwhile — file descriptor 2, ``sys.stderr``, and logging
+    handlers bound to it (torch's) — to ``path`` (appended)."""
+    with open(path, "a", encoding="utf-8", errors="replace") as f:
+        streams = {id(sys.stderr), id(sys.__stderr__)}
+        handlers = [h for h in _stream_handlers() if id(h.stream) in streams or _fileno(h.stream) == 2]
+        sys.stderr.flush()
+        saved_fd = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        swapped = []
+        try:
+            for h in handlers:
+                swapped.append((h, h.setStream(f)))
+            with contextlib.redirect_stderr(f):
+                yield
+        finally:
+            f.flush()
+            for h, stream in swapped:
+                h.setStream(stream)
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+
+
+def _stream_handlers() -> list[logging.StreamHandler]:
+    loggers = [
+        logging.getLogger(),
+        *(x for x in logging.Logger.manager.loggerDict.values() if isinstance(x, logging.Logger)),
+    ]
+    return [
+        h
+        for lg in loggers
+        for h in lg.handlers
+        if isinstance(h, logging.StreamHandler)
+        and not isinstance(h, logging.FileHandler)
+        and not isinstance(getattr(type(h), "stream", None), property)  # logging.lastResort: always sys.stderr
+    ]
+
+
+def _fileno(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    line = text[0] if text else type(e).__name__
+    return line if len(line) <= _WHY_CHARS else line[: _WHY_CHARS - 3] + "..."
 
 
-_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+def _capture_error(e: BaseException, model: torch.nn.Module, log: Path, what: str) -> CaptureError:
+    """One screen: what failed and why (torch's first line), where in the model's code, a hint for the cause,
+    and the log holding torch's output, full message and traceback."""
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"\n==== gawee: {what}: torch's error and traceback ====\n")
+        f.write("".join(traceback.format_exception(e)))
+    where = _user_frame(e) or _forward_of(model)
+    message = f"{what}: {type(e).__name__}: {_first_line(e)}\n  torch's output and full error: {log}"
+    return CaptureError(message, where=where, hint=_export_hint(e, model))
 
 
-def _export_failure(e: BaseException) -> str:
-    """'why' is the first line of torch's message; 'where' is the innermost user frame it names."""
+def _is_library_file(path: str) -> bool:
+    """Frames that are not the model's code: torch's, gawee's own, the standard library's, ``<string>``."""
+    if path.startswith("<") or not path:
+        return True
+    p = os.path.abspath(path)
+    if p.startswith(_TORCH_ROOT) or p.startswith(_GAWEE_ROOT):
+        return True
+    return p.startswith(_STDLIB_ROOT) and "-packages" not in p[len(_STDLIB_ROOT) :]
+
+
+_TORCH_ROOT = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
+_GAWEE_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
+_STDLIB_ROOT = os.path.join(os.path.dirname(os.path.abspath(contextlib.__file__)), "")
+
+
+def _user_frame(e: BaseException) -> str | None:
+    """``file:line in function`` of the innermost frame of the model's own code that the failure passed
+    through: in torch's message (export quotes the user frames it traced) or in the tracebacks."""
+    frames: list[tuple[str, str, str]] = []
+    seen: set[int] = set()
+    exc: BaseException | None = e
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames = [(f.filename, str(f.lineno), f.name) for f in traceback.extract_tb(exc.__traceback__)] + frames
+        frames += _USER_FRAME.findall(str(exc))
+        exc = exc.__cause__ or exc.__context__
+    user = [f for f in frames if not _is_library_file(f[0])]
+    if not user:
+        return None
+    path, line, func = user[-1]
+    return f"{path}:{line} in {func}"
+
+
+def _forward_of(model: torch.nn.Module) -> str | None:
+    """Where ``model.forward`` is defined: the place to look when no traced frame points into the model."""
+    fn = inspect.unwrap(type(model).forward)
+    try:
+        path = inspect.getsourcefile(fn)
+        line = inspect.getsourcelines(fn)[1]
+    except (OSError, TypeError):
+        return None
+    return f"{path}:{line} in {type(model).__name__}.forward" if path else None
+
+
+def _export_hint(e: BaseException, model: torch.nn.Module | None = None) -> str:
     text = str(e)
-    why = _first_line(e)
-    frames = _USER_FRAME.findall(text)
-    if not frames:
-        import traceback
-
-        frames = [
-            (f.filename, str(f.lineno), f.name)
-            for f in traceback.extract_tb(e.__traceback__)
-            if "site-packages/torch" not in f.filename and "/gawee/" not in f.filename
-        ]
-    where = f" (at {frames[-1][0]}:{frames[-1][1]} in {frames[-1][2]})" if frames else ""
-    return f"torch.export could not capture the model: {type(e).__name__}: {why}{where}"
-
-
-def _export_hint(e: BaseException) -> str:
-    text = str(e)
-    if "data-dependent" in text or "GuardOnDataDependent" in type(e).__name__:
-        return "the model branches on tensor values; use torch.cond or make the branch static"
+    cls = re.search(r"Found <class '([\w.]+)'> in output", text)
+    if cls:
+        if "Cache" in cls[1].rsplit(".", 1)[-1]:
+            return (
+                f"forward() returns a {cls[1].rsplit('.', 1)[-1]} (the key/value cache for generation): call the model "
+                "with use_cache=False (or set model.config.use_cache = False) so it returns tensors only"
+            )
+        return (
+            f"forward() returns a {cls[1]}, which torch.export cannot flatten: return tensors "
+            "(or tuples, lists, dicts of them), or register the class with torch.utils._pytree"
+        )
+    data_dependent = "data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
+    if data_dependent and _is_detection(model, e):
+        return (
+            "detection post-processing (score thresholds, NMS, top-k boxes) has data-dependent output sizes: "
+            "capture the backbone and heads (e.g. model.backbone) and keep the post-processing in PyTorch"
+        )
+    if data_dependent:
+        return (
+            "the model branches on tensor values or sizes a tensor by them; use torch.cond, or make the branch "
+            "or the size static"
+        )
+    if "input" in text.lower() and ("NoneType" in text or "not a tensor" in text):
+        return "pass tensors as example inputs; wrap the model to fill in the other arguments"
     return "see https://pytorch.org/docs/stable/export.html for what torch.export supports"
+
+
+def _is_detection(model: torch.nn.Module | None, e: BaseException) -> bool:
+    names = [type(model).__module__] if model is not None else []
+    names += [f[0] for f in _USER_FRAME.findall(str(e))]
+    return any("detection" in n or "boxes.py" in n or "nms" in n for n in names)

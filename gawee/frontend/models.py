@@ -1,4 +1,4 @@
-"""Resolve a MODEL argument: a torchvision name, ``file.py:factory``, or a saved ``.json`` graph."""
+"""Resolve a MODEL argument: torchvision name, ``hf:FAMILY``, ``timm:NAME``, ``file.py:factory``, or ``.json`` graph."""
 
 from __future__ import annotations
 
@@ -45,7 +45,11 @@ def resolve(
 
     * ``resnet18`` — a torchvision classifier with random weights (``weights=None``);
     * ``path/to/file.py:factory`` — ``factory()`` returns a module, or ``(module, example_inputs)``;
-    * ``path/to/graph.json`` — a graph saved by gawee.
+    * ``path/to/graph.json`` — a graph saved by gawee;
+    * ``hf:bert``, ``hf:gpt2``, ``hf:t5-encoder``, ``hf:llama``, ``hf:vit``, ``hf:whisper-encoder`` — a
+      Hugging Face model from a small built-in config (``hf:llama:layers=4,hidden=128``), called with
+      ids and an attention mask; ``timm:deit_tiny_patch16_224`` — a timm model (see gawee.frontend.families;
+      both need ``pip install 'gawee[transformers]'``).
 
     ``meta`` builds the module on the meta device (structure and cost only).
     ``input_shapes`` overrides the example inputs (float32 tensors of those shapes).
@@ -61,15 +65,21 @@ def resolve(
     if ":" in spec and spec.split(":", 1)[0].endswith(".py"):
         module, inputs = _from_factory(spec, device)
         name = Path(spec.split(":", 1)[0]).stem
+    elif spec.startswith(("hf:", "timm:")):
+        from gawee.frontend import families
+
+        build = families.hugging_face if spec.startswith("hf:") else families.timm_model
+        module, inputs = build(spec, batch, device)
+        name = spec.split(":")[1] if spec.startswith("hf:") else spec.split(":", 1)[1]
     else:
         names = torchvision_names()
         if spec not in names:
             close = difflib.get_close_matches(spec, names, n=3)
             raise ModelSpecError(
-                f"{spec!r} is not a torchvision model, a file.py:factory, or a .json graph",
+                f"{spec!r} is not a torchvision model, hf:FAMILY, timm:NAME, a file.py:factory, or a .json graph",
                 hint=f"did you mean {' or '.join(close)}?"
                 if close
-                else "e.g. resnet18, mobilenet_v3_small, path/to/model.py:make_model, saved.json",
+                else "e.g. resnet18, hf:bert, timm:deit_tiny_patch16_224, path/to/model.py:make_model, saved.json",
             )
         import torchvision
 

@@ -1,5 +1,8 @@
 """Capture: torchvision models reproduce eager PyTorch; unknown ops stay opaque; failures are typed."""
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -99,6 +102,9 @@ def test_export_failure_is_a_capture_error_saying_where():
     assert "torch.export could not capture the model" in msg
     assert "test_capture.py" in msg  # where: the user's line
     assert info.value.hint
+    log = msg.split("torch's output and full error: ")[1].split()[0]  # kept for the user to read
+    assert "GuardOnDataDependentSymNode" in Path(log).read_text()
+    os.unlink(log)
 
 
 def test_parameters_become_named_constants(resnet18):

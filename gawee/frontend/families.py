@@ -1,0 +1,209 @@
+"""Model families beyond torchvision, built from configs with random weights (nothing is downloaded).
+
+* ``hf:FAMILY`` — a Hugging Face ``transformers`` model from a small built-in config, called with
+  token ids and an attention mask (the last quarter of the sequence is padding) and returning
+  ``last_hidden_state``. Families: bert, gpt2, t5-encoder, llama (grouped-query attention, RoPE),
+  vit, whisper-encoder. Overrides follow a colon: ``hf:llama:layers=4,hidden=128,seq=32``
+  (keys: layers, hidden, heads, kv_heads, seq, vocab).
+* ``timm:NAME`` — ``timm.create_model(NAME, pretrained=False)`` on its configured input size.
+
+``transformers`` and ``timm`` are optional: ``pip install 'gawee[transformers]'`` brings both.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import torch
+
+from gawee.errors import ModelSpecError
+
+INSTALL_HINT = "install them with: pip install 'gawee[transformers]' (transformers and timm)"
+
+SIZES = {"layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "seq": 16, "vocab": 1000}
+"""The built-in config: small enough to capture and verify in seconds, every structural feature present."""
+
+
+def require(module: str):
+    """Import an optional dependency, or raise ModelSpecError saying how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ModelSpecError(f"{module} is not installed", hint=INSTALL_HINT) from None
+
+
+class HFTensors(torch.nn.Module):
+    """A ``transformers`` model called with keyword tensors, returning ``last_hidden_state`` only
+    (no cache objects, no ModelOutput): the shape torch.export and gawee want."""
+
+    def __init__(self, model: torch.nn.Module, input_names: tuple[str, ...], **fixed):
+        super().__init__()
+        self.model = model
+        self.input_names = input_names
+        self.fixed = fixed
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        return self.model(**dict(zip(self.input_names, tensors)), **self.fixed).last_hidden_state
+
+
+def _text_inputs(s: dict, batch: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(0, s["vocab"], (batch, s["seq"]), device=device)
+    mask = torch.ones(batch, s["seq"], dtype=torch.long, device=device)
+    mask[:, s["seq"] - s["seq"] // 4 :] = 0  # right padding: the mask must change the result
+    return ids, mask
+
+
+def _bert(T, s, batch, device):
+    cfg = T.BertConfig(
+        vocab_size=s["vocab"],
+        hidden_size=s["hidden"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        intermediate_size=4 * s["hidden"],
+        max_position_embeddings=max(64, s["seq"]),
+    )
+    return HFTensors(T.BertModel(cfg), ("input_ids", "attention_mask")), _text_inputs(s, batch, device)
+
+
+def _gpt2(T, s, batch, device):
+    cfg = T.GPT2Config(
+        vocab_size=s["vocab"],
+        n_embd=s["hidden"],
+        n_layer=s["layers"],
+        n_head=s["heads"],
+        n_positions=max(64, s["seq"]),
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = HFTensors(T.GPT2Model(cfg), ("input_ids", "attention_mask"), use_cache=False)
+    return model, _text_inputs(s, batch, device)
+
+
+def _t5_encoder(T, s, batch, device):
+    cfg = T.T5Config(
+        vocab_size=s["vocab"],
+        d_model=s["hidden"],
+        d_kv=s["hidden"] // s["heads"],
+        d_ff=4 * s["hidden"],
+        num_layers=s["layers"],
+        num_heads=s["heads"],
+        decoder_start_token_id=0,
+    )
+    return HFTensors(T.T5EncoderModel(cfg), ("input_ids", "attention_mask")), _text_inputs(s, batch, device)
+
+
+def _llama(T, s, batch, device):
+    cfg = T.LlamaConfig(
+        vocab_size=s["vocab"],
+        hidden_size=s["hidden"],
+        intermediate_size=4 * s["hidden"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        num_key_value_heads=s["kv_heads"],
+        max_position_embeddings=max(64, s["seq"]),
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = HFTensors(T.LlamaModel(cfg), ("input_ids", "attention_mask"), use_cache=False)
+    return model, _text_inputs(s, batch, device)
+
+
+def _vit(T, s, batch, device):
+    cfg = T.ViTConfig(
+        hidden_size=s["hidden"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        intermediate_size=4 * s["hidden"],
+        image_size=32,
+        patch_size=8,
+    )
+    return HFTensors(T.ViTModel(cfg), ("pixel_values",)), (torch.randn(batch, 3, 32, 32, device=device),)
+
+
+def _whisper_encoder(T, s, batch, device):
+    cfg = T.WhisperConfig(
+        vocab_size=s["vocab"],
+        d_model=s["hidden"],
+        encoder_layers=s["layers"],
+        decoder_layers=1,
+        encoder_attention_heads=s["heads"],
+        decoder_attention_heads=s["heads"],
+        encoder_ffn_dim=4 * s["hidden"],
+        decoder_ffn_dim=4 * s["hidden"],
+        num_mel_bins=16,
+        max_source_positions=s["seq"],
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
+    encoder = T.WhisperModel(cfg).get_encoder()
+    frames = torch.randn(batch, 16, 2 * s["seq"], device=device)  # the encoder wants 2 x max_source_positions
+    return HFTensors(encoder, ("input_features",)), (frames,)
+
+
+HF_FAMILIES: dict[str, Callable] = {
+    "bert": _bert,
+    "gpt2": _gpt2,
+    "t5-encoder": _t5_encoder,
+    "llama": _llama,
+    "vit": _vit,
+    "whisper-encoder": _whisper_encoder,
+}
+
+
+def _sizes(overrides: str) -> dict[str, int]:
+    sizes = dict(SIZES)
+    for item in filter(None, overrides.split(",")):
+        key, _, value = item.partition("=")
+        if key not in sizes or not value.isdigit() or int(value) < 1:
+            raise ModelSpecError(
+                f"bad override {item!r}",
+                hint=f"KEY=N with N >= 1, KEY one of {', '.join(sizes)}; e.g. hf:bert:layers=4",
+            )
+        sizes[key] = int(value)
+    if sizes["hidden"] % sizes["heads"] or sizes["heads"] % sizes["kv_heads"]:
+        raise ModelSpecError(
+            f"hidden={sizes['hidden']}, heads={sizes['heads']}, kv_heads={sizes['kv_heads']} do not divide",
+            hint="heads must divide hidden, and kv_heads must divide heads",
+        )
+    return sizes
+
+
+def hugging_face(spec: str, batch: int, device: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """``hf:FAMILY[:k=v,...]`` → (module, example inputs)."""
+    _, _, rest = spec.partition(":")
+    family, _, overrides = rest.partition(":")
+    if family not in HF_FAMILIES:
+        import difflib
+
+        close = difflib.get_close_matches(family, HF_FAMILIES, n=2)
+        raise ModelSpecError(
+            f"no Hugging Face family {family!r}",
+            hint=(f"did you mean hf:{close[0]}? " if close else "")
+            + "known: "
+            + ", ".join(f"hf:{f}" for f in HF_FAMILIES),
+        )
+    sizes = _sizes(overrides)
+    T = require("transformers")
+    T.logging.set_verbosity_error()  # config warnings about token ids outside the small vocabulary
+    with torch.device(device):
+        model, inputs = HF_FAMILIES[family](T, sizes, batch, device)
+    return model, inputs
+
+
+def timm_model(spec: str, batch: int, device: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """``timm:NAME`` → (module with random weights, an input of its configured size)."""
+    name = spec.partition(":")[2]
+    timm = require("timm")
+    if name not in timm.list_models():
+        close = timm.list_models(f"*{name}*")[:3]
+        raise ModelSpecError(
+            f"{name!r} is not a timm model",
+            hint=f"did you mean {' or '.join(close)}?" if close else "see timm.list_models() for the names",
+        )
+    with torch.device(device):
+        model = timm.create_model(name, pretrained=False)
+    size = tuple(getattr(model, "pretrained_cfg", {}).get("input_size", (3, 224, 224)))
+    return model, (torch.randn(batch, *size, device=device),)

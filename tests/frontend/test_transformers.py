@@ -1,0 +1,166 @@
+"""Transformer families capture completely (no opaque op), run like eager PyTorch, and optimize verifiably;
+capture failures are one-screen CaptureErrors with a hint for the cause and torch's output in a log file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import gawee
+from gawee.errors import CaptureError, ModelSpecError
+from gawee.frontend.models import resolve
+from gawee.ops import OPAQUE
+
+SMALL = "layers=2,hidden=32,heads=4,kv_heads=2,seq=12,vocab=128"
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "t5-encoder", "llama"])
+def test_hugging_face_family_captures_runs_and_optimizes(family):
+    pytest.importorskip("transformers")
+    src = resolve(f"hf:{family}:{SMALL}", batch=2)
+    ids, mask = src.example_inputs
+    assert mask.dtype == torch.long and not mask.all(), "the example must exercise the attention mask"
+    stats = gawee.CaptureStats()
+    g = gawee.capture(src.module, src.example_inputs, name=family, stats=stats)
+    gawee.verify(g)
+    assert stats.opaque_ops == {} and not [n for n in g if n.op == OPAQUE]
+    with torch.no_grad():
+        ref = src.module(ids, mask)
+        unmasked = src.module(ids, torch.ones_like(mask))
+    assert (ref - unmasked).abs().max() > 1e-3, "the mask changes the result, so the graph must honour it"
+    (out,) = gawee.run(g, ids, mask)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    assert (out - ref).abs().max().item() <= 1e-4 * max(1.0, ref.abs().max().item())
+    opt, _ = gawee.rewrite(g)
+    gawee.verify(opt)
+    report = gawee.verify_equivalent(g, opt, [ids, mask])
+    assert report.ok, str(report)
+
+
+def test_llama_uses_grouped_query_attention_and_rope():
+    pytest.importorskip("transformers")
+    src = resolve(f"hf:llama:{SMALL}")
+    cfg = src.module.model.config
+    assert cfg.num_key_value_heads < cfg.num_attention_heads
+    g = gawee.capture(src.module, src.example_inputs)
+    ops = {n.op for n in g}
+    assert {"sin", "cos"} <= ops, "rotary embeddings are computed in the graph"
+    assert "scaled_dot_product_attention" in ops
+
+
+class MaskedScale(torch.nn.Module):
+    def forward(self, x, mask):
+        return x * mask.to(x.dtype)
+
+
+def test_a_cast_for_a_mask_captures_without_its_runtime_check():
+    x, mask = torch.randn(2, 5), torch.tensor([[1, 1, 0, 1, 0], [0, 1, 1, 1, 1]])
+    stats = gawee.CaptureStats()
+    g = gawee.capture(MaskedScale(), (x, mask), stats=stats)
+    assert stats.dropped_checks == {"aten._assert_tensor_metadata.default": 1}
+    assert sorted(n.op for n in g) == ["cast", "mul"]
+    torch.testing.assert_close(gawee.run(g, x, mask)[0], MaskedScale()(x, mask))
+
+
+class SizeOut(torch.nn.Module):
+    """Returns a value computed from data (a symbolic int) through an op gawee has no OpDef for."""
+
+    def forward(self, x):
+        return torch.ops.aten._local_scalar_dense(x.sum())
+
+
+def test_a_non_tensor_result_is_a_capture_error():
+    with pytest.raises(CaptureError, match="returns a non-tensor result") as info:
+        gawee.capture(SizeOut(), (torch.randn(3),))
+    assert "test_transformers.py" in info.value.where and "data-dependent" in info.value.hint
+
+
+def _log_of(err: CaptureError) -> Path:
+    found = re.search(r"torch's output and full error: (\S+)", err.message)
+    assert found, err.message
+    return Path(found[1])
+
+
+def test_a_cache_object_in_the_output_says_use_cache_false(capfd):
+    T = pytest.importorskip("transformers")
+    T.logging.set_verbosity_error()
+    cfg = T.GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=4, n_positions=32, bos_token_id=0, eos_token_id=0)
+    model = T.GPT2Model(cfg)  # use_cache defaults to True: forward returns a DynamicCache
+    with pytest.raises(CaptureError) as info:
+        gawee.capture(model, (torch.randint(0, 64, (1, 8)),))
+    err = info.value
+    assert "use_cache=False" in err.hint
+    assert err.where and "modeling_gpt2.py" in err.where and "<string>" not in str(err)
+    assert len(str(err).splitlines()) <= 6
+    assert _log_of(err).is_file() and "DynamicCache" in _log_of(err).read_text()
+    assert capfd.readouterr().err == ""
+    _log_of(err).unlink()
+
+
+class Detector(torch.nn.Module):
+    """A detection head's post-processing in miniature: boxes above a score threshold, then per-box work
+    whose trip count depends on the data."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(4, 5)
+
+    def forward(self, x):
+        out = self.head(x)
+        boxes, scores = out[:, :4], out[:, 4]
+        keep = boxes[scores > 0]  # data-dependent size
+        if keep.shape[0] > 2:  # data-dependent branch: torch.export fails here
+            keep = keep[:2]
+        return keep
+
+
+Detector.__module__ = "tests.frontend.detection_like"  # what torchvision.models.detection classes look like
+
+
+def test_an_export_failure_is_one_screen_with_the_dump_in_a_file(capfd):
+    with pytest.raises(CaptureError) as info:
+        gawee.capture(Detector(), (torch.randn(16, 4),))
+    err = info.value
+    text = str(err)
+    assert "torch.export could not capture the model" in text
+    assert err.where and "test_transformers.py" in err.where  # the user's line, not torch's
+    assert "capture the backbone" in err.hint
+    assert len(text.splitlines()) <= 6 and len(text) < 1200
+    log = _log_of(err)
+    assert "Traceback" in log.read_text()
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+    log.unlink()
+
+
+def test_a_successful_capture_leaves_no_log_behind(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    gawee.capture(MaskedScale(), (torch.randn(2, 3), torch.ones(2, 3)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_hf_and_timm_specs_report_bad_names():
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelSpecError, match="no Hugging Face family") as info:
+        resolve("hf:bart")
+    assert "hf:bert" in info.value.hint
+    with pytest.raises(ModelSpecError, match="bad override"):
+        resolve("hf:bert:depth=3")
+    pytest.importorskip("timm")
+    with pytest.raises(ModelSpecError, match="not a timm model"):
+        resolve("timm:deit_tinny_patch16_224")
+
+
+def test_a_missing_optional_dependency_says_how_to_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # what an absent package looks like to import
+    with pytest.raises(ModelSpecError) as info:
+        resolve("hf:bert")
+    assert "pip install 'gawee[transformers]'" in info.value.hint
