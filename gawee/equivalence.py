@@ -60,10 +60,15 @@ class OutputCheck:
     tolerance: float
     scale: float
     """max(1, max|reference|): errors are compared against tolerance x scale."""
+    forgiven: bool = False
+    """The error exceeds tolerance x scale but the output is no farther from the original evaluated in
+    float64 than the original is (verify_rewrite only: reassociated math, an overflow avoided)."""
 
     @property
     def ok(self) -> bool:
-        return self.before.same_shape_dtype(self.after) and self.max_error <= self.tolerance * self.scale
+        return self.before.same_shape_dtype(self.after) and (
+            self.forgiven or self.max_error <= self.tolerance * self.scale
+        )
 
 
 @dataclass
@@ -340,9 +345,10 @@ def verify_rewrite(
     ``after`` that stands for a value of ``before`` (``gawee.rewrite.driver.provenance``) is compared
     with the per-dtype tolerance scaled by the reference's magnitude (as ``verify_equivalent``; inf
     and nan must sit at the same positions). A comparison that fails is judged again against the
-    original evaluated in float64 (when every op runs in float64): a rewritten value no farther from
-    that truth than the original's own rounding, element by element, is not a difference (reassociated
-    float math on huge inputs). The first value, in ``after``'s order, that differs localizes the
+    original evaluated in float64 (when every op runs in float64): a rewritten value within a few
+    times the original's own rounding error of it (OWN_ERROR_FACTOR), or element by element no farther
+    from the truth than the original, is not a difference (reassociated float math on huge inputs, an
+    overflow avoided). The first value, in ``after``'s order, that differs localizes the
     fault; the rule blamed is the one that made it, or, when several rules made the nodes between it
     and the last values that agree, found by replaying the rewrite (``rules``, deterministic) up to each
     of their firings and comparing the value again.
@@ -394,8 +400,7 @@ def verify_rewrite(
             err = c.max_error if c is not None else output_error(r, g)
             tol = TOLERANCE.get(tb.dtype, 0.0)
             check = OutputCheck(i, tb, ta, err, tol, _scale(r))
-            if c is not None and c.ok and not check.ok:  # forgiven against the float64 truth
-                check.scale = c.allowed / tol if tol else check.scale
+            check.forgiven = c is not None and c.ok and not check.ok  # judged against the float64 truth
             trial.outputs.append(check)
         if not trial.ok and failing is None:
             failing = (trial, xs, ref, checks)
@@ -478,10 +483,17 @@ def _scale(ref: torch.Tensor) -> float:
     return max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
 
 
+OWN_ERROR_FACTOR = 4
+"""A value that fails the plain tolerance passes if it differs from the original's by at most
+tol x scale + OWN_ERROR_FACTOR x max|original - float64 truth|: both are float roundings of one
+exact value, and a changed evaluation order (a folded batch norm on inputs of 1e4) may round a few
+times differently; the soundness harness, which checks one rule on small graphs, allows 2."""
+
+
 def _judge(p: _Pair, ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor | None) -> ValueCheck:
     """Compare one pair: within tol x scale; with the float64 ``truth``, also forgiven when no worse
-    than the original's own rounding (tol x scale + 2 x max|ref - truth|, or element by element no
-    farther from the truth than the original)."""
+    than the original's own rounding (tol x scale + OWN_ERROR_FACTOR x max|ref - truth|, or element by
+    element no farther from the truth than the original)."""
     dtype = DType.from_torch(ref.dtype)
     tol = TOLERANCE.get(dtype, 0.0)
     same_type = ref.shape == got.shape and ref.dtype == got.dtype
@@ -491,7 +503,7 @@ def _judge(p: _Pair, ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor |
     if not ok and same_type and truth is not None and ref.is_floating_point() and truth.shape == ref.shape:
         own = output_error(truth, ref.double())
         own = 0.0 if own == float("inf") else own
-        allowed = tol * _scale(truth) + 2 * own
+        allowed = tol * _scale(truth) + OWN_ERROR_FACTOR * own
         ok = err <= allowed or _no_farther(ref, got, truth, tol * _scale(truth))
     return ValueCheck(p.value, p.original, p.firings, (), err, allowed, ok, p.output)
 
