@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from gawee.ir.types import TensorType
+from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import (
     AtenBinding,
@@ -515,35 +515,113 @@ def _contract_flops(ins, outs, attrs):
 
 def _linear_sample(draw, slots, attrs):
     x, w, b = slots
-    k = (
-        x.shape[-1]
-        if isinstance(x, TensorType) and x.rank
-        else (w.shape[1] if isinstance(w, TensorType) else draw.integers(1, 4))
-    )
     if isinstance(x, TensorType) and x.rank == 0:
         raise S.Reject("linear needs rank >= 1")
+    if isinstance(w, TensorType) and w.rank != 2:
+        raise S.Reject("linear needs a 2-D weight")
+    k = x.shape[-1] if isinstance(x, TensorType) else (w.shape[1] if isinstance(w, TensorType) else draw.integers(1, 4))
+    if isinstance(w, TensorType) and w.shape[1] != k:
+        raise S.Reject(f"linear: input features {k}, weight {w}")
     if not isinstance(x, TensorType):
-        x = TensorType((*S.shape(draw, draw.integers(0, 2)), k), draw.dtype)
+        x = TensorType((*S.shape(draw, draw.integers(0, 3)), k), draw.dtype)
     if not isinstance(w, TensorType):
         w = TensorType((draw.integers(1, 4), k), x.dtype)
-    if b is S.FREE:
-        b = None if draw.boolean(0.3) else TensorType((w.shape[0],), x.dtype)
+    if b is S.FREE:  # absent, per feature, or a scalar (F.linear broadcasts the bias)
+        b = draw.choice([None, TensorType((w.shape[0],), x.dtype), TensorType((w.shape[0],), x.dtype)])
+        if b is not None and draw.boolean(0.1):
+            b = TensorType((), x.dtype)
     return [x, w, None if b is S.ABSENT else b], attrs
 
 
+def _batch_like(draw, batch: tuple[int, ...]) -> tuple[int, ...]:
+    """Batch dims that broadcast against ``batch``: the same, fewer, size-1 ones, or more."""
+    kind = draw.choice(["same", "same", "fewer", "ones", "more"])
+    if kind == "fewer":
+        return batch[draw.integers(0, len(batch)) :]
+    if kind == "ones":
+        return tuple(1 if draw.boolean() else d for d in batch)
+    if kind == "more":
+        return (draw.integers(1, 3), *batch) if len(batch) < 3 else batch
+    return batch
+
+
 def _matmul_sample(draw, slots, attrs):
+    """Every shape combination of torch.matmul: vectors, matrices, batched with broadcasting."""
     a, b = slots
+    for t in (a, b):
+        if isinstance(t, TensorType) and t.rank == 0:
+            raise S.Reject("matmul needs rank >= 1")
     if not isinstance(a, TensorType):
-        k = (
-            b.shape[-2]
-            if isinstance(b, TensorType) and b.rank >= 2
-            else (b.shape[0] if isinstance(b, TensorType) else draw.integers(1, 4))
-        )
-        a = TensorType((*S.shape(draw, draw.integers(0, 2)), k), b.dtype if isinstance(b, TensorType) else draw.dtype)
+        if isinstance(b, TensorType):
+            k = b.shape[-2] if b.rank >= 2 else b.shape[0]
+            dtype = b.dtype
+            batch = _batch_like(draw, b.shape[:-2])
+        else:
+            k, dtype, batch = draw.integers(1, 4), draw.dtype, S.shape(draw, draw.integers(0, 2))
+        rank = draw.choice([1, 2, 2, 3])
+        a = TensorType((k,) if rank == 1 else (*batch, draw.integers(1, 4), k), dtype)
     if not isinstance(b, TensorType):
-        k = a.shape[-1] if a.rank else 1
-        b = TensorType((k, draw.integers(1, 4)) if draw.boolean(0.8) else (k,), a.dtype)
+        k = a.shape[-1]
+        if draw.boolean(0.2):
+            b = TensorType((k,), a.dtype)
+        else:
+            b = TensorType((*_batch_like(draw, a.shape[:-2]), k, draw.integers(1, 4)), a.dtype)
     return [a, b], attrs
+
+
+def _mm_sample(batched: bool, extra: bool):
+    """mm / bmm (``batched``), and addmm / baddbmm (``extra``: a broadcasting first operand)."""
+
+    def sample(draw, slots, attrs):
+        slots = list(slots)
+        c = slots.pop(0) if extra else None
+        a, b = slots
+        rank = 3 if batched else 2
+        for t in (a, b):
+            if isinstance(t, TensorType) and t.rank != rank:
+                raise S.Reject(f"needs rank {rank}")
+        batch = (
+            (a.shape[0],)
+            if isinstance(a, TensorType) and batched
+            else ((b.shape[0],) if isinstance(b, TensorType) and batched else S.shape(draw, 1) if batched else ())
+        )
+        if not isinstance(a, TensorType):
+            k = b.shape[-2] if isinstance(b, TensorType) else draw.integers(1, 4)
+            a = TensorType((*batch, draw.integers(1, 4), k), b.dtype if isinstance(b, TensorType) else draw.dtype)
+        if not isinstance(b, TensorType):
+            b = TensorType((*batch, a.shape[-1], draw.integers(1, 4)), a.dtype)
+        types = [a, b]
+        if extra:
+            out = TensorType((*batch, a.shape[-2], b.shape[-1]), a.dtype)
+            types.insert(0, c if isinstance(c, TensorType) else S.broadcast_partner(draw, out))
+            attrs = {"beta": draw.choice([1, 1, 0, 0.5]), "alpha": draw.choice([1, 1, 2.0]), **attrs}
+        return types, attrs
+
+    return sample
+
+
+def _sdpa_sample(draw, slots, attrs):
+    """(batch..., L, E) queries, (batch..., S, E) keys, (batch..., S, Ev) values, an optional mask."""
+    q, k, v, m = slots
+    fixed = [t for t in (q, k, v) if isinstance(t, TensorType)]
+    if any(t.rank < 2 for t in fixed):
+        raise S.Reject("attention needs rank >= 2")
+    ref = fixed[0] if fixed else None
+    batch = ref.shape[:-2] if ref is not None else S.shape(draw, draw.integers(0, 2))
+    dtype = ref.dtype if ref is not None else draw.dtype
+    e = q.shape[-1] if isinstance(q, TensorType) else k.shape[-1] if isinstance(k, TensorType) else draw.integers(1, 4)
+    length = q.shape[-2] if isinstance(q, TensorType) else draw.integers(1, 4)
+    src = (
+        k.shape[-2] if isinstance(k, TensorType) else v.shape[-2] if isinstance(v, TensorType) else draw.integers(1, 4)
+    )
+    q = q if isinstance(q, TensorType) else TensorType((*batch, length, e), dtype)
+    k = k if isinstance(k, TensorType) else TensorType((*batch, src, e), dtype)
+    v = v if isinstance(v, TensorType) else TensorType((*batch, src, draw.integers(1, 4)), dtype)
+    if m is S.FREE:
+        mask = TensorType((length, src), draw.choice([dtype, DType.bool]))
+        m = None if draw.boolean(0.5) else S.broadcast_partner(draw, mask)
+    attrs = {"is_causal": draw.boolean(0.3) and m is None, "scale": draw.choice([None, None, 0.5]), **attrs}
+    return [q, k, v, None if m is S.ABSENT else m], attrs
 
 
 def _matrix_linear(input, weight, bias, out_shape):
@@ -593,6 +671,7 @@ register(
         torch.mm,
         traits=PURE,
         flops=_contract_flops,
+        sample=_mm_sample(False, False),
         aten=("aten.mm.default",),
         onnx="MatMul",
     )
@@ -604,6 +683,7 @@ register(
         torch.bmm,
         traits=PURE,
         flops=_contract_flops,
+        sample=_mm_sample(True, False),
         aten=("aten.bmm.default",),
         onnx="MatMul",
     )
@@ -615,6 +695,7 @@ register(
         lambda self, mat1, mat2, beta=1, alpha=1: torch.addmm(self, mat1, mat2, beta=beta, alpha=alpha),
         attrs=(Attr("beta", "scalar", 1), Attr("alpha", "scalar", 1)),
         traits=PURE,
+        sample=_mm_sample(False, True),
         flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1],
         aten=("aten.addmm.default",),
         onnx=lambda c: c.emit(
@@ -630,6 +711,7 @@ register(
         lambda self, batch1, batch2, beta=1, alpha=1: torch.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha),
         attrs=(Attr("beta", "scalar", 1), Attr("alpha", "scalar", 1)),
         traits=PURE,
+        sample=_mm_sample(True, True),
         flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1],
         aten=("aten.baddbmm.default",),
     )
@@ -767,21 +849,40 @@ def _pool_canon(attrs, _types):
 
 def _pool_sample(has_dilation: bool):
     def sample(draw, slots, attrs):
-        x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, 4)
-        if x.rank not in (3, 4):
-            raise S.Reject("pooling needs rank 3 or 4")
         k = attrs.get("kernel_size") or (draw.integers(1, 3), draw.integers(1, 3))
         drawn = {
             "kernel_size": k,
-            "stride": (draw.integers(1, 2),) * 2,
+            "stride": draw.choice([(), (1, 1), (2, 2), (1, 2), (draw.integers(1, 3),)]),
             "padding": tuple(draw.integers(0, kk // 2) for kk in _pair(k)),
             "ceil_mode": draw.boolean(0.2),
         }
         if has_dilation:
-            drawn["dilation"] = (1, 1)
-        return [x], {**drawn, **attrs}
+            drawn["dilation"] = draw.choice([(1, 1), (1, 1), (2, 2), (1, 2)])
+        else:
+            drawn["count_include_pad"] = draw.boolean(0.7)
+            drawn["divisor_override"] = None if draw.boolean(0.8) else draw.integers(1, 5)
+        drawn = {**drawn, **attrs}
+        x = slots[0]
+        if not isinstance(x, TensorType):  # big enough for the window
+            need = [
+                (kk - 1) * d + 1 - 2 * p
+                for kk, d, p in zip(_pair(k), _pair(drawn.get("dilation", 1)), _pair(drawn["padding"]))
+            ]
+            spatial = tuple(max(n, 1) + draw.integers(0, 3) for n in need)
+            x = TensorType((*S.shape(draw, draw.integers(1, 2)), *spatial), draw.dtype)
+        if x.rank not in (3, 4):
+            raise S.Reject("pooling needs rank 3 or 4")
+        return [x], drawn
 
     return sample
+
+
+def _adaptive_pool_sample(draw, slots, attrs):
+    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(3, 4))
+    if x.rank not in (3, 4):
+        raise S.Reject("pooling needs rank 3 or 4")
+    size = draw.choice([(1, 1), (1,), tuple(draw.integers(1, d + 1) for d in x.shape[-2:])])
+    return [x], {"output_size": size, **attrs}
 
 
 def _window_flops(ins, outs, attrs):
@@ -840,6 +941,7 @@ register(
         lambda self, *, output_size: F.adaptive_avg_pool2d(self, output_size),
         attrs=(Attr("output_size", "ints"),),
         traits=PURE,
+        sample=_adaptive_pool_sample,
         flops=lambda ins, outs, a: numel(ins[0]),
         canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"])},
         onnx=_adaptive_pool_onnx("ReduceMean", "AveragePool"),
@@ -853,6 +955,7 @@ register(
         lambda self, *, output_size: F.adaptive_max_pool2d(self, output_size),
         attrs=(Attr("output_size", "ints"),),
         traits=PURE,
+        sample=_adaptive_pool_sample,
         flops=lambda ins, outs, a: numel(ins[0]),
         canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"])},
         onnx=_adaptive_pool_onnx("ReduceMax", "MaxPool"),
@@ -1007,6 +1110,7 @@ register(
         ),
         traits=PURE,
         flops=_sdpa_flops,
+        sample=_sdpa_sample,
         aten=("aten.scaled_dot_product_attention.default",),
         onnx=_sdpa_onnx,
         doc="softmax(q @ k.T * scale + mask) @ v; FLOPs: the two matrix products (as flop_counter)",

@@ -30,12 +30,16 @@ def _torch_dtype(dtype):
 
 
 def _reduction_sample(draw, slots, attrs):
-    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(1, 4))
-    dims = (
-        None
-        if not x.rank or draw.boolean(0.2)
-        else tuple(sorted({draw.integers(0, x.rank - 1) for _ in range(draw.integers(1, 2))}))
-    )
+    fixed = attrs.get("dim")
+    if isinstance(slots[0], TensorType):
+        x = slots[0]
+    else:  # a rank that fits dims the pattern fixed (dim=[-1], dim=[2])
+        need = max((d + 1 if d >= 0 else -d for d in fixed), default=1) if isinstance(fixed, tuple) else 1
+        x = S.tensor(draw, draw.integers(need, max(need, 4)))
+    dims: tuple[int, ...] | None = None
+    if x.rank and not draw.boolean(0.2):  # None: all dims; else one or more distinct dims, some negative
+        picked = {draw.integers(0, x.rank - 1) for _ in range(draw.integers(1, 3))}
+        dims = tuple(d - x.rank if draw.boolean(0.3) else d for d in sorted(picked))
     return [x], {"dim": dims, "keepdim": draw.boolean(), **attrs}
 
 

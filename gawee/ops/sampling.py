@@ -56,18 +56,54 @@ def tensor(draw: Draw, rank: int | None = None, dtype: DType | None = None) -> T
 
 
 def broadcast_partner(draw: Draw, other: TensorType, dtype: DType | None = None) -> TensorType:
-    """A type that broadcasts against ``other`` without growing it (mostly), or the same shape."""
-    kind = draw.choice(["same", "same", "ones", "trailing", "scalar"])
+    """A type that broadcasts against ``other``: mostly without growing it (the same shape, size-1 dims,
+    trailing dims, a scalar), sometimes growing it (a size where ``other`` has 1, extra leading dims)."""
+    kind = draw.choice(["same", "same", "ones", "trailing", "scalar", "grow"])
     dims = other.shape
-    if kind == "same" or not dims:
+    if kind == "same" or (not dims and kind != "grow"):
         out = dims
     elif kind == "ones":
         out = tuple(d if draw.boolean() else 1 for d in dims)
     elif kind == "trailing":
         out = dims[draw.integers(0, len(dims)) :]
+    elif kind == "grow":
+        lead = tuple(draw.integers(1, 3) for _ in range(draw.integers(0 if 1 in dims else 1, 2)))
+        out = lead + tuple(draw.integers(2, 3) if d == 1 and draw.boolean() else d for d in dims)
     else:
         out = ()
     return TensorType(tuple(out), dtype or other.dtype)
+
+
+def primes(n: int) -> list[int]:
+    """The prime factors of n >= 1, with multiplicity."""
+    out, p = [], 2
+    while n > 1 and p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out + ([n] if n > 1 else [])
+
+
+def factor_shape(draw: Draw, numel: int, rank: int) -> tuple[int, ...] | None:
+    """A random shape of ``rank`` dims with ``numel`` elements (None if there is none: rank 0, numel != 1)."""
+    if rank == 0:
+        return () if numel == 1 else None
+    if numel == 0:
+        dims = [draw.integers(0, 3) for _ in range(rank)]
+        dims[draw.integers(0, rank - 1)] = 0
+        return tuple(dims)
+    dims = [1] * rank
+    for p in primes(numel):
+        dims[draw.integers(0, rank - 1)] *= p
+    return tuple(dims)
+
+
+def normalize_dim(d: int, rank: int) -> int:
+    """``d`` in 0 .. rank-1 (negative dims count from the end); Reject if out of range."""
+    if not -rank <= d < rank:
+        raise Reject(f"dim {d} is out of range for rank {rank}")
+    return d + rank if d < 0 else d
 
 
 def first_fixed(slots: Sequence[Slot]) -> TensorType | None:
@@ -117,12 +153,36 @@ def dim(draw: Draw, rank: int, extra: int = 0) -> int:
     if n == 0:
         raise Reject("no dims")
     d = draw.integers(0, n - 1)
-    return d - n if draw.boolean(0.2) else d
+    return d - n if draw.boolean(0.3) else d
 
 
 def permutation(draw: Draw, n: int) -> tuple[int, ...]:
+    """A permutation of range(n), some items spelled as negative dims."""
     items = list(range(n))
     out = []
     while items:
         out.append(items.pop(draw.integers(0, len(items) - 1)))
-    return tuple(out)
+    return tuple(d - n if draw.boolean(0.15) else d for d in out)
+
+
+def attr_value(draw: Draw, kind: str, rank: int) -> Any:
+    """A value of an attribute kind (see gawee.ops.base.ATTR_KINDS) for ops without a sampler: ints look
+    like dims of an operand of ``rank`` (negative ones included), floats like small scales."""
+    base = kind.rstrip("?")
+    if kind.endswith("?") and draw.boolean(0.2):
+        return None
+    if base == "int":
+        return dim(draw, rank) if rank and draw.boolean(0.7) else draw.integers(0, 3)
+    if base == "ints":
+        return tuple(dim(draw, rank) if rank else draw.integers(0, 3) for _ in range(draw.integers(1, 2)))
+    if base in ("float", "scalar"):
+        return draw.choice([0.0, 0.5, 1.0, -1.0, 2.0, 1e-5])
+    if base == "floats":
+        return tuple(draw.choice([0.5, 1.0, 2.0]) for _ in range(draw.integers(1, 2)))
+    if base == "bool":
+        return draw.boolean()
+    if base == "dtype":
+        return draw.choice(["f32", "f16", "bf16", "f64", "i32", "i64"])
+    if base == "str":
+        raise Reject("a free str attribute: the op needs a sampler")
+    raise Reject(f"cannot draw a {kind} attribute")

@@ -93,11 +93,14 @@ def _repeat_onnx(c):
     return c.emit("Tile", x, c.ints(repeats))
 
 
-def unary_sample(draw_attrs=None, min_rank: int = 0):
-    """Sampler of a one-operand op: the operand's type, then ``draw_attrs(draw, type)``."""
+def unary_sample(draw_attrs=None, min_rank: int = 0, free=None):
+    """Sampler of a one-operand op: the operand's type, then ``draw_attrs(draw, type)``. ``free(draw,
+    attrs)`` draws the operand when it is free and the pattern fixed attributes it must fit (or None)."""
 
     def sample(draw, slots, attrs):
-        x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(min_rank, 4))
+        x = slots[0] if isinstance(slots[0], TensorType) else free(draw, attrs) if free else None
+        if x is None:
+            x = S.tensor(draw, draw.integers(min_rank, 4))
         if x.rank < min_rank:
             raise S.Reject(f"needs rank >= {min_rank}")
         drawn = draw_attrs(draw, x, attrs) if draw_attrs else {}
@@ -108,7 +111,15 @@ def unary_sample(draw_attrs=None, min_rank: int = 0):
 
 def _draw_reshape(draw, x, attrs):
     dims = list(x.shape)
-    kind = draw.choice(["flat", "same", "merge", "split", "ones"])
+    kind = draw.choice(["flat", "same", "merge", "split", "ones", "any", "same_rank", "same_rank"])
+    if kind in ("any", "same_rank"):  # any factorization: same-rank reshapes that move elements included
+        rank = x.rank if kind == "same_rank" else draw.integers(0, 4)
+        shape = S.factor_shape(draw, x.numel, rank)
+        if shape is not None:
+            if shape and x.numel and draw.boolean(0.25):
+                i = draw.integers(0, len(shape) - 1)
+                shape = (*shape[:i], -1, *shape[i + 1 :])
+            return {"shape": shape}
     if kind == "flat" or not dims:
         return {"shape": (x.numel,) if draw.boolean() else (-1,)}
     if kind == "same":
@@ -130,10 +141,18 @@ def _draw_flatten(draw, x, attrs):
 
 
 def _draw_dims(draw, x) -> tuple[int, ...]:
-    return tuple(sorted({S.dim(draw, x.rank) % x.rank for _ in range(draw.integers(1, 2))}))
+    """One or two distinct dims of x, some negative."""
+    dims: list[int] = []
+    for _ in range(draw.integers(1, 2)):
+        d = S.dim(draw, x.rank)
+        if all(d % x.rank != e % x.rank for e in dims):
+            dims.append(d)
+    return tuple(dims)
 
 
 def _draw_roll(draw, x, attrs):
+    if draw.boolean(0.2):  # no dims: roll the flattened tensor
+        return {"shifts": (draw.integers(-5, 5),), "dims": ()}
     dims = _draw_dims(draw, x)
     return {"shifts": tuple(draw.integers(-3, 3) for _ in dims), "dims": dims}
 
@@ -147,11 +166,36 @@ def _draw_squeeze(draw, x, attrs):
 def _draw_slice(draw, x, attrs):
     if not x.rank:
         raise S.Reject("slice needs rank >= 1")
-    d = S.dim(draw, x.rank)
+    d = S.normalize_dim(attrs["dim"], x.rank) if isinstance(attrs.get("dim"), int) else S.dim(draw, x.rank)
     size = x.shape[d]
-    start = draw.integers(0, size) if draw.boolean(0.6) else None
-    end = draw.integers(0, size + 1) if draw.boolean(0.6) else None
-    return {"dim": d, "start": start, "end": end, "step": draw.choice([1, 1, 2])}
+    # bounds past either end (clamped) and negative ones (counted from the end) included
+    start = draw.integers(-size - 1, size + 1) if draw.boolean(0.6) else None
+    end = draw.integers(-size - 1, size + 2) if draw.boolean(0.6) else None
+    return {"dim": d, "start": start, "end": end, "step": draw.choice([1, 1, 2, 3])}
+
+
+def _free_for_reshape(draw, attrs):
+    """An operand with as many elements as the fixed ``shape`` (any multiple of the rest with a -1)."""
+    shape = attrs.get("shape")
+    if not isinstance(shape, tuple) or not all(isinstance(d, int) for d in shape):
+        return None
+    numel = math.prod(d for d in shape if d != -1) * (draw.integers(1, 3) if -1 in shape else 1)
+    return TensorType(S.factor_shape(draw, numel, draw.integers(1 if numel != 1 else 0, 4)), draw.dtype)
+
+
+def _free_for_dims(draw, attrs):
+    """An operand of rank len(dims) for a fixed permutation."""
+    dims = attrs.get("dims")
+    return S.tensor(draw, len(dims)) if isinstance(dims, tuple) else None
+
+
+def _free_for_expand(draw, attrs):
+    """An operand that expands to the fixed ``size``: its trailing dims, each kept or 1."""
+    size = attrs.get("size")
+    if not isinstance(size, tuple):
+        return None
+    keep = size[draw.integers(0, len(size)) :]
+    return TensorType(tuple(draw.integers(1, 3) if d == -1 else (d if draw.boolean() else 1) for d in keep), draw.dtype)
 
 
 def _draw_expand(draw, x, attrs):
@@ -163,12 +207,22 @@ def _draw_expand(draw, x, attrs):
 def _draw_pad(draw, x, attrs):
     if not x.rank:
         raise S.Reject("pad needs rank >= 1")
-    k = draw.integers(1, min(x.rank, 2))
+    modes = ["constant"] * 4 + ["reflect", "replicate", "circular"]
+    mode = attrs.get("mode") if "mode" in attrs else draw.choice(modes)
+    if mode == "constant":
+        k = draw.integers(1, min(x.rank, 3))
+    else:  # torch pads the last 1-3 dims of a tensor with 1 or 2 more dims in these modes
+        if x.rank < 2:
+            raise S.Reject(f"{mode} padding needs rank >= 2")
+        k = draw.integers(max(1, x.rank - 2), min(x.rank - 1, 3))
     pads = []
     for i in range(k):
         size = x.shape[x.rank - 1 - i]
-        pads += [draw.integers(-1 if size > 2 else 0, 2), draw.integers(0, 2)]
-    return {"pad": tuple(pads), "mode": "constant", "value": draw.choice([None, 0.0, 1.5])}
+        hi = size - 1 if mode == "reflect" else size if mode == "circular" else 2
+        lo = 0 if mode != "constant" else -1 if size > 2 else 0  # constant mode may crop
+        pads += [draw.integers(lo, max(lo, hi)), draw.integers(0, max(0, hi))]
+    value = draw.choice([None, 0.0, 1.5, -2.0]) if mode == "constant" else None
+    return {"pad": tuple(pads), "mode": mode, "value": value}
 
 
 def _draw_select(draw, x, attrs):
@@ -185,23 +239,38 @@ def _draw_split(draw, x, attrs):
 
 
 def _stack_sample(draw, slots, attrs):
-    like = S.first_fixed(slots) or S.tensor(draw, draw.integers(0, 3))
-    return [s if isinstance(s, TensorType) else like for s in slots], {"dim": S.dim(draw, like.rank, 1), **attrs}
+    fixed = attrs.get("dim")
+    like = S.first_fixed(slots)
+    if like is None:
+        lo = 0 if fixed is None else (fixed if fixed >= 0 else -fixed - 1)
+        like = S.tensor(draw, draw.integers(lo, max(lo, 3)))
+    if any(isinstance(s, TensorType) and s.shape != like.shape for s in slots):
+        raise S.Reject("stack needs operands of one shape")
+    dim = S.dim(draw, like.rank, 1) if fixed is None else fixed
+    S.normalize_dim(dim, like.rank + 1)
+    return [s if isinstance(s, TensorType) else like for s in slots], {**attrs, "dim": dim}
 
 
 def _cat_sample(draw, slots, attrs):
-    like = S.first_fixed(slots) or S.tensor(draw, draw.integers(1, 3))
+    """Operands of one rank that agree except along dim (of any size there, 0 included)."""
+    fixed = attrs.get("dim")
+    like = S.first_fixed(slots)
+    if like is None:
+        lo = 1 if fixed is None else (fixed + 1 if fixed >= 0 else -fixed)
+        like = S.tensor(draw, draw.integers(lo, max(lo, 3)))
     if like.rank == 0:
         raise S.Reject("cat needs rank >= 1")
-    dim = attrs.get("dim", S.dim(draw, like.rank))
-    d = dim + like.rank if dim < 0 else dim
+    dim = S.dim(draw, like.rank) if fixed is None else fixed
+    d = S.normalize_dim(dim, like.rank)
     out = []
     for s in slots:
         if isinstance(s, TensorType):
+            if s.rank != like.rank or any(a != b for k, (a, b) in enumerate(zip(s.shape, like.shape)) if k != d):
+                raise S.Reject(f"cat operands {like} and {s} differ outside dim {d}")
             out.append(s)
         else:
             shape = list(like.shape)
-            shape[d] = draw.integers(1, 3)
+            shape[d] = draw.integers(0, 3) if draw.boolean(0.1) else draw.integers(1, 3)
             out.append(TensorType(tuple(shape), like.dtype))
     return out, {**attrs, "dim": dim}
 
@@ -213,7 +282,7 @@ view_op(
     "reshape",
     SELF,
     lambda self, *, shape: torch.reshape(self, shape),
-    sample=unary_sample(_draw_reshape),
+    sample=unary_sample(_draw_reshape, free=_free_for_reshape),
     attrs=(Attr("shape", "ints"),),
     canonicalize=lambda a, t: {**a, "shape": _resolve_shape(a["shape"], t[0].numel)},
     onnx=_reshape_onnx,
@@ -242,7 +311,7 @@ view_op(
     SELF,
     lambda self, *, dims: self.permute(dims),
     attrs=(Attr("dims", "ints"),),
-    sample=unary_sample(lambda d, x, a: {"dims": S.permutation(d, x.rank)}),
+    sample=unary_sample(lambda d, x, a: {"dims": S.permutation(d, x.rank)}, free=_free_for_dims),
     canonicalize=lambda a, t: {"dims": tuple(_norm_dim(d, t[0].rank) for d in a["dims"])},
     aten=("aten.permute.default",),
     onnx=lambda c: c.emit("Transpose", c.x(0), perm=list(c.attrs["dims"])),
@@ -274,7 +343,7 @@ view_op(
     SELF,
     lambda self, *, size: self.expand(size),
     attrs=(Attr("size", "ints"),),
-    sample=unary_sample(_draw_expand),
+    sample=unary_sample(_draw_expand, free=_free_for_expand),
     canonicalize=lambda a, t: {
         "size": tuple(t[0].shape[i - (len(a["size"]) - t[0].rank)] if s == -1 else s for i, s in enumerate(a["size"]))
     },
@@ -423,6 +492,7 @@ move_op(
     lambda self, *, split_sizes, dim: torch.split(self, list(split_sizes), dim),
     sample=unary_sample(_draw_split, 1),
     attrs=(Attr("split_sizes", "ints"), Attr("dim", "int", 0)),
+    traits=("multi_output",),
     canonicalize=lambda a, t: {**a, "dim": _norm_dim(a["dim"], t[0].rank)},
     aten=(
         "aten.split_with_sizes.default",
@@ -439,6 +509,7 @@ move_op(
     SELF,
     lambda self, *, dim: torch.unbind(self, dim),
     attrs=(Attr("dim", "int", 0),),
+    traits=("multi_output",),
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank)},
     aten=("aten.unbind.int",),
     onnx=_unbind_onnx,
@@ -492,7 +563,6 @@ move_op(
 )
 move_op(
     "repeat",
-    traits=("multi_output",),
     SELF,
     lambda self, *, repeats: self.repeat(repeats),
     attrs=(Attr("repeats", "ints"),),
@@ -509,7 +579,6 @@ move_op(
 move_op(
     "index_select",
     (Operand("self"), Operand("index")),
-    traits=("multi_output",),
     lambda self, index, *, dim: torch.index_select(self, dim, index),
     attrs=(Attr("dim", "int"),),
     aten=("aten.index_select.default",),

@@ -82,16 +82,31 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     if result.numel() == 0:
         return None
     lo, hi = _abs_range(result)
-    if not math.isfinite(hi):
-        return f"folding {opdef.name} overflowed {result.dtype}" if all(_finite(d) for d in data) else None
-    if lo > 0 or result.dtype == torch.float64 or opdef.name in EXACT_ZEROS:
+    finite = math.isfinite(hi)
+    if not finite and all(_finite(d) for d in data):
+        return f"folding {opdef.name} overflowed {result.dtype}"
+    if finite and (lo > 0 or result.dtype == torch.float64 or opdef.name in EXACT_ZEROS):
         return None
+    # rare cases, element by element against float64: non-finite operands (an inf or nan weight in one
+    # channel must not hide an overflow or underflow in another), or a zero in the result
     wide = [d.double() if d is not None and d.is_floating_point() else d for d in data]
     try:
         (exact,) = opdef.run(wide, attrs)
     except (GaweeError, RuntimeError, ValueError, TypeError):
         return None
-    if bool(((result == 0) & (exact != 0)).any()):
+    if exact.shape != result.shape:
+        return None
+    if not finite:
+        new = ~torch.isfinite(result) & torch.isfinite(exact)
+        if opdef.has_trait("elementwise"):  # exact also overflows in float64: compare with the operands
+            try:
+                ins = [torch.isfinite(d) for d in data if isinstance(d, torch.Tensor) and d.is_floating_point()]
+                new |= ~torch.isfinite(result) & torch.stack(torch.broadcast_tensors(result, *ins)[1:]).all(0)
+            except RuntimeError:
+                pass
+        if bool(new.any()):
+            return f"folding {opdef.name} overflowed {result.dtype}"
+    if result.dtype != torch.float64 and opdef.name not in EXACT_ZEROS and bool(((result == 0) & (exact != 0)).any()):
         return f"folding {opdef.name} underflowed {result.dtype} to zero"
     return None
 
@@ -101,10 +116,13 @@ _SCALARS: dict[tuple, torch.Tensor] = {}
 
 
 class RewriteContext:
-    def __init__(self, graph: Graph, rule: Rule, root: Node, env: dict[str, Any]):
+    def __init__(self, graph: Graph, rule: Rule, root: Node | list[Node], env: dict[str, Any]):
         self.graph = graph
         self.rule = rule
-        self.root = root
+        self.roots = root if isinstance(root, list) else [root]
+        """The nodes the rule's roots matched, in pattern order (one unless the rule has several roots)."""
+        self.root = min(self.roots, key=graph.position) if len(self.roots) > 1 else self.roots[0]
+        """Where the replacement goes: before the earliest root, so every root's users see it."""
         self.env = env
         self.new_nodes: list[Node] = []
         self.with_cache: list[Any] = []
@@ -153,6 +171,8 @@ class RewriteContext:
                         raise GuardFailed(problem)
                 consts = tuple(detached_constant(t) for t in out)
                 return consts if multi else consts[0]
+            if len(self.roots) > 1:
+                self._check_available(inputs)
             name = self.graph.peek_name(op)
             for i, v in enumerate(inputs):
                 if v is not None and v.data is not None and not v.name:  # a constant folded just now
@@ -164,9 +184,19 @@ class RewriteContext:
         except (RuntimeError, ValueError, TypeError, IndexError) as e:  # torch refused a constant subexpression
             raise self.error(f"evaluating {op} on constants failed: {str(e).splitlines()[0]}") from None
         self.new_nodes.append(node)
+        if multi:
+            return tuple(node.outputs)
         if len(node.outputs) != 1:
             raise self.error(f"{op} has {len(node.outputs)} outputs: pick one with `[i]`")
         return node.outputs[0]
+
+    def _check_available(self, inputs: list[Value | None]) -> None:
+        """With several roots the replacement goes before the earliest one: an operand computed after
+        that point (inside a later root's pattern) cannot reach it, and the match is abandoned."""
+        here = self.graph.position(self.root)
+        for v in inputs:
+            if v is not None and v.producer is not None and self.graph.position(v.producer) > here:
+                raise GuardFailed(f"%{v.name} is computed after %{self.root.name}, where the replacement goes")
 
     def name_result(self, v: Value) -> Value:
         if v.data is not None and not v.name:
@@ -179,8 +209,6 @@ class RewriteContext:
 
     def rollback(self) -> None:
         """Remove the nodes a replacement built (it was abandoned)."""
-        if multi:
-            return tuple(node.outputs)
         for node in reversed(self.new_nodes):
             if node.graph is self.graph and not any(o.num_uses for o in node.outputs):
                 self.graph.erase_node(node)

@@ -23,6 +23,7 @@ from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType, TensorType
 from gawee.ops import OPAQUE, all_ops, get_op
 from gawee.ops import sampling as S
+from gawee.ops.base import REQUIRED
 from gawee.rewrite.matcher import AttrList, AttrLit, AttrVar, LitM, OpM, VarM
 
 FLOAT_DTYPES = [DType.f32, DType.f32, DType.f32, DType.f32, DType.f16, DType.bf16, DType.f64]
@@ -36,7 +37,14 @@ CANCEL_MAGNITUDE = {DType.f16: 1e3, DType.bf16: 1e3, DType.f32: 1e8, DType.f64: 
 the combinations are explored and shrunk), where 0.3 is below M's rounding step. (M + -M) + 0.3 and
 M + (-M + 0.3) then differ in every element, exposing reassociation even under a max-norm tolerance."""
 
-STYLES = ["normal", "awkward", "ints"]
+STYLES = ["normal", "awkward", "ints", "wide"]
+"""Styles of leaf data: wide is normal times a power of ten up to 1e4 (activations past relu6's 6)."""
+
+CONST_STYLES = ["normal", "awkward", "ints", "wide", "special", "special", "special1", "special1"]
+"""Styles of constants with no finite/positive hint: special draws from SPECIAL (the dtype's extremes)."""
+
+FINITE_STYLES = ["normal", "awkward", "ints", "wide", "extreme", "extreme1"]
+"""Styles of constants the guard wants finite: extreme draws from the finite part of SPECIAL."""
 
 NONFINITE = [float("inf"), float("-inf"), float("nan")]
 """Added to the awkward pool of graph inputs (not of constants: weights are finite)."""
@@ -102,7 +110,7 @@ def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = Fals
     if not (t.dtype.is_float or t.dtype.is_complex):
         return torch.randint(-3, 4, t.shape, generator=gen).to(t.dtype.torch)
     if style.startswith("abs-"):
-        return fill(t, style[4:], gen).abs()
+        return fill(t, style[4:], gen, nonfinite).abs()
     if style.startswith("cancel:"):
         m = CANCEL_MAGNITUDE.get(t.dtype, 1e3)
         value = (m, -m, 0.3)[int(style.partition(":")[2])]
@@ -116,11 +124,36 @@ def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = Fals
         )
     elif style == "positive":
         x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 + 0.05
+    elif style in ("special", "special1", "extreme", "extreme1"):
+        finite = style.startswith("extreme") or not nonfinite
+        pool = torch.tensor(special_values(t.dtype, finite=finite), dtype=torch.float64)
+        if style.endswith("1"):  # one value everywhere (a scalar constant, an all-equal bias)
+            x = pool[torch.randint(0, len(pool), (), generator=gen)].expand(t.shape).clone()
+        else:  # each element special or ordinary
+            pick = pool[torch.randint(0, len(pool), t.shape, generator=gen)]
+            x = torch.where(
+                torch.rand(t.shape, generator=gen) < 0.5, pick, torch.randn(t.shape, generator=gen, dtype=torch.float64)
+            )
+    elif style == "wide":
+        scale = 10.0 ** torch.randint(0, 5, t.shape, generator=gen).double()
+        x = torch.randn(t.shape, generator=gen, dtype=torch.float64) * scale
     elif style == "ints":
         x = torch.randint(-3, 4, t.shape, generator=gen).double()
     else:
         x = torch.randn(t.shape, generator=gen, dtype=torch.float64)
     return x.to(t.dtype.torch)
+
+
+def special_values(dtype: DType, finite: bool = False) -> list[float]:
+    """Values a constant may hold that break rewrites assuming ordinary numbers: the dtype's largest
+    finite values (and half of it: sums overflow), its smallest normal and a subnormal, signed zeros,
+    and (unless ``finite``) inf, -inf and nan. The huge ones are listed twice: they matter most."""
+    # f64 gets float32's extremes: where an f64 original overflows, the harness has no wider truth to
+    # tell a rewrite that avoids the overflow (more accurate) from a wrong one
+    fi = torch.finfo(dtype.torch if dtype.is_float and dtype is not DType.f64 else torch.float32)
+    big = [fi.max, -fi.max, fi.max / 2, -fi.max / 2]
+    out = big + big + [fi.tiny, -fi.tiny, fi.tiny / 4, 0.0, -0.0, 1 / fi.eps]
+    return out if finite else out + NONFINITE + NONFINITE
 
 
 # -- hints from the guard ---------------------------------------------------------------
@@ -134,6 +167,13 @@ class Hints:
     """c -> (y, dim): c should broadcast against y along dim only."""
     same: dict[str, str] = field(default_factory=dict)
     positive: set[str] = field(default_factory=set)
+    finite: set[str] = field(default_factory=set)
+    values: dict[str, list[float]] = field(default_factory=dict)
+    attr_values: dict[str, list[float]] = field(default_factory=dict)
+    """attribute variable -> values that satisfy a comparison with a literal (`lo <= -1`, `s < 0`)."""
+    lengths: dict[str, list[int]] = field(default_factory=dict)
+    """list attribute variable -> lengths the guard asks for (`len(s) == 3`)."""
+    """c -> numbers the guard compares c's elements with (`all_equal(c, 0.5)`, `value(c) == 1`)."""
     ops: dict[str, list[str]] = field(default_factory=dict)
     """y -> ops to pick for the `_(...)` bound to y (from `op(y) in {...}`)."""
     dtypes: list[str] = field(default_factory=list)
@@ -198,8 +238,35 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
         elif e.func == "same_type" and len(names) == 2:
             h.same[names[1]] = names[0]
             h.same[names[0]] = names[1]
-        elif e.func in ("positive", "finite"):
+        elif e.func == "positive":
             h.positive.update(names)
+        elif e.func == "finite":
+            h.finite.update(names)
+        elif e.func == "all_equal" and len(names) == 1 and _number(e.args[1].value) is not None:
+            h.values.setdefault(names[0], []).append(_number(e.args[1].value))
+    elif isinstance(e, A.ECompare) and positive:
+        flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}
+        for a, b, op in ((e.left, e.right, e.op), (e.right, e.left, flipped.get(e.op, e.op))):
+            n = _number(b)
+            if n is None:
+                continue
+            if isinstance(a, A.ECall) and a.func == "value" and _names(a.args) and op in ("==", "<=", ">="):
+                h.values.setdefault(_names(a.args)[0], []).append(n)
+            elif isinstance(a, A.ECall) and a.func == "len" and _names(a.args) and op == "==":
+                h.lengths.setdefault(_names(a.args)[0], []).append(int(n))
+            elif isinstance(a, A.EName) and op != "!=":
+                step = {"==": [0], "<=": [0, -1], ">=": [0, 1], "<": [-1, -2], ">": [1, 2]}[op]
+                h.attr_values.setdefault(a.name, []).extend(n + k for k in step)
+
+
+def _number(e) -> float | None:
+    """The value of a numeric literal (``-1`` included), else None."""
+    if isinstance(e, A.ENeg):
+        inner = _number(e.operand)
+        return None if inner is None else -inner
+    if isinstance(e, A.ELit) and isinstance(e.value, (int, float)) and not isinstance(e.value, bool):
+        return float(e.value)
+    return None
 
 
 def _mentioned(e: A.Expr) -> set[str]:
@@ -237,6 +304,7 @@ class Generator:
         self.graph = Graph(f"check_{rule.name}")
         self.env: dict[str, Value | None] = {}
         self.attr_env: dict[str, Any] = {}
+        self.bound_before: set[str] = set()
         self.leaves: list[Leaf] = []
         self.all_const = False
         self.cancel = draw.boolean(0.4)
@@ -294,11 +362,27 @@ class Generator:
             else:
                 slots.append(S.FREE)
         fixed = self.fixed_attrs(m, opdef)
-        sampler = opdef.sample or _fallback
-        for _ in range(8):  # list patterns (dims=[d]) need lists of their length: redraw until one fits
-            types, attrs = sampler(self.draw, slots, fixed)
-            if self.lists_fit(m, attrs):
-                break
+        sampler = opdef.sample or (lambda d, sl, a: _fallback(d, sl, a, opdef))
+        reason = ""
+        for attempt in range(8):  # redraw until lists fit the pattern (dims=[d]) and the op accepts the draw
+            try:
+                types, attrs = sampler(self.draw, slots, fixed)
+            except S.Reject as e:
+                reason = str(e)
+                continue
+            if not self.lists_fit(m, attrs):
+                reason = "attribute lists of the wrong length"
+                continue
+            if self.steer and attempt < 5 and not self.lengths_fit(m, attrs):
+                continue  # `len(s) == 3` in the guard: prefer lists of that length
+            try:
+                opdef.infer_types(list(types), opdef.prepare_attrs(attrs, list(types)))
+            except GaweeError as e:
+                reason = e.message if hasattr(e, "message") else str(e)
+                continue
+            break
+        else:
+            raise S.Reject(f"{op}: {reason}")
         types = self.apply_shape_hints(matchers, types)
         attrs = self.bind_attrs(m, attrs)
         inputs: list[Value | None] = []
@@ -320,10 +404,24 @@ class Generator:
             out = node.outputs[m.output]
         elif len(node.outputs) != 1 and not m.any_outputs:
             raise S.Reject("multi-output node")
-        out = node.outputs[0]
+        else:
+            out = node.outputs[0]
         if m.bind is not None:
             self.env[m.bind] = out
+        self.bind_canonical(m, node.attrs)
         return out
+
+    def bind_canonical(self, m: OpM, attrs: dict[str, Any]) -> None:
+        """Attribute variables hold what the matcher will see: the node's canonical values (dims
+        non-negative), not the drawn spelling (``dim=-1``)."""
+        for name, am in m.attrs.items():
+            value = attrs.get(name)
+            if isinstance(am, AttrVar) and am.var not in self.bound_before:
+                self.attr_env[am.var] = value
+            elif isinstance(am, AttrList) and isinstance(value, tuple) and len(value) == len(am.items):
+                for x, v in zip(am.items, value):
+                    if isinstance(x, AttrVar) and x.var not in self.bound_before:
+                        self.attr_env[x.var] = v
 
     def fixed_attrs(self, m: OpM, opdef) -> dict[str, Any]:
         attrs: dict[str, Any] = dict(m.defaults)
@@ -332,11 +430,27 @@ class Generator:
                 attrs[name] = am.value
             elif isinstance(am, AttrVar) and am.var in self.attr_env:
                 attrs[name] = self.attr_env[am.var]
+            elif isinstance(am, AttrVar) and am.var in self.hints.attr_values and self.draw.boolean(0.6):
+                # a value the guard compares the variable with (`lo <= -1`): drawn as the op's kind
+                kind = opdef.attr(name).kind.rstrip("?") if opdef.attr(name) else "any"
+                value = self.draw.choice(self.hints.attr_values[am.var])
+                if kind in ("int", "ints") or (kind == "scalar" and value == int(value) and self.draw.boolean()):
+                    value = int(value)
+                if kind in ("int", "float", "scalar"):
+                    attrs[name] = value
             elif isinstance(am, AttrList) and all(
                 isinstance(x, AttrLit) or (isinstance(x, AttrVar) and x.var in self.attr_env) for x in am.items
             ):
                 attrs[name] = tuple(x.value if isinstance(x, AttrLit) else self.attr_env[x.var] for x in am.items)
         return attrs
+
+    def lengths_fit(self, m: OpM, attrs: dict[str, Any]) -> bool:
+        for name, am in m.attrs.items():
+            want = self.hints.lengths.get(am.var) if isinstance(am, AttrVar) else None
+            value = attrs.get(name)
+            if want and am.var not in self.attr_env and isinstance(value, tuple) and len(value) not in want:
+                return False
+        return True
 
     @staticmethod
     def lists_fit(m: OpM, attrs: dict[str, Any]) -> bool:
@@ -348,6 +462,7 @@ class Generator:
 
     def bind_attrs(self, m: OpM, attrs: dict[str, Any]) -> dict[str, Any]:
         """Bind attribute variables to the drawn values; a variable seen before imposes its value."""
+        self.bound_before = set(self.attr_env)
         attrs = dict(attrs)
         for name, am in m.attrs.items():
             value = attrs.get(name)
@@ -412,8 +527,18 @@ class Generator:
             return None
         hinted = name in self.hints.const
         constant = self.all_const or (hinted and self.steer) or self.draw.boolean(0.5 if hinted else 0.2)
-        style = self.draw.choice(STYLES) if name not in self.hints.positive else "positive"
-        if self.cancel:
+        hinted_value = self.hints.values.get(name or "")
+        if name in self.hints.positive:
+            style = "positive" if self.draw.boolean(0.9) else self.draw.choice(CONST_STYLES)
+        elif not constant:
+            style = self.draw.choice(STYLES)
+        elif name in self.hints.finite:
+            style = self.draw.choice(FINITE_STYLES) if self.draw.boolean(0.9) else "special1"
+        elif hinted_value and self.draw.boolean(0.8):
+            style = "value:" + repr(self.draw.choice(hinted_value))
+        else:
+            style = self.draw.choice(CONST_STYLES)
+        if self.cancel and not style.startswith("value:"):
             if self.cancel_run is None:
                 style = f"cancel:{self.draw.integers(0, 2)}"
             else:
@@ -423,10 +548,10 @@ class Generator:
         base = name or opdef.operands[min(index, len(opdef.operands) - 1)].name
         if constant:
             gen = torch.Generator().manual_seed(self.draw.integers(0, 2**16))
-            data = fill(t, style, gen)
-            if data.is_floating_point():  # weights are finite in their own dtype
-                big = torch.finfo(data.dtype).max
-                data = data.nan_to_num(0.0, big, -big)
+            if style.startswith("value:"):  # the value the guard asks for (`all_equal(c, 0.5)`)
+                data = torch.full(t.shape, float(style[6:]), dtype=torch.float64).to(t.dtype.torch)
+            else:  # constants are not tamed: weights can be huge, tiny, inf or nan (see special_values)
+                data = fill(t, style, gen, nonfinite=True)
             value = self.graph.constant(data, base)
         else:
             value = self.graph.add_input(t, base)
@@ -436,9 +561,19 @@ class Generator:
         return value
 
 
-def _fallback(draw, slots, attrs):
-    """For ops without a sampler: free operands copy the first fixed type; attributes keep defaults."""
+def _fallback(draw, slots, attrs, opdef=None):
+    """For ops without a sampler: free operands copy the first fixed type; attributes the pattern left
+    free are drawn by kind (dims of the first operand for ints, some negative), optional ones may keep
+    their default. The generator redraws until the op accepts the result."""
     like = S.first_fixed(slots) or S.tensor(draw)
+    attrs = dict(attrs)
+    for a in opdef.attrs if opdef is not None else ():
+        if a.name not in attrs and (a.default is REQUIRED or draw.boolean(0.5)):
+            try:
+                attrs[a.name] = S.attr_value(draw, a.kind, like.rank)
+            except S.Reject:
+                if a.default is REQUIRED:
+                    raise
     return [like if s is S.FREE else (None if s is S.ABSENT else s) for s in slots], attrs
 
 
@@ -448,12 +583,51 @@ def generate(rule: Rule, data, hints: Hints | None = None) -> Example:
 
     hints = hints or hints_of(rule)
     wanted = [DType(d) for d in hints.dtypes if d in DType._value2member_map_]
-    if wanted and data.draw(st.integers(0, 9)) < 8:
-        dtype = data.draw(st.sampled_from(wanted))
-    else:
-        dtype = data.draw(st.sampled_from(FLOAT_DTYPES))
-    draw = DataDraw(data, dtype)
-    return Generator(rule, draw, hints).example()
+
+    def drawer() -> DataDraw:  # the example's dtype: mostly one the guard asks for, if it names any
+        if wanted and data.draw(st.integers(0, 9)) < 8:
+            return DataDraw(data, data.draw(st.sampled_from(wanted)))
+        return DataDraw(data, data.draw(st.sampled_from(FLOAT_DTYPES)))
+
+    draw = drawer()
+    if rule.guard is None or not draw.boolean(STEER_GUARD):
+        return Generator(rule, draw, hints).example()
+    # Steered: of up to GUARD_TRIES candidates keep the first whose guard holds (the last one else), so
+    # that guards naming shapes, ranks or dtypes (`x.rank == 4 and w.shape[2] == 1`) hold on most draws.
+    found: Example | None = None
+    reason = ""
+    for i in range(GUARD_TRIES):
+        try:
+            found = Generator(rule, draw if i == 0 else drawer(), hints).example()
+        except S.Reject as e:
+            reason = str(e)
+            continue
+        if guard_holds(rule, found):
+            return found
+    if found is None:
+        raise S.Reject(reason)
+    return found
+
+
+STEER_GUARD = 0.8
+"""Share of draws steered towards guard-true candidates; the rest show what the guard excludes."""
+
+GUARD_TRIES = 10
+
+
+def guard_holds(rule: Rule, ex: Example) -> bool:
+    """The guard holds at the first match of the rule at the example's root."""
+    from gawee.dsl.library import GuardFailed
+    from gawee.rewrite.context import RewriteContext
+    from gawee.rewrite.matcher import MatchContext
+
+    env: dict = {}
+    for _ in rule.matcher.match(ex.root.outputs[0], env, MatchContext(), 0):
+        try:
+            return rule.guard is None or bool(rule.guard(RewriteContext(ex.graph, rule, ex.root, env)))
+        except (GaweeError, GuardFailed):
+            return False
+    return False
 
 
 def small(t: torch.Tensor, limit: int = 48) -> str:
