@@ -225,6 +225,10 @@ class RuleAST(Node):
     replacement: Expr
     withs: list[Binding]
     assumes: list[Expr] = field(default_factory=list)
+    extra_roots: list[Pattern] = field(default_factory=list)
+    """Roots after the first (`a: linear(x, ...), b: linear(x, ...)`): matched together, sharing variables."""
+    extra_results: list[Expr] = field(default_factory=list)
+    """What replaces each extra root, in order (`=> r0, r1`)."""
     """`assume finite(x), ...`: numeric facts about runtime values the rule relies on (not checked
     by the rewriter; stated, reported, and honoured by the soundness harness)."""
     name_span: SourceSpan = field(repr=False, compare=False, default=None)  # type: ignore[assignment]

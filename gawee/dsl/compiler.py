@@ -64,6 +64,10 @@ class Rule:
     phase: str = ""
     ast: A.RuleAST | None = field(default=None, repr=False)
     """The source form (the soundness harness derives its example generator from it)."""
+    extra_roots: list[OpM] = field(default_factory=list)
+    """Roots after the first, matched among the users of values the earlier roots bound (horizontal fusion)."""
+    extra_builds: list[Fn] = field(default_factory=list)
+    """Their replacements, in order; run after ``build`` (they share its `with` values)."""
     variant: tuple[int, int] = (1, 1)
     """(i, n): this is the i-th of the n spellings its pattern's alternatives (`a | b`) make."""
     assumptions: list[Assumed] = field(default_factory=list)
@@ -114,10 +118,17 @@ class _Scope:
 
 
 def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, comment: str = "") -> list[Rule]:
-    """Check and compile one rule AST: one Rule per combination of its pattern's alternatives
+    """Check and compile one rule AST: one Rule per combination of its patterns' alternatives
     (`a | b`), all with the rule's name, guard and replacement. Raises RuleError at the offending span."""
-    patterns = _alternatives(_desugar(rule.pattern))
-    rules = [_compile_variant(rule, p, helpers, comment) for p in patterns]
+    if len(rule.extra_results) != len(rule.extra_roots):
+        n, m = len(rule.extra_roots) + 1, len(rule.extra_results) + 1
+        raise RuleError(
+            f"{n} root{'s' if n > 1 else ''} but {m} result{'s' if m > 1 else ''}",
+            span=(rule.extra_results[-1] if m > n else rule.replacement).span,
+            hint="a rule with several roots gives one replacement per root, in order: `=> r0, r1`",
+        )
+    choices = [_alternatives(_desugar(p)) for p in [rule.pattern, *rule.extra_roots]]
+    rules = [_compile_variant(rule, list(ps), helpers, comment) for ps in itertools.product(*choices)]
     if len(rules) > 1:
         for i, r in enumerate(rules, 1):
             r.variant = (i, len(rules))
@@ -180,13 +191,13 @@ def _bound_names(p: A.Pattern | None) -> set[str]:
     return set()
 
 
-def _compile_variant(rule: A.RuleAST, pattern: A.Pattern, helpers, comment: str) -> Rule:
+def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, comment: str) -> Rule:
     scope = _Scope(helpers=dict(helpers or {}))
-    root, root_bind = _root(pattern)
-    whole_node = _is_whole_node(rule.replacement, root_bind)
-    matcher = _PatternCompiler(scope).compile_root(root, root_bind, whole_node)
-    if not isinstance(matcher, OpM):
-        raise RuleError("a rule's pattern must be an op pattern such as relu(x)", span=rule.pattern.span)
+    root, root_bind = _root(patterns[0])
+    whole_node = _is_whole_node(rule.replacement, root_bind) if len(patterns) == 1 else None
+    compiler = _PatternCompiler(scope)
+    matcher = compiler.compile_root(root, root_bind, whole_node)
+    extra_roots = [compiler.compile_root(*_root(p), None) for p in patterns[1:]]
     for opt in rule.options:
         if opt != "priority":
             raise RuleError(f"unknown rule option {opt!r}", span=rule.span, hint="the only option is priority=N")
@@ -207,13 +218,7 @@ def _compile_variant(rule: A.RuleAST, pattern: A.Pattern, helpers, comment: str)
         fn, kind = ec.compile(b.value)
         scope.withs[b.name] = (i, kind)
         ec.with_fns.append(fn)
-    build, kind = ec.compile(rule.replacement)
-    if not kind.is_tensor and kind.base is not K.Base.ANY:
-        raise RuleError(
-            f"the replacement must be a tensor, this is {kind}",
-            span=rule.replacement.span,
-            hint="replace with a bound operand or an op call",
-        )
+    build, *extra_builds = [_tensor_result(ec, e) for e in [rule.replacement, *rule.extra_results]]
     n_withs = len(rule.withs)
     with_fns = ec.with_fns
 
@@ -236,7 +241,22 @@ def _compile_variant(rule: A.RuleAST, pattern: A.Pattern, helpers, comment: str)
         ast=rule,
         assumptions=assumptions,
         warnings=_unused(scope),
+        extra_roots=extra_roots,
+        extra_builds=extra_builds,
     )
+
+
+def _tensor_result(ec: _ExprCompiler, e: A.Expr) -> Fn:
+    fn, kind = ec.compile(e)
+    if not kind.is_tensor and kind.base is not K.Base.ANY:
+        raise RuleError(
+            f"the replacement must be a tensor, this is {kind}",
+            span=e.span,
+            hint="pick an output with [i]"
+            if kind.base is K.Base.TENSORS
+            else "replace with a bound operand or an op call",
+        )
+    return fn
 
 
 def _assumption(e: A.Expr, scope: _Scope) -> Assumed:
@@ -360,7 +380,11 @@ class _PatternCompiler:
     def __init__(self, scope: _Scope):
         self.scope = scope
 
-    def declare(self, name: str, kind: K.Kind, span: SourceSpan, op: str | None = None) -> None:
+    def declare(
+        self, name: str, kind: K.Kind, span: SourceSpan, op: str | None = None, names_node: bool = False
+    ) -> None:
+        """Bind ``name``; ``names_node``: it names what a pattern already matched (`y: op(...)`, `...rest`),
+        so leaving it unused loosens nothing (no warning)."""
         if name in DTYPE_NAMES or name in BUILTINS:
             raise RuleError(
                 f"`{name}` names a {'dtype' if name in DTYPE_NAMES else 'builtin'}; pick another variable name",
@@ -368,7 +392,7 @@ class _PatternCompiler:
             )
         prev = self.scope.vars.get(name)
         if prev is None:
-            self.scope.vars[name] = _Var(kind, op, span)
+            self.scope.vars[name] = _Var(kind, op, span, uses=1 if names_node else 0)
             return
         prev.uses += 1
         if prev.kind.is_tensor != kind.is_tensor or (prev.kind.base is K.Base.REST) != (kind.base is K.Base.REST):
@@ -382,7 +406,7 @@ class _PatternCompiler:
         m = self.value(p)
         assert isinstance(m, OpM)
         if bind is not None:
-            self.declare(bind, K.TENSOR, p.span)
+            self.declare(bind, K.TENSOR, p.span, names_node=True)
             m.bind = bind
         m.any_outputs = whole_node is not None
         return m
@@ -405,7 +429,7 @@ class _PatternCompiler:
             inner = self.value(p.pattern)
             if not isinstance(inner, OpM):
                 raise RuleError("`name:` binds the output of an op pattern", span=p.span)
-            self.declare(p.name, K.TENSOR, p.span)
+            self.declare(p.name, K.TENSOR, p.span, names_node=True)
             inner.bind = p.name
             inner.single_use = inner.single_use or single
             return inner
@@ -442,7 +466,7 @@ class _PatternCompiler:
                     raise RuleError("only one `...` per op pattern", span=arg.span)
                 rest = arg.keyword if arg.keyword else True
                 if arg.keyword:
-                    self.declare(arg.keyword, K.REST, arg.span, op=p.op)
+                    self.declare(arg.keyword, K.REST, arg.span, op=p.op, names_node=True)
                 continue
             if rest is not False:
                 raise RuleError("`...` must come last", span=arg.span)
@@ -512,7 +536,7 @@ class _PatternCompiler:
             if arg.rest:
                 rest = arg.keyword or True
                 if arg.keyword:
-                    self.declare(arg.keyword, K.REST, arg.span, op=None)
+                    self.declare(arg.keyword, K.REST, arg.span, op=None, names_node=True)
             elif arg.keyword is not None:
                 raise RuleError("`_(...)` matches any op: it takes no keyword arguments", span=arg.span)
             else:

@@ -114,22 +114,30 @@ class _ToAST(Transformer):
         name_tok = children[0]
         rest = list(children[1:])
         options = rest.pop(0) if rest and isinstance(rest[0], dict) else {}
-        pattern = rest.pop(0)
+        _, roots = rest.pop(0)
         guard = rest.pop(0)[1] if rest and isinstance(rest[0], tuple) and rest[0][0] == "guard" else None
         assumes = rest.pop(0)[1] if rest and isinstance(rest[0], tuple) and rest[0][0] == "assume" else []
-        replacement = rest.pop(0)
+        _, results = rest.pop(0)
         withs = rest.pop(0) if rest else []
         return A.RuleAST(
             self._span(meta),
             str(name_tok),
             options,
-            _as_pattern(pattern),
+            roots[0],
             guard,
-            replacement,
+            results[0],
             withs,
             assumes,
+            extra_roots=roots[1:],
+            extra_results=results[1:],
             name_span=self._tok_span(name_tok),
         )
+
+    def roots(self, meta, children):
+        return ("roots", [_as_pattern(c) for c in children])
+
+    def results(self, meta, children):
+        return ("results", list(children))
 
     def options(self, meta, children):
         return dict(children)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from gawee.dsl.compiler import Rule
@@ -144,8 +145,8 @@ class Rewriter:
             return False
         mctx = MatchContext()
         env: dict = {}
-        for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
-            rctx = RewriteContext(self.graph, rule, node, env)
+        for roots in match_roots(rule, node, env, mctx):
+            rctx = RewriteContext(self.graph, rule, roots, env)
             if use_guard and rule.guard is not None:
                 try:
                     if not rule.guard(rctx):
@@ -160,12 +161,12 @@ class Rewriter:
             if result is None:
                 rctx.rollback()
                 continue
-            self._apply(rule, node, rctx, result, list(mctx.nodes), phase)
+            self._apply(rule, roots, rctx, result, list(mctx.nodes), phase)
             return True
         return False
 
     def _build(self, rule: Rule, rctx: RewriteContext) -> list[Value] | None:
-        """The replacement values for the root's outputs, or None if it would change nothing."""
+        """The replacement values for the roots' outputs (in order), or None if it would change nothing."""
         if rule.whole_node is not None:
             var = rule.matcher.bind
             target = rctx.env[var].producer
@@ -177,9 +178,9 @@ class Rewriter:
                     return None
                 results = list(dup.producer.outputs)
         else:
-            results = [rule.build(rctx)]
-        root = rctx.root
-        for old, new in zip(root.outputs, results):
+            results = [rule.build(rctx)] + [build(rctx) for build in rule.extra_builds]
+        old_values = [v for root in rctx.roots for v in root.outputs]
+        for old, new in zip(old_values, results):
             if new is None or not isinstance(new, Value):
                 raise rctx.error(f"the replacement is {'absent' if new is None else repr(new)}, not a tensor")
             if not new.type.same_shape_dtype(old.type):
@@ -187,16 +188,17 @@ class Rewriter:
                     f"the replacement is {new.type} but %{old.name} is {old.type}",
                     hint="a rule must keep the exact shape and dtype; tighten its guard",
                 )
-        if all(new is old for old, new in zip(root.outputs, results)):
+        if all(new is old for old, new in zip(old_values, results)):
             return None
         return [rctx.name_result(v) for v in results]
 
     def _apply(
-        self, rule: Rule, root: Node, rctx: RewriteContext, results: list[Value], matched: list[Node], phase: str
+        self, rule: Rule, roots: list[Node], rctx: RewriteContext, results: list[Value], matched: list[Node], phase: str
     ) -> None:
         graph = self.graph
         replaced_by = results[0].name
-        for old, new in zip(root.outputs, results):
+        old_values = [v for root in roots for v in root.outputs]
+        for old, new in zip(old_values, results):
             for user in graph.replace_all_uses_with(old, new):
                 self._push(user)
         for n in rctx.new_nodes:
@@ -209,12 +211,12 @@ class Rewriter:
                 Firing(
                     rule.name,
                     rule.location,
-                    root.name,
+                    roots[0].name,
                     tuple(f"{n.name}:{n.op}" for n in matched),
                     tuple(f"{n.name}:{n.op}" for n in rctx.new_nodes if n.graph is graph),
                     replaced_by,
                     phase,
-                    tuple(v.name for v in root.outputs),
+                    tuple(v.name for v in old_values),
                     tuple(v.name for v in results),
                 )
             )
@@ -252,6 +254,34 @@ def fire(graph: Graph, rule: Rule, node: Node, *, use_guard: bool = True) -> boo
     """
     rewriter = Rewriter(graph, RuleSet([Phase(rule.phase, [rule])]))
     return rewriter._try(rule, node, rule.phase, use_guard=use_guard)
+
+
+def match_roots(rule: Rule, node: Node, env: dict, mctx: MatchContext) -> Iterator[list[Node]]:
+    """Every match of ``rule`` with its first root at ``node``: yields the root nodes, in pattern order,
+    with ``env`` bound (valid until the next item). A rule with several roots finds each later root among
+    the users of the values bound so far (roots share operands), in graph order, distinct from every node
+    matched already."""
+    graph = node.graph
+
+    def extra(k: int, roots: list[Node]) -> Iterator[list[Node]]:
+        if k == len(rule.extra_roots):
+            yield roots
+            return
+        m = rule.extra_roots[k]
+        taken = {id(n) for n in mctx.nodes} | {id(n) for n in roots}
+        candidates = {
+            id(user): user
+            for v in env.values()
+            if isinstance(v, Value)
+            for user in v.users()
+            if id(user) not in taken and (m.op is None or user.op == m.op) and len(user.outputs) == 1
+        }
+        for user in sorted(candidates.values(), key=graph.position):
+            for _ in m.match(user.outputs[0], env, mctx, 0):
+                yield from extra(k + 1, [*roots, user])
+
+    for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
+        yield from extra(0, [node])
 
 
 def _dead(node: Node) -> bool:

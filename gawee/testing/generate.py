@@ -329,6 +329,8 @@ class Generator:
         seed = self.draw.integers(0, 2**16)
         return Example(self.graph, root, self.leaves, seed, self.draw.dtype, dict(self.env))
 
+        for extra in self.rule.extra_roots:  # later roots share the variables bound so far
+            outputs.append(self.op(extra))
     # -- one op pattern ------------------------------------------------------------------
     def op(self, m: OpM) -> Value:
         if m.op is not None:
@@ -622,12 +624,13 @@ def guard_holds(rule: Rule, ex: Example) -> bool:
     from gawee.rewrite.matcher import MatchContext
 
     env: dict = {}
-    for _ in rule.matcher.match(ex.root.outputs[0], env, MatchContext(), 0):
+    for roots in match_roots(rule, ex.root, env, MatchContext()):
         try:
             return rule.guard is None or bool(rule.guard(RewriteContext(ex.graph, rule, ex.root, env)))
         except (GaweeError, GuardFailed):
             return False
     return False
+    from gawee.rewrite.driver import match_roots
 
 
 def small(t: torch.Tensor, limit: int = 48) -> str:

@@ -34,7 +34,7 @@ from gawee.ir.core import Graph
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.rewrite.context import RewriteContext
-from gawee.rewrite.driver import fire
+from gawee.rewrite.driver import fire, match_roots
 from gawee.rewrite.matcher import MatchContext
 from gawee.rewrite.ruleset import RuleSet
 from gawee.testing.generate import Example, generate, hints_of, small
@@ -97,7 +97,7 @@ class RuleCheck:
     seconds: float = 0.0
     dtypes: set[str] = field(default_factory=set)
     guard_failures: Counter = field(default_factory=Counter)
-    """For guard-false draws: the first `and` conjunct that was false (its source text)."""
+    """For guard-false draws: how often each `and` conjunct was false (its source text)."""
 
     @property
     def verdict(self) -> str:
@@ -264,20 +264,25 @@ def _inputs(rule: Rule, ex: Example) -> list[torch.Tensor] | None:
 
 
 # -- the property -----------------------------------------------------------------------
-def _guard_holds(rule: Rule, ex: Example) -> tuple[bool | None, str]:
-    """(holds, first false conjunct) for the first match at the root; (None, "") if it does not match."""
+def _guard_holds(rule: Rule, ex: Example) -> tuple[bool | None, list[str]]:
+    """(holds, every false conjunct) for the first match at the root; (None, []) if it does not match.
+
+    Every conjunct is evaluated, not only up to the first false one: counting only the first would
+    blame whichever comes first in the text (`const(w) and x.rank == 4 and ...`) for draws where a
+    later, rarer one is false as well, and the "most often false" hint would point at the wrong one."""
     env: dict = {}
-    for _ in rule.matcher.match(ex.root.outputs[0], env, MatchContext(), 0):
-        ctx = RewriteContext(ex.graph, rule, ex.root, env)
+    for roots in match_roots(rule, ex.root, env, MatchContext()):
+        ctx = RewriteContext(ex.graph, rule, roots, env)
+        failed = []
         for text, part in rule.guard_parts:
             try:
                 ok = bool(part(ctx))
             except (GaweeError, GuardFailed):
                 ok = False
             if not ok:
-                return False, text
-        return True, ""
-    return None, ""
+                failed.append(text)
+        return not failed, failed
+    return None, []
 
 
 def _apply(rule: Rule, ex: Example, use_guard: bool) -> Graph | None:
@@ -350,7 +355,7 @@ def check_rule(
             if found is not None:
                 raise _Unsound(found)
         else:
-            result.guard_failures[failed_part] += 1
+            result.guard_failures.update(failed_part)
             try:
                 after = _apply(rule, ex, use_guard=False)
             except (RewriteError, S.Reject):

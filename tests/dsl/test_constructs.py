@@ -103,3 +103,57 @@ def test_ops_with_several_outputs_carry_the_trait():
     b = GraphBuilder("g")
     x = b.input("x", "f32[3,4]")
     assert len(b.unbind(x, dim=0)) == 3 and len(b.split(x, split_sizes=[1, 2], dim=0)) == 2
+
+
+QKV = """
+# three linears of one input -> one linear of the concatenated weights, split three ways
+rule fuse_three_linears:
+    q: linear(x, wq, bq), k: linear(x, wk, bk), v: linear(x, wv, bv)
+    where const(wq, wk, wv, bq, bk, bv) and wq.dtype == wk.dtype and wk.dtype == wv.dtype
+      and bq.rank == 1 and bk.rank == 1 and bv.rank == 1
+    => qkv[0], qkv[1], qkv[2]
+    with qkv = split(linear(x, cat(wq, wk, wv), cat(bq, bk, bv)),
+                     split_sizes=[wq.shape[0], wk.shape[0], wv.shape[0]], dim=-1)
+"""
+
+
+def _projections():
+    b = GraphBuilder("attn")
+    x, y = b.input("x", "f32[2,5,8]"), b.input("y", "f32[2,5,8]")
+    proj = [b.linear(x, b.const(torch.randn(n, 8)), b.const(torch.randn(n))) for n in (8, 4, 4)]
+    other = b.linear(y, b.const(torch.randn(3, 8)), b.const(torch.randn(3)))  # another input: not a partner
+    return b.output(*(b.relu(p) for p in proj), other)
+
+
+def test_several_roots_fuse_into_one_node_with_several_results():
+    g = _projections()
+    after, report = rewrite(g, load_rules_text(QKV), trace=True)
+    assert report.firings["fuse_three_linears"] == 1
+    assert sorted(n.op for n in after) == ["linear", "linear", "relu", "relu", "relu", "split"]
+    (firing,) = report.trace
+    assert len(firing.replaces) == 3 and len(firing.results) == 3
+    assert_equivalent(g, after)
+
+
+def test_roots_and_results_must_pair_up():
+    with pytest.raises(RuleError, match="2 roots but 1 result"):
+        load_rules_text("rule a: p: relu(x), q: neg(x) => relu(x)")
+
+
+def test_a_replacement_operand_computed_after_the_first_root_abandons_the_match():
+    text = "rule pair: a: add(x, y), b: mul(x, z) => sub(x, z), add(x, z)"
+    b = GraphBuilder("g")
+    x, w = b.input("x", "f32[3]"), b.input("w", "f32[3]")
+    first = b.add(x, w)
+    z = b.relu(w)  # computed after `first`, where the replacement would have to go
+    g = b.output(first, b.mul(x, z))
+    after, report = rewrite(g, load_rules_text(text))
+    assert report.firings["pair"] == 0 and len(after) == len(g)
+
+
+def test_several_roots_are_checked_by_the_harness():
+    (rule,) = load_rules_text(QKV).rules
+    result = check_rule(rule, examples=60)
+    assert result.verdict == "sound" and result.fired > 10
+    wrong = load_rules_text(QKV.replace("qkv[0], qkv[1], qkv[2]", "qkv[1], qkv[0], qkv[2]")).rules[0]
+    assert check_rule(wrong, examples=60).verdict == "UNSOUND"
