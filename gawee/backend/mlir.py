@@ -550,8 +550,7 @@ class _Emitter:
         dtype = DType.from_torch(data.dtype)
         if dtype is DType.bool:  # i1 blobs have no agreed byte layout: build from i8
             v = self.constant(data.to(torch.int8), base)
-            ctx = MlirLowering(self, None, None)  # type: ignore[arg-type]
-            return ctx.compare("NE", v, 0)
+            return self.emit("stablehlo.convert", [v], TensorType(v.shape, DType.bool))  # nonzero: true
         t = TensorType(tuple(data.shape), dtype)
         if data.numel() == 1:
             attr = f"dense<{scalar_literal(data.reshape(()).item(), dtype)}> : {tensor_type(t)}"
@@ -631,7 +630,8 @@ class _Emitter:
         if self.resources:
             lines += ["{-#", "  dialect_resources: {", "    builtin: {"]
             blobs = [
-                f'      {name}: "0x{align.to_bytes(4, "little").hex()}{raw.hex()}"' for name, raw, align in self.resources
+                f'      {name}: "0x{align.to_bytes(4, "little").hex()}{raw.hex()}"'
+                for name, raw, align in self.resources
             ]
             lines += [",\n".join(blobs), "    }", "  }", "#-}"]
         return "\n".join(lines) + "\n"

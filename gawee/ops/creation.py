@@ -60,6 +60,7 @@ register(
         traits=CREATE,
         flops=zero_flops,
         onnx=lambda c: c.constant(c.opdef.evaluate(**c.attrs)),
+        mlir=lambda c: c.splat(c.attrs["value"], c.out.dtype, c.out.shape),
         sample=lambda d, sl, a: (
             [],
             {"shape": S.shape(d), "value": d.choice([0, 1, -2.5, 0.5]), "dtype": d.choice(["f32", "f16", "i64"]), **a},
@@ -114,6 +115,7 @@ register(
         traits=CREATE,
         flops=zero_flops,
         onnx=lambda c: c.constant(c.opdef.evaluate(**c.attrs)),
+        mlir=lambda c: c.constant(c.opdef.evaluate(**c.attrs)),
         aten=(
             AtenBinding("aten.arange.start_step", convert=_arange_args),
             AtenBinding("aten.arange.start", convert=_arange_args),
@@ -130,6 +132,7 @@ register(
         traits=frozenset({"pure"}),
         flops=zero_flops,
         onnx=lambda c: c.emit("Expand", c.x_as(1, c.out.dtype), c.ints(c.out.shape)),
+        mlir=lambda c: c.broadcast(c.convert(c.x(1), c.out.dtype), c.out.shape),
         aten=(
             "aten.fill.Tensor",
             "aten.fill.Scalar",

@@ -200,6 +200,283 @@ def _sdpa_onnx(c):
     return c.emit("MatMul", c.emit("Softmax", scores, axis=-1), c.x(2))
 
 
+# -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) ---------------------------------
+_LOW_FLOATS = (DType.f16, DType.bf16)
+
+
+def _up(c, v):
+    """f16/bf16 compute in float32 and round once, as torch's CPU kernels do (see conv_low_precision)."""
+    return c.convert(v, DType.f32) if v is not None and v.dtype in _LOW_FLOATS else v
+
+
+def _act_mlir(c, y, act, params=()):
+    """A fused activation as its standalone op's lowering."""
+    if act is None:
+        return y
+    op, attrs = act_as_op(act, tuple(params))
+    return c.lower_as(op, [y], attrs)
+
+
+def _conv_mlir(c):
+    """stablehlo.convolution (+ bias) (+ residual) (+ the activation's ops): IREE fuses them again."""
+    a, x, out = c.attrs, _up(c, c.x(0)), c.out
+    y = c.convolution(
+        x,
+        c.convert(c.x(1), x.dtype),
+        TensorType(out.shape, x.dtype),
+        a["stride"],
+        [(p, p) for p in a["padding"]],
+        rhs_dilation=a["dilation"],
+        groups=a["groups"],
+    )
+    if c.x(2) is not None:
+        y = c.add(y, c.broadcast_dims(c.convert(c.x(2), y.dtype), y.shape, [1]))
+    y = c.convert(y, out.dtype)
+    if c.arity > 3 and c.x(3) is not None:
+        y = c.add(y, c.x(3))
+    return _act_mlir(c, y, a.get("act"), a.get("act_params", ()))
+
+
+def _conv_transpose_mlir(c):
+    """A convolution of the stride-dilated input with the flipped kernel (in and out channels swapped per group)."""
+    a, x, w, out = c.attrs, _up(c, c.x(0)), c.x(1), c.out
+    g, (cin, cout_g, *ks) = a["groups"], w.shape
+    w = c.convert(w, x.dtype)
+    w = c.reshape(c.transpose(c.reshape(w, (g, cin // g, cout_g, *ks)), [0, 2, 1, 3, 4]), (g * cout_g, cin // g, *ks))
+    w = c.reverse(w, [2, 3])
+    pads = [
+        (d * (k - 1) - p, d * (k - 1) - p + op)
+        for k, p, op, d in zip(ks, a["padding"], a["output_padding"], a["dilation"])
+    ]
+    y = c.convolution(
+        x,
+        w,
+        TensorType(out.shape, x.dtype),
+        [1, 1],
+        pads,
+        lhs_dilation=a["stride"],
+        rhs_dilation=a["dilation"],
+        groups=g,
+    )
+    if c.x(2) is not None:
+        y = c.add(y, c.broadcast_dims(c.convert(c.x(2), y.dtype), y.shape, [1]))
+    return c.convert(y, out.dtype)
+
+
+def _matmul_v(c, a, b, out: TensorType):
+    """torch.matmul of two values (1-D operands, broadcast batch dims) as one batched dot_general."""
+    a, b = _up(c, a), c.convert(_up(c, b), _up(c, a).dtype)
+    a2 = a if a.rank > 1 else c.reshape(a, (1, a.shape[0]))
+    b2 = b if b.rank > 1 else c.reshape(b, (b.shape[0], 1))
+    batch = tuple(torch.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
+    a3, b3, nb = c.broadcast(a2, batch + a2.shape[-2:]), c.broadcast(b2, batch + b2.shape[-2:]), len(batch)
+    y = c.dot_general(a3, b3, contract=([nb + 1], [nb]), batch=(list(range(nb)), list(range(nb))))
+    return c.convert(c.reshape(y, out.shape), out.dtype)
+
+
+def _linear_mlir(c):
+    """dot_general contracting the input's last dim with the weight's second (+ bias)."""
+    x, out = _up(c, c.x(0)), c.out
+    y = c.dot_general(x, c.convert(c.x(1), x.dtype), contract=([x.rank - 1], [1]))
+    if c.x(2) is not None:
+        y = c.add(y, c.convert(c.x(2), y.dtype))
+    return c.convert(y, out.dtype)
+
+
+def _addmm_mlir(c):
+    """beta * self + alpha * (mat1 @ mat2), in float32 for f16/bf16."""
+    a, prod = (
+        c.attrs,
+        _matmul_v(c, c.x(1), c.x(2), TensorType(c.out.shape, DType.f32 if c.out.dtype in _LOW_FLOATS else c.out.dtype)),
+    )
+    if a["alpha"] != 1:
+        prod = c.mul(prod, a["alpha"])
+    base = _up(c, c.x(0))
+    if a["beta"] != 1:
+        base = c.mul(base, a["beta"]) if a["beta"] else None
+    return c.convert(prod if base is None else c.add(prod, base, prod.dtype), c.out.dtype)
+
+
+def _batch_norm_mlir(c):
+    """(x - mean) * (rsqrt(var + eps) * weight) + bias, per channel (dim 1)."""
+    x = _up(c, c.x(0))
+    chan = lambda v: c.broadcast_dims(c.convert(v, x.dtype), x.shape, [1])
+    scale = c.unary("stablehlo.rsqrt", c.add(c.convert(c.x(4), x.dtype), c.attrs["eps"]))
+    if c.x(1) is not None:
+        scale = c.mul(scale, c.convert(c.x(1), x.dtype))
+    y = c.mul(c.sub(x, chan(c.x(3))), chan(scale))
+    if c.x(2) is not None:
+        y = c.add(y, chan(c.x(2)))
+    return c.convert(y, c.out.dtype)
+
+
+def _normalize(c, x, dims, eps):
+    """(x - mean) * rsqrt(var + eps) over ``dims`` (biased variance)."""
+    count = math.prod(x.shape[d] for d in dims)
+    mean = c.div(c.reduce(x, dims, "add", keepdim=True), count)
+    d = c.sub(x, mean)
+    var = c.div(c.reduce(c.mul(d, d), dims, "add", keepdim=True), count)
+    return c.mul(d, c.unary("stablehlo.rsqrt", c.add(var, eps)))
+
+
+def _layer_norm_mlir(c):
+    x, n = _up(c, c.x(0)), len(c.attrs["normalized_shape"])
+    y = _normalize(c, x, list(range(x.rank - n, x.rank)), c.attrs["eps"])
+    if c.x(1) is not None:
+        y = c.mul(y, c.convert(c.x(1), x.dtype))
+    if c.x(2) is not None:
+        y = c.add(y, c.convert(c.x(2), x.dtype))
+    return c.convert(y, c.out.dtype)
+
+
+def _group_norm_mlir(c):
+    x, g = _up(c, c.x(0)), c.attrs["num_groups"]
+    n = x.shape[0]
+    y = _normalize(c, c.reshape(x, (n, g, math.prod(x.shape) // (n * g))), [2], c.attrs["eps"])
+    y = c.reshape(y, x.shape)
+    for i, op in ((1, c.mul), (2, c.add)):
+        if c.x(i) is not None:
+            y = op(y, c.broadcast_dims(c.convert(c.x(i), x.dtype), x.shape, [1]))
+    return c.convert(y, c.out.dtype)
+
+
+def _window_padding(c, nd: int, padding, dilation=None):
+    """(low, high) padding per dim of a pooling window: high grows so that ceil_mode's last window fits."""
+    a, x, out = c.attrs, c.x(0), c.out
+    lead, dilation = x.rank - nd, dilation or (1,) * nd
+    pads = [(0, 0)] * lead
+    for i in range(nd):
+        n, o, k, s, p, d = (
+            x.shape[lead + i],
+            out.shape[lead + i],
+            a["kernel_size"][i],
+            a["stride"][i],
+            padding[i],
+            dilation[i],
+        )
+        pads.append((p, max(p, (o - 1) * s + d * (k - 1) + 1 - n - p)))
+    return lead, pads
+
+
+def _max_pool_mlir(c):
+    a, x = c.attrs, c.x(0)
+    nd = len(a["kernel_size"])
+    lead, pads = _window_padding(c, nd, a["padding"], a["dilation"])
+    one = [1] * lead
+    return c.reduce_window(
+        x, "max", one + list(a["kernel_size"]), one + list(a["stride"]), pads, one + list(a["dilation"])
+    )
+
+
+def _avg_pool_mlir(c):
+    """Window sums times 1/divisor per output position; the divisors (padding counted or not, ceil-mode
+    windows cut short, divisor_override) come from torch's own pooling of ones, so they match it exactly."""
+    a, x = c.attrs, _up(c, c.x(0))
+    nd = len(a["kernel_size"])
+    lead, pads = _window_padding(c, nd, a["padding"])
+    one = [1] * lead
+    total = c.reduce_window(x, "add", one + list(a["kernel_size"]), one + list(a["stride"]), pads)
+    pool = (F.avg_pool2d, F.avg_pool3d)[nd - 2]
+    ones = torch.ones((1,) * max(lead, 1) + x.shape[lead:], dtype=torch.float64)
+    args = (a["kernel_size"], a["stride"], a["padding"], a["ceil_mode"])
+    avg = pool(ones, *args, a["count_include_pad"], a["divisor_override"])
+    count = pool(ones, *args, False, 1)
+    scale = (avg / count.clamp(min=1)).reshape((1,) * lead + tuple(avg.shape[-nd:]))
+    y = c.mul(total, c.constant(scale.to(x.dtype.torch)))
+    return c.convert(y, c.out.dtype)
+
+
+def _adaptive_pool_mlir(kind: str):
+    """Equal bins: a reduction (output 1) or a window; unequal bins (avg only): one contraction per
+    spatial dim with the matrix of bin weights 1/len over [floor(i*n/o), ceil((i+1)*n/o))."""
+
+    def lower(c):
+        out_size, x = tuple(c.attrs["output_size"]), _up(c, c.x(0)) if kind == "add" else c.x(0)
+        nd = len(out_size)
+        lead, size = x.rank - nd, x.shape[x.rank - nd :]
+        if all(o == 1 for o in out_size):
+            dims = list(range(lead, x.rank))
+            y = c.reduce(x, dims, kind, keepdim=True)
+            y = c.div(y, math.prod(size)) if kind == "add" else y
+        elif all(s % o == 0 for s, o in zip(size, out_size)):
+            k = [1] * lead + [s // o for s, o in zip(size, out_size)]
+            y = c.reduce_window(x, kind, k, k, [(0, 0)] * x.rank)
+            y = c.div(y, math.prod(k)) if kind == "add" else y
+        elif kind == "max":
+            c.fail(f"adaptive max pooling to {list(out_size)} from {list(size)} (unequal bins)")
+        else:
+            y = x
+            for i, (n, o) in enumerate(zip(size, out_size)):
+                m = torch.zeros(o, n, dtype=torch.float64)
+                for j in range(o):
+                    lo, hi = (j * n) // o, -(-((j + 1) * n) // o)
+                    m[j, lo:hi] = 1 / (hi - lo)
+                y = c.dot_general(y, c.constant(m.to(x.dtype.torch)), contract=([lead + i], [1]))
+                perm = [*range(lead + i), y.rank - 1, *range(lead + i, y.rank - 1)]
+                y = c.transpose(y, perm)
+        return c.convert(y, c.out.dtype)
+
+    return lower
+
+
+def _softmax_v(c, x, dim: int, log: bool = False):
+    """exp(x - max) / sum, over ``dim`` (float32 for f16/bf16); log: (x - max) - log(sum)."""
+    xf = _up(c, x)
+    z = c.sub(xf, c.reduce(xf, [dim], "max", keepdim=True))
+    e = c.unary("stablehlo.exponential", z)
+    s = c.reduce(e, [dim], "add", keepdim=True)
+    y = c.sub(z, c.unary("stablehlo.log", s)) if log else c.div(e, s)
+    return c.convert(y, x.dtype)
+
+
+def _sdpa_mlir(c):
+    """softmax(q @ k^T * scale + mask) @ v, spelled out (causal: a lower-triangular mask)."""
+    a = c.attrs
+    if a["dropout_p"]:
+        c.fail("dropout in attention")
+    q, k, v = c.x(0), c.x(1), c.x(2)
+    if a["enable_gqa"] and k.shape[-3] != q.shape[-3]:  # repeat each key/value head for its query group
+        r = q.shape[-3] // k.shape[-3]
+
+        def repeat(t):
+            shape = (*t.shape[:-2], r, *t.shape[-2:])
+            b = c.broadcast_dims(t, shape, [*range(t.rank - 2), t.rank - 1, t.rank])
+            return c.reshape(b, (*t.shape[:-3], t.shape[-3] * r, *t.shape[-2:]))
+
+        k, v = repeat(k), repeat(v)
+    dtype = DType.f32 if q.dtype in _LOW_FLOATS else q.dtype
+    length, source = q.shape[-2], k.shape[-2]
+    scale = a["scale"] if a["scale"] is not None else 1 / math.sqrt(q.shape[-1])
+    batch = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+    scores = _matmul_v(
+        c, q, c.transpose(k, [*range(k.rank - 2), k.rank - 1, k.rank - 2]), TensorType((*batch, length, source), dtype)
+    )
+    scores = c.mul(scores, scale)
+    if a["is_causal"]:
+        allowed = c.constant(torch.ones(length, source, dtype=torch.bool).tril())
+        scores = c.select(allowed, scores, -math.inf)
+    mask = c.x(3) if c.arity > 3 else None
+    if mask is not None:
+        scores = c.select(mask, scores, -math.inf) if mask.dtype is DType.bool else c.add(scores, mask, dtype)
+    probs = _softmax_v(c, scores, scores.rank - 1)
+    return _matmul_v(c, probs, v, c.out)
+
+
+def _upsample_nearest_mlir(c):
+    """Two index selections with torch's source indices: min(floor(dst * scale), n - 1), scale in float32."""
+    import numpy as np
+
+    x, out, factors = c.x(0), c.out, c.attrs["scale_factors"]
+    y = x
+    for i in (0, 1):
+        dim = x.rank - 2 + i
+        n, o = x.shape[dim], out.shape[dim]
+        scale = np.float32(1 / factors[i]) if factors else np.float32(n / o)
+        idx = np.minimum(np.floor(np.arange(o, dtype=np.float32) * scale), n - 1).astype(np.int64)
+        y = c.index_select(y, c.constant(torch.from_numpy(idx)), dim)
+    return y
+
+
 def _pair(v, n=2):
     if isinstance(v, int):
         return (v,) * n
@@ -453,6 +730,7 @@ def _conv(name: str, nd: int, fused: bool = False, doc: str = "") -> OpDef:
             sample=_conv_sample(nd, fused),
             lower_torch=_conv2d_lower_torch if fused else None,
             onnx=_conv_onnx,
+            mlir=_conv_mlir,
             aten=(
                 f"aten.{name}.default",
                 AtenBinding(f"aten.{name}.padding", convert=_same_padding),
@@ -495,6 +773,7 @@ register(
         traits=PURE,
         flops=_convt_flops,
         onnx=_conv_transpose_onnx,
+        mlir=_conv_transpose_mlir,
         canonicalize=lambda a, t: {
             **a,
             **{k: _pair(a[k]) for k in ("stride", "padding", "output_padding", "dilation")},
@@ -646,6 +925,7 @@ register(
         flops=_contract_flops,
         sample=_linear_sample,
         onnx=_linear_onnx,
+        mlir=_linear_mlir,
         lower_torch=_linear_lower_torch,
         aten=("aten.linear.default",),
         doc="input @ weight.T + bias",
@@ -661,6 +941,7 @@ register(
         sample=_matmul_sample,
         aten=("aten.matmul.default",),
         onnx="MatMul",
+        mlir=lambda c: _matmul_v(c, c.x(0), c.x(1), c.out),
         doc="numpy-style matmul with broadcasting",
     )
 )
@@ -674,6 +955,7 @@ register(
         sample=_mm_sample(False, False),
         aten=("aten.mm.default",),
         onnx="MatMul",
+        mlir=lambda c: _matmul_v(c, c.x(0), c.x(1), c.out),
     )
 )
 register(
@@ -686,6 +968,7 @@ register(
         sample=_mm_sample(True, False),
         aten=("aten.bmm.default",),
         onnx="MatMul",
+        mlir=lambda c: _matmul_v(c, c.x(0), c.x(1), c.out),
     )
 )
 register(
@@ -697,6 +980,7 @@ register(
         traits=PURE,
         sample=_mm_sample(False, True),
         flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1],
+        mlir=_addmm_mlir,
         aten=("aten.addmm.default",),
         onnx=lambda c: c.emit(
             "Gemm", c.x(1), c.x(2), c.x(0), alpha=float(c.attrs["alpha"]), beta=float(c.attrs["beta"])
@@ -713,6 +997,7 @@ register(
         traits=PURE,
         sample=_mm_sample(True, True),
         flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1],
+        mlir=_addmm_mlir,
         aten=("aten.baddbmm.default",),
     )
 )
@@ -798,6 +1083,7 @@ register(
         flops=per_element(2),
         sample=_bn_sample,
         onnx=_batch_norm_onnx,
+        mlir=_batch_norm_mlir,
         aten=(
             AtenBinding(
                 "aten._native_batch_norm_legit_no_training.default", drop=frozenset({"momentum"}), outputs=(0,)
@@ -821,6 +1107,7 @@ register(
         flops=per_element(5),
         sample=_ln_sample,
         onnx=_layer_norm_onnx,
+        mlir=_layer_norm_mlir,
         aten=(AtenBinding("aten.layer_norm.default", drop=frozenset({"cudnn_enable"})),),
     )
 )
@@ -832,6 +1119,7 @@ register(
         attrs=(Attr("num_groups", "int"), Attr("eps", "float", 1e-5)),
         traits=PURE,
         flops=per_element(5),
+        mlir=_group_norm_mlir,
         aten=(AtenBinding("aten.group_norm.default", drop=frozenset({"cudnn_enabled"})),),
     )
 )
@@ -908,6 +1196,7 @@ register(
         canonicalize=_pool_canon,
         sample=_pool_sample(True),
         onnx=_pool_onnx("MaxPool"),
+        mlir=_max_pool_mlir,
         aten=("aten.max_pool2d.default", AtenBinding("aten.max_pool2d_with_indices.default", outputs=(0,))),
     )
 )
@@ -931,6 +1220,7 @@ register(
         canonicalize=_pool_canon,
         sample=_pool_sample(False),
         onnx=_pool_onnx("AveragePool"),
+        mlir=_avg_pool_mlir,
         aten=("aten.avg_pool2d.default",),
     )
 )
@@ -945,6 +1235,7 @@ register(
         flops=lambda ins, outs, a: numel(ins[0]),
         canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"])},
         onnx=_adaptive_pool_onnx("ReduceMean", "AveragePool"),
+        mlir=_adaptive_pool_mlir("add"),
         aten=("aten.adaptive_avg_pool2d.default",),
     )
 )
@@ -959,6 +1250,7 @@ register(
         flops=lambda ins, outs, a: numel(ins[0]),
         canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"])},
         onnx=_adaptive_pool_onnx("ReduceMax", "MaxPool"),
+        mlir=_adaptive_pool_mlir("max"),
         aten=(AtenBinding("aten.adaptive_max_pool2d.default", outputs=(0,)),),
     )
 )
@@ -1000,7 +1292,7 @@ def _adaptive3d_sample(draw, slots, attrs):
     x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.choice([4, 5]))
     if x.rank not in (4, 5):
         raise S.Reject("3-D adaptive pooling needs rank 4 or 5")
-    size = tuple(draw.choice([1, d]) if draw.boolean(0.5) else draw.integers(1, d) for d in x.shape[-3:])
+    size = tuple(draw.choice([1, d]) if draw.boolean(0.5) else draw.integers(1, max(d, 1)) for d in x.shape[-3:])
     return [x], {"output_size": size, **attrs}
 
 
@@ -1023,6 +1315,7 @@ register(
         canonicalize=_pool3d_canon,
         sample=_pool3d_sample(True),
         onnx=_pool_onnx("MaxPool"),
+        mlir=_max_pool_mlir,
         aten=("aten.max_pool3d.default", AtenBinding("aten.max_pool3d_with_indices.default", outputs=(0,))),
         doc="max over (D, H, W) windows (video models: r3d, mc3, s3d)",
     )
@@ -1047,6 +1340,7 @@ register(
         canonicalize=_pool3d_canon,
         sample=_pool3d_sample(False),
         onnx=_pool_onnx("AveragePool"),
+        mlir=_avg_pool_mlir,
         aten=("aten.avg_pool3d.default",),
         doc="mean over (D, H, W) windows",
     )
@@ -1062,6 +1356,7 @@ register(
         canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"], 3)},
         sample=_adaptive3d_sample,
         onnx=_adaptive_pool_onnx("ReduceMean", "AveragePool"),
+        mlir=_adaptive_pool_mlir("add"),
         aten=("aten.adaptive_avg_pool3d.default",),
         doc="mean over adaptive (D, H, W) bins; (1, 1, 1) is the global pooling of video classifiers",
     )
@@ -1077,6 +1372,7 @@ register(
         canonicalize=lambda a, t: {**a, "output_size": _pair(a["output_size"], 3)},
         sample=_adaptive3d_sample,
         onnx=_adaptive_pool_onnx("ReduceMax", "MaxPool"),
+        mlir=_adaptive_pool_mlir("max"),
         aten=(AtenBinding("aten.adaptive_max_pool3d.default", outputs=(0,)),),
         doc="max over adaptive (D, H, W) bins",
     )
@@ -1113,6 +1409,7 @@ register(
         sample=_sdpa_sample,
         aten=("aten.scaled_dot_product_attention.default",),
         onnx=_sdpa_onnx,
+        mlir=_sdpa_mlir,
         doc="softmax(q @ k.T * scale + mask) @ v; FLOPs: the two matrix products (as flop_counter)",
     )
 )
@@ -1128,6 +1425,9 @@ for _name, _fn in [("softmax", F.softmax), ("log_softmax", F.log_softmax)]:
             flops=per_element(5),
             onnx=(lambda op_type: lambda c: c.emit(op_type, c.x(0), axis=c.attrs["dim"]))(
                 "Softmax" if _name == "softmax" else "LogSoftmax"
+            ),
+            mlir=(lambda log: lambda c: _softmax_v(c, c.x(0), c.attrs["dim"] % max(c.x(0).rank, 1), log))(
+                _name == "log_softmax"
             ),
             sample=lambda d, sl, a: (lambda t: ([t], {"dim": S.dim(d, max(t.rank, 1)), **a}))(
                 S.same_as_input(d, sl, a)
@@ -1153,6 +1453,7 @@ register(
         flops=out_numel,
         aten=("aten.dropout.default",),
         onnx=lambda c: c.emit("Identity", c.x(0)) if not (c.attrs["train"] and c.attrs["p"]) else c.fail("training"),
+        mlir=lambda c: c.x(0) if not (c.attrs["train"] and c.attrs["p"]) else c.fail("dropout in training"),
         doc="not pure: random when train; the identity when not train",
     )
 )
@@ -1166,6 +1467,7 @@ register(
         traits=PURE,
         flops=zero_flops,
         onnx=lambda c: c.emit("Gather", c.x(0), c.x(1), axis=0),
+        mlir=lambda c: c.index_select(c.x(0), c.x(1), 0),
         aten=(AtenBinding("aten.embedding.default", fixed={"scale_grad_by_freq": False, "sparse": False}),),
     )
 )
@@ -1180,6 +1482,7 @@ register(
         attrs=(Attr("output_size", "ints?", None), Attr("scale_factors", "floats?", None)),
         traits=PURE,
         flops=zero_flops,
+        mlir=_upsample_nearest_mlir,
         aten=("aten.upsample_nearest2d.vec",),
     )
 )

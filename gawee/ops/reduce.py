@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from gawee.ir.types import DType, TensorType
@@ -54,10 +56,103 @@ def _reduce_onnx(op_type: str):
     return lower
 
 
-def reduction(name, fn, *, extra=(), aten=(), onnx=None, doc="") -> OpDef:
+# -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) ---------------------------------
+def _reduce_dims(c) -> list[int]:
+    dims, rank = c.attrs.get("dim"), c.x(0).rank
+    return list(range(rank)) if not dims else [d % rank for d in dims]
+
+
+def _accumulator(dtype: DType) -> DType:
+    """f16/bf16 sums accumulate in float32, as torch's CPU kernels do."""
+    return DType.f32 if dtype in (DType.f16, DType.bf16) else dtype
+
+
+def _reduce_mlir(kind: str, post=None):
+    """stablehlo.reduce by ``kind`` over ``dim`` in the result's dtype (float32 for f16/bf16 sums);
+    ``post(c, y, count)`` finishes it (mean: divide by the count)."""
+
+    def lower(c):
+        out, dims = c.out, _reduce_dims(c)
+        work = _accumulator(out.dtype) if kind == "add" else out.dtype
+        y = c.reduce(c.convert(c.x(0), work), dims, kind)
+        if post is not None:
+            y = post(c, y, math.prod(c.x(0).shape[d] for d in dims))
+        return c.convert(c.reshape(y, out.shape), out.dtype)
+
+    return lower
+
+
+def _var_mlir(sqrt: bool):
+    """sum((x - mean)^2) / (N - correction), float32 for f16/bf16; std: its square root."""
+
+    def lower(c):
+        out, dims = c.out, _reduce_dims(c)
+        x = c.convert(c.x(0), _accumulator(out.dtype))
+        count = math.prod(x.shape[d] for d in dims)
+        d = c.sub(x, c.div(c.reduce(x, dims, "add", keepdim=True), count))
+        y = c.div(c.reduce(c.mul(d, d), dims, "add"), max(count - c.attrs["correction"], 0))
+        y = c.unary("stablehlo.sqrt", y) if sqrt else y
+        return c.convert(c.reshape(y, out.shape), out.dtype)
+
+    return lower
+
+
+def _logsumexp_mlir(c):
+    """max + log(sum(exp(x - max))), with the max taken as 0 where it is infinite."""
+    out, dims = c.out, _reduce_dims(c)
+    x = c.convert(c.x(0), _accumulator(out.dtype))
+    m = c.reduce(x, dims, "max", keepdim=True)
+    m = c.select(c.compare("EQ", c.unary("stablehlo.abs", m), math.inf), 0.0, m)
+    s = c.reduce(c.unary("stablehlo.exponential", c.sub(x, m)), dims, "add", keepdim=True)
+    y = c.add(c.unary("stablehlo.log", s), m)
+    return c.convert(c.reshape(y, out.shape), out.dtype)
+
+
+def _vector_norm_mlir(c):
+    out, dims, p = c.out, _reduce_dims(c), c.attrs["ord"]
+    a = c.unary("stablehlo.abs", c.convert(c.x(0), _accumulator(out.dtype)))
+    if p == math.inf or p == -math.inf:
+        y = c.reduce(a, dims, "max" if p > 0 else "min")
+    elif p == 0:
+        y = c.reduce(c.convert(c.compare("NE", a, 0), a.dtype), dims, "add")
+    elif p == 1:
+        y = c.reduce(a, dims, "add")
+    elif p == 2:
+        y = c.unary("stablehlo.sqrt", c.reduce(c.mul(a, a), dims, "add"))
+    else:
+        y = c.ew("stablehlo.power", c.reduce(c.ew("stablehlo.power", a, p), dims, "add"), 1 / p)
+    return c.convert(c.reshape(y, out.shape), out.dtype)
+
+
+def _cumsum_mlir(c):
+    """A window sum over the n elements ending at each position (n - 1 leading padding)."""
+    out = c.out
+    x = c.convert(c.x(0), _accumulator(out.dtype))
+    if not x.rank:
+        return c.convert(x, out.dtype)
+    d = c.attrs["dim"] % x.rank
+    n = x.shape[d]
+    window = [n if i == d else 1 for i in range(x.rank)]
+    pads = [(n - 1, 0) if i == d else (0, 0) for i in range(x.rank)]
+    return c.convert(c.reduce_window(x, "add", window, [1] * x.rank, pads), out.dtype)
+
+
+def _triangle_mlir(lower_part: bool):
+    """Keep col - row <= diagonal (tril) or >= diagonal (triu), zeros elsewhere."""
+
+    def lower(c):
+        x = c.x(0)
+        rows, cols = c.iota(x.shape, x.rank - 2, DType.i64), c.iota(x.shape, x.rank - 1, DType.i64)
+        keep = c.compare("LE" if lower_part else "GE", c.sub(cols, rows), c.attrs["diagonal"])
+        return c.select(keep, x, c.splat(0, x.dtype, x.shape))
+
+    return lower
+
+
+def reduction(name, fn, *, extra=(), aten=(), onnx=None, mlir=None, doc="") -> OpDef:
     """A reduction over ``dim`` (None: all dims) with ``keepdim``; ``fn(self, dim, keepdim, **extra)``.
 
-    ``onnx``: the ONNX Reduce* op type computing it.
+    ``onnx``: the ONNX Reduce* op type computing it; ``mlir``: see OpDef.mlir.
     """
     attrs = (Attr("dim", "ints?", None), Attr("keepdim", "bool", False), *extra)
     return register(
@@ -72,6 +167,7 @@ def reduction(name, fn, *, extra=(), aten=(), onnx=None, doc="") -> OpDef:
             sample=_reduction_sample,
             aten=aten,
             onnx=onnx and _reduce_onnx(onnx),
+            mlir=mlir,
             doc=doc,
         )
     )
@@ -87,6 +183,7 @@ reduction(
     extra=(Attr("dtype", "dtype?", None),),
     aten=("aten.sum.dim_IntList", "aten.sum.default"),
     onnx="ReduceSum",
+    mlir=_reduce_mlir("add"),
 )
 reduction(
     "mean",
@@ -94,22 +191,26 @@ reduction(
     extra=(Attr("dtype", "dtype?", None),),
     aten=("aten.mean.dim", "aten.mean.default"),
     onnx="ReduceMean",
+    mlir=_reduce_mlir("add", lambda c, y, n: c.div(y, n)),
 )
 reduction(
     "amax",
     lambda self, *, dim, keepdim: torch.amax(self, _all_dims(self, dim), keepdim),
     aten=("aten.amax.default",),
     onnx="ReduceMax",
+    mlir=_reduce_mlir("max"),
 )
 reduction(
     "amin",
     lambda self, *, dim, keepdim: torch.amin(self, _all_dims(self, dim), keepdim),
     aten=("aten.amin.default",),
     onnx="ReduceMin",
+    mlir=_reduce_mlir("min"),
 )
 reduction(
     "prod",
     lambda self, *, dim, keepdim: _prod(self, dim, keepdim),
+    mlir=_reduce_mlir("mul"),
     aten=(
         AtenBinding(
             "aten.prod.dim_int",
@@ -123,6 +224,7 @@ reduction(
 reduction(
     "any",
     lambda self, *, dim, keepdim: torch.any(self, _all_dims(self, dim), keepdim) if self.dim() else torch.any(self),
+    mlir=_reduce_mlir("or"),
     aten=(
         "aten.any.dims",
         AtenBinding("aten.any.dim", convert=lambda a, t: {**a, "dim": [a["dim"]]}),
@@ -132,6 +234,7 @@ reduction(
 reduction(
     "all",
     lambda self, *, dim, keepdim: torch.all(self, _all_dims(self, dim), keepdim) if self.dim() else torch.all(self),
+    mlir=_reduce_mlir("and"),
     aten=(
         "aten.all.dims",
         AtenBinding("aten.all.dim", convert=lambda a, t: {**a, "dim": [a["dim"]]}),
@@ -145,6 +248,7 @@ reduction(
     ),
     extra=(Attr("correction", "float", 1.0),),
     aten=("aten.var.correction",),
+    mlir=_var_mlir(False),
 )
 reduction(
     "std",
@@ -153,12 +257,14 @@ reduction(
     ),
     extra=(Attr("correction", "float", 1.0),),
     aten=("aten.std.correction",),
+    mlir=_var_mlir(True),
 )
 reduction(
     "logsumexp",
     lambda self, *, dim, keepdim: torch.logsumexp(self, _all_dims(self, dim), keepdim),
     aten=("aten.logsumexp.default",),
     onnx="ReduceLogSumExp",
+    mlir=_logsumexp_mlir,
 )
 reduction(
     "linalg_vector_norm",
@@ -167,6 +273,7 @@ reduction(
     ),
     extra=(Attr("ord", "float", 2.0), Attr("dtype", "dtype?", None)),
     aten=("aten.linalg_vector_norm.default",),
+    mlir=_vector_norm_mlir,
     doc="the ord-norm over dim (None: all elements)",
 )
 
@@ -230,6 +337,7 @@ for _name, _fn in [("max", torch.max), ("min", torch.min)]:
             onnx=(lambda op_type: lambda c: c.emit(op_type, c.x(0), keepdims=0))(
                 "ReduceMax" if _name == "max" else "ReduceMin"
             ),
+            mlir=_reduce_mlir("max" if _name == "max" else "min"),
             doc="the largest element, as a 0-d tensor" if _name == "max" else "the smallest element",
         )
     )
@@ -243,6 +351,7 @@ register(
         traits=PURE,
         flops=_in_numel,
         onnx=lambda c: c.emit("CumSum", c.x_as(0, c.out.dtype), c.constant(torch.tensor(c.attrs["dim"]))),
+        mlir=_cumsum_mlir,
         aten=("aten.cumsum.default",),
     )
 )
@@ -278,6 +387,7 @@ register(
         traits=frozenset({"pure"}),
         flops=zero_flops,
         aten=("aten.tril.default",),
+        mlir=_triangle_mlir(True),
     )
 )
 register(
@@ -289,5 +399,6 @@ register(
         traits=frozenset({"pure"}),
         flops=zero_flops,
         aten=("aten.triu.default",),
+        mlir=_triangle_mlir(False),
     )
 )

@@ -93,6 +93,96 @@ def _repeat_onnx(c):
     return c.emit("Tile", x, c.ints(repeats))
 
 
+# -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) ---------------------------------
+def _reshape_mlir(c):
+    return c.reshape(c.x(0), c.out.shape)
+
+
+def _select_mlir(c):
+    i = c.attrs["index"]
+    return c.reshape(c.slice_dim(c.x(0), c.attrs["dim"], i, i + 1), c.out.shape)
+
+
+def _cat_mlir(c):
+    """stablehlo.concatenate of the operands in the result's dtype (torch skips legacy empty 1-D ones)."""
+    xs = [c.convert(v, c.out.dtype) for v in c.xs]
+    if c.out.rank > 1:
+        xs = [v for v in xs if v.shape != (0,)]
+    return c.concat(xs, c.attrs["dim"])
+
+
+def _stack_mlir(c):
+    d = c.attrs["dim"]
+    return c.concat([c.reshape(c.convert(v, c.out.dtype), (*v.shape[:d], 1, *v.shape[d:])) for v in c.xs], d)
+
+
+def _split_mlir(c):
+    x, d, start, outs = c.x(0), c.attrs["dim"], 0, []
+    for n in c.attrs["split_sizes"]:
+        outs.append(c.slice_dim(x, d, start, start + n))
+        start += n
+    return outs
+
+
+def _unbind_mlir(c):
+    x, d = c.x(0), c.attrs["dim"]
+    return [c.reshape(c.slice_dim(x, d, i, i + 1), t.shape) for i, t in enumerate(c.outs)]
+
+
+def _pad_mlir(c):
+    """constant: stablehlo.pad (negative pads crop); reflect, replicate, circular: slices and concatenations."""
+    x, pad, mode = c.x(0), c.attrs["pad"], c.attrs["mode"]
+    low, high = [0] * x.rank, [0] * x.rank
+    for i in range(len(pad) // 2):  # F.pad lists (before, after) pairs from the last dim backwards
+        low[x.rank - 1 - i], high[x.rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    if mode == "constant":
+        return c.pad(x, c.splat(c.attrs["value"], x.dtype), low, high)
+    for d, (lo, hi) in enumerate(zip(low, high)):
+        if not lo and not hi:
+            continue
+        n = x.shape[d]
+        if mode == "reflect":
+            left, right = (
+                c.reverse(c.slice_dim(x, d, 1, lo + 1), [d]),
+                c.reverse(c.slice_dim(x, d, n - 1 - hi, n - 1), [d]),
+            )
+        elif mode == "replicate":
+            edge = lambda i, k: c.broadcast(c.slice_dim(x, d, i, i + 1), (*x.shape[:d], k, *x.shape[d + 1 :]))
+            left, right = edge(0, lo), edge(n - 1, hi)
+        elif mode == "circular":
+            left, right = c.slice_dim(x, d, n - lo, n), c.slice_dim(x, d, 0, hi)
+        else:
+            c.fail(f"pad mode {mode!r}")
+        x = c.concat([v for v, k in ((left, lo), (x, 1), (right, hi)) if k], d)
+    return x
+
+
+def _roll_mlir(c):
+    x, shifts, dims = c.x(0), c.attrs["shifts"], c.attrs["dims"]
+    if not dims:
+        flat = c.reshape(x, (math.prod(x.shape),))
+        return c.reshape(_roll_v(c, flat, shifts[0], 0), x.shape)
+    for s, d in zip(shifts, dims):
+        x = _roll_v(c, x, s, d % x.rank)
+    return x
+
+
+def _roll_v(c, x, shift, d):
+    n = x.shape[d]
+    s = shift % n if n else 0
+    return c.concat([c.slice_dim(x, d, n - s, n), c.slice_dim(x, d, 0, n - s)], d) if s else x
+
+
+def _repeat_mlir(c):
+    """Broadcast to (r0, s0, r1, s1, ...) and merge each pair: tile by repeats."""
+    x, reps = c.x(0), c.attrs["repeats"]
+    shape = (1,) * (len(reps) - x.rank) + x.shape
+    x = c.reshape(x, shape)
+    tiled = [v for r, s in zip(reps, shape) for v in (r, s)]
+    y = c.broadcast_dims(x, tiled, [2 * i + 1 for i in range(len(shape))])
+    return c.reshape(y, c.out.shape)
+
+
 def unary_sample(draw_attrs=None, min_rank: int = 0, free=None):
     """Sampler of a one-operand op: the operand's type, then ``draw_attrs(draw, type)``. ``free(draw,
     attrs)`` draws the operand when it is free and the pattern fixed attributes it must fit (or None)."""
@@ -286,6 +376,7 @@ view_op(
     attrs=(Attr("shape", "ints"),),
     canonicalize=lambda a, t: {**a, "shape": _resolve_shape(a["shape"], t[0].numel)},
     onnx=_reshape_onnx,
+    mlir=_reshape_mlir,
     aten=(
         AtenBinding("aten.view.default", rename={"size": "shape"}),
         "aten.reshape.default",
@@ -305,6 +396,7 @@ view_op(
     },
     aten=("aten.flatten.using_ints",),
     onnx=_reshape_onnx,
+    mlir=_reshape_mlir,
 )
 view_op(
     "permute",
@@ -315,6 +407,7 @@ view_op(
     canonicalize=lambda a, t: {"dims": tuple(_norm_dim(d, t[0].rank) for d in a["dims"])},
     aten=("aten.permute.default",),
     onnx=lambda c: c.emit("Transpose", c.x(0), perm=list(c.attrs["dims"])),
+    mlir=lambda c: c.transpose(c.x(0), c.attrs["dims"]),
     doc="output dim i is input dim dims[i]",
 )
 view_op(
@@ -330,6 +423,10 @@ view_op(
         perm=[
             {c.attrs["dim0"]: c.attrs["dim1"], c.attrs["dim1"]: c.attrs["dim0"]}.get(i, i) for i in range(c.out.rank)
         ],
+    ),
+    mlir=lambda c: c.transpose(
+        c.x(0),
+        [{c.attrs["dim0"]: c.attrs["dim1"], c.attrs["dim1"]: c.attrs["dim0"]}.get(i, i) for i in range(c.out.rank)],
     ),
     aten=(
         "aten.transpose.int",
@@ -349,6 +446,7 @@ view_op(
     },
     aten=(AtenBinding("aten.expand.default", fixed={"implicit": False}),),
     onnx=lambda c: c.emit("Expand", c.x(0), c.ints(c.out.shape)),
+    mlir=lambda c: c.broadcast(c.x(0), c.out.shape),
     doc="broadcast to size (-1 keeps a dim)",
 )
 view_op(
@@ -360,6 +458,7 @@ view_op(
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank + 1)},
     aten=("aten.unsqueeze.default",),
     onnx=_reshape_onnx,
+    mlir=_reshape_mlir,
 )
 
 
@@ -386,6 +485,7 @@ view_op(
         "aten.squeeze.default",
     ),
     onnx=_reshape_onnx,
+    mlir=_reshape_mlir,
     doc="drop size-1 dims (canonical: exactly the dims removed)",
 )
 view_op(
@@ -400,6 +500,7 @@ view_op(
     },
     aten=("aten.select.int",),
     onnx=lambda c: c.emit("Gather", c.x(0), c.constant(torch.tensor(c.attrs["index"])), axis=c.attrs["dim"]),
+    mlir=_select_mlir,
 )
 
 
@@ -423,6 +524,7 @@ view_op(
     canonicalize=_slice_canon,
     aten=("aten.slice.Tensor",),
     onnx=lambda c: c.emit("Slice", c.x(0), *(c.ints([c.attrs[k]]) for k in ("start", "end", "dim", "step"))),
+    mlir=lambda c: c.slice_dim(c.x(0), c.attrs["dim"], c.attrs["start"], c.attrs["end"], c.attrs["step"]),
     doc="self[start:end:step] along dim (bounds clamped at creation)",
 )
 view_op(
@@ -432,6 +534,7 @@ view_op(
     aten=("aten.alias.default", "aten.detach.default"),
     sample=unary_sample(),
     onnx="Identity",
+    mlir=lambda c: c.x(0),
     doc="the same tensor",
 )
 
@@ -442,6 +545,7 @@ move_op(
     lambda self: self.clone(),
     sample=unary_sample(),
     onnx="Identity",
+    mlir=lambda c: c.x(0),
     aten=(
         AtenBinding("aten.clone.default", drop=frozenset({"memory_format"})),
         "aten.lift_fresh_copy.default",
@@ -457,6 +561,7 @@ move_op(
     attrs=(Attr("dim", "int", 0),),
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], next(x for x in t if x is not None).rank)},
     onnx=lambda c: c.emit("Concat", *(c.x_as(i, c.out.dtype) for i in range(c.arity)), axis=c.attrs["dim"]),
+    mlir=_cat_mlir,
     aten=("aten.cat.default",),
 )
 move_op(
@@ -467,6 +572,7 @@ move_op(
     attrs=(Attr("dim", "int", 0),),
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank + 1)},
     aten=("aten.stack.default",),
+    mlir=_stack_mlir,
     onnx=lambda c: c.emit(
         "Concat",
         *(c.emit("Unsqueeze", c.x_as(i, c.out.dtype), c.ints([c.attrs["dim"]])) for i in range(c.arity)),
@@ -502,6 +608,7 @@ move_op(
     onnx=lambda c: c.emit_multi(
         "Split", [c.x(0), c.ints(c.attrs["split_sizes"])], len(c.attrs["split_sizes"]), axis=c.attrs["dim"]
     ),
+    mlir=_split_mlir,
     doc="consecutive pieces along dim, one output each",
 )
 move_op(
@@ -513,6 +620,7 @@ move_op(
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank)},
     aten=("aten.unbind.int",),
     onnx=_unbind_onnx,
+    mlir=_unbind_mlir,
     doc="one output per index along dim",
 )
 
@@ -535,6 +643,7 @@ move_op(
     ),
     sample=unary_sample(_draw_pad, 1),
     onnx=_pad_onnx,
+    mlir=_pad_mlir,
     doc="F.pad: pairs (before, after) from the last dim backwards",
 )
 move_op(
@@ -544,6 +653,7 @@ move_op(
     sample=unary_sample(_draw_roll, 1),
     attrs=(Attr("shifts", "ints"), Attr("dims", "ints", ())),
     aten=("aten.roll.default",),
+    mlir=_roll_mlir,
 )
 move_op(
     "flip",
@@ -560,6 +670,7 @@ move_op(
         c.ints([-1] * len(c.attrs["dims"])),
     ),
     aten=("aten.flip.default",),
+    mlir=lambda c: c.reverse(c.x(0), sorted({d % c.x(0).rank for d in c.attrs["dims"]})),
 )
 move_op(
     "repeat",
@@ -568,6 +679,7 @@ move_op(
     attrs=(Attr("repeats", "ints"),),
     aten=("aten.repeat.default",),
     onnx=_repeat_onnx,
+    mlir=_repeat_mlir,
 )
 move_op(
     "index",
@@ -583,6 +695,7 @@ move_op(
     attrs=(Attr("dim", "int"),),
     aten=("aten.index_select.default",),
     onnx=lambda c: c.emit("Gather", c.x(0), c.x(1), axis=c.attrs["dim"]),
+    mlir=lambda c: c.index_select(c.x(0), c.x(1), c.attrs["dim"] % c.x(0).rank),
 )
 move_op(
     "gather",
