@@ -90,6 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="rule files or directories, one phase per file (repeat; default: the bundled rules)",
     )
     opt.add_argument("-o", "--output", metavar="OUT.json", help="write the optimized graph (+ .npz) atomically")
+    opt.add_argument(
+        "--mlir", metavar="OUT.mlir", help="write the optimized graph as StableHLO (MLIR text, weights as resources)"
+    )
+    opt.add_argument(
+        "--vmfb",
+        metavar="OUT.vmfb",
+        help="compile the optimized graph with IREE for this CPU (llvm-cpu) and write the module (needs gawee[iree])",
+    )
     opt.add_argument("--trace", action="store_true", help="print every rule firing")
     opt.add_argument(
         "--explain",
@@ -209,6 +217,22 @@ def cmd_show(args, console: Console) -> int:
     return EXIT_OK
 
 
+def _write_mlir(graph, mlir_path: str | None, vmfb_path: str | None) -> list[str]:
+    """``optimize --mlir/--vmfb``: the StableHLO text and/or its IREE module, each written atomically."""
+    if not mlir_path and not vmfb_path:
+        return []
+    from gawee.backend.mlir import IREE_HINT, compile_iree, iree_available, to_mlir, write_atomic
+
+    if vmfb_path and not iree_available():
+        raise GaweeError(f"--vmfb {vmfb_path}: the IREE compiler is not installed", hint=IREE_HINT)
+    text = to_mlir(graph)
+    if mlir_path:
+        write_atomic(mlir_path, text)
+    if vmfb_path:
+        write_atomic(vmfb_path, compile_iree(text))
+    return [p for p in (mlir_path, vmfb_path) if p]
+
+
 def cmd_optimize(args, console: Console) -> int:
     from pathlib import Path
 
@@ -253,6 +277,7 @@ def cmd_optimize(args, console: Console) -> int:
     title = f"{graph.name}: {len(graph)} -> {len(optimized)} nodes"
     if args.output:
         optimized.save(args.output)
+    mlir_written = _write_mlir(optimized, args.mlir, args.vmfb)
     written = pictures.write(graph, optimized, cols, trace=report.trace, firings=report.firings, title=title)
 
     if args.json:
@@ -291,6 +316,8 @@ def cmd_optimize(args, console: Console) -> int:
                 console.print("  no rule is rooted at this op", highlight=False)
         if args.output:
             console.print(f"wrote {args.output} (+ {Path(args.output).with_suffix('.npz').name})", highlight=False)
+        for path in mlir_written:
+            console.print(f"wrote {path}", highlight=False)
         for path in written:
             console.print(f"wrote {path}", highlight=False)
         if verification is not None and not verification.ok:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from torch.utils import _pytree as pytree
 
 from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.equivalence import TOLERANCE, EquivalenceReport, output_error, verify_equivalent
-from gawee.errors import EquivalenceError
+from gawee.errors import EquivalenceError, GaweeError
 from gawee.frontend.capture import capture
 from gawee.ir.core import Graph
 from gawee.ir.types import DType
@@ -53,9 +54,18 @@ def compile(
     rules: RuleSet | None = None,
     *,
     options: TorchOptions | None = None,
-) -> torch.fx.GraphModule:
+    backend: str = "torch",
+    mlir_path: str | os.PathLike | None = None,
+    vmfb_path: str | os.PathLike | None = None,
+):
     """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
+
+    ``backend="iree"`` lowers the rewritten graph to StableHLO instead (:func:`gawee.to_mlir`) and
+    compiles it with IREE for the host CPU: the result is a :class:`gawee.backend.mlir.IreeModule`,
+    a callable taking and returning torch tensors. ``mlir_path`` and ``vmfb_path`` (iree only) also
+    write the module's text and the compiled flatbuffer, each atomically. IREE is an optional extra:
+    without it this raises ModuleNotFoundError saying how to install it (``pip install 'gawee[iree]'``).
 
     Two checks run on the example inputs: the rewritten graph against the captured one
     (:func:`gawee.verify_equivalent`), and the module against the model itself, both within
@@ -65,6 +75,14 @@ def compile(
     Raises CaptureError when torch.export cannot capture the model and EquivalenceError
     when a check fails.
     """
+    if backend not in ("torch", "iree"):
+        raise GaweeError(f"unknown backend {backend!r}", hint='backend is "torch" or "iree"')
+    if backend != "iree" and (mlir_path is not None or vmfb_path is not None):
+        raise GaweeError("mlir_path and vmfb_path are artifacts of the IREE backend", hint='pass backend="iree"')
+    if backend == "iree":
+        from gawee.backend.mlir import _import_iree
+
+        _import_iree()  # fail before the capture when IREE is missing
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     graph = capture(model, example_inputs)
@@ -90,21 +108,42 @@ def compile(
     if len(flat_expected) != len(optimized.outputs):
         structure = None  # the model returns non-tensor leaves: give back the flat tuple of tensors
         flat_expected = [x for x in flat_expected if isinstance(x, torch.Tensor)]
-    module = to_torch(optimized, options, output_structure=structure)
+    if backend == "iree":
+        module = _lower_iree(optimized, structure, mlir_path, vmfb_path)
+    else:
+        module = to_torch(optimized, options, output_structure=structure)
     seconds["lower"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     with torch.no_grad():
         got = module(*example_inputs)
-    flat_got = pytree.tree_leaves(got) if structure is not None else list(got)
-    backend_error = _check_backend(graph.name, flat_expected, flat_got)
+    if structure is not None:
+        flat_got = pytree.tree_leaves(got)
+    else:
+        flat_got = [got] if isinstance(got, torch.Tensor) else list(got)
+    backend_error = _check_backend(graph.name, flat_expected, flat_got, backend)
     seconds["verify"] += time.perf_counter() - t0
 
     module.gawee_report = CompileReport(graph, optimized, rewrite_report, equivalence, backend_error, seconds)
     return module
 
 
-def _check_backend(name: str, expected: Sequence[torch.Tensor], got: Sequence[torch.Tensor]) -> float:
+def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path):
+    """to_mlir, then IREE for the host CPU; the artifacts asked for are written atomically."""
+    from gawee.backend.mlir import IreeModule, compile_iree, to_mlir, write_atomic
+
+    text = to_mlir(graph)
+    if mlir_path is not None:
+        write_atomic(mlir_path, text)
+    vmfb = compile_iree(text)
+    if vmfb_path is not None:
+        write_atomic(vmfb_path, vmfb)
+    return IreeModule(vmfb, [v.type for v in graph.inputs], [v.type for v in graph.outputs], output_structure=structure)
+
+
+def _check_backend(
+    name: str, expected: Sequence[torch.Tensor], got: Sequence[torch.Tensor], backend: str = "torch"
+) -> float:
     """The largest output difference; EquivalenceError if one exceeds its dtype's tolerance."""
     worst = 0.0
     for i, (ref, out) in enumerate(zip(expected, got)):
@@ -121,8 +160,12 @@ def _check_backend(name: str, expected: Sequence[torch.Tensor], got: Sequence[to
             raise EquivalenceError(
                 f"output {i} of the compiled {name} differs from the model's by {err:.3g} "
                 f"(tolerance {tol:g} x {scale:.3g})",
-                hint="compile with options=TorchOptions(fused_kernels=False) to rule out "
-                "the fused kernels, and report the model",
+                hint=(
+                    "compile with options=TorchOptions(fused_kernels=False) to rule out the fused kernels, "
+                    "and report the model"
+                    if backend == "torch"
+                    else "write the module with mlir_path= and report the model with it"
+                ),
             )
         worst = max(worst, err)
     return worst

@@ -710,8 +710,8 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
 class IreeModule:
     """A compiled module on IREE's CPU runtime: call it with torch tensors, get torch tensors back.
 
-    Returns one tensor for a one-output graph, else a tuple (``output_structure``, a pytree spec,
-    restores the model's nesting).
+    Returns the outputs as a tuple, like :func:`gawee.run`, or arranged as ``output_structure``
+    (a pytree spec: the model's own nesting, as :func:`gawee.compile` passes it).
     """
 
     def __init__(
@@ -756,7 +756,7 @@ class IreeModule:
             from torch.utils import _pytree as pytree
 
             return pytree.tree_unflatten(list(outs), self.output_structure)
-        return outs[0] if len(outs) == 1 else outs
+        return outs
 
 
 def _host(r):
