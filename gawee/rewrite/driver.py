@@ -124,8 +124,8 @@ class Rewriter:
             if _dead(node):
                 self._erase_dead(node)
                 continue
-            for rule in phase.candidates(node.op):
-                if self._try(rule, node, phase.name):
+            for rule, at in self._ordered(phase, node):
+                if self._try(rule, at, phase.name):
                     fired += 1
                     recent.append(rule.name)
                     if fired > budget:
@@ -135,6 +135,25 @@ class Rewriter:
                 self._queue.clear()
                 self._queued.clear()
                 return
+
+    def _ordered(self, phase: Phase, node: Node) -> list[tuple[Rule, Node]]:
+        """The rules to try when ``node`` is visited, in order: its own candidates by priority, and
+        before any of them, the rules of higher priority rooted at its users, tried at those users.
+        So a larger pattern given a higher priority (add(matmul(x, w), b) -> linear) wins over a
+        smaller one (matmul(x, w) -> linear) that would otherwise consume its inside first."""
+        own = phase.candidates(node.op)
+        lowest = min((r.priority for r in own), default=0)
+        users = {id(u): u for v in node.outputs for u in v.users()}
+        above = [
+            (rule, user)
+            for user in sorted(users.values(), key=self.graph.position)
+            for rule in phase.enclosing(user.op, lowest)
+        ]
+        if not above:
+            return [(rule, node) for rule in own]
+        ranked = [(rule, node, 0) for rule in own] + [(rule, user, 1) for rule, user in above]
+        ranked.sort(key=lambda t: (-t[0].priority, t[2], t[0].index))
+        return [(rule, at) for rule, at, _ in ranked]
 
     def _stopped(self) -> bool:
         return self.max_firings is not None and self.report.total >= self.max_firings

@@ -28,6 +28,7 @@ class Phase:
     name: str
     rules: list[Rule]
     _by_op: dict[str | None, list[Rule]] = field(default_factory=dict, repr=False)
+    _enclosing: dict[tuple[str, int], list[Rule]] = field(default_factory=dict, repr=False)
 
     def candidates(self, op: str) -> list[Rule]:
         """Rules whose root can be ``op`` (including `_(...)` roots), by priority then file order."""
@@ -35,6 +36,14 @@ class Phase:
         if got is None:
             got = sorted((r for r in self.rules if r.root_op in (op, None)), key=lambda r: (-r.priority, r.index))
             self._by_op[op] = got
+        return got
+
+    def enclosing(self, op: str, above: int) -> list[Rule]:
+        """Rules rooted at exactly ``op`` with a priority above ``above`` (tried at a visited node's users)."""
+        key = (op, above)
+        got = self._enclosing.get(key)
+        if got is None:
+            got = self._enclosing[key] = [r for r in self.candidates(op) if r.root_op == op and r.priority > above]
         return got
 
 

@@ -157,3 +157,24 @@ def test_several_roots_are_checked_by_the_harness():
     assert result.verdict == "sound" and result.fired > 10
     wrong = load_rules_text(QKV.replace("qkv[0], qkv[1], qkv[2]", "qkv[1], qkv[0], qkv[2]")).rules[0]
     assert check_rule(wrong, examples=60).verdict == "UNSOUND"
+
+
+LINEARS = """
+# matmul(x, constant w) -> linear(x, w^T)
+rule matmul_linear: matmul(x, w) where const(w) and w.rank == 2 and x.rank >= 1 => linear(x, permute(w, dims=[1, 0]))
+
+# matmul(x, w) + b -> linear(x, w^T, b): larger, so it goes first
+rule matmul_add_linear (priority={p}):
+    r: add(m: matmul(x, w), b) where const(w, b) and w.rank == 2 and b.rank == 1 and x.rank >= 1 and same_type(r, m)
+    => linear(x, permute(w, dims=[1, 0]), b)
+"""
+
+
+@pytest.mark.parametrize(("priority", "wins"), [(1, "matmul_add_linear"), (0, "matmul_linear")])
+def test_a_higher_priority_rule_rooted_at_a_user_goes_first(priority, wins):
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[2,8]")
+    g = b.output(b.add(b.matmul(x, b.const(torch.randn(8, 4))), b.const(torch.randn(4))))
+    after, report = rewrite(g, load_rules_text(LINEARS.format(p=priority)))
+    assert list(report.firings) == [wins]
+    assert_equivalent(g, after)
