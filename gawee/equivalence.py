@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -353,8 +354,6 @@ def verify_rewrite(
     and the last values that agree, found by replaying the rewrite (``rules``, deterministic) up to each
     of their firings and comparing the value again.
     """
-    import time
-
     from gawee.rewrite.driver import provenance
 
     t0 = time.perf_counter()
@@ -368,7 +367,8 @@ def verify_rewrite(
     b_probe = _probe(before, [p.original for p in pairs])
     a_probe = _probe(after, [p.value for p in pairs])
     types = [v.type for v in before.inputs]
-    failing: tuple[Trial, list[torch.Tensor], list, list | None] | None = None
+    failing: tuple[Trial, list[torch.Tensor], tuple] | None = None
+    """The first failed trial, its inputs and the original's values on them."""
     for k, dist in enumerate(distributions):
         xs = distribution_inputs(types, dist, seed + k)
         trial = Trial(dist)
@@ -383,7 +383,7 @@ def verify_rewrite(
         except GaweeError as e:
             trial.problem = f"the rewritten graph fails to run: {e.message}"
             if failing is None:
-                failing = (trial, xs, ref, None)
+                failing = (trial, xs, ref)
                 out.blame = _blame_failed_node(e, trace, dist)
             continue
         n = len(before.outputs)
@@ -392,7 +392,7 @@ def verify_rewrite(
         for c in checks:
             c.rules = tuple(trace[i].rule for i in c.firings)
         trial.values = len(checks)
-        trial.max_rel_error = max((c.max_error / c.allowed if c.allowed else 0.0 for c in checks), default=0.0)
+        trial.max_rel_error = max((_ratio(c.max_error, c.allowed) for c in checks), default=0.0)
         trial.first_divergence = next((c for c in checks if not c.ok), None)
         for i, (r, g) in enumerate(zip(ref[:n], got[:n])):
             tb, ta = TensorType.of(r), TensorType.of(g)
@@ -403,12 +403,16 @@ def verify_rewrite(
             check.forgiven = c is not None and c.ok and not check.ok  # judged against the float64 truth
             trial.outputs.append(check)
         if not trial.ok and failing is None:
-            failing = (trial, xs, ref, checks)
+            failing = (trial, xs, ref)
     if failing is not None and out.blame is None and failing[0].first_divergence is not None:
-        trial, xs, ref, _ = failing
+        trial, xs, ref = failing
         out.blame = _localize(before, after, trace, rules, trial, xs, ref, pairs, b_values)
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _ratio(error: float, allowed: float) -> float:
+    return error / allowed if allowed else (0.0 if error == 0 else float("inf"))
 
 
 @dataclass
