@@ -5,6 +5,7 @@ The public API, re-exported from the modules that own each piece.
 
 from gawee.analysis import constant_values, cost, infer_types, peak_memory, topological_order
 from gawee.backend.compiler import CompileReport, compile
+from gawee.backend.mlir import to_mlir
 from gawee.backend.onnx import to_onnx
 from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.dsl.library import Helper
@@ -52,6 +53,7 @@ __all__ = [
     "peak_memory",
     "rewrite",
     "run",
+    "to_mlir",
     "to_onnx",
     "to_torch",
     "topological_order",

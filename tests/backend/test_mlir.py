@@ -1,0 +1,382 @@
+"""to_mlir and the IREE backend: StableHLO text that IREE's own tools parse and verify, modules
+compiled for the host CPU that match the reference interpreter, resnet18 end to end, the errors.
+
+IREE compiles take seconds each, so every numeric test packs one op family into one graph with
+many outputs (one compile), and resnet18 runs at 64x64.
+"""
+
+from __future__ import annotations
+
+import builtins
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import gawee
+from gawee.backend.mlir import INLINE_BYTES, IreeModule, LoweringError, compile_iree, to_mlir, write_atomic
+from gawee.equivalence import TOLERANCE, output_error, random_inputs
+from gawee.ir.builder import GraphBuilder
+from gawee.ir.types import DType
+from gawee.ops.nn import ACTIVATIONS
+from tests.backend.test_torch_backend import fused_conv_graph
+
+iree_compiler = pytest.importorskip("iree.compiler", reason="the IREE extra: pip install 'gawee[iree]'")
+pytest.importorskip("iree.runtime")
+
+ACT_PARAMS = {"hardtanh": (0.0, 6.0), "leaky_relu": (0.1,)}
+
+
+def run_iree(graph: gawee.Graph, xs):
+    module = IreeModule(compile_iree(to_mlir(graph)), [v.type for v in graph.inputs], [v.type for v in graph.outputs])
+    return module(*xs)
+
+
+def assert_iree_matches_reference(graph: gawee.Graph, tol: float = 1e-4) -> None:
+    xs = random_inputs([v.type for v in graph.inputs], seed=2)
+    expected = gawee.run(graph, *xs)
+    got = run_iree(graph, xs)
+    assert len(got) == len(expected)
+    for i, (e, g) in enumerate(zip(expected, got)):
+        producer = graph.outputs[i].producer
+        what = f"output {i} ({producer.op if producer else 'input'})"
+        assert g.shape == e.shape and g.dtype == e.dtype, what
+        if e.dtype.is_floating_point:
+            scale = max(1.0, e.abs().max().item()) if e.numel() else 1.0
+            t = max(tol, 2e-3) if e.dtype in (torch.float16, torch.bfloat16) else tol
+            assert output_error(e, g) <= t * scale, f"{what}: error {output_error(e, g):.3g}"
+        else:
+            assert torch.equal(g, e), what
+
+
+def test_elementwise_ops():
+    b = GraphBuilder("elementwise")
+    x, y, i = b.input("x", "f32[2,3,4]"), b.input("y", "f32[3,1]"), b.input("i", "i64[2,3,4]")
+    ax = b.abs(x)
+    graph = b.output(
+        *(getattr(b, op)(x) for op in ("relu", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid", "mish")),
+        *(getattr(b, op)(x) for op in ("exp", "exp2", "expm1", "neg", "reciprocal", "sin", "cos", "erf")),
+        *(getattr(b, op)(x) for op in ("floor", "ceil", "trunc", "sign", "logical_not", "isnan", "isinf")),
+        *(getattr(b, op)(ax) for op in ("log", "log2", "log1p", "sqrt", "rsqrt")),
+        b.gelu(x),
+        b.gelu(x, approximate="tanh"),
+        b.hardtanh(x, min_val=0.0, max_val=6.0),
+        b.leaky_relu(x, negative_slope=0.1),
+        b.elu(x),
+        b.softplus(x, beta=2.0),
+        b.clamp(x, min=-0.5),
+        b.round(b.mul(x, 3.0)),
+        b.bitwise_not(i),
+        b.add(x, y),
+        b.sub(x, 2.0),
+        b.mul(x, y),
+        b.div(x, y),
+        b.div(i, 3, rounding_mode="floor"),
+        b.div(x, y, rounding_mode="trunc"),
+        b.pow(ax, 1.5),
+        b.maximum(x, y),
+        b.minimum(x, y),
+        b.fmod(i, 3),
+        b.remainder(i, 3),
+        b.floor_divide(i, 3),
+        b.atan2(x, y),
+        b.eq(i, 1),
+        b.ne(x, y),
+        b.lt(x, y),
+        b.le(i, 0),
+        b.gt(x, 0.1),
+        b.ge(x, y),
+        b.logical_and(x, y),
+        b.logical_or(i, x),
+        b.logical_xor(x, i),
+        b.bitwise_and(i, 3),
+        b.bitwise_or(b.gt(x, 0), b.lt(y, 0)),
+        b.bitwise_xor(i, 5),
+        b.where(b.gt(x, 0), x, y),
+        b.masked_fill(x, b.lt(y, 0), 7.0),
+        b.addcmul(x, y, x, value=0.5),
+        b.cast(x, dtype="f16"),
+        b.cast(i, dtype="f32"),
+        b.cast(x, dtype="i32"),
+    )
+    assert_iree_matches_reference(graph)
+
+
+def test_cnn_ops():
+    """Fused conv2d with every activation (with and without residual), grouped/strided/dilated and
+    depthwise convolutions, conv_transpose2d, norms, every pooling flavour (ceil mode, padding counted
+    or not, unequal adaptive bins), upsampling, softmax."""
+    torch.manual_seed(0)
+    b = GraphBuilder("cnn")
+    x = b.input("x", "f32[2,4,9,9]")
+    y = x
+    for act in [None, *ACTIVATIONS]:
+        w, bias = b.const(torch.randn(4, 4, 3, 3) * 0.2), b.const(torch.randn(4))
+        residual = y if act in (None, "relu", "silu") else None
+        y = b.conv2d(y, w, bias, residual, padding=[1, 1], act=act, act_params=ACT_PARAMS.get(act, ()))
+    x3 = b.reshape(x, shape=[2, 4, 3, 3, 9])
+    graph = b.output(
+        y,
+        b.conv2d(x, b.const(torch.randn(8, 2, 3, 3)), None, stride=[2, 2], groups=2, dilation=[2, 1], padding=[2, 0]),
+        b.conv2d(x, b.const(torch.randn(4, 1, 5, 5)), b.const(torch.randn(4)), stride=[2, 2], groups=4, padding=[2, 2]),
+        b.conv_transpose2d(
+            x,
+            b.const(torch.randn(4, 3, 3, 3)),
+            b.const(torch.randn(6)),
+            stride=[2, 2],
+            padding=[1, 1],
+            output_padding=[1, 1],
+            groups=2,
+        ),
+        b.conv1d(b.reshape(x, shape=[2, 4, 81]), b.const(torch.randn(3, 4, 3)), None, stride=[2]),
+        b.batch_norm(
+            x,
+            b.const(torch.rand(4) + 0.5),
+            b.const(torch.randn(4)),
+            b.const(torch.randn(4)),
+            b.const(torch.rand(4) + 0.1),
+        ),
+        b.group_norm(x, b.const(torch.rand(4) + 0.5), b.const(torch.randn(4)), num_groups=2),
+        b.max_pool2d(x, kernel_size=[3, 3], stride=[2, 2], padding=[1, 1]),
+        b.max_pool2d(x, kernel_size=[2, 2], stride=[2, 2], ceil_mode=True),
+        b.max_pool2d(x, kernel_size=[3, 3], stride=[1, 1], dilation=[2, 2]),
+        b.avg_pool2d(x, kernel_size=[3, 3], stride=[2, 2], padding=[1, 1]),
+        b.avg_pool2d(x, kernel_size=[3, 3], stride=[2, 2], padding=[1, 1], count_include_pad=False, ceil_mode=True),
+        b.avg_pool2d(x, kernel_size=[2, 2], stride=[2, 2], ceil_mode=True, divisor_override=3),
+        b.adaptive_avg_pool2d(x, output_size=[1, 1]),
+        b.adaptive_avg_pool2d(x, output_size=[3, 3]),
+        b.adaptive_avg_pool2d(x, output_size=[4, 5]),
+        b.adaptive_max_pool2d(x, output_size=[3, 3]),
+        b.max_pool3d(x3, kernel_size=[2, 2, 2], stride=[1, 1, 2]),
+        b.avg_pool3d(x3, kernel_size=[2, 2, 3], stride=[1, 1, 2], padding=[1, 1, 1]),
+        b.adaptive_avg_pool3d(x3, output_size=[1, 1, 1]),
+        b.upsample_nearest2d(x, output_size=[13, 18]),
+        b.softmax(x, dim=1),
+        b.log_softmax(x, dim=-1),
+        b.dropout(x, p=0.5, train=False),
+    )
+    assert_iree_matches_reference(graph)
+
+
+def test_transformer_ops():
+    """layer_norm, linear, split/permute, attention as its composition (causal, bool and float masks,
+    grouped-query), the matmul family with 1-D operands and broadcast batches, embedding."""
+    torch.manual_seed(0)
+    b = GraphBuilder("transformer")
+    x, mask, idx = b.input("x", "f32[2,5,8]"), b.input("mask", "bool[5,5]"), b.input("idx", "i64[2,3]")
+    h = b.layer_norm(x, b.const(torch.rand(8) + 0.5), b.const(torch.randn(8)), normalized_shape=[8])
+    q, k, v = b.split(
+        b.linear(h, b.const(torch.randn(24, 8) * 0.3), b.const(torch.randn(24))), split_sizes=[8] * 3, dim=2
+    )
+    heads = [b.permute(b.reshape(t, shape=[2, 5, 2, 4]), dims=[0, 2, 1, 3]) for t in (q, k, v)]
+    one_kv = [b.slice(t, dim=1, start=0, end=1) for t in heads[1:]]
+    graph = b.output(
+        b.scaled_dot_product_attention(*heads, is_causal=True),
+        b.scaled_dot_product_attention(*heads, mask, scale=0.3),
+        b.scaled_dot_product_attention(*heads, b.const(torch.randn(5, 5))),
+        b.scaled_dot_product_attention(heads[0], *one_kv, enable_gqa=True),
+        b.matmul(x, b.const(torch.randn(8))),
+        b.matmul(b.const(torch.randn(8)), b.transpose(x, dim0=1, dim1=2)),
+        b.matmul(b.reshape(x, shape=[2, 1, 5, 8]), b.const(torch.randn(3, 8, 4))),
+        b.mm(b.reshape(x, shape=[10, 8]), b.const(torch.randn(8, 3))),
+        b.bmm(x, b.transpose(x, dim0=1, dim1=2)),
+        b.addmm(b.const(torch.randn(3)), b.reshape(x, shape=[10, 8]), b.const(torch.randn(8, 3)), beta=0.5, alpha=2.0),
+        b.linear(x, b.const(torch.randn(3, 8))),
+        b.embedding(b.const(torch.randn(10, 4)), idx),
+    )
+    assert_iree_matches_reference(graph)
+
+
+def test_shape_reduction_creation_and_low_precision_ops():
+    torch.manual_seed(0)
+    b = GraphBuilder("shapes")
+    x, i = b.input("x", "f32[2,3,4]"), b.input("i", "i64[2,3,4]")
+    h = b.cast(x, dtype="f16")
+    graph = b.output(
+        b.reshape(x, shape=[6, 4]),
+        b.flatten(x, start_dim=1),
+        b.permute(x, dims=[2, 0, 1]),
+        b.transpose(x, dim0=0, dim1=2),
+        b.expand(b.slice(x, dim=0, start=0, end=1), size=[5, 3, 4]),
+        b.squeeze(b.unsqueeze(x, dim=0), dims=[0]),
+        b.select(x, dim=1, index=2),
+        b.slice(x, dim=2, start=1, end=4, step=2),
+        b.clone(b.alias(x)),
+        b.cat(x, i, dim=1),
+        b.stack(x, x, dim=3),
+        *b.split(x, split_sizes=[1, 3], dim=2),
+        *b.unbind(x, dim=1),
+        b.pad(x, pad=[1, 2, 0, -1], value=0.5),
+        b.pad(x, pad=[1, 2, 2, 1], mode="reflect"),
+        b.pad(x, pad=[1, 2], mode="replicate"),
+        b.pad(x, pad=[1, 2, 1, 0], mode="circular"),
+        b.roll(x, shifts=[1, -1], dims=[1, 2]),
+        b.roll(x, shifts=[5]),
+        b.flip(x, dims=[0, -1]),
+        b.repeat(x, repeats=[2, 1, 1, 3]),
+        b.index_select(x, b.const(torch.tensor([2, 0, 2])), dim=1),
+        b.sum(x, dim=[1], keepdim=True),
+        b.sum(i),
+        b.mean(x, dim=[0, 2]),
+        b.amax(x, dim=[-1]),
+        b.amin(x, dim=[0], keepdim=True),
+        b.prod(x, dim=[1]),
+        b.any(b.gt(x, 1.0), dim=[2]),
+        b.all(b.gt(x, -1.0)),
+        b.var(x, dim=[2]),
+        b.std(x, dim=[0, 1], correction=0.0),
+        b.logsumexp(x, dim=[1]),
+        b.linalg_vector_norm(x, dim=[2]),
+        b.linalg_vector_norm(x, ord=3.0),
+        b.max(x),
+        b.min(i),
+        b.cumsum(x, dim=1),
+        b.cumsum(i, dim=-1),
+        b.tril(x),
+        b.triu(x, diagonal=1),
+        b.full(shape=[2, 2], value=1.5, dtype="f32"),
+        b.arange(end=5, dtype="i64"),
+        b.fill(x, b.const(torch.tensor(3.0))),
+        b.sum(h, dim=[2]),
+        b.softmax(h, dim=2),
+        b.layer_norm(h, None, None, normalized_shape=[4]),
+        b.linear(h, b.const(torch.randn(5, 4).half())),
+        b.conv2d(b.reshape(h, shape=[1, 2, 3, 4]), b.const(torch.randn(3, 2, 2, 2).half()), None, act="relu"),
+    )
+    assert_iree_matches_reference(graph)
+
+
+def iree_opt(text: str, tmp_path) -> subprocess.CompletedProcess:
+    """IREE's own MLIR parser and verifier (iree-opt, no passes) on ``text``."""
+    from iree.compiler.tools.binaries import find_tool
+
+    path = tmp_path / "module.mlir"
+    path.write_text(text)
+    return subprocess.run([find_tool("iree-opt"), str(path), "-o", "/dev/null"], capture_output=True, text=True)
+
+
+def test_text_parses_and_verifies_with_iree_opt_and_keeps_weights_out_of_line(tmp_path):
+    graph = fused_conv_graph()
+    text = to_mlir(graph)
+    result = iree_opt(text, tmp_path)
+    assert result.returncode == 0, result.stderr
+    body, _, resources = text.partition("{-#")
+    assert "dense_resource<" in body and "dialect_resources" in resources and "builtin" in resources
+    sizes = [v.data.numel() * v.data.element_size() for v in {v for n in graph for v in n.inputs if v and v.is_const}]
+    assert len(resources) >= 2 * sum(n for n in sizes if n > INLINE_BYTES)  # every weight is a hex blob there
+    assert max(len(line) for line in body.splitlines()) < 600  # and none is a literal in the ops
+    assert text.count("stablehlo.convolution") == sum(n.op == "conv2d" for n in graph)
+    broken = text.replace("stablehlo.convolution", "stablehlo.convolutionx", 1)
+    assert iree_opt(broken, tmp_path).returncode != 0  # the tool does check
+
+
+def test_op_without_lowering_names_op_and_node():
+    b = GraphBuilder("argmax")
+    x = b.input("x", "f32[2,3]")
+    graph = b.output(b.relu(b.argmax(x, dim=1, name="pick")))
+    with pytest.raises(LoweringError, match=r"op argmax has no StableHLO lowering \(node pick\)") as e:
+        to_mlir(graph)
+    assert "mlir=" in e.value.hint
+    b = GraphBuilder("rounding")
+    x = b.input("x", "f32[2,3]")
+    with pytest.raises(LoweringError, match=r"node r \(round\).*decimals"):
+        to_mlir(b.output(b.round(x, decimals=2, name="r")))
+
+
+def test_iree_rejection_is_a_lowering_error():
+    with pytest.raises(LoweringError, match="iree-compile rejected"):
+        compile_iree('func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> { "stablehlo.nonsense"(%a) }')
+
+
+@pytest.fixture(scope="module")
+def resnet18_iree(tmp_path_factory):
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    out = tmp_path_factory.mktemp("iree")
+    module = gawee.compile(model, (x,), backend="iree", mlir_path=out / "r18.mlir", vmfb_path=out / "r18.vmfb")
+    return model, x, module, out
+
+
+def test_resnet18_on_iree_equals_eager(resnet18_iree):
+    model, _, module, _ = resnet18_iree
+    x2 = torch.randn(1, 3, 64, 64)  # not the example input the compile checked
+    with torch.no_grad():
+        expected = model(x2)
+    got = module(x2)
+    assert isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
+    tol = TOLERANCE[DType.f32] * max(1.0, expected.abs().max().item())
+    assert output_error(expected, got) <= tol
+    assert module.gawee_report.backend_error <= tol
+    ops = {n.op for n in module.gawee_report.optimized}
+    assert "conv2d" in ops and "batch_norm" not in ops  # the rewritten graph is what runs
+
+
+def test_artifacts_are_written_and_reload(resnet18_iree):
+    _, x, module, out = resnet18_iree
+    assert (out / "r18.mlir").read_text().startswith("module @")
+    assert sorted(p.name for p in out.iterdir()) == ["r18.mlir", "r18.vmfb"]  # no temp files left
+    graph = module.gawee_report.optimized
+    again = IreeModule((out / "r18.vmfb").read_bytes(), [v.type for v in graph.inputs], [v.type for v in graph.outputs])
+    torch.testing.assert_close(again(x)[0], module(x), rtol=0, atol=1e-6)
+
+
+def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+    import os
+
+    path = tmp_path / "m.mlir"
+    write_atomic(path, "old")
+
+    def fail(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError):
+        write_atomic(path, "new text")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.mlir"]
+
+
+@pytest.fixture
+def no_iree(monkeypatch):
+    real = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name == "iree" or name.startswith("iree."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real(name, *args, **kwargs)
+
+    for mod in [m for m in sys.modules if m == "iree" or m.startswith("iree.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setattr(builtins, "__import__", fake)
+
+
+def test_missing_iree_says_how_to_install(no_iree, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU()).eval()
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'gawee\[iree\]'"):
+        gawee.compile(model, (torch.randn(3, 4),), backend="iree")
+    b = GraphBuilder("g")
+    graph = b.output(b.relu(b.input("x", "f32[2]")))
+    assert "stablehlo.maximum" in to_mlir(graph)  # the text needs no IREE
+    graph.save(tmp_path / "g.json")
+    from gawee.cli import main
+
+    code = main(["optimize", str(tmp_path / "g.json"), "--no-verify", "--vmfb", str(tmp_path / "g.vmfb")])
+    assert code != 0 and not (tmp_path / "g.vmfb").exists()
+
+
+def test_cli_optimize_writes_mlir(tmp_path, capsys):
+    from gawee.cli import main
+
+    b = GraphBuilder("small")
+    x = b.input("x", "f32[1,2,5,5]")
+    w, bn = b.const(torch.randn(3, 2, 3, 3)), [b.const(torch.rand(3) + 0.5) for _ in range(4)]
+    b.output(b.relu(b.batch_norm(b.conv2d(x, w, None, padding=[1, 1]), *bn))).save(tmp_path / "small.json")
+    code = main(["optimize", str(tmp_path / "small.json"), "--no-verify", "--mlir", str(tmp_path / "small.mlir")])
+    assert code == 0
+    text = (tmp_path / "small.mlir").read_text()
+    assert text.count("stablehlo.convolution") == 1 and "dense_resource<" in text
+    assert "wrote" in capsys.readouterr().out
