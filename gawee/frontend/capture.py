@@ -63,6 +63,18 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> tuple[Ex
     fd, log_name = tempfile.mkstemp(prefix="gawee-export-", suffix=".log")
     log = Path(log_name)
     os.close(fd)
+    try:
+        result = _export_logged(model, example_inputs, log)
+    except CaptureError:
+        raise  # the message names the log: keep it
+    except BaseException:
+        log.unlink(missing_ok=True)  # interrupted (KeyboardInterrupt...): nobody is told of the log
+        raise
+    log.unlink(missing_ok=True)
+    return result
+
+
+def _export_logged(model: torch.nn.Module, example_inputs: Sequence, log: Path):
     t0 = time.perf_counter()
     try:
         with _torch_output_to(log):
@@ -75,7 +87,6 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> tuple[Ex
             ep = ep.run_decompositions({})
     except Exception as e:  # same: any failure here is a capture failure of this model
         raise _capture_error(e, model, log, "functionalization failed") from e
-    log.unlink(missing_ok=True)
     return ep, t1 - t0, time.perf_counter() - t1
 
 

@@ -32,8 +32,18 @@ def torchvision_names() -> list[str]:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
+def torchvision_video_names() -> list[str]:
+    """torchvision's video classifiers (r3d_18, mc3_18, s3d, ...): not in torchvision_names (the image zoo)."""
+    import torchvision
+
+    return sorted(torchvision.models.list_models(module=torchvision.models.video))
+
+
 def default_input(name: str, batch: int = 1, device: str = "cpu") -> tuple[torch.Tensor, ...]:
-    """The conventional ImageNet input of a torchvision classifier (299 x 299 for inception_v3)."""
+    """The conventional input of a torchvision classifier: ImageNet 224 x 224 (299 x 299 for inception_v3),
+    16 frames of 112 x 112 for a video model."""
+    if name in torchvision_video_names():
+        return (torch.randn(batch, 3, 16, 112, 112, device=device),)
     size = 299 if name == "inception_v3" else 224
     return (torch.randn(batch, 3, size, size, device=device),)
 
@@ -72,7 +82,7 @@ def resolve(
         module, inputs = build(spec, batch, device)
         name = spec.split(":")[1] if spec.startswith("hf:") else spec.split(":", 1)[1]
     else:
-        names = torchvision_names()
+        names = torchvision_names() + torchvision_video_names()
         if spec not in names:
             close = difflib.get_close_matches(spec, names, n=3)
             raise ModelSpecError(

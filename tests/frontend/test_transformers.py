@@ -164,3 +164,12 @@ def test_a_missing_optional_dependency_says_how_to_install(monkeypatch):
     with pytest.raises(ModelSpecError) as info:
         resolve("hf:bert")
     assert "pip install 'gawee[transformers]'" in info.value.hint
+
+
+def test_a_torchvision_video_model_resolves_and_captures_without_opaque_ops():
+    src = resolve("r3d_18", meta=True)  # structure only: fast
+    assert src.example_inputs[0].shape == (1, 3, 16, 112, 112)
+    stats = gawee.CaptureStats()
+    g = gawee.capture(src.module, src.example_inputs, stats=stats)
+    assert stats.opaque_ops == {}
+    assert {"conv3d", "adaptive_avg_pool3d"} <= {n.op for n in g}
