@@ -109,6 +109,14 @@ def _swapped(p, i, j):
     return tuple(p)
 
 
+def _with_item(xs, i, v):
+    if not -len(xs) <= i < len(xs):
+        raise GuardFailed(f"index {i} out of range for {list(xs)}")
+    out = list(xs)
+    out[i] = v
+    return tuple(out)
+
+
 def _broadcastable(a: Value | None, b: Value | None) -> bool:
     if a is None or b is None:
         return False
@@ -252,6 +260,9 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("identity", (INT,), L, lambda ctx, n: tuple(range(n)), doc="[0, 1, ..., n-1]"),
         Builtin(
             "swapped", (L, INT, INT), L, lambda ctx, p, i, j: _swapped(p, i, j), doc="p with items i and j exchanged"
+        ),
+        Builtin(
+            "with_item", (L, INT, K.ANY), L, lambda ctx, xs, i, v: _with_item(xs, i, v), doc="xs with item i set to v"
         ),
         Builtin("all_zero", (L,), B, lambda ctx, xs: all(x == 0 for x in xs), doc="every item is 0"),
         Builtin("min", (F, F), F, lambda ctx, a, b: min(a, b), doc="the smaller number"),

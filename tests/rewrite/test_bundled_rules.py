@@ -41,13 +41,18 @@ def test_other_models_optimize_and_stay_equivalent(name):
 
 def test_every_bundled_rule_has_a_one_line_lhs_rhs_comment():
     rules = gawee.default_rules()
-    assert [p.name for p in rules.phases] == ["1-simplify", "2-fold", "3-fuse"]
+    assert [p.name for p in rules.phases] == ["1-simplify", "2-fold", "2-recognize", "3-fuse"]
     for r in rules.rules:
         assert re.search(r"->", r.comment), f"{r.name} ({r.location}) lacks its `# lhs -> rhs` comment"
 
 
 def test_bundled_rule_files_are_where_default_rules_finds_them():
-    assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == ["1-simplify.rules", "2-fold.rules", "3-fuse.rules"]
+    assert sorted(p.name for p in RULES_DIR.glob("*.rules")) == [
+        "1-simplify.rules",
+        "2-fold.rules",
+        "2-recognize.rules",
+        "3-fuse.rules",
+    ]
 
 
 def _conv_bn(w_scale: float, gamma_scale: float, dtype=torch.float32):
