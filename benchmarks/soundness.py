@@ -47,7 +47,7 @@ def run_corpus(path, examples: int, seeds: int) -> list[list[RuleCheck]]:
         print(
             f"  {rule.name:<32} {', '.join(f'{n} {v}' for v, n in sorted(verdicts.items())):<22} "
             f"fired {sum(c.fired for c in checks):>5}/{sum(c.examples for c in checks):<5} "
-            f"{sum(c.seconds for c in checks):5.1f} s",
+            f"guard {hit_rate(checks):4.0%} {sum(c.seconds for c in checks):5.1f} s",
             flush=True,
         )
         out.append(checks)
@@ -68,10 +68,24 @@ def summary_rows(results: dict[str, list[list[RuleCheck]]]) -> list[list[str]]:
                 ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())),
                 str(sum(c.examples for c in checks)),
                 str(sum(c.fired for c in checks)),
+                f"{min_hit_rate(results[label]):.0%}",
                 f"{sum(c.seconds for c in checks):.1f} s",
             ]
         )
     return rows
+
+
+def hit_rate(checks: list[RuleCheck]) -> float:
+    """The share of a rule's draws (over its seeds) on which its guard held."""
+    examples = sum(c.examples for c in checks)
+    return sum(c.guard_hits for c in checks) / examples if examples else 0.0
+
+
+def min_hit_rate(results: list[list[RuleCheck]]) -> float:
+    """The lowest guard hit rate of a corpus's rules (only runs that went to the end: a caught rule stops early)."""
+    rates = [hit_rate([c for c in per_rule if c.counterexample is None]) for per_rule in results]
+    rates = [r for r, per_rule in zip(rates, results) if any(c.counterexample is None for c in per_rule)]
+    return min(rates, default=0.0)
 
 
 def rule_rows(results: list[list[RuleCheck]]) -> list[list[str]]:
@@ -84,6 +98,7 @@ def rule_rows(results: list[list[RuleCheck]]) -> list[list[str]]:
                 ", ".join(f"{n} {v}" for v, n in sorted(Counter(c.verdict for c in checks).items())),
                 str(sum(c.examples for c in checks)),
                 str(sum(c.fired for c in checks)),
+                f"{hit_rate(checks):.0%}",
                 guards.most_common(1)[0][0],
                 ", ".join(sorted(set().union(*(c.dtypes for c in checks)))),
                 f"{sum(c.seconds for c in checks):.1f} s",
@@ -118,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     command = "python benchmarks/soundness.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     summary = table(
-        ["corpus", "rules", "runs meeting it", "verdicts", "examples", "fired", "time"], summary_rows(results)
+        ["corpus", "rules", "runs meeting it", "verdicts", "examples", "fired", "lowest guard hit rate", "time"],
+        summary_rows(results),
     )
     body = "\n\n".join(
         [
@@ -138,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             "Per bundled rule (*guard*: *needed* = applying the rewrite where the guard is false broke equivalence "
             "on some draw, so the guard is shown to matter; *possibly vacuous* = no such draw was found):",
             table(
-                ["rule", "verdicts", "examples", "fired", "guard", "dtypes", "time"], rule_rows(results[CORPORA[0][0]])
+                ["rule", "verdicts", "examples", "fired", "guard hits", "guard", "dtypes", "time"],
+                rule_rows(results[CORPORA[0][0]]),
             ),
         ]
     )

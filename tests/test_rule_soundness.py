@@ -23,3 +23,5 @@ def test_bundled_rule_is_sound(rule):
         f"{result.guard_failures.most_common(1)}"
     )
     assert result.examples >= EXAMPLES
+    # the harness steers draws towards each rule's guard: a rule tested on few guard-true draws is weakly tested
+    assert result.hit_rate >= 0.5, f"{rule.name}: guard held on {result.hit_rate:.0%} of the draws"

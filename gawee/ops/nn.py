@@ -560,7 +560,7 @@ def _conv_sample(nd: int, fused: bool):
                 raise S.Reject("input rank")
             cin = x.shape[1]
             if groups is None:
-                groups = cin // cin_g if cin_g else draw.choice([g for g in (1, 2, cin) if cin % g == 0])
+                groups = cin // cin_g if cin_g else draw.choice([g for g in (1, 2, cin) if g > 0 and cin % g == 0])
         else:
             if groups is None:  # grouped convolutions as often as plain ones: where group bugs hide
                 groups = draw.choice([1, 2, 3])
@@ -1138,6 +1138,8 @@ def _pool_canon(attrs, _types):
 def _pool_sample(has_dilation: bool):
     def sample(draw, slots, attrs):
         k = attrs.get("kernel_size") or (draw.integers(1, 3), draw.integers(1, 3))
+        if any(kk < 1 for kk in _pair(k)):
+            raise S.Reject(f"kernel_size {k}")
         drawn = {
             "kernel_size": k,
             "stride": draw.choice([(), (1, 1), (2, 2), (1, 2), (draw.integers(1, 3),)]),

@@ -130,6 +130,8 @@ def fill_free(
 
 def elementwise(draw: Draw, slots: Sequence[Slot], attrs: dict[str, Any]) -> tuple[list, dict]:
     """Free operands broadcast against the first fixed one (or a fresh tensor for the first)."""
+    if any(s is ABSENT for s in slots):
+        raise Reject("an elementwise op needs all its operands")
     like = first_fixed(slots)
     if like is None:
         like = tensor(draw)

@@ -173,6 +173,10 @@ class Hints:
     """attribute variable -> values that satisfy a comparison with a literal (`lo <= -1`, `s < 0`)."""
     lengths: dict[str, list[int]] = field(default_factory=dict)
     """list attribute variable -> lengths the guard asks for (`len(s) == 3`)."""
+    zeros: set[str] = field(default_factory=set)
+    ranks: dict[str, int] = field(default_factory=dict)
+    """leaf -> the rank the guard asks for (`w.rank == 1`)."""
+    """list attribute variables the guard wants all zero (`all_zero(p)`)."""
     """c -> numbers the guard compares c's elements with (`all_equal(c, 0.5)`, `value(c) == 1`)."""
     ops: dict[str, list[str]] = field(default_factory=dict)
     """y -> ops to pick for the `_(...)` bound to y (from `op(y) in {...}`)."""
@@ -240,6 +244,8 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
             h.same[names[0]] = names[1]
         elif e.func == "positive":
             h.positive.update(names)
+        elif e.func == "all_zero":
+            h.zeros.update(names)
         elif e.func == "finite":
             h.finite.update(names)
         elif e.func == "all_equal" and len(names) == 1 and _number(e.args[1].value) is not None:
@@ -254,6 +260,8 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
                 h.values.setdefault(_names(a.args)[0], []).append(n)
             elif isinstance(a, A.ECall) and a.func == "len" and _names(a.args) and op == "==":
                 h.lengths.setdefault(_names(a.args)[0], []).append(int(n))
+            elif isinstance(a, A.EAttr) and a.name == "rank" and isinstance(a.obj, A.EName) and op == "==":
+                h.ranks[a.obj.name] = int(n)
             elif isinstance(a, A.EName) and op != "!=":
                 step = {"==": [0], "<=": [0, -1], ">=": [0, 1], "<": [-1, -2], ">": [1, 2]}[op]
                 h.attr_values.setdefault(a.name, []).extend(n + k for k in step)
@@ -325,12 +333,12 @@ class Generator:
         if m.bind in self.hints.duplicate and self.draw.boolean(0.85):
             twin = self.graph.create_node(root.op, list(root.inputs), root.attrs, before=root)
             outputs = list(twin.outputs) + outputs
+        for extra in self.rule.extra_roots:  # later roots share the variables bound so far
+            outputs.append(self.op(extra))
         self.graph.set_outputs(outputs)
         seed = self.draw.integers(0, 2**16)
         return Example(self.graph, root, self.leaves, seed, self.draw.dtype, dict(self.env))
 
-        for extra in self.rule.extra_roots:  # later roots share the variables bound so far
-            outputs.append(self.op(extra))
     # -- one op pattern ------------------------------------------------------------------
     def op(self, m: OpM) -> Value:
         if m.op is not None:
@@ -377,6 +385,11 @@ class Generator:
                 continue
             if self.steer and attempt < 5 and not self.lengths_fit(m, attrs):
                 continue  # `len(s) == 3` in the guard: prefer lists of that length
+            for name, am in m.attrs.items():  # `all_zero(p)` in the guard: zeros, half of the time
+                value = attrs.get(name)
+                wanted = isinstance(am, AttrVar) and am.var in self.hints.zeros and am.var not in self.attr_env
+                if wanted and isinstance(value, tuple) and self.draw.boolean(0.5):
+                    attrs = {**attrs, name: (0,) * len(value)}
             try:
                 opdef.infer_types(list(types), opdef.prepare_attrs(attrs, list(types)))
             except GaweeError as e:
@@ -486,6 +499,12 @@ class Generator:
         for i, name in enumerate(names):
             if name is None or types[i] is None:
                 continue
+            want = self.hints.ranks.get(name)
+            if want is not None and types[i].rank != want and name not in self.env and self.draw.boolean(0.7):
+                # `w.rank == 1` in the guard: the trailing dims of another operand (they broadcast against it)
+                like = next((t for k, t in enumerate(types) if k != i and t is not None and t.rank >= want), None)
+                if like is not None:
+                    types[i] = TensorType(like.shape[like.rank - want :], types[i].dtype)
             if name in self.hints.along and self.draw.boolean(0.8):
                 partner, d = self.hints.along[name]
                 y = self._partner_type(partner, types, matchers)
@@ -621,16 +640,16 @@ def guard_holds(rule: Rule, ex: Example) -> bool:
     """The guard holds at the first match of the rule at the example's root."""
     from gawee.dsl.library import GuardFailed
     from gawee.rewrite.context import RewriteContext
+    from gawee.rewrite.driver import match_roots
     from gawee.rewrite.matcher import MatchContext
 
     env: dict = {}
     for roots in match_roots(rule, ex.root, env, MatchContext()):
         try:
-            return rule.guard is None or bool(rule.guard(RewriteContext(ex.graph, rule, ex.root, env)))
+            return rule.guard is None or bool(rule.guard(RewriteContext(ex.graph, rule, roots, env)))
         except (GaweeError, GuardFailed):
             return False
     return False
-    from gawee.rewrite.driver import match_roots
 
 
 def small(t: torch.Tensor, limit: int = 48) -> str:
