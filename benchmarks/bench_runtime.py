@@ -53,6 +53,7 @@ METHODS = {
     "ort_gawee": "ONNX Runtime, no optimizer, gawee graph",
     "gawee": "gawee.compile",
     "gawee_dynamo": 'torch.compile(backend="gawee")',
+    "gawee_iree": 'gawee.compile(backend="iree")',
 }
 log = logging.getLogger("bench")
 
@@ -149,6 +150,12 @@ def build_gawee_dynamo(model, x):
     return compiled, seconds
 
 
+def build_gawee_iree(model, x):
+    module, seconds = _timed(lambda: gawee.compile(model, (x,), backend="iree"))
+    log.info("  gawee iree: %s", module.gawee_report)
+    return module, seconds
+
+
 BUILDERS: dict[str, Callable] = {
     "eager": build_eager,
     "fx_fuse": build_fx_fuse,
@@ -158,6 +165,7 @@ BUILDERS: dict[str, Callable] = {
     "ort_gawee": build_ort_gawee,
     "gawee": build_gawee,
     "gawee_dynamo": build_gawee_dynamo,
+    "gawee_iree": build_gawee_iree,
 }
 
 

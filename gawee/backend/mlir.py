@@ -408,6 +408,20 @@ class MlirLowering:
             out = self.reshape(out, tuple(1 if i in dims else d for i, d in enumerate(v.shape)))
         return out
 
+    def _trim(self, x: V, first: int, out_sizes, windows, strides, dilations, padding):
+        """``x`` and ``padding`` without the rows no window reaches (dims ``first``...): the high
+        padding shrinks, then a slice drops input rows. Same result; IREE 3.13 rejects windowed
+        ops whose last rows are unused ("inferred input/output operand ... dimension")."""
+        padding = [list(p) for p in padding]
+        limits = list(x.shape)
+        for i, (o, k, s, d) in enumerate(zip(out_sizes, windows, strides, dilations)):
+            j = first + i
+            excess = x.shape[j] + padding[i][0] + padding[i][1] - ((o - 1) * s + d * (k - 1) + 1)
+            cut = min(max(excess, 0), max(padding[i][1], 0))
+            padding[i][1] -= cut
+            limits[j] -= max(excess - cut, 0)
+        return self.slice(x, [0] * x.rank, limits), [tuple(p) for p in padding]
+
     def reduce_window(
         self,
         v: V,
@@ -423,6 +437,7 @@ class MlirLowering:
         shape = []
         for d, k, s, (lo, hi), dil in zip(v.shape, window, strides, padding, window_dilations):
             shape.append((d + lo + hi - (dil * (k - 1) + 1)) // s + 1)
+        v, padding = self._trim(v, 0, shape, window, strides, window_dilations, padding)
         attrs = {
             "window_dimensions": _ints(window),
             "window_strides": _ints(strides),
@@ -467,8 +482,14 @@ class MlirLowering:
         rhs_dilation: Sequence[int] | None = None,
         groups: int = 1,
     ) -> V:
-        """An N-d convolution in torch's layout: input (N, C, *spatial), weight (O, I/groups, *kernel)."""
+        """An N-d convolution in torch's layout: input (N, C, *spatial), weight (O, I/groups, *kernel).
+
+        Input rows no window reaches (a strided window that does not fit the last rows) are dropped
+        first, from the high padding and then by a slice: the result is the same, and IREE 3.13's
+        convolution lowering rejects such inputs ("inferred input/output operand ... dimension")."""
         nd = x.rank - 2
+        if not lhs_dilation or all(d == 1 for d in lhs_dilation):
+            x, padding = self._trim(x, 2, out.shape[2:], w.shape[2:], stride, rhs_dilation or [1] * nd, padding)
         sp = ", ".join(str(i) for i in range(nd))
         attrs = {
             "dimension_numbers": f"#stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>",
