@@ -472,6 +472,40 @@ def _upsample_nearest_mlir(c):
         dim = x.rank - 2 + i
         n, o = x.shape[dim], out.shape[dim]
         scale = np.float32(1 / factors[i]) if factors else np.float32(n / o)
+def _einsum_mlir(c):
+    """One or two operands, explicit output, no ellipsis or repeated letters: letters only one operand
+    has and the output lacks are summed first; then one dot_general (shared letters the output keeps are
+    batch dims, the others contracted) and a transpose into the output's order."""
+    eq = c.attrs["equation"].replace(" ", "")
+    terms, _, out = eq.partition("->")
+    terms = terms.split(",")
+    xs = [_up(c, v) for v in c.xs]
+    if not _ or "." in eq or len(xs) > 2 or len(terms) != len(xs) or any(len(set(t)) != len(t) for t in terms):
+        c.fail(f"einsum {c.attrs['equation']!r} (one or two operands, explicit output, no ellipsis or diagonals)")
+
+    def presum(v, term, other):
+        drop = [i for i, ch in enumerate(term) if ch not in out and ch not in other]
+        return c.reduce(v, drop, "add"), "".join(ch for i, ch in enumerate(term) if i not in drop)
+
+    if len(xs) == 1:
+        v, t = presum(xs[0], terms[0], "")
+        return c.convert(c.transpose(v, [t.index(ch) for ch in out]), c.out.dtype)
+    a, ta = presum(xs[0], terms[0], terms[1])
+    b, tb = presum(c.convert(xs[1], a.dtype), terms[1], ta)
+    shared = [ch for ch in ta if ch in tb]
+    if any(a.shape[ta.index(ch)] != b.shape[tb.index(ch)] for ch in shared):
+        c.fail(f"einsum {c.attrs['equation']!r} broadcasts a size-1 dim")
+    batch, contract = [ch for ch in shared if ch in out], [ch for ch in shared if ch not in out]
+    y = c.dot_general(
+        a,
+        b,
+        contract=([ta.index(ch) for ch in contract], [tb.index(ch) for ch in contract]),
+        batch=([ta.index(ch) for ch in batch], [tb.index(ch) for ch in batch]),
+    )
+    order = batch + [ch for ch in ta if ch not in tb] + [ch for ch in tb if ch not in ta]
+    return c.convert(c.transpose(y, [order.index(ch) for ch in out]), c.out.dtype)
+
+
         idx = np.minimum(np.floor(np.arange(o, dtype=np.float32) * scale), n - 1).astype(np.int64)
         y = c.index_select(y, c.constant(torch.from_numpy(idx)), dim)
     return y
@@ -1043,6 +1077,7 @@ def _bn_sample(draw, slots, attrs):
     c = TensorType((x.shape[1],), x.dtype)
     types = [x] + [
         None
+        mlir=_einsum_mlir,
         if s is S.ABSENT or (s is S.FREE and opt and draw.boolean(0.2))
         else (s if isinstance(s, TensorType) else c)
         for s, opt in zip(slots[1:], (True, True, False, False))

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from gawee.ir.types import TensorType
+from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import AtenBinding, Attr, OpDef, Operand, register, zero_flops
 
@@ -171,6 +171,27 @@ def _roll_v(c, x, shift, d):
     n = x.shape[d]
     s = shift % n if n else 0
     return c.concat([c.slice_dim(x, d, n - s, n), c.slice_dim(x, d, 0, n - s)], d) if s else x
+
+
+def _index_mlir(c):
+    """Advanced indexing with adjacent index tensors: their dims merged into one, the broadcast
+    indices linearized (negative ones wrapped), one index_select. Boolean masks (data-dependent
+    shapes) and index tensors separated by a slice have no lowering."""
+    x, idx = c.x(0), [c.x(i) for i in range(1, c.arity)]
+    pos = [i for i, v in enumerate(idx) if v is not None]
+    if not pos:
+        return x
+    if pos != list(range(pos[0], pos[-1] + 1)) or any(idx[p].dtype is DType.bool for p in pos):
+        c.fail("boolean masks or index tensors separated by a slice")
+    shape = tuple(torch.broadcast_shapes(*(idx[p].shape for p in pos)))
+    flat = None
+    for p in pos:
+        v = c.convert(idx[p], DType.i64)
+        v = c.broadcast(c.select(c.compare("LT", v, 0), c.add(v, x.shape[p]), v), shape)
+        flat = v if flat is None else c.add(c.mul(flat, x.shape[p]), v)
+    d0, d1 = pos[0], pos[-1] + 1
+    merged = c.reshape(x, (*x.shape[:d0], math.prod(x.shape[d0:d1]), *x.shape[d1:]))
+    return c.index_select(merged, flat, d0)
 
 
 def _repeat_mlir(c):
@@ -686,6 +707,7 @@ move_op(
     (Operand("self"), Operand("indices", optional=True, variadic=True)),
     lambda self, *indices: torch.ops.aten.index.Tensor(self, list(indices)),
     aten=("aten.index.Tensor",),
+    mlir=_index_mlir,
     doc="advanced indexing self[i0, i1, ...]; absent indices take a whole dim",
 )
 move_op(

@@ -166,7 +166,8 @@ def test_cnn_ops():
 
 def test_transformer_ops():
     """layer_norm, linear, split/permute, attention as its composition (causal, bool and float masks,
-    grouped-query), the matmul family with 1-D operands and broadcast batches, embedding."""
+    grouped-query), the matmul family with 1-D operands and broadcast batches, embedding, einsum,
+    advanced indexing."""
     torch.manual_seed(0)
     b = GraphBuilder("transformer")
     x, mask, idx = b.input("x", "f32[2,5,8]"), b.input("mask", "bool[5,5]"), b.input("idx", "i64[2,3]")
@@ -189,6 +190,11 @@ def test_transformer_ops():
         b.addmm(b.const(torch.randn(3)), b.reshape(x, shape=[10, 8]), b.const(torch.randn(8, 3)), beta=0.5, alpha=2.0),
         b.linear(x, b.const(torch.randn(3, 8))),
         b.embedding(b.const(torch.randn(10, 4)), idx),
+        b.einsum(*heads[:2], equation="B H I D, B H J D -> B H I J"),  # maxvit's attention
+        b.einsum(heads[0], b.const(torch.randn(4, 3)), equation="bhid,dk->bkhi"),
+        b.einsum(x, equation="bld->d"),
+        b.index(b.const(torch.randn(10, 3)), b.const(torch.tensor([0, 9, -1, 3]))),  # swin's bias table
+        b.index(x, None, b.const(torch.tensor([[0, 2], [1, 1]])), b.const(torch.tensor([3, -1]))),
     )
     assert_iree_matches_reference(graph)
 
