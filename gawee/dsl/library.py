@@ -264,6 +264,13 @@ BUILTINS: dict[str, Builtin] = {
         Builtin(
             "with_item", (L, INT, K.ANY), L, lambda ctx, xs, i, v: _with_item(xs, i, v), doc="xs with item i set to v"
         ),
+        Builtin(
+            "pad_left",
+            (L, INT, K.ANY),
+            L,
+            lambda ctx, xs, n, v: (v,) * max(0, n - len(xs)) + tuple(xs),
+            doc="xs with v in front until it has n items (a shape broadcast to rank n: pad_left(c.shape, n, 1))",
+        ),
         Builtin("all_zero", (L,), B, lambda ctx, xs: all(x == 0 for x in xs), doc="every item is 0"),
         Builtin("min", (F, F), F, lambda ctx, a, b: min(a, b), doc="the smaller number"),
         Builtin("max", (F, F), F, lambda ctx, a, b: max(a, b), doc="the larger number"),
