@@ -35,6 +35,12 @@ class CompileReport:
     """Largest difference between the module's outputs and the model's, on the example inputs."""
     seconds: dict[str, float] = field(default_factory=dict)
     """capture, rewrite, verify (both checks) and lower."""
+    kernels: list = field(default_factory=list)
+    """The kernel each distinct linear shape runs on and what the candidates measured
+    (:class:`gawee.backend.kernels.KernelChoice`; torch backend)."""
+    kernel_seconds: float = 0.0
+    """The part of ``lower`` spent timing candidate kernels (a shape measured earlier in the process is
+    not measured again)."""
 
     @property
     def total_s(self) -> float:
@@ -42,10 +48,13 @@ class CompileReport:
 
     def __str__(self) -> str:
         stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
-        return (
+        text = (
             f"{self.graph.name}: {len(self.graph)} -> {len(self.optimized)} nodes, {self.rewrite.total} rewrites; "
             f"{self.equivalence}; backend max error {self.backend_error:.3g}; {stages}"
         )
+        if self.kernels:
+            text += f"; kernels (chosen in {self.kernel_seconds:.2f}s): " + "; ".join(str(k) for k in self.kernels)
+        return text
 
 
 def compile(
@@ -113,6 +122,7 @@ def compile(
     else:
         module = to_torch(optimized, options, output_structure=structure)
     seconds["lower"] = time.perf_counter() - t0
+    kernels = list(getattr(module, "gawee_kernels", []))
 
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -124,7 +134,16 @@ def compile(
     backend_error = _check_backend(graph.name, flat_expected, flat_got, backend)
     seconds["verify"] += time.perf_counter() - t0
 
-    module.gawee_report = CompileReport(graph, optimized, rewrite_report, equivalence, backend_error, seconds)
+    module.gawee_report = CompileReport(
+        graph,
+        optimized,
+        rewrite_report,
+        equivalence,
+        backend_error,
+        seconds,
+        kernels,
+        getattr(module, "gawee_kernel_seconds", 0.0),
+    )
     return module
 
 

@@ -14,6 +14,7 @@ The module is for inference: the fused kernels have no autograd formulas.
 
 from __future__ import annotations
 
+import dataclasses
 import keyword
 import operator
 import re
@@ -25,6 +26,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from gawee.backend import kernels
 from gawee.errors import IRError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import TensorType
@@ -38,6 +40,11 @@ class TorchOptions:
     fused_kernels: bool = True
     """Use oneDNN's fused, prepacked kernels where this torch has them; False runs every op as plain torch ops
     (the reference semantics), e.g. to compare or to run where oneDNN misbehaves."""
+    linear_kernel: str = "measure"
+    """How each ``linear`` picks its kernel: ``"measure"`` times the candidates (torch's GEMM, MKL's and
+    oneDNN's prepacked ones; ``gawee.backend.kernels``) on this machine at compile time, once per distinct
+    shape, and keeps the fastest; ``"aten"``, ``"mkl"`` or ``"onednn"`` forces one where it applies.
+    The choices are listed in the module's ``gawee_kernels``."""
     channels_last: bool = False
     """Run 4-D activations channels-last. oneDNN reorders NCHW activations into its blocked layout inside
     each fused convolution; on the benchmarked AVX2 CPU that was as fast or faster (up to 12%) than
@@ -143,6 +150,11 @@ class TorchLowering:
     def call_method(self, method: str, *args: Any, **kwargs: Any) -> torch.fx.Node:
         return self._builder.fx.create_node("call_method", method, args, kwargs)
 
+    def record_kernel(self, choice) -> None:
+        """Note the kernel this node runs on (a :class:`gawee.backend.kernels.KernelChoice`): the module
+        lists each distinct choice once, with how many nodes use it, in ``gawee_kernels``."""
+        self._builder.record_kernel(choice)
+
     def buffer(self, data: torch.Tensor, suffix: str) -> torch.fx.Node:
         """A new constant held by the module (e.g. a prepacked weight), named after this node."""
         return self._builder.new_buffer(data, f"{self.node.name}_{suffix}")
@@ -180,6 +192,10 @@ class _Builder:
                 if v is not None:
                     self.last_reader[v] = node
         self.channels_last = options.channels_last
+        self.kernels: dict[int, list] = {}  # id(choice) -> [choice, nodes using it]
+
+    def record_kernel(self, choice) -> None:
+        self.kernels.setdefault(id(choice), [choice, 0])[1] += 1
 
     # -- names and constants ---------------------------------------------------------
     def fx_name(self, name: str) -> str:
@@ -212,6 +228,7 @@ class _Builder:
 
     # -- the walk ------------------------------------------------------------------
     def build(self, output_structure: pytree.TreeSpec | None) -> torch.fx.GraphModule:
+        self.measured_before = kernels.measuring_seconds()
         for value in self.graph.inputs:
             x = self.fx.placeholder(self.fx_name(value.name))
             if self.channels_last and value.type.rank == 4 and value.dtype.is_float:
@@ -239,7 +256,10 @@ class _Builder:
         for name in [b for b, _ in self.root.named_buffers() if b not in used]:
             delattr(self.root, name)
         self.fx.lint()
-        return torch.fx.GraphModule(self.root, self.fx, class_name=_class_name(self.graph.name))
+        module = torch.fx.GraphModule(self.root, self.fx, class_name=_class_name(self.graph.name))
+        module.gawee_kernels = [dataclasses.replace(c, nodes=n) for c, n in self.kernels.values()]
+        module.gawee_kernel_seconds = kernels.measuring_seconds() - self.measured_before
+        return module
 
 
 def _class_name(name: str) -> str:
