@@ -105,11 +105,21 @@ def _conv_transpose_onnx(c):
 def _linear_onnx(c):
     """Gemm for a matrix input, else MatMul by the transposed weight (+ Add of the bias)."""
     if c.type(0).rank == 2:
-        return c.emit("Gemm", c.x(0), c.x(1), c.x(2), transB=1)
+        return _act_onnx(c, c.emit("Gemm", c.x(0), c.x(1), c.x(2), transB=1))
     w = c.const(1)
     wt = c.constant(w.t().contiguous()) if w is not None else c.emit("Transpose", c.x(1), perm=[1, 0])
     y = c.emit("MatMul", c.x(0), wt)
-    return c.emit("Add", y, c.x(2)) if c.x(2) else y
+    y = c.emit("Add", y, c.x(2)) if c.x(2) else y
+    return _act_onnx(c, y)
+
+
+def _act_onnx(c, y: str) -> str:
+    """The node's fused activation (``act``), if any, as its standalone op's ONNX nodes."""
+    a = c.attrs
+    if a.get("act") is None:
+        return y
+    op, attrs = act_as_op(a["act"], a["act_params"])
+    return c.lower_as(op, [y], attrs, [c.out])
 
 
 def _ones_or(c, index: int, shape, fill: float) -> str:
@@ -280,7 +290,7 @@ def _linear_mlir(c):
     y = c.dot_general(x, c.convert(c.x(1), x.dtype), contract=([x.rank - 1], [1]))
     if c.x(2) is not None:
         y = c.add(y, c.convert(c.x(2), y.dtype))
-    return c.convert(y, out.dtype)
+    return _act_mlir(c, c.convert(y, out.dtype), c.attrs.get("act"), c.attrs.get("act_params", ()))
 
 
 def _addmm_mlir(c):
@@ -843,6 +853,8 @@ def _linear_sample(draw, slots, attrs):
         b = draw.choice([None, TensorType((w.shape[0],), x.dtype), TensorType((w.shape[0],), x.dtype)])
         if b is not None and draw.boolean(0.1):
             b = TensorType((), x.dtype)
+    if "act" not in attrs:
+        attrs = {**attrs, **{k: v for k, v in _draw_act(draw).items() if k not in attrs}}
     return [x, w, None if b is S.ABSENT else b], attrs
 
 
@@ -937,32 +949,36 @@ def _sdpa_sample(draw, slots, attrs):
     return [q, k, v, None if m is S.ABSENT else m], attrs
 
 
-def _matrix_linear(input, weight, bias, out_shape):
-    return F.linear(input.reshape(-1, input.shape[-1]), weight, bias).view(out_shape)
-
-
 def _linear_lower_torch(ctx):
-    """F.linear on the input flattened to a matrix: for a non-contiguous N-d input (after a permute)
-    torch's linear takes a batched-matmul path that expands the weight per batch, several times slower
-    than one copy of the input and one GEMM. (Prepacked oneDNN/MKL linear measured no faster here.)"""
-    if ctx.type(0).rank <= 2:
-        return ctx.reference()
-    return ctx.call(_matrix_linear, ctx.arg(0), ctx.arg(1), ctx.arg(2), list(ctx.node.output.shape))
+    """act(linear) on the kernel measured fastest for its shape (gawee.backend.kernels: torch's GEMM,
+    MKL's or oneDNN's prepacked one), the input flattened to a matrix."""
+    from gawee.backend.kernels import lower_linear
+
+
+    return lower_linear(ctx)
+
+
+def _linear(input, weight, bias=None, *, act=None, act_params=()):
+    return apply_act(F.linear(input, weight, bias), act, act_params)
+
+def _linear_flops(ins, outs, attrs):
+    return _contract_flops(ins, outs, attrs) + outs[0].numel * (attrs.get("act") is not None)
 
 
 register(
     OpDef(
         "linear",
         (Operand("input"), Operand("weight"), Operand("bias", optional=True)),
-        lambda input, weight, bias=None: F.linear(input, weight, bias),
+        _linear,
+        attrs=(Attr("act", "str?", None), Attr("act_params", "floats", ())),
         traits=PURE,
-        flops=_contract_flops,
+        flops=_linear_flops,
         sample=_linear_sample,
         onnx=_linear_onnx,
         mlir=_linear_mlir,
         lower_torch=_linear_lower_torch,
         aten=("aten.linear.default",),
-        doc="input @ weight.T + bias",
+        doc="act(input @ weight.T + bias): act is an optional fused epilogue",
     )
 )
 register(
