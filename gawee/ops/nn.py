@@ -472,16 +472,6 @@ def _sdpa_mlir(c):
     return _matmul_v(c, probs, v, c.out)
 
 
-def _upsample_nearest_mlir(c):
-    """Two index selections with torch's source indices: min(floor(dst * scale), n - 1), scale in float32."""
-    import numpy as np
-
-    x, out, factors = c.x(0), c.out, c.attrs["scale_factors"]
-    y = x
-    for i in (0, 1):
-        dim = x.rank - 2 + i
-        n, o = x.shape[dim], out.shape[dim]
-        scale = np.float32(1 / factors[i]) if factors else np.float32(n / o)
 def _einsum_mlir(c):
     """One or two operands, explicit output, no ellipsis or repeated letters: letters only one operand
     has and the output lacks are summed first; then one dot_general (shared letters the output keeps are
@@ -516,6 +506,16 @@ def _einsum_mlir(c):
     return c.convert(c.transpose(y, [order.index(ch) for ch in out]), c.out.dtype)
 
 
+def _upsample_nearest_mlir(c):
+    """Two index selections with torch's source indices: min(floor(dst * scale), n - 1), scale in float32."""
+    import numpy as np
+
+    x, out, factors = c.x(0), c.out, c.attrs["scale_factors"]
+    y = x
+    for i in (0, 1):
+        dim = x.rank - 2 + i
+        n, o = x.shape[dim], out.shape[dim]
+        scale = np.float32(1 / factors[i]) if factors else np.float32(n / o)
         idx = np.minimum(np.floor(np.arange(o, dtype=np.float32) * scale), n - 1).astype(np.int64)
         y = c.index_select(y, c.constant(torch.from_numpy(idx)), dim)
     return y
@@ -1077,6 +1077,7 @@ register(
         traits=PURE,
         flops=_einsum_flops,
         onnx=lambda c: c.emit("Einsum", *(c.x(i) for i in range(c.arity)), equation=c.attrs["equation"]),
+        mlir=_einsum_mlir,
         aten=(AtenBinding("aten.einsum.default", drop=frozenset({"path"})),),
         doc="Einstein summation; FLOPs counted as 2 x the full index space (naive evaluation)",
     )
@@ -1093,7 +1094,6 @@ def _bn_sample(draw, slots, attrs):
     c = TensorType((x.shape[1],), x.dtype)
     types = [x] + [
         None
-        mlir=_einsum_mlir,
         if s is S.ABSENT or (s is S.FREE and opt and draw.boolean(0.2))
         else (s if isinstance(s, TensorType) else c)
         for s, opt in zip(slots[1:], (True, True, False, False))
