@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/gawee-rewrite optimize resnet18
+	$(VENV)/bin/gawee-rewrite optimize resnet18 --bench
 
 test: $(STAMP)
 	$(PY) -m pytest -q

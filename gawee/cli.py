@@ -106,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="say why each candidate rule did or did not rewrite NODE (repeatable)",
     )
     opt.add_argument("--no-verify", action="store_true", help="skip the numerical equivalence check")
+    opt.add_argument(
+        "--bench",
+        action="store_true",
+        help="also time the model (eager) and the compiled result on this machine, and profile the latter",
+    )
     opt.add_argument("--markdown", action="store_true", help="print the report as Markdown")
     opt.add_argument(
         "--html",
@@ -273,7 +278,15 @@ def cmd_optimize(args, console: Console) -> int:
         "rewrite time": f"{report.seconds * 1000:.1f} ms",
         "verification": "skipped" if verification is None else verification.short(),
     }
-    cols = [Column("before", before), Column("after", after, extra)]
+    runtime = None
+    if args.bench:
+        with console.status("measuring runtime ...", spinner="dots") if not args.json else _null():
+            runtime = _bench(graph, optimized, _src)
+        extra["runtime"] = runtime.summary()
+    cols = [
+        Column("before", before, {"runtime": _ms(runtime.before)} if runtime else {}),
+        Column("after", after, extra),
+    ]
     title = f"{graph.name}: {len(graph)} -> {len(optimized)} nodes"
     if args.output:
         optimized.save(args.output)
@@ -292,6 +305,7 @@ def cmd_optimize(args, console: Console) -> int:
             "explain": {n: [e.__dict__ for e in es] for n, _, es in explanations} or None,
             "output": args.output,
             "pictures": [str(p) for p in written],
+            "runtime": None if runtime is None else runtime.as_dict(),
         }
         print(json.dumps(out, indent=1, default=str))
     else:
@@ -301,12 +315,16 @@ def cmd_optimize(args, console: Console) -> int:
                 console.print(f"  {f}", markup=False, highlight=False)
         if args.markdown:
             print(markdown_report(title, cols))
+            if runtime is not None:
+                print("\n```\n" + "\n".join(runtime.lines()) + "\n```")
         else:
             console.print(rich_report(title, cols))
             if report.firings:
                 console.print(
                     "rules fired: " + ", ".join(f"{k} x{v}" for k, v in report.firings.most_common()), highlight=False
                 )
+            for line in runtime.lines() if runtime is not None else ():
+                console.print(line, markup=False, highlight=False)
         for name, in_optimized, es in explanations:
             where = "optimized graph" if in_optimized else "captured graph"
             console.print(f"[bold]explain {name}[/] (in the {where})")
@@ -327,6 +345,27 @@ def cmd_optimize(args, console: Console) -> int:
     if verification is not None and not verification.ok:
         return EXIT_FINDING
     return EXIT_OK
+
+
+def _ms(t) -> str:
+    return f"{t.median * 1e3:.2f} ms"
+
+
+def _bench(graph, optimized, src):
+    """Runtime report: the model in eager PyTorch (or, for a saved graph, the captured graph compiled
+    without rewriting) against the optimized graph compiled."""
+    from gawee.backend.torch_backend import to_torch
+    from gawee.equivalence import random_inputs
+    from gawee.profile import measure
+
+    if graph.constants() and any(not v.has_known_data for v in graph.constants()):
+        raise GaweeError("--bench needs real weights", hint="drop --meta")
+    if src.module is not None:
+        inputs = list(src.example_inputs)
+        return measure(optimized, inputs, lambda: src.module(*inputs), "eager")
+    inputs = random_inputs([v.type for v in graph.inputs])
+    unoptimized = to_torch(graph)
+    return measure(optimized, inputs, lambda: unoptimized(*inputs), "captured graph")
 
 
 def cmd_explain(args, console: Console) -> int:

@@ -31,6 +31,7 @@ from gawee.errors import IRError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import TensorType
 from gawee.ops import OpDef, get_op
+from gawee.profile import NODE_META
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,12 @@ class _Builder:
         for node in self.graph:
             opdef = get_op(node.op)
             ctx = TorchLowering(self, node, opdef)
+            known = len(self.fx.nodes)
             result = opdef.lower_torch(ctx) if opdef.lower_torch is not None else ctx.reference()
+            for i, n in enumerate(reversed(self.fx.nodes)):  # the kernels of this node, for gawee.profile
+                if i >= len(self.fx.nodes) - known:
+                    break
+                n.meta[NODE_META] = node.name
             if len(node.outputs) == 1:
                 self.env[node.output] = result
             else:

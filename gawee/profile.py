@@ -1,0 +1,272 @@
+"""Runtime measurement: how long a module takes on this machine, and where the time of a compiled graph goes.
+
+``time_call`` times any callable (median and spread over repeats, after warm-up). ``profile``
+runs a module built by :func:`gawee.to_torch` with a timestamp taken after each of its kernels:
+the generated code itself runs (no interpreter in between), so the per-node times add up to the
+module's own time but for the cost of the timestamps. Each kernel's time goes to the gawee node
+it was lowered from; nodes are grouped by op, and their FLOPs (from the cost model) are set
+against the machine's peak as measured here by a large matrix multiply.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from gawee.analysis.cost import node_cost
+from gawee.ir.core import Graph
+
+NODE_META = "gawee_node"
+"""fx node meta key: the gawee node a kernel was lowered from (set by gawee.backend.torch_backend)."""
+
+
+@dataclass
+class Timing:
+    """Seconds per call over ``samples`` timed calls."""
+
+    samples: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """(10th, 90th) percentile."""
+        s = sorted(self.samples)
+        return s[len(s) // 10], s[(len(s) * 9) // 10]
+
+    def __str__(self) -> str:
+        lo, hi = self.spread
+        return f"{self.median * 1e3:.2f} ms (p10 {lo * 1e3:.2f}, p90 {hi * 1e3:.2f}, n={len(self.samples)})"
+
+    def as_dict(self) -> dict:
+        lo, hi = self.spread
+        return {"median_s": self.median, "p10_s": lo, "p90_s": hi, "samples": len(self.samples)}
+
+
+def time_call(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, budget_s: float = 10.0) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones (fewer if they would take
+    longer than ``budget_s``, never fewer than 3)."""
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn()
+        samples: list[float] = []
+        start = time.perf_counter()
+        while len(samples) < repeats and (len(samples) < 3 or time.perf_counter() - start < budget_s):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+    return Timing(samples)
+
+
+def peak_flops(n: int = 1024, repeats: int = 5) -> float:
+    """This machine's float32 FLOP/s as a large matrix multiply reaches it (torch's current threads)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    timing = time_call(lambda: a @ b, warmup=2, repeats=repeats)
+    return 2 * n**3 / min(timing.samples)
+
+
+@dataclass
+class NodeTime:
+    node: str
+    op: str
+    seconds: float
+    """Median over the profiled calls."""
+    flops: int | None
+
+    @property
+    def flops_per_s(self) -> float | None:
+        return None if self.flops is None or self.seconds <= 0 else self.flops / self.seconds
+
+
+@dataclass
+class Profile:
+    """Where a compiled module's time goes, per gawee node and per op."""
+
+    nodes: list[NodeTime]
+    """Every node that ran a kernel, in graph order."""
+    total: Timing
+    """The instrumented module's own time per call (the per-node times add up to it)."""
+    peak_flops: float
+    other_s: float = 0.0
+    """Time of kernels that belong to no node (layout conversions at the inputs, contiguous outputs)."""
+    by_op: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def node_sum(self) -> float:
+        return sum(n.seconds for n in self.nodes) + self.other_s
+
+    def top(self, k: int = 10) -> list[NodeTime]:
+        return sorted(self.nodes, key=lambda n: -n.seconds)[:k]
+
+    def as_dict(self, k: int = 10) -> dict:
+        return {
+            "total": self.total.as_dict(),
+            "node_sum_s": self.node_sum,
+            "peak_flops_per_s": self.peak_flops,
+            "by_op_s": dict(sorted(self.by_op.items(), key=lambda kv: -kv[1])),
+            "top_nodes": [
+                {"node": n.node, "op": n.op, "seconds": n.seconds, "flops": n.flops, "flops_per_s": n.flops_per_s}
+                for n in self.top(k)
+            ],
+        }
+
+
+class _Stamps:
+    """Timestamps written by the instrumented module: slot i after kernel i."""
+
+    def __init__(self, n: int):
+        self.times = [0.0] * (n + 1)
+
+    def __call__(self, i: int, *_after) -> None:
+        self.times[i] = time.perf_counter()
+
+
+def profile(
+    module: torch.fx.GraphModule, graph: Graph, inputs: Sequence[torch.Tensor], *, repeats: int = 10
+) -> Profile:
+    """Per-node times of ``module`` (built from ``graph`` by gawee.to_torch) on ``inputs``."""
+    fx = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    owners: list[str | None] = []
+    """The gawee node of each kernel, in execution order."""
+    for n in module.graph.nodes:
+        env[n] = fx.node_copy(n, lambda a: env[a])
+        if n.op in ("call_function", "call_method", "call_module"):
+            owners.append(n.meta.get(NODE_META))
+            fx.call_function(_stamp, (len(owners), env[n]))  # after the kernel: it takes its result
+    stamps = _Stamps(len(owners))
+    _STAMPS.append(stamps)
+    try:
+        instrumented = torch.fx.GraphModule(module, fx)
+
+        def call():
+            stamps.times[0] = time.perf_counter()
+            instrumented(*inputs)
+
+        runs: list[list[float]] = []
+        totals: list[float] = []
+        with torch.no_grad():
+            for _ in range(3):
+                call()
+            for _ in range(repeats):
+                call()
+                t = stamps.times
+                runs.append([t[i + 1] - t[i] for i in range(len(owners))])
+                totals.append(t[-1] - t[0])
+    finally:
+        _STAMPS.remove(stamps)
+    per_kernel = [statistics.median(r[i] for r in runs) for i in range(len(owners))]
+    ops = {node.name: node for node in graph}
+    seconds: dict[str, float] = defaultdict(float)
+    other = 0.0
+    for owner, s in zip(owners, per_kernel):
+        if owner in ops:
+            seconds[owner] += s
+        else:
+            other += s
+    nodes = [NodeTime(name, ops[name].op, seconds[name], node_cost(ops[name]).flops) for name in ops if name in seconds]
+    by_op: dict[str, float] = defaultdict(float)
+    for n in nodes:
+        by_op[n.op] += n.seconds
+    return Profile(nodes, Timing(totals), peak_flops(), other, dict(by_op))
+
+
+_STAMPS: list[_Stamps] = []
+"""The profiles being recorded (the instrumented code calls the innermost one)."""
+
+
+def _stamp(i: int, *_after) -> None:
+    _STAMPS[-1](i)
+
+
+def cpu_name() -> str:
+    """The CPU's model name (the figures depend on it), or the platform's processor string."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"
+
+
+@dataclass
+class RuntimeReport:
+    """The model before (eager PyTorch, or the captured graph when there is no model) and compiled."""
+
+    baseline: str
+    """"eager" or "captured graph"."""
+    before: Timing
+    after: Timing
+    profile: Profile
+    cpu: str
+    threads: int
+
+    @property
+    def speedup(self) -> float:
+        return self.before.median / self.after.median
+
+    def summary(self) -> str:
+        return f"{self.after.median * 1e3:.2f} ms, {self.speedup:.2f}x vs {self.baseline}"
+
+    def lines(self, k: int = 8) -> list[str]:
+        """The report as text lines: both timings, then where the compiled module's time goes."""
+        p = self.profile
+        peak = p.peak_flops
+        out = [
+            f"runtime on {self.cpu}, {self.threads} thread(s): {self.baseline} {self.before}; "
+            f"compiled {self.after}; {self.speedup:.2f}x",
+            f"profile: {p.node_sum * 1e3:.2f} ms in {len(p.nodes)} nodes (measured peak {peak / 1e9:.1f} GFLOP/s)",
+        ]
+        total = p.node_sum or 1.0
+        out.append(
+            "  by op: "
+            + ", ".join(
+                f"{op} {s * 1e3:.2f} ms ({s / total:.0%})"
+                for op, s in sorted(p.by_op.items(), key=lambda kv: -kv[1])[:k]
+            )
+        )
+        for n in p.top(k):
+            rate = n.flops_per_s
+            speed = "" if rate is None else f", {rate / 1e9:.1f} GFLOP/s ({rate / peak:.0%} of peak)"
+            out.append(f"  {n.node} ({n.op}): {n.seconds * 1e3:.3f} ms{speed}")
+        return out
+
+    def as_dict(self) -> dict:
+        return {
+            "cpu": self.cpu,
+            "threads": self.threads,
+            "baseline": self.baseline,
+            "before": self.before.as_dict(),
+            "after": self.after.as_dict(),
+            "speedup": self.speedup,
+            "profile": self.profile.as_dict(),
+        }
+
+
+def measure(
+    optimized: Graph,
+    inputs: Sequence[torch.Tensor],
+    baseline: Callable[[], object],
+    baseline_name: str = "eager",
+    *,
+    repeats: int = 20,
+) -> RuntimeReport:
+    """Time ``baseline()`` and the compiled ``optimized`` graph on ``inputs``, and profile the latter."""
+    from gawee.backend.torch_backend import to_torch
+
+    module = to_torch(optimized)
+    before = time_call(baseline, repeats=repeats)
+    after = time_call(lambda: module(*inputs), repeats=repeats)
+    prof = profile(module, optimized, inputs, repeats=max(5, repeats // 2))
+    return RuntimeReport(baseline_name, before, after, prof, cpu_name(), torch.get_num_threads())

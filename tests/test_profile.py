@@ -1,0 +1,52 @@
+"""Runtime measurement and the per-node profile: the parts add up to the whole, and land on the right nodes."""
+
+import json
+
+import torch
+import torchvision
+
+import gawee
+from gawee.cli import main
+from gawee.profile import profile, time_call
+
+
+def _compiled():
+    model = torchvision.models.resnet18().eval()
+    x = torch.randn(1, 3, 112, 112)
+    optimized, _ = gawee.rewrite(gawee.capture(model, (x,)))
+    return optimized, gawee.to_torch(optimized), x
+
+
+def test_per_node_times_add_up_to_the_measured_total():
+    optimized, module, x = _compiled()
+    for _ in range(3):  # timings on a shared machine are noisy: the best of three attempts
+        total = time_call(lambda: module(x), repeats=15).median
+        prof = profile(module, optimized, [x], repeats=15)
+        if abs(prof.node_sum - total) <= 0.15 * total:
+            break
+    assert abs(prof.node_sum - total) <= 0.15 * total, (prof.node_sum, total)
+    nodes = {n.name for n in optimized}
+    assert {p.node for p in prof.nodes} <= nodes
+    assert max(prof.by_op, key=prof.by_op.get) == "conv2d"
+    assert len([p for p in prof.nodes if p.op == "conv2d"]) == 20
+    assert all(p.flops and p.flops_per_s > 0 for p in prof.nodes if p.op == "conv2d")
+    assert prof.peak_flops > 0
+
+
+def test_optimize_bench_reports_runtime_and_profile(capsys):
+    code = main(["optimize", "resnet18", "--input-shape", "1,3,64,64", "--bench", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    rt = doc["runtime"]
+    assert rt["baseline"] == "eager" and rt["before"]["median_s"] > 0 and rt["after"]["median_s"] > 0
+    assert rt["speedup"] > 0 and rt["threads"] >= 1 and rt["cpu"]
+    assert rt["profile"]["top_nodes"][0]["op"] in {"conv2d", "max_pool2d", "linear"}
+    assert sum(rt["profile"]["by_op_s"].values()) > 0
+
+
+def test_optimize_bench_prints_the_profile(capsys):
+    code = main(["optimize", "resnet18", "--input-shape", "1,3,64,64", "--bench"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "runtime on " in out and "x vs eager" in out and "profile: " in out and "by op: conv2d" in out
+    assert "GFLOP/s" in out
