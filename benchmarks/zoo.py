@@ -1,21 +1,28 @@
-"""The torchvision model zoo through gawee: capture, check, optimize, verify — one row per model.
+"""The model zoo through gawee: capture, check, optimize, verify — one row per model.
 
-    python benchmarks/zoo.py                      # all 80 classifiers, table into benchmarks/README.md
-    python benchmarks/zoo.py --models resnet18,vit_b_16 --jobs 1 --no-readme
+    python benchmarks/zoo.py                      # both sections, tables into benchmarks/README.md
+    python benchmarks/zoo.py --section transformers
+    python benchmarks/zoo.py --models resnet18,hf:bert --jobs 1 --no-readme
 
-For every model (random weights, batch 1, 3x224x224, 299 for inception_v3) in its own
-subprocess: eager reference, capture (export / functionalize / gawee's conversion timed
-apart), the reference interpreter against eager, re-inferred types against the recorded
-ones, the cost report, the default rewrite and ``verify_equivalent``. The parent schedules
-the subprocesses under a memory budget (the largest models need several GB), shows
-progress, prints a summary, and writes the table into the ``## Model zoo`` section of
-benchmarks/README.md (other sections are left as they are). Exit status 1 if any model fails.
+Two sections: the 80 torchvision classifiers (random weights, batch 1, 3x224x224, 299 for
+inception_v3), and transformers and other families (``TRANSFORMER_MODELS``: the ``hf:`` families
+of gawee.frontend.families, a few timm models, torchvision's r3d_18 video model). For every model,
+in its own subprocess: eager reference, capture (export / functionalize / gawee's conversion
+timed apart), the reference interpreter against eager, re-inferred types against the recorded
+ones, the cost report, the default rewrite (traced) and ``verify_rewrite`` — the verification of
+``gawee-rewrite optimize``: four input distributions, every rewritten value compared with the
+original value it stands for, a failure blamed on a rule. The parent schedules the subprocesses
+under a memory budget (the largest models need several GB), shows progress, prints a summary,
+and writes each section's table into its own section of benchmarks/README.md (``## Model zoo``,
+``## Model zoo: transformers``; other sections are left as they are). Exit status 1 if any model
+fails a check.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import resource
@@ -32,6 +39,23 @@ from worker import TIMEOUT, run_worker
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SECTION = "## Model zoo"
+TRANSFORMERS_SECTION = "## Model zoo: transformers"
+TRANSFORMER_MODELS = [
+    "hf:bert",
+    "hf:gpt2",
+    "hf:t5-encoder",
+    "hf:llama",
+    "hf:vit",
+    "hf:whisper-encoder",
+    "timm:deit_tiny_patch16_224",
+    "timm:mixer_b16_224",
+    "timm:levit_128s",
+    "timm:convnextv2_atto",
+    "timm:coatnet_0_rw_224",
+    "r3d_18",
+]
+"""The second table: the hf: families (small built-in configs), timm models, a torchvision video model."""
+SECTIONS = ("torchvision", "transformers")
 CAPTURE_TOLERANCE = 1e-4
 """Interpreter vs eager: max|out - ref| <= tol * max(1, max|ref|)."""
 
@@ -82,6 +106,7 @@ def warm_up():
     import torch
 
     import gawee
+    from gawee.equivalence import verify_rewrite
 
     rules = gawee.default_rules()
     tiny = torch.nn.Sequential(
@@ -94,8 +119,36 @@ def warm_up():
     x = torch.randn(1, 3, 8, 8)
     graph = gawee.capture(tiny, (x,))
     gawee.run(graph, x)
-    gawee.verify_equivalent(graph, gawee.rewrite(graph, rules)[0])
+    optimized, report = gawee.rewrite(graph, rules, trace=True)
+    verify_rewrite(graph, optimized, report.trace, rules=rules)
     return rules
+
+
+def verification_fields(v) -> dict:
+    """The row fields of a ``RewriteVerification`` (JSON-able)."""
+    done = [t for t in v.trials if not t.skipped]
+    worst = max(done, key=lambda t: t.max_rel_error, default=None)
+    first = v.trials[0] if v.trials else None
+    return {
+        "verify_ok": v.ok,
+        "verify_short": v.short(),
+        "verify_detail": str(v),
+        "verify_problem": v.problem or None,
+        # graph outputs on the unit-normal inputs, max|out - ref| / max(1, max|ref|) (verify_equivalent's figure)
+        "verify_error": max((o.max_error / o.scale for o in first.outputs), default=0.0) if first else None,
+        "verify_abs_error": v.max_error,
+        # over every compared value and every distribution: max error / allowed (<= 1 passes)
+        "verify_ratio": worst.max_rel_error if worst else None,
+        "verify_worst_distribution": worst.distribution if worst else None,
+        "verify_distributions": {
+            t.distribution: "skipped" if t.skipped else "ok" if t.ok else "FAILED" for t in v.trials
+        },
+        "verify_failed": [t.distribution for t in v.failed],
+        "verify_skipped": {t.distribution: t.skipped for t in v.trials if t.skipped},
+        "verify_values": first.values if first else 0,
+        "verify_blame": None if v.blame is None else {k: getattr(v.blame, k) for k in v.blame.__dataclass_fields__},
+        "verify_s": v.seconds,
+    }
 
 
 def measure(name: str) -> dict:
@@ -103,6 +156,7 @@ def measure(name: str) -> dict:
     import torch
 
     import gawee
+    from gawee.equivalence import verify_rewrite
     from gawee.frontend.models import resolve
 
     row: dict = {"model": name, "status": "ok", "stage": "", "message": ""}
@@ -150,7 +204,7 @@ def measure(name: str) -> dict:
 
         stage = "rewrite"
         t0 = time.perf_counter()
-        optimized, report = gawee.rewrite(graph, rules)
+        optimized, report = gawee.rewrite(graph, rules, trace=True)  # verify_rewrite follows the trace
         row["rewrite_ms"] = (time.perf_counter() - t0) * 1e3
         after = gawee.cost(optimized)
         row.update(
@@ -158,14 +212,13 @@ def measure(name: str) -> dict:
             flops_after=after.flops,
             bytes_written_after=after.bytes_written,
             peak_after=after.peak_memory,
-            firings=dict(report.firings),
+            firings=dict(report.firings.most_common()),
         )
 
         stage = "verify"
         with torch.no_grad():
-            eq = gawee.verify_equivalent(graph, optimized)
-        row["verify_error"] = max((o.max_error / o.scale for o in eq.outputs), default=0.0)
-        row["verify_abs_error"] = eq.max_error
+            v = verify_rewrite(graph, optimized, report.trace, rules=rules)
+        row.update(verification_fields(v))
 
         problems = []
         if row["capture_error"] > CAPTURE_TOLERANCE:
@@ -173,10 +226,11 @@ def measure(name: str) -> dict:
         if mismatches:
             m = mismatches[0]
             problems.append(f"{len(mismatches)} inferred type(s) differ from the recorded ones, first: {m}")
-        if not eq.ok:
-            problems.append(f"verification failed: {eq}")
+        if not v.ok:
+            problems.append("verification failed: " + " | ".join(str(v).splitlines()))
         if problems:
-            row.update(status="FAIL", stage="check", message="; ".join(problems))
+            only_verify = len(problems) == 1 and not v.ok
+            row.update(status="FAIL", stage="verify" if only_verify else "check", message="; ".join(problems))
     except Exception as e:  # a benchmark records every failure and moves on
         row.update(
             status="FAIL",
@@ -212,12 +266,31 @@ def model_names() -> list[str]:
     return torchvision_names()
 
 
+def section_of(name: str, torchvision: list[str]) -> str | None:
+    """ "torchvision", "transformers" or None (not a model this benchmark knows how to run)."""
+    from gawee.frontend.models import torchvision_video_names
+
+    if name in torchvision:
+        return "torchvision"
+    if name in TRANSFORMER_MODELS or name.startswith(("hf:", "timm:")) or name in torchvision_video_names():
+        return "transformers"
+    return None
+
+
+def missing_optional() -> list[str]:
+    """The optional packages the transformers section needs that are not installed."""
+    return [m for m in ("transformers", "timm") if importlib.util.find_spec(m) is None]
+
+
 def param_counts(names: list[str]) -> dict[str, int]:
     """Parameter counts from torchvision's weight metadata (no model is built, nothing is downloaded)."""
     import torchvision
 
     counts = {}
     for n in names:
+        if n.startswith(("hf:", "timm:")):  # hf: built-in configs are tiny; the timm models here < 100 M
+            counts[n] = 100_000_000
+            continue
         try:
             counts[n] = max(w.meta["num_params"] for w in torchvision.models.get_model_weights(n))
         except Exception:  # a model without weight metadata: assume it is large
@@ -309,28 +382,71 @@ def fmt_opaque(d) -> str:
     return ", ".join(f"{k.removeprefix('aten.')}×{v}" if v > 1 else k.removeprefix("aten.") for k, v in d.items())
 
 
+def fmt_ratio(r: dict) -> str:
+    x = r.get("verify_ratio")
+    if x is None:
+        return "—"
+    return f"{x:.2g} ({r['verify_worst_distribution']})"
+
+
+def fmt_verification(r: dict) -> str:
+    if "verify_ok" not in r:
+        return "—"
+    if r["verify_ok"]:
+        skipped = list(r.get("verify_skipped") or ())
+        return "ok" + (f" ({', '.join(skipped)} skipped)" if skipped else "")
+    if r.get("verify_problem"):
+        return f"FAILED: {r['verify_problem']}"
+    blame = r.get("verify_blame")
+    where = ", ".join(r.get("verify_failed") or ())
+    return f"FAILED {where}: {blame['rule']}" if blame else f"FAILED {where}: no rule blamed"
+
+
+def fmt_status(r: dict) -> str:
+    return "ok" if r["status"] == "ok" else f"FAIL ({r['stage']})"
+
+
+def fmt_capture_s(r: dict) -> str:
+    if "export_s" not in r:
+        return "—"
+    return f"{r['export_s']:.2f} / {r['functionalize_s']:.2f} / {r['gawee_s']:.3f}"
+
+
+def fmt_rules(firings: dict | None, n: int = 3) -> str:
+    if firings is None:
+        return "—"
+    if not firings:
+        return "none"
+    top = sorted(firings.items(), key=lambda kv: -kv[1])[:n]
+    more = len(firings) - len(top)
+    return ", ".join(f"{k}×{v}" for k, v in top) + (f" (+{more} more)" if more else "")
+
+
+def _nodes(r: dict) -> str:
+    return fmt_pair(r.get("nodes_before"), r.get("nodes_after"), lambda x: "—" if x is None else str(x))
+
+
 def table_rows(rows: list[dict]) -> list[list[str]]:
-    out = []
-    for r in rows:
-        cap = "—" if "export_s" not in r else f"{r['export_s']:.2f} / {r['functionalize_s']:.2f} / {r['gawee_s']:.3f}"
-        status = "ok" if r["status"] == "ok" else f"FAIL ({r['stage']})"
-        out.append(
-            [
-                r["model"],
-                fmt_pair(r.get("nodes_before"), r.get("nodes_after"), lambda x: "—" if x is None else str(x)),
-                str(r.get("distinct_ops", "—")),
-                fmt_opaque(r.get("opaque")),
-                fmt_pair(r.get("flops_before"), r.get("flops_after"), fmt_si),
-                fmt_pair(r.get("bytes_written_before"), r.get("bytes_written_after"), fmt_bytes),
-                fmt_pair(r.get("peak_before"), r.get("peak_after"), fmt_bytes),
-                cap,
-                "—" if "rewrite_ms" not in r else f"{r['rewrite_ms']:.0f}",
-                fmt_err(r.get("capture_error")),
-                fmt_err(r.get("verify_error")),
-                status,
-            ]
-        )
-    return out
+    return [
+        [
+            r["model"],
+            _nodes(r),
+            str(r.get("distinct_ops", "—")),
+            fmt_opaque(r.get("opaque")),
+            fmt_pair(r.get("flops_before"), r.get("flops_after"), fmt_si),
+            fmt_pair(r.get("bytes_written_before"), r.get("bytes_written_after"), fmt_bytes),
+            fmt_pair(r.get("peak_before"), r.get("peak_after"), fmt_bytes),
+            fmt_capture_s(r),
+            "—" if "rewrite_ms" not in r else f"{r['rewrite_ms']:.0f}",
+            fmt_err(r.get("capture_error")),
+            fmt_err(r.get("verify_error")),
+            fmt_verification(r),
+            fmt_ratio(r),
+            "—" if "verify_s" not in r else f"{r['verify_s']:.1f}",
+            fmt_status(r),
+        ]
+        for r in rows
+    ]
 
 
 HEADERS = [
@@ -345,14 +461,57 @@ HEADERS = [
     "rewrite ms",
     "capture error",
     "verify error",
+    "verification",
+    "worst error / allowed",
+    "verify s",
     "status",
 ]
 
 
-def summary(rows: list[dict], wall: float) -> list[str]:
+def transformer_rows(rows: list[dict]) -> list[list[str]]:
+    return [
+        [
+            r["model"],
+            "yes" if "gawee_s" in r else f"no ({r['stage']})",
+            _nodes(r),
+            fmt_opaque(r.get("opaque")),
+            fmt_err(r.get("capture_error")),
+            fmt_verification(r),
+            fmt_ratio(r),
+            fmt_rules(r.get("firings")),
+            fmt_status(r),
+        ]
+        for r in rows
+    ]
+
+
+TRANSFORMER_HEADERS = [
+    "model",
+    "captured",
+    "nodes",
+    "opaque ops",
+    "capture error",
+    "verification",
+    "worst error / allowed",
+    "rules fired most",
+    "status",
+]
+
+
+def _failure_text(r: dict) -> str:
+    blame = r.get("verify_blame")
+    if r["stage"] == "verify" and blame:
+        return f"rule {blame['rule']} blamed on {blame['distribution']} inputs — " + r["message"]
+    return r["message"]
+
+
+def summary(rows: list[dict], wall: float, both: bool = False) -> list[str]:
+    """Summary lines; ``both``: the run held both sections (``wall`` is the whole run's)."""
     n = len(rows)
     captured = [r for r in rows if "gawee_s" in r]
-    verified = [r for r in rows if r.get("verify_error") is not None and r["status"] == "ok"]
+    verified = [r for r in rows if r.get("verify_ok")]
+    refuted = [r for r in rows if r.get("verify_ok") is False]
+    passed = [r for r in rows if r["status"] == "ok"]
     failed = [r for r in rows if r["status"] != "ok"]
     export = sum(r["export_s"] for r in captured)
     func = sum(r["functionalize_s"] for r in captured)
@@ -360,16 +519,48 @@ def summary(rows: list[dict], wall: float) -> list[str]:
     total_cap = export + func + conv
     share = 100 * conv / total_cap if total_cap else 0.0
     rew = sum(r.get("rewrite_ms", 0.0) for r in rows) / 1e3
+    ver = sum(r.get("verify_s", 0.0) for r in rows)
     lines = [
-        f"{len(captured)}/{n} captured, {len(verified)}/{n} passed every check "
-        f"(interpreter vs eager ≤ {CAPTURE_TOLERANCE:g}, inferred types = recorded, optimized graph verified)"
-        + (f"; failed: {', '.join(r['model'] for r in failed)}" if failed else "")
+        f"{len(captured)}/{n} captured; the rewrite verified ok (`verify_rewrite`, 4 input distributions) on "
+        f"{len(verified)}/{n}"
+        + (
+            "; verification failed on "
+            + ", ".join(
+                f"{r['model']} ({', '.join(r['verify_failed'])}: "
+                f"{r['verify_blame']['rule'] if r.get('verify_blame') else 'no rule blamed'})"
+                for r in refuted
+            )
+            if refuted
+            else ""
+        )
         + ".",
-        f"Capture time {total_cap:.1f} s in all: torch.export {export:.1f} s, functionalization {func:.1f} s, "
-        f"gawee's conversion {conv:.1f} s — gawee's share is {share:.1f}%.",
-        f"Rewriting with the default rules took {rew:.1f} s in all; the whole run took {wall / 60:.1f} min "
-        f"of wall time.",
+        f"{len(passed)}/{n} passed every check (interpreter vs eager ≤ {CAPTURE_TOLERANCE:g}, inferred types = "
+        f"recorded, rewrite verified)" + (f"; failed: {', '.join(r['model'] for r in failed)}" if failed else "") + ".",
     ]
+    ratios = [r for r in rows if r.get("verify_ratio") is not None]
+    if ratios:
+        worst = max(ratios, key=lambda r: r["verify_ratio"])
+        ok_ratios = [r for r in ratios if r.get("verify_ok")]
+        ok_worst = max(ok_ratios, key=lambda r: r["verify_ratio"]) if ok_ratios else None
+        text = (
+            f"Worst error / allowed over every compared value: {worst['verify_ratio']:.3g} "
+            f"({worst['model']}, {worst['verify_worst_distribution']} inputs)"
+        )
+        if ok_worst is not None and ok_worst is not worst:
+            text += (
+                f"; among the models that verify, {ok_worst['verify_ratio']:.3g} "
+                f"({ok_worst['model']}, {ok_worst['verify_worst_distribution']})"
+            )
+        lines.append(text + ".")
+    if captured:
+        lines.append(
+            f"Capture time {total_cap:.1f} s in all: torch.export {export:.1f} s, functionalization {func:.1f} s, "
+            f"gawee's conversion {conv:.1f} s — gawee's share is {share:.1f}%."
+        )
+    lines.append(
+        f"Rewriting with the default rules took {rew:.1f} s in all, verifying {ver:.1f} s"
+        + f"; the whole run{' (both sections)' if both else ''} took {wall / 60:.1f} min of wall time."
+    )
     if rows and any("max_rss_mb" in r for r in rows):
         big = max((r for r in rows if "max_rss_mb" in r), key=lambda r: r["max_rss_mb"])
         lines.append(f"Largest worker: {big['model']} at {big['max_rss_mb'] / 1024:.1f} GiB peak RSS.")
@@ -385,43 +576,112 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def readme_body(rows: list[dict], wall: float, command: str, jobs: int, threads: int) -> str:
-    import torch
-    import torchvision
+VERIFICATION_TEXT = (
+    "*Verification* is `gawee.equivalence.verify_rewrite`, what `gawee-rewrite optimize` runs: the traced "
+    "rewrite's result and the captured graph on four input sets (unit normal, ×10, ×100, and the soundness "
+    "harness's awkward values), every rewritten value compared with the original value it stands for "
+    "(rewrite provenance) within the dtype tolerance × max(1, max|ref|), a failing comparison judged again "
+    "against the original evaluated in float64 and locally (does the difference arise here or upstream?), "
+    "and on failure the rule blamed. *worst error / allowed* is the largest ratio over all compared values "
+    "and input sets (the input set in parentheses) of the error to the plain tolerance, or to the float64-based "
+    "allowance where the value was judged again: ≤ 1 passes outright; above 1 on a model that verifies, the "
+    "value was forgiven: recomputed from the original's values of its inputs it reproduces the original "
+    "(rounding inherited from upstream), or element by element it is no farther from the float64 truth than "
+    "the original is."
+)
 
+
+def provenance_line(command: str) -> str:
+    import torch
+
+    return (
+        f"```sh\n{command}\n```\n\nRun {datetime.date.today().isoformat()} · {source_version()} · "
+        f"torch {torch.__version__} · {_versions()}{machine()}."
+    )
+
+
+def _versions() -> str:
+    out = []
+    for m in ("torchvision", "transformers", "timm"):
+        if importlib.util.find_spec(m) is not None:
+            out.append(f"{m} {__import__(m).__version__} · ")
+    return "".join(out)
+
+
+def failures_text(rows: list[dict]) -> list[str]:
     failed = [r for r in rows if r["status"] != "ok"]
+    if not failed:
+        return []
+    return [
+        "Failures:\n\n"
+        + "\n".join(f"* **{r['model']}** ({r['stage']}): {_failure_text(r).replace(chr(10), ' ')}" for r in failed)
+    ]
+
+
+def readme_body(rows: list[dict], wall: float, command: str, jobs: int, threads: int, both: bool = False) -> str:
     parts = [
         "Every torchvision classifier (`torchvision.models.list_models(module=torchvision.models)`), random "
         "weights, batch 1, 3×224×224 (299 for inception_v3), each in its own process: capture, the reference "
         "interpreter against eager PyTorch, inferred types against the recorded ones, the cost report, "
-        "`gawee.rewrite` with the default rules and `gawee.verify_equivalent`.",
-        f"```sh\n{command}\n```",
-        f"Run {datetime.date.today().isoformat()} · {source_version()} · torch {torch.__version__} · torchvision "
-        f"{torchvision.__version__} · {machine()}.",
-        "\n".join(f"* {s}" for s in summary(rows, wall)),
+        "`gawee.rewrite` with the default rules (traced) and `gawee.equivalence.verify_rewrite`, the "
+        "verification of `gawee-rewrite optimize`. Transformers and other families: "
+        f"[{TRANSFORMERS_SECTION.removeprefix('## ')}](#model-zoo-transformers).",
+        provenance_line(command),
+        "\n".join(f"* {s}" for s in summary(rows, wall, both)),
         "Columns: nodes, FLOPs, bytes written and peak activation memory are *before → after* the default "
         "rewrite (conventions in `gawee/analysis/cost.py`: FLOPs are 2×MACs for conv/linear/matmul/attention; "
         "peak memory is live activations by liveness). Capture seconds are torch.export / functionalization "
         "(`run_decompositions({})`) / gawee's own conversion. Rewrite ms is the wall time of `gawee.rewrite` "
-        "(graph copy included; the rule set is loaded beforehand). Errors are max|out − ref| / max(1, max|ref|): "
-        "*capture error* is the interpreter against eager PyTorch, *verify error* the optimized graph against the "
-        "captured one. Each worker first captures and rewrites a tiny model, so one-time costs (torch.export's "
-        f"imports and caches) are not charged to the first model. {jobs} model(s) ran at once with {threads} torch "
-        "thread(s) each, so a model's times include contention with its neighbour (the largest models ran "
-        "together first); `engine_speed.py` has the isolated rewrite timings.",
+        "with `trace=True` (graph copy included; the rule set is loaded beforehand). Errors are "
+        "max|out − ref| / max(1, max|ref|): *capture error* is the interpreter against eager PyTorch, "
+        "*verify error* the optimized graph's outputs against the captured one's on the unit-normal inputs. "
+        + VERIFICATION_TEXT
+        + " Each worker first captures, rewrites and verifies a tiny model, so one-time costs (torch.export's "
+        f"imports and caches) are not charged to the first model. {jobs} model(s) ran at once with {threads} "
+        "torch thread(s) each, so a model's times include contention with its neighbour (the largest models "
+        "ran together first); `engine_speed.py` has the isolated rewrite timings.",
         markdown_table(HEADERS, table_rows(rows)),
+        *failures_text(rows),
     ]
-    if failed:
+    return "\n\n".join(parts)
+
+
+def transformers_body(rows: list[dict], wall: float, command: str, jobs: int, threads: int, both: bool = False) -> str:
+    missing = missing_optional()
+    parts = [
+        "Transformers and other families through the same worker as the torchvision zoo above: the `hf:` "
+        "families of `gawee.frontend.families` (small built-in configs: 2 layers, hidden 64, 16 tokens with an "
+        "attention mask padding the last quarter; random weights), timm models at their configured input size, "
+        "and torchvision's r3d_18 video classifier (16 frames of 112×112). The verification's integer inputs "
+        "(token ids, masks) are drawn the same in every input set; only the float inputs change.",
+        provenance_line(command),
+    ]
+    if missing:
         parts.append(
-            "Failures:\n\n"
-            + "\n".join(f"* **{r['model']}** ({r['stage']}): {r['message'].replace(chr(10), ' ')}" for r in failed)
+            f"**{' and '.join(missing)} not installed**: the `hf:` and `timm:` models were not run; "
+            "install them with `pip install 'gawee[transformers]'` (or `.venv/bin/pip install transformers timm`) "
+            "and rerun `python benchmarks/zoo.py --section transformers`."
         )
+    if rows:
+        parts += [
+            "\n".join(f"* {s}" for s in summary(rows, wall, both)),
+            "Columns: *nodes* before → after the default rewrite; *capture error* the interpreter against eager "
+            "PyTorch (max|out − ref| / max(1, max|ref|)); *rules fired most* the three rules with the most "
+            "firings. " + VERIFICATION_TEXT + f" {jobs} model(s) ran at once with {threads} torch thread(s) each.",
+            markdown_table(TRANSFORMER_HEADERS, transformer_rows(rows)),
+            *failures_text(rows),
+        ]
     return "\n\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", help="comma-separated torchvision names (default: all)")
+    ap.add_argument(
+        "--models", help="comma-separated models: torchvision names, hf:FAMILY, timm:NAME (default: the section's)"
+    )
+    ap.add_argument(
+        "--section", choices=SECTIONS, help="run only this section: the 80 torchvision classifiers or transformers"
+    )
     ap.add_argument("--jobs", type=int, default=2, help="models run at once (default 2)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: cores / jobs)")
     ap.add_argument(
@@ -443,15 +703,29 @@ def main(argv: list[str] | None = None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    all_names = model_names()
+    console = Console()
+    tv_names = model_names()
+    wanted = [args.section] if args.section else list(SECTIONS)
     if args.models:
         names = [n.strip() for n in args.models.split(",") if n.strip()]
-        unknown = [n for n in names if n not in all_names]
+        unknown = [n for n in names if section_of(n, tv_names) is None]
         if unknown:
-            print(f"error: not torchvision classifiers: {', '.join(unknown)}", file=sys.stderr)
+            print(f"error: not torchvision models, hf:FAMILY or timm:NAME: {', '.join(unknown)}", file=sys.stderr)
             return 2
+        names = [n for n in names if section_of(n, tv_names) in wanted]
     else:
-        names = all_names
+        names = (tv_names if "torchvision" in wanted else []) + (TRANSFORMER_MODELS if "transformers" in wanted else [])
+    missing = missing_optional()
+    if missing:
+        skip = [n for n in names if n.startswith(("hf:", "timm:"))]
+        if skip:
+            console.print(
+                f"[yellow]{' and '.join(missing)} not installed: skipping {', '.join(skip)}[/] "
+                "(pip install 'gawee[transformers]')",
+                highlight=False,
+            )
+        names = [n for n in names if n not in skip]
+    section = {n: section_of(n, tv_names) for n in names}
     jobs = max(1, args.jobs)
     threads = args.threads or max(1, cores // jobs)
     counts = param_counts(names)
@@ -460,7 +734,6 @@ def main(argv: list[str] | None = None) -> int:
     # largest first, so the memory-heavy models don't end up alone at the tail of the run
     order = sorted(names, key=lambda n: -need[n])
 
-    console = Console()
     results: dict[str, dict] = {}
     t0 = time.perf_counter()
     with Progress(
@@ -494,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{mark} {name}: {row.get('nodes_before', '—')}→{row.get('nodes_after', '—')} nodes, "
                     f"capture {cap:.1f} s, rewrite {row.get('rewrite_ms', 0):.0f} ms, "
                     f"err {fmt_err(row.get('capture_error'))}/{fmt_err(row.get('verify_error'))}, "
+                    f"verification {fmt_verification(row)} worst {fmt_ratio(row)} in {row.get('verify_s', 0):.1f} s, "
                     f"{row.get('total_s', 0):.0f} s"
                 )
                 if row["status"] != "ok":
@@ -505,15 +779,31 @@ def main(argv: list[str] | None = None) -> int:
             list(pool.map(job, order))
     wall = time.perf_counter() - t0
     rows = [results[n] for n in names]
+    tv_rows = [r for r in rows if section[r["model"]] == "torchvision"]
+    tr_rows = [r for r in rows if section[r["model"]] == "transformers"]
+    one_section = not (tv_rows and tr_rows)  # else the wall time is the whole run's, both sections
+
+    if args.json:  # first: the rows survive whatever happens below
+        args.json.write_text(json.dumps(rows, indent=1))
 
     # the terminal gets the narrow columns; the README gets all of them
-    keep = [0, 1, 3, 7, 8, 9, 10, 11]
-    table = Table(*[HEADERS[i] for i in keep], title="gawee model zoo (full table: benchmarks/README.md)")
-    for r in table_rows(rows):
-        table.add_row(*[r[i] for i in keep])
-    console.print(table)
-    for line in summary(rows, wall):
-        console.print(line, highlight=False)
+    if tv_rows:
+        keep = [0, 1, 3, 8, 9, 11, 12, 14]
+        table = Table(
+            *[HEADERS[i] for i in keep], title="gawee model zoo: torchvision (full table: benchmarks/README.md)"
+        )
+        for r in table_rows(tv_rows):
+            table.add_row(*[r[i] for i in keep])
+        console.print(table)
+        for line in summary(tv_rows, wall, not one_section):
+            console.print(line, highlight=False)
+    if tr_rows:
+        table = Table(*TRANSFORMER_HEADERS, title="gawee model zoo: transformers and other families")
+        for r in transformer_rows(tr_rows):
+            table.add_row(*r)
+        console.print(table)
+        for line in summary(tr_rows, wall, not one_section):
+            console.print(line, highlight=False)
 
     given = sys.argv[1:] if argv is None else argv
     command = (
@@ -521,11 +811,14 @@ def main(argv: list[str] | None = None) -> int:
         if not given
         else "python benchmarks/zoo.py " + " ".join(given)
     )
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
     if not args.no_readme:
-        replace_section(SECTION, readme_body(rows, wall, command, jobs, threads), args.readme)
-        console.print(f"wrote the {SECTION!r} section of {args.readme}")
+        if tv_rows:
+            replace_section(SECTION, readme_body(tv_rows, wall, command, jobs, threads, not one_section), args.readme)
+            console.print(f"wrote the {SECTION!r} section of {args.readme}")
+        if tr_rows or ("transformers" in wanted and not args.models):
+            body = transformers_body(tr_rows, wall, command, jobs, threads, not one_section)
+            replace_section(TRANSFORMERS_SECTION, body, args.readme)
+            console.print(f"wrote the {TRANSFORMERS_SECTION!r} section of {args.readme}")
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 
