@@ -137,6 +137,27 @@ def _cumsum_mlir(c):
     return c.convert(c.reduce_window(x, "add", window, [1] * x.rank, pads), out.dtype)
 
 
+def _arg_mlir(kind: str, values: bool = False):
+    """The first index of the max (min) along ``dim`` (None: of the flattened tensor): the extreme by a
+    reduce, then the smallest iota where the input equals it (or is NaN, which torch ranks highest);
+    ``values``: (extreme, index), as max_dim/min_dim return."""
+
+    def lower(c):
+        x, dim = c.x(0), c.attrs["dim"]
+        if dim is None or not x.rank:
+            x, dim = c.reshape(x, (max(1, math.prod(x.shape)),)), 0
+        d = dim % x.rank
+        m = c.reduce(x, [d], kind, keepdim=True)
+        hit = c.compare("EQ", x, m)
+        if x.dtype.is_float:
+            hit = c.ew("stablehlo.or", hit, c.compare("NE", x, x), dtype=DType.bool)
+        index = c.select(hit, c.iota(x.shape, d, DType.i64), x.shape[d])
+        index = c.reshape(c.reduce(index, [d], "min"), c.outs[-1].shape)
+        return [c.reshape(m, c.outs[0].shape), index] if values else index
+
+    return lower
+
+
 def _triangle_mlir(lower_part: bool):
     """Keep col - row <= diagonal (tril) or >= diagonal (triu), zeros elsewhere."""
 
@@ -295,6 +316,7 @@ def _arg_reduction(name, fn):
             traits=PURE,
             flops=_in_numel,
             aten=(f"aten.{name}.default",),
+            mlir=_arg_mlir("max" if name == "argmax" else "min"),
             onnx=lambda c: (
                 c.emit(
                     "ArgMax" if name == "argmax" else "ArgMin",
@@ -322,6 +344,7 @@ for _name, _fn in [("max_dim", torch.max), ("min_dim", torch.min)]:
             traits=PURE,
             flops=_in_numel,
             aten=(f"aten.{_name[:3]}.dim",),
+            mlir=_arg_mlir("max" if _name == "max_dim" else "min", values=True),
             doc="(values, indices) along dim",
         )
     )

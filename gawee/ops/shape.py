@@ -194,6 +194,27 @@ def _index_mlir(c):
     return c.index_select(merged, flat, d0)
 
 
+def _slice_scatter_v(c, x, src, dim: int, start: int, step: int):
+    """``x`` with ``x[start::step]`` along ``dim`` (as many as ``src`` has) replaced by ``src``: src
+    padded into place (interior padding step - 1) and a mask of where it lands."""
+    k = src.shape[dim]
+    if not k:
+        return x
+    low, high, interior = [0] * x.rank, [0] * x.rank, [0] * x.rank
+    low[dim], interior[dim] = start, step - 1
+    high[dim] = x.shape[dim] - start - ((k - 1) * step + 1)
+    placed = c.pad(c.convert(src, x.dtype), c.splat(0, x.dtype), low, high, interior)
+    mask = c.pad(c.splat(True, DType.bool, src.shape), c.splat(False, DType.bool), low, high, interior)
+    return c.select(mask, placed, x)
+
+
+def _select_scatter_mlir(c):
+    x, src = c.x(0), c.x(1)
+    d = c.attrs["dim"] % x.rank
+    src = c.reshape(src, (*x.shape[:d], 1, *x.shape[d + 1 :]))
+    return _slice_scatter_v(c, x, src, d, c.attrs["index"] % x.shape[d], 1)
+
+
 def _repeat_mlir(c):
     """Broadcast to (r0, s0, r1, s1, ...) and merge each pair: tile by repeats."""
     x, reps = c.x(0), c.attrs["repeats"]
@@ -734,6 +755,7 @@ move_op(
     (Operand("self"), Operand("src")),
     lambda self, src: src.to(self.dtype).expand(self.shape).clone(),
     aten=(AtenBinding("aten.copy.default", drop=frozenset({"non_blocking"})),),
+    mlir=lambda c: c.broadcast(c.convert(c.x(1), c.out.dtype), c.out.shape),
     doc="src broadcast to self's shape and cast to its dtype (self's values are not read)",
 )
 move_op(
@@ -743,6 +765,7 @@ move_op(
     attrs=(Attr("dim", "int", 0), Attr("start", "int?", None), Attr("end", "int?", None), Attr("step", "int", 1)),
     canonicalize=_slice_canon,
     aten=("aten.slice_scatter.default",),
+    mlir=lambda c: _slice_scatter_v(c, c.x(0), c.x(1), c.attrs["dim"], c.attrs["start"], c.attrs["step"]),
     doc="self with self[start:end:step] along dim replaced by src",
 )
 move_op(
@@ -751,6 +774,7 @@ move_op(
     lambda self, src, *, dim, index: torch.select_scatter(self, src, dim, index),
     attrs=(Attr("dim", "int"), Attr("index", "int")),
     aten=("aten.select_scatter.default",),
+    mlir=_select_scatter_mlir,
 )
 move_op(
     "index_put",

@@ -249,6 +249,14 @@ def test_shape_reduction_creation_and_low_precision_ops():
         b.full(shape=[2, 2], value=1.5, dtype="f32"),
         b.arange(end=5, dtype="i64"),
         b.fill(x, b.const(torch.tensor(3.0))),
+        b.argmax(x, dim=1),
+        b.argmin(x, dim=-1, keepdim=True),
+        b.argmax(x),
+        *b.max_dim(x, dim=2),
+        *b.min_dim(i, dim=0, keepdim=True),
+        b.copy(x, b.const(torch.randn(4))),
+        b.slice_scatter(x, b.const(torch.randn(2, 2, 4)), dim=1, start=0, end=3, step=2),
+        b.select_scatter(x, b.const(torch.randn(2, 4)), dim=1, index=-1),
         b.sum(h, dim=[2]),
         b.softmax(h, dim=2),
         b.layer_norm(h, None, None, normalized_shape=[4]),
@@ -283,10 +291,10 @@ def test_text_parses_and_verifies_with_iree_opt_and_keeps_weights_out_of_line(tm
 
 
 def test_op_without_lowering_names_op_and_node():
-    b = GraphBuilder("argmax")
+    b = GraphBuilder("sorting")
     x = b.input("x", "f32[2,3]")
-    graph = b.output(b.relu(b.argmax(x, dim=1, name="pick")))
-    with pytest.raises(LoweringError, match=r"op argmax has no StableHLO lowering \(node pick\)") as e:
+    graph = b.output(b.relu(b.sort(x, name="pick")[0]))
+    with pytest.raises(LoweringError, match=r"op sort has no StableHLO lowering \(node pick\)") as e:
         to_mlir(graph)
     assert "mlir=" in e.value.hint
     b = GraphBuilder("rounding")
