@@ -44,18 +44,38 @@ import gawee
 
 HERE = Path(__file__).resolve().parent
 MODELS = ["resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny", "vit_b_16"]
+TRANSFORMER_MODELS = {
+    "vit_b_16": "vit_b_16",
+    "bert": "hf:bert:layers=12,hidden=768,heads=12,seq=128",
+    "gpt2": "hf:gpt2:layers=12,hidden=768,heads=12,seq=128",
+    "swin_t": "swin_t",
+    "deit_tiny": "timm:deit_tiny_patch16_224",
+    "mixer_b16": "timm:mixer_b16_224",
+}
+"""Row name → model spec (gawee.frontend.models.resolve): BERT-base and GPT-2 (12 layers, 768 wide) at 128 tokens."""
 METHODS = {
     "eager": "eager PyTorch",
     "fx_fuse": "torch.fx fuse",
     "jit": "TorchScript freeze + optimize_for_inference",
     "inductor": "torch.compile (Inductor, freezing)",
     "ort_basic": "ONNX Runtime basic, torch.onnx export",
+    "ort_all": "ONNX Runtime all optimizations, torch.onnx export",
     "ort_gawee": "ONNX Runtime, no optimizer, gawee graph",
     "gawee": "gawee.compile",
     "gawee_dynamo": 'torch.compile(backend="gawee")',
     "gawee_iree": 'gawee.compile(backend="iree")',
 }
 log = logging.getLogger("bench")
+SUITES = {
+    "cnn": (MODELS, [m for m in METHODS if m != "ort_all"], "## Runtime", "runtime"),
+    "transformers": (
+        list(TRANSFORMER_MODELS),
+        ["eager", "inductor", "ort_all", "gawee"],
+        "## Runtime: transformers",
+        "runtime_transformers",
+    ),
+}
+"""Suite → (models, methods, README section, output file stem)."""
 
 
 @dataclass
@@ -82,54 +102,64 @@ class Result:
 
 
 # -- building each method: (model, example input) -> (callable, compile seconds) -------------
-def build_eager(model, x):
+def build_eager(model, xs):
     return model, 0.0
 
 
-def build_fx_fuse(model, x):
+def build_fx_fuse(model, xs):
     from torch.fx.experimental.optimization import fuse
 
     return _timed(lambda: fuse(model))
 
 
-def build_jit(model, x):
+def build_jit(model, xs):
     def make():
         with torch.no_grad():
-            return torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model, (x,))))
+            return torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(model, xs)))
 
     fn, seconds = _timed(make)
-    return fn, seconds + _timed(lambda: _run(fn, x))[1]  # TorchScript optimizes on the first calls
+    return fn, seconds + _timed(lambda: _run(fn, xs))[1]  # TorchScript optimizes on the first calls
 
 
-def build_inductor(model, x):
+def build_inductor(model, xs):
     import torch._inductor.config as inductor_config
 
     inductor_config.freezing = True
     inductor_config.fx_graph_cache = False
     torch._dynamo.reset()
     compiled = torch.compile(model)
-    _, seconds = _timed(lambda: _run(compiled, x))  # compilation happens on the first call
+    _, seconds = _timed(lambda: _run(compiled, xs))  # compilation happens on the first call
     return compiled, seconds
 
 
-def build_ort_basic(model, x):
+def _build_ort_export(model, xs, level: str):
     import onnxruntime as ort
 
     def make():
         path = Path(tempfile.mkdtemp(prefix="gawee-bench-")) / "model.onnx"
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(model, (x,), str(path), verbose=False)
-        return _ort_session(ort, path, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
+            torch.onnx.export(model, xs, str(path), verbose=False)
+        return _ort_session(ort, path, getattr(ort.GraphOptimizationLevel, level))
 
     return _timed(make)
 
 
-def build_ort_gawee(model, x):
+def build_ort_basic(model, xs):
+    return _build_ort_export(model, xs, "ORT_ENABLE_BASIC")
+
+
+def build_ort_all(model, xs):
+    """All of ORT's graph optimizations (its transformer fusions included: Attention, SkipLayerNorm,
+    BiasGelu, FastGelu, MatMul+Add...), on the same torch.onnx export."""
+    return _build_ort_export(model, xs, "ORT_ENABLE_ALL")
+
+
+def build_ort_gawee(model, xs):
     import onnxruntime as ort
 
     def make():
-        graph, _ = gawee.rewrite(gawee.capture(model, (x,)))
+        graph, _ = gawee.rewrite(gawee.capture(model, xs))
         path = Path(tempfile.mkdtemp(prefix="gawee-bench-")) / "model.onnx"
         gawee.to_onnx(graph, path)
         return _ort_session(ort, path, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
@@ -137,21 +167,21 @@ def build_ort_gawee(model, x):
     return _timed(make)
 
 
-def build_gawee(model, x):
-    module, seconds = _timed(lambda: gawee.compile(model, (x,)))
+def build_gawee(model, xs):
+    module, seconds = _timed(lambda: gawee.compile(model, xs))
     log.info("  gawee: %s", module.gawee_report)
     module.flops = gawee.cost(module.gawee_report.graph).flops
     return module, seconds
 
 
-def build_gawee_dynamo(model, x):
+def build_gawee_dynamo(model, xs):
     compiled = torch.compile(model, backend="gawee")
-    _, seconds = _timed(lambda: _run(compiled, x))  # dynamo captures and calls the backend on the first call
+    _, seconds = _timed(lambda: _run(compiled, xs))  # dynamo captures and calls the backend on the first call
     return compiled, seconds
 
 
-def build_gawee_iree(model, x):
-    module, seconds = _timed(lambda: gawee.compile(model, (x,), backend="iree"))
+def build_gawee_iree(model, xs):
+    module, seconds = _timed(lambda: gawee.compile(model, xs, backend="iree"))
     log.info("  gawee iree: %s", module.gawee_report)
     return module, seconds
 
@@ -162,6 +192,7 @@ BUILDERS: dict[str, Callable] = {
     "jit": build_jit,
     "inductor": build_inductor,
     "ort_basic": build_ort_basic,
+    "ort_all": build_ort_all,
     "ort_gawee": build_ort_gawee,
     "gawee": build_gawee,
     "gawee_dynamo": build_gawee_dynamo,
@@ -174,8 +205,8 @@ def _ort_session(ort, path: Path, level):
     options.graph_optimization_level = level
     options.intra_op_num_threads = torch.get_num_threads()
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return lambda x: torch.from_numpy(session.run(None, {name: x.numpy()})[0])
+    names = [i.name for i in session.get_inputs()]
+    return lambda *xs: torch.from_numpy(session.run(None, dict(zip(names, (x.numpy() for x in xs))))[0])
 
 
 def _timed(make):
@@ -184,9 +215,9 @@ def _timed(make):
     return out, time.perf_counter() - t0
 
 
-def _run(fn, x):
+def _run(fn, xs):
     with torch.no_grad():
-        out = fn(x)
+        out = fn(*xs)
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
@@ -195,14 +226,24 @@ RELATIVE_TOLERANCE = 1e-4
 """Outputs match eager when max |out - eager| <= this x max |eager| (random-weight outputs can be tiny)."""
 
 
-def make_model(name: str) -> torch.nn.Module:
-    """A torchvision model with seeded random weights, made to look trained where initialization is
-    degenerate: weight matrices initialized to zero (ViT's head) get small random values, so that the
-    output check compares something, and normalization layers get random affine parameters and
-    statistics — at initialization batch norm is the identity, which would let an exporter drop
-    all-zero biases after folding and make the graphs unlike those of trained models."""
+def make_model(name: str, batch: int) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A model with seeded random weights and its input for ``batch``: a torchvision classifier on a
+    224×224 image, or a spec (``TRANSFORMER_MODELS``; gawee.frontend.models.resolve: Hugging Face
+    text models get token ids and an attention mask). Weights are made to look trained where
+    initialization is degenerate: weight matrices initialized to zero (ViT's head) get small random
+    values, so that the output check compares something, and normalization layers get random affine
+    parameters and statistics — at initialization batch norm is the identity, which would let an
+    exporter drop all-zero biases after folding and make the graphs unlike those of trained models."""
+    spec = TRANSFORMER_MODELS.get(name, name)
     torch.manual_seed(0)
-    model = torchvision.models.get_model(name, weights=None).eval()
+    if spec.startswith(("hf:", "timm:")):
+        from gawee.frontend.models import resolve
+
+        source = resolve(spec, batch=batch, seed=0)
+        model, xs = source.module.eval(), tuple(source.example_inputs)
+    else:
+        model = torchvision.models.get_model(spec, weights=None).eval()
+        xs = (torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1)),)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() >= 2 and not p.any():
@@ -214,7 +255,7 @@ def make_model(name: str) -> torch.nn.Module:
             if isinstance(m, torch.nn.BatchNorm2d):
                 m.running_mean.normal_(0, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
-    return model
+    return model, xs
 
 
 class CpuMeter:
@@ -271,8 +312,7 @@ def bench_config(
     name: str, batch: int, methods: list[str], reps: int, warmup: int, passes: int, quiet: Quiet
 ) -> list[Result]:
     wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
-    model = make_model(name)
-    x = torch.randn(batch, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    model, x = make_model(name, batch)
     reference = _run(model, x)
     scale = reference.abs().max().item() or 1.0
     results, runners = [], {}
@@ -338,7 +378,7 @@ def warm_up_toolchains(methods: list[str]) -> float:
     x = torch.randn(1, 3, 8, 8)
     for method in methods:
         try:
-            _run(BUILDERS[method](tiny, x)[0], x)
+            _run(BUILDERS[method](tiny, (x,))[0], (x,))
         except Exception as e:  # reported again, per model, if it matters
             log.warning("warm-up of %s failed: %s", method, e)
     return time.perf_counter() - t0
@@ -372,7 +412,10 @@ def markdown(results: list[Result], meta: dict) -> str:
         eager = index[(model, batch, "eager")].latency_ms if (model, batch, "eager") in index else None
         cells = []
         for m in methods:
-            r = index[(model, batch, m)]
+            r = index.get((model, batch, m))
+            if r is None:
+                cells.append("–")
+                continue
             if r.latency_ms is None:
                 cells.append("failed")
                 continue
@@ -463,6 +506,60 @@ def targets(results: list[Result]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def transformer_targets(results: list[Result]) -> str:
+    """Issue 11's targets, per row: gawee.compile at least as fast as the faster of Inductor (freezing) and
+    ONNX Runtime (all optimizations), outputs equal to eager, compile time at most a third of Inductor's."""
+    index = {(r.model, r.batch, r.method): r for r in results}
+    lines = []
+    met = total = 0
+    for model, batch in dict.fromkeys((r.model, r.batch) for r in results):
+        fast = index.get((model, batch, "gawee"))
+        rivals = [index.get((model, batch, m)) for m in ("inductor", "ort_all")]
+        rivals = [r for r in rivals if r and r.ok and r.latency_ms]
+        if not fast or not fast.latency_ms or not rivals:
+            continue
+        best = min(rivals, key=lambda r: r.latency_ms)
+        ratio = best.latency_ms / fast.latency_ms
+        inductor = index.get((model, batch, "inductor"))
+        compile_ok = inductor is None or not inductor.compile_s or (fast.compile_s or 0) <= inductor.compile_s / 3
+        ok = ratio >= 1 and fast.ok and compile_ok
+        total += 1
+        met += ok
+        comp = (
+            f"compile {fast.compile_s:.1f} s vs Inductor's {inductor.compile_s:.1f} s"
+            if inductor and inductor.compile_s
+            else f"compile {fast.compile_s:.1f} s"
+        )
+        lines.append(
+            f"- {model} b{batch}: gawee.compile {fast.latency_ms:.1f} ms vs {METHODS[best.method]} "
+            f"{best.latency_ms:.1f} ms ({ratio:.3f}×){'' if fast.ok else ', outputs differ'}, {comp} — "
+            f"{'**met**' if ok else '**not met**'}."
+        )
+    if total:
+        lines.insert(0, f"- Rows meeting all three targets: {met} of {total}.")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def transformers_section(table: str, checks: str, command: str) -> str:
+    return (
+        "Produced by `make bench` (its transformers suite), i.e.\n\n"
+        f"```sh\n{command}\n```\n\n"
+        "Random weights; BERT-base and GPT-2 are 12 layers, 768 wide, 12 heads, 128 tokens (token ids and an "
+        "attention mask whose last quarter is padding, `hf:bert:layers=12,hidden=768,heads=12,seq=128`); "
+        "vit_b_16 and swin_t from torchvision, deit_tiny_patch16_224 and mixer_b16_224 from timm, 224×224 "
+        "images. Columns: **eager PyTorch**; **Inductor**: `torch.compile(model)` with "
+        "`torch._inductor.config.freezing = True`, fresh cache; **ONNX Runtime all optimizations**: "
+        "`torch.onnx.export(model)` run with `ORT_ENABLE_ALL` (its transformer fusions included); "
+        "**gawee.compile**: capture, bundled rules (Q/K/V fused into one linear, GELU/SiLU recognized, "
+        "activations fused into the linear before them), verification, `to_torch`, where each linear shape "
+        "runs on the kernel measured fastest at compile time (torch's GEMM, MKL's packed sgemm or oneDNN's "
+        "prepacked linear with the activation as a post-op; `gawee.backend.kernels`). Compile time is wall "
+        "time from the model to a callable, first call included for Inductor.\n\n"
+        f"{table}\n![speedup over eager](runtime.png)\n\n"
+        f"### Targets (computed from the table)\n\n{checks}"
+    )
+
+
 def chart(results: list[Result], path: Path) -> None:
     import matplotlib
 
@@ -519,9 +616,21 @@ def readme_section(table: str, checks: str, command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated torchvision model names")
+    p.add_argument(
+        "--suite",
+        choices=[*SUITES, "all"],
+        default="all",
+        help="cnn: torchvision CNNs and ViT, every method (## Runtime); transformers: "
+        + ", ".join(TRANSFORMER_MODELS)
+        + " against Inductor and ONNX Runtime (## Runtime: transformers); all: both, one after the other",
+    )
+    p.add_argument(
+        "--models",
+        help="comma-separated torchvision names, row names of the transformers suite or model specs "
+        "(hf:..., timm:...); default: the suite's",
+    )
     p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    p.add_argument("--methods", help="comma-separated, from: " + ", ".join(METHODS) + "; default: the suite's")
     p.add_argument("--reps", type=int, default=20, help="timed runs per method (median reported)")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per method before timing")
     p.add_argument(
@@ -555,30 +664,42 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     log.setLevel(logging.INFO)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.jit's deprecation notices
-    methods = [m for m in args.methods.split(",") if m]
-    if "eager" not in methods:
-        methods.insert(0, "eager")
-    unknown = set(methods) - set(METHODS)
-    if unknown:
-        p.error(f"unknown methods {sorted(unknown)}")
+    suites = list(SUITES) if args.suite == "all" else [args.suite]
+    if len(suites) > 1 and (args.models or args.methods or args.from_json):
+        p.error("--models, --methods and --from-json apply to one suite: add --suite cnn or --suite transformers")
     args.out.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/bench_runtime.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    for suite in suites:
+        models, methods, heading, stem = SUITES[suite]
+        models = args.models.split(",") if args.models else models
+        methods = [m for m in args.methods.split(",") if m] if args.methods else list(methods)
+        if "eager" not in methods:
+            methods.insert(0, "eager")
+        unknown = set(methods) - set(METHODS)
+        if unknown:
+            p.error(f"unknown methods {sorted(unknown)}")
+        run_suite(suite, models, methods, heading, stem, args, quiet, command.strip())
+    return 0
+
+
+def run_suite(suite, models, methods, heading, stem, args, quiet, command) -> None:
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
         meta, results = saved["meta"], [Result(**r) for r in saved["results"]]
     else:
-        command = "python benchmarks/bench_runtime.py " + " ".join(argv if argv is not None else sys.argv[1:])
         meta = {
+            "suite": suite,
             "reps": args.reps,
             "warmup": args.warmup,
             "passes": args.passes,
             "machine": machine(),
             "max_foreign": quiet.max_foreign,
-            "command": command.strip(),
+            "command": command,
             "date": time.strftime("%Y-%m-%d %H:%M"),
         }
         meta["warm_up_s"] = warm_up_toolchains(methods)
         results = []
-        for name in args.models.split(","):
+        for name in models:
             for batch in (int(b) for b in args.batches.split(",")):
                 results += bench_config(name, batch, methods, args.reps, args.warmup, args.passes, quiet)
                 for r in results[-len(methods) :]:
@@ -589,18 +710,20 @@ def main(argv: list[str] | None = None) -> int:
                         f"{r.compile_s:.2f}" if r.compile_s is not None else "-",
                         r.error,
                     )
-        (args.out / "runtime.json").write_text(
+        (args.out / f"{stem}.json").write_text(
             json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=1)
         )
-    table, checks = markdown(results, meta), targets(results)
-    (args.out / "runtime.md").write_text("# Runtime\n\n" + table + "\n## Targets\n\n" + checks)
-    chart(results, args.out / "runtime.png")
+    transformers = meta.get("suite") == "transformers"
+    table = markdown(results, meta)
+    checks = transformer_targets(results) if transformers else targets(results)
+    (args.out / f"{stem}.md").write_text(f"# {heading[3:]}\n\n" + table + "\n## Targets\n\n" + checks)
+    chart(results, args.out / f"{stem}.png")
     if args.readme:
         command = meta.get("command", "python benchmarks/bench_runtime.py --readme")
-        replace_section("## Runtime", readme_section(table, checks, command))
+        section = (transformers_section if transformers else readme_section)(table, checks, command)
+        replace_section(heading, section.replace("runtime.png", f"{stem}.png"))
     print(table)
     print(checks)
-    return 0
 
 
 if __name__ == "__main__":

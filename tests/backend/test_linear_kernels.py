@@ -1,0 +1,166 @@
+"""linear's fused activation: the fuse rules are sound, and gawee.compile runs the kernel it measured fastest.
+
+The kernel a linear runs on is chosen by timing the candidates on this machine, so the tests never
+assume which one wins: they check that the choice is recorded, is the fastest of what was measured,
+and is the kernel the generated fx code actually calls.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import gawee
+from gawee.backend import kernels
+from gawee.backend.torch_backend import TorchOptions
+from gawee.errors import GaweeError
+from gawee.frontend.models import resolve
+from gawee.testing import check_rule
+
+ROOT = Path(__file__).resolve().parents[2]
+LINEAR_ACT_RULES = [
+    "fuse_linear_relu",
+    "fuse_linear_gelu",
+    "fuse_linear_gelu_tanh",
+    "fuse_linear_silu",
+    "fuse_linear_tanh",
+]
+
+KERNEL_TARGETS = {
+    "aten": torch.nn.functional.linear,
+    "mkl": torch.ops.mkl._mkl_linear.default,
+    "onednn": torch.ops.mkldnn._linear_pointwise.default,
+}
+
+
+def test_fuse_linear_gelu_passes_the_harness_cli():
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "gawee-rewrite"),
+            "check",
+            "rules/3-fuse.rules",
+            "--rule",
+            "fuse_linear_gelu",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "fuse_linear_gelu" in done.stdout and "sound" in done.stdout and "UNSOUND" not in done.stdout
+
+
+def test_every_linear_act_rule_fuses_in_the_bundled_rules():
+    """Their soundness runs in tests/test_rule_soundness.py with every bundled rule; here: they are bundled,
+    fire, and give the linear the activation they name."""
+    names = {r.name for r in gawee.default_rules().rules}
+    assert set(LINEAR_ACT_RULES) <= names
+    acts = {
+        torch.nn.ReLU(): "relu",
+        torch.nn.GELU(): "gelu",
+        torch.nn.GELU("tanh"): "gelu_tanh",
+        torch.nn.SiLU(): "silu",
+        torch.nn.Tanh(): "tanh",
+    }
+    model = torch.nn.Sequential(*(m for act in acts for m in (torch.nn.Linear(4, 4), act))).eval()
+    graph, _ = gawee.rewrite(gawee.capture(model, (torch.randn(2, 4),)))
+    assert [n.attrs["act"] for n in graph if n.op == "linear"] == list(acts.values())
+    assert len(graph) == len(acts)
+
+
+def test_the_harness_catches_a_wrong_linear_act_fusion():
+    """The exact GELU fused as the tanh approximation: close, not equal — the harness must say so."""
+    wrong = gawee.load_rules_text(
+        'rule wrong_gelu: linear(x, w, b, act=none) |> gelu(approximate="none") => linear(x, w, b, act="gelu_tanh")'
+    ).rules[0]
+    assert check_rule(wrong, examples=200).verdict == "UNSOUND"
+
+
+@pytest.fixture(scope="module")
+def small_bert():
+    source = resolve("hf:bert")
+    return source.module, source.example_inputs
+
+
+def _linear_calls(module):
+    return [n for n in module.graph.nodes if n.op == "call_function" and n.target in KERNEL_TARGETS.values()]
+
+
+def test_compiled_bert_equals_eager_and_runs_the_measured_kernels(small_bert):
+    model, inputs = small_bert
+    module = gawee.compile(model, inputs)
+    report = module.gawee_report
+    with torch.no_grad():
+        expected, got = model(*inputs), module(*inputs)
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+
+    linears = [n for n in report.optimized if n.op == "linear"]
+    assert any(n.attrs["act"] == "gelu" for n in linears), "the FFN's GELU is fused into its linear"
+    assert not any(n.op == "gelu" for n in report.optimized)
+    # every linear is covered by a recorded, measured choice, and the choice is the fastest measured
+    assert sum(c.nodes for c in report.kernels) == len(linears)
+    for choice in report.kernels:
+        assert set(choice.ms) >= {"aten"} and choice.kernel in choice.ms
+        assert choice.ms[choice.kernel] == min(choice.ms.values())
+    assert "kernels" in str(report) and report.kernel_seconds >= 0
+    # the fx code calls exactly the chosen kernels, as many times as the choices say
+    calls = _linear_calls(module)
+    assert len(calls) == len(linears)
+    for kernel, target in KERNEL_TARGETS.items():
+        want = sum(c.nodes for c in report.kernels if c.kernel == kernel)
+        assert sum(n.target is target for n in calls) == want, kernel
+    gelu = next(c for c in report.kernels if c.act == "gelu")
+    fused = [n for n in calls if n.target is KERNEL_TARGETS[gelu.kernel]]
+    if gelu.kernel == "onednn":  # the activation is oneDNN's post-op
+        assert any("gelu" in n.args for n in fused)
+    else:  # GEMM, then GELU in place on its output
+        assert any(u.target is torch.ops.aten.gelu_.default for n in fused for u in n.users)
+
+
+@pytest.mark.parametrize("kernel", kernels.LINEAR_KERNELS)
+def test_each_forced_kernel_equals_eager(small_bert, kernel):
+    model, inputs = small_bert
+    if kernel not in kernels.linear_candidates("gelu", gawee.DType.f32):
+        pytest.skip(f"{kernel} is not available in this torch build")
+    module = gawee.compile(model, inputs, options=TorchOptions(linear_kernel=kernel))
+    with torch.no_grad():
+        expected, got = model(*inputs), module(*inputs)
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4 * expected.abs().max().item())
+    calls = _linear_calls(module)
+    assert calls and all(n.target is KERNEL_TARGETS[kernel] for n in calls)
+    assert {c.kernel for c in module.gawee_report.kernels} == {kernel}
+    assert all(not c.ms for c in module.gawee_report.kernels), "forced, not measured"
+
+
+def test_measured_choice_is_cached_per_shape():
+    first = kernels.measure_linear(8, 16, 24, True, "relu", min_rounds=2, budget_s=0.0)
+    assert kernels.measure_linear(8, 16, 24, True, "relu", min_rounds=2, budget_s=0.0) is first
+    assert first.kernel == min(first.ms, key=first.ms.get)
+
+
+def test_linear_activation_runs_in_every_dtype_and_rank():
+    """f64 takes torch's GEMM (the packed kernels are float32-only); N-d and 2-D inputs, with and without bias."""
+    for dtype, bias, shape in (
+        (torch.float32, True, (2, 3, 6)),
+        (torch.float32, False, (3, 6)),
+        (torch.float64, True, (3, 6)),
+        (torch.float64, False, (2, 3, 6)),
+    ):
+        m = torch.nn.Sequential(torch.nn.Linear(6, 5, bias=bias), torch.nn.SiLU()).to(dtype).eval()
+        x = torch.randn(*shape, dtype=dtype)
+        module = gawee.compile(m, (x,))
+        assert [n.attrs["act"] for n in module.gawee_report.optimized if n.op == "linear"] == ["silu"]
+        with torch.no_grad():
+            torch.testing.assert_close(module(x), m(x), rtol=1e-5, atol=1e-6)
+        if dtype == torch.float64:
+            assert {c.kernel for c in module.gawee_report.kernels} <= {"aten"}
+
+
+def test_unknown_linear_kernel_is_a_typed_error():
+    m = torch.nn.Linear(4, 3).eval()
+    with pytest.raises(GaweeError, match="unknown linear kernel") as e:
+        gawee.to_torch(gawee.capture(m, (torch.randn(2, 4),)), TorchOptions(linear_kernel="blas"))
+    assert "measure" in str(e.value.hint)
