@@ -20,6 +20,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Model zoo (benchmarks/README.md, ## Model zoo and ## Model zoo: transformers); e.g. make zoo ZOO_ARGS="--section transformers"
 zoo: $(STAMP)
 	$(PY) benchmarks/zoo.py $(ZOO_ARGS)
 
