@@ -131,15 +131,16 @@ class TorchLowering:
     def can_overwrite(self, index: int) -> bool:
         """Whether this node may write its result into operand ``index``'s storage: the operand is dead
         after this node (:meth:`is_last_use`), has the result's shape and dtype, is no other operand of
-        this node, and owns its memory — it was computed by an elementwise op or a convolution, whose
-        lowerings always allocate (a view, or an op that may return its input, could alias a live tensor)."""
+        this node, and owns its memory — it was computed by an elementwise op, a convolution or a linear,
+        whose lowerings always allocate (a view, or an op that may return its input, could alias a live
+        tensor; a linear's N-d result is a view of the matrix its GEMM allocated, which nothing else holds)."""
         value = self.node.inputs[index]
         if not self.is_last_use(index) or not value.type.same_shape_dtype(self.node.outputs[0].type):
             return False
         if any(v is value for i, v in enumerate(self.node.inputs) if i != index):
             return False
         producer = value.producer
-        return producer.op == "conv2d" or get_op(producer.op).has_trait("elementwise")
+        return producer.op in ("conv2d", "linear") or get_op(producer.op).has_trait("elementwise")
 
     # -- emitting code -------------------------------------------------------------
     def call(self, target: Callable, *args: Any, **kwargs: Any) -> torch.fx.Node:
