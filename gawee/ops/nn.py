@@ -918,7 +918,8 @@ def _mm_sample(batched: bool, extra: bool):
         types = [a, b]
         if extra:
             out = TensorType((*batch, a.shape[-2], b.shape[-1]), a.dtype)
-            types.insert(0, c if isinstance(c, TensorType) else S.broadcast_partner(draw, out))
+            bias = TensorType(out.shape[-1:], out.dtype)  # the usual addmm(bias, x, w): one per output column
+            types.insert(0, c if isinstance(c, TensorType) else draw.choice([bias, S.broadcast_partner(draw, out)]))
             attrs = {"beta": draw.choice([1, 1, 0, 0.5]), "alpha": draw.choice([1, 1, 2.0]), **attrs}
         return types, attrs
 

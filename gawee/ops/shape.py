@@ -243,7 +243,20 @@ def unary_sample(draw_attrs=None, min_rank: int = 0, free=None):
 
 def _draw_reshape(draw, x, attrs):
     dims = list(x.shape)
-    kind = draw.choice(["flat", "same", "merge", "split", "ones", "any", "same_rank", "same_rank"])
+    kinds = ["flat", "same", "merge", "split", "ones", "any", "same_rank", "same_rank"] + ["matrix", "seen"] * 2
+    kind = draw.choice(kinds)
+    if kind == "matrix" and len(dims) >= 2:  # all but the last dim flattened (what a linear layer is fed)
+        return {"shape": (x.numel // dims[-1] if dims[-1] else 0, dims[-1])}
+    if kind == "seen":  # the shape of another tensor of the example, its last dim fitted (unflattening)
+        seen = [tuple(t) for t in getattr(draw, "shapes", ()) if t and tuple(t) != tuple(dims)]
+        fits = [
+            (*t[:-1], x.numel // math.prod(t[:-1]))
+            for t in seen
+            if math.prod(t[:-1]) and not x.numel % math.prod(t[:-1])
+        ]
+        if fits:  # mostly the highest-rank one: unflattening back to the shape a matrix came from
+            fits.sort(key=len, reverse=True)
+            return {"shape": fits[0] if draw.boolean(0.7) else draw.choice(fits)}
     if kind in ("any", "same_rank"):  # any factorization: same-rank reshapes that move elements included
         rank = x.rank if kind == "same_rank" else draw.integers(0, 4)
         shape = S.factor_shape(draw, x.numel, rank)

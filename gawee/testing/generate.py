@@ -59,6 +59,8 @@ class DataDraw:
         self._data = data
         self._st = st
         self.dtype = dtype
+        self.shapes: list[tuple[int, ...]] = []
+        """Shapes of the example's tensors so far (a reshape may draw one of them: unflattening)."""
 
     def integers(self, lo: int, hi: int) -> int:
         return self._data.draw(self._st.integers(lo, hi))
@@ -124,9 +126,10 @@ def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = Fals
         )
     elif style == "positive":
         x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 + 0.05
-    elif style in ("special", "special1", "extreme", "extreme1"):
+    elif style in ("special", "special1", "extreme", "extreme1", "nonfinite1"):
         finite = style.startswith("extreme") or not nonfinite
-        pool = torch.tensor(special_values(t.dtype, finite=finite), dtype=torch.float64)
+        values = NONFINITE if style == "nonfinite1" and nonfinite else special_values(t.dtype, finite=finite)
+        pool = torch.tensor(values, dtype=torch.float64)
         if style.endswith("1"):  # one value everywhere (a scalar constant, an all-equal bias)
             x = pool[torch.randint(0, len(pool), (), generator=gen)].expand(t.shape).clone()
         else:  # each element special or ordinary
@@ -145,13 +148,18 @@ def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = Fals
 
 
 def special_values(dtype: DType, finite: bool = False) -> list[float]:
-    """Values a constant may hold that break rewrites assuming ordinary numbers: the dtype's largest
-    finite values (and half of it: sums overflow), its smallest normal and a subnormal, signed zeros,
-    and (unless ``finite``) inf, -inf and nan. The huge ones are listed twice: they matter most."""
+    """Values a constant may hold that break rewrites assuming ordinary numbers: huge ones, the dtype's
+    smallest normal and a subnormal, signed zeros, 1/eps, and (unless ``finite``) inf, -inf and nan.
+
+    Huge is max^(3/4) and sqrt(max) of the dtype (7.6e28 and 1.8e19 for f32, 4096 and 256 for f16):
+    huge enough to swamp ordinary values (x + c == c) and to overflow products, with headroom below
+    max, so that a fold that is exact in real arithmetic is not blamed for an intermediate overflow
+    at max itself (a conv over weights of 1.7e38 scaled by 1.5: the original's sum stays finite,
+    the folded one's does not). The huge ones are listed twice: they matter most."""
     # f64 gets float32's extremes: where an f64 original overflows, the harness has no wider truth to
     # tell a rewrite that avoids the overflow (more accurate) from a wrong one
     fi = torch.finfo(dtype.torch if dtype.is_float and dtype is not DType.f64 else torch.float32)
-    big = [fi.max, -fi.max, fi.max / 2, -fi.max / 2]
+    big = [fi.max**0.75, -(fi.max**0.75), fi.max**0.5, -(fi.max**0.5)]
     out = big + big + [fi.tiny, -fi.tiny, fi.tiny / 4, 0.0, -0.0, 1 / fi.eps]
     return out if finite else out + NONFINITE + NONFINITE
 
@@ -421,6 +429,7 @@ class Generator:
             raise S.Reject("multi-output node")
         else:
             out = node.outputs[0]
+        self.draw.shapes += [v.type.shape for v in [*node.inputs, out] if v is not None]
         if m.bind is not None:
             self.env[m.bind] = out
         self.bind_canonical(m, node.attrs)
@@ -554,7 +563,7 @@ class Generator:
         elif not constant:
             style = self.draw.choice(STYLES)
         elif name in self.hints.finite:
-            style = self.draw.choice(FINITE_STYLES) if self.draw.boolean(0.9) else "special1"
+            style = self.draw.choice(FINITE_STYLES) if self.draw.boolean(0.9) else "nonfinite1"
         elif hinted_value and self.draw.boolean(0.8):
             style = "value:" + repr(self.draw.choice(hinted_value))
         else:
@@ -617,7 +626,9 @@ def generate(rule: Rule, data, hints: Hints | None = None) -> Example:
     # that guards naming shapes, ranks or dtypes (`x.rank == 4 and w.shape[2] == 1`) hold on most draws.
     found: Example | None = None
     reason = ""
-    for i in range(GUARD_TRIES):
+    # half of the steered draws look further (rare guards); the choice is data, so replays are exact
+    tries = GUARD_TRIES * (4 if draw.boolean(0.5) else 1)
+    for i in range(tries):
         try:
             found = Generator(rule, draw if i == 0 else drawer(), hints).example()
         except S.Reject as e:
