@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 import torchvision
-from readme import cpu_name, replace_section
+from readme import cpu_name, replace_section, source_version
 
 import gawee
 
@@ -438,6 +438,11 @@ def markdown(results: list[Result], meta: dict) -> str:
         f"{meta['machine']['onnxruntime']}. *busy elsewhere*: CPU cores other processes used while the row "
         f"was timed (timings wait for, and are retaken above, {meta['max_foreign']:.2f} cores)."
     )
+    if meta.get("gawee"):
+        start, end = meta["machine"].get("load_average"), meta.get("load_average_end")
+        load = f" · load average {start[0]:.2f} at the start" if start else ""
+        load += f", {end[0]:.2f} at the end" if end else ""
+        head = f"Run {meta['date']} · {meta['gawee']}{load}. " + head
     return "\n".join([head, "", *lines, "", *notes]).rstrip() + "\n"
 
 
@@ -696,6 +701,7 @@ def run_suite(suite, models, methods, heading, stem, args, quiet, command) -> No
             "max_foreign": quiet.max_foreign,
             "command": command,
             "date": time.strftime("%Y-%m-%d %H:%M"),
+            "gawee": source_version(),
         }
         meta["warm_up_s"] = warm_up_toolchains(methods)
         results = []
@@ -710,6 +716,7 @@ def run_suite(suite, models, methods, heading, stem, args, quiet, command) -> No
                         f"{r.compile_s:.2f}" if r.compile_s is not None else "-",
                         r.error,
                     )
+        meta["load_average_end"] = os.getloadavg()
         (args.out / f"{stem}.json").write_text(
             json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=1)
         )
