@@ -581,7 +581,8 @@ class Generator:
             if style.startswith("value:"):  # the value the guard asks for (`all_equal(c, 0.5)`)
                 data = torch.full(t.shape, float(style[6:]), dtype=torch.float64).to(t.dtype.torch)
             else:  # constants are not tamed: weights can be huge, tiny, inf or nan (see special_values)
-                data = fill(t, style, gen, nonfinite=True)
+                tame = name in self.hints.finite and style != "nonfinite1"  # finite(c): no inf/nan, but 1 in 10
+                data = fill(t, style, gen, nonfinite=not tame)
             value = self.graph.constant(data, base)
         else:
             value = self.graph.add_input(t, base)
