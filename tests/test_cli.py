@@ -61,7 +61,7 @@ def test_factory_without_callable(capsys, tmp_path):
 def test_explain_command(capsys):
     code, out, _ = run_cli(capsys, "explain", "resnet18", "conv2d_1")
     assert code == 0
-    assert "fold_conv_bn (rules/2-fold.rules:5)" in out and "via its user batch_norm_1" in out
+    assert "fold_conv_bn (rules/2-fold.rules:6)" in out and "via its user batch_norm_1" in out
     code, out, _ = run_cli(capsys, "explain", "resnet18", "max_pool2d", "--after", "--json")
     doc = json.loads(out)
     assert code == 0 and doc["op"] == "max_pool2d"

@@ -430,6 +430,9 @@ class Generator:
         else:
             out = node.outputs[0]
         self.draw.shapes += [v.type.shape for v in [*node.inputs, out] if v is not None]
+        want = self.hints.ranks.get(m.bind) if m.bind is not None else None
+        if want is not None and out.type.rank != want and self.steer:
+            raise S.Reject(f"the guard wants {m.bind}.rank == {want}")  # a node's rank follows its operands: redraw
         if m.bind is not None:
             self.env[m.bind] = out
         self.bind_canonical(m, node.attrs)

@@ -27,7 +27,7 @@ import torch
 
 from gawee.dsl.compiler import Rule
 from gawee.dsl.library import GuardFailed
-from gawee.equivalence import TOLERANCE, output_error
+from gawee.equivalence import TOLERANCE, no_farther, output_error
 from gawee.errors import GaweeError, RewriteError
 from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
@@ -235,11 +235,7 @@ def _no_worse(ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor | None, 
     float64 is finite), in some elements while others overflow in both, is not wrong."""
     if truth is None or not got.is_floating_point() or got.shape != truth.shape or ref.shape != got.shape:
         return False
-    r, g = ref.double(), got.double()
-    agree = (r == g) | (torch.isnan(r) & torch.isnan(g)) | ((r - g).abs() <= allowed)
-    ref_err = (r - truth).abs().nan_to_num(nan=float("inf"))
-    no_farther = (g - truth).abs() <= ref_err + allowed
-    return bool((agree | no_farther).all())
+    return no_farther(ref, got, truth, allowed)
 
 
 def _inputs(rule: Rule, ex: Example) -> list[torch.Tensor] | None:

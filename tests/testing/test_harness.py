@@ -101,6 +101,11 @@ def test_a_rewrite_that_avoids_an_overflow_of_the_original_is_not_flagged():
     assert _no_worse(ref, better, truth, allowed=0.5)
     assert not _no_worse(ref, torch.tensor([-40960.0, float("inf"), 4.0], dtype=torch.float16), truth, allowed=0.5)
     assert not _no_worse(ref, better, None, allowed=0.5)
+    # nan in the original where the truth is -inf (inf + -inf after an f16 overflow), -inf in the rewrite
+    nan_ref = torch.tensor([float("nan"), 1.0], dtype=torch.float16)
+    exact = torch.tensor([float("-inf"), 1.0], dtype=torch.float64)
+    assert _no_worse(nan_ref, torch.tensor([float("-inf"), 1.0], dtype=torch.float16), exact, allowed=0.5)
+    assert not _no_worse(nan_ref, torch.tensor([float("inf"), 1.0], dtype=torch.float16), exact, allowed=0.5)
 
 
 def test_the_hint_counts_every_false_conjunct():
