@@ -299,10 +299,12 @@ def param_counts(names: list[str]) -> dict[str, int]:
 
 
 def memory_estimate_mb(params: int) -> float:
-    """Peak RSS of one worker: ~1 GB of torch + 2.5 copies of the float32 weights (the module's,
-    shared with the captured graph, and the folded constants of the rewritten graph). Measured:
-    regnet_y_128gf (645 M parameters) 5.5 GiB, vit_h_14 (633 M, little to fold) 3.1 GiB."""
-    return 1000 + 2.5 * params * 4 / 2**20
+    """Peak RSS of one worker: ~1 GB of torch + 4.5 copies of the float32 weights (the module's,
+    shared with the captured graph; the folded constants of the rewritten graph; and, when
+    verify_rewrite judges a value again against the original in float64, a float64 copy of the
+    original's weights). Measured with verify_rewrite: regnet_y_128gf (645 M parameters) 11.5 GiB;
+    vit_h_14 (633 M, little to fold, no float64 run needed) 4.7 GiB."""
+    return 1000 + 4.5 * params * 4 / 2**20
 
 
 class MemoryGate:
@@ -506,7 +508,8 @@ def _failure_text(r: dict) -> str:
 
 
 def summary(rows: list[dict], wall: float, both: bool = False) -> list[str]:
-    """Summary lines; ``both``: the run held both sections (``wall`` is the whole run's)."""
+    """Summary lines; ``both``: the run held both sections (``wall`` is the whole run's). Rows marked
+    ``reused`` come from an earlier run (``--reuse``)."""
     n = len(rows)
     captured = [r for r in rows if "gawee_s" in r]
     verified = [r for r in rows if r.get("verify_ok")]
@@ -559,7 +562,12 @@ def summary(rows: list[dict], wall: float, both: bool = False) -> list[str]:
         )
     lines.append(
         f"Rewriting with the default rules took {rew:.1f} s in all, verifying {ver:.1f} s"
-        + f"; the whole run{' (both sections)' if both else ''} took {wall / 60:.1f} min of wall time."
+        + (
+            f"; the whole run{' (both sections)' if both else ''} took {wall / 60:.1f} min of wall time."
+            if not any(r.get("reused") for r in rows)
+            else f"; {sum(not r.get('reused') for r in rows)} model(s) re-measured in {wall / 60:.1f} min, the "
+            "other rows from an earlier run (`--reuse`)."
+        )
     )
     if rows and any("max_rss_mb" in r for r in rows):
         big = max((r for r in rows if "max_rss_mb" in r), key=lambda r: r["max_rss_mb"])
@@ -689,6 +697,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per model (default 1800)")
     ap.add_argument("--json", type=Path, help="also write every row (all fields) to this JSON file")
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        help="an earlier run's --json file: its rows stand for the section's models this run does not measure "
+        "(rerun a few with --models, keep the rest of the table)",
+    )
     ap.add_argument("--no-readme", action="store_true", help="do not write benchmarks/README.md")
     ap.add_argument("--readme", type=Path, default=README, help="the markdown file to write (default: %(default)s)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -779,12 +793,21 @@ def main(argv: list[str] | None = None) -> int:
             list(pool.map(job, order))
     wall = time.perf_counter() - t0
     rows = [results[n] for n in names]
+    kept: list[dict] = []  # the earlier run's rows of the sections not run now: into --json only
+    if args.reuse:  # the sections' tables in full: the rows measured now, the others from the earlier run
+        earlier = {r["model"]: dict(r, reused=True) for r in json.loads(args.reuse.read_text())}
+        full = (tv_names if "torchvision" in wanted else []) + (TRANSFORMER_MODELS if "transformers" in wanted else [])
+        full += [n for n in names if n not in full]
+        rows = [results[n] if n in results else earlier[n] for n in full if n in results or n in earlier]
+        section.update({r["model"]: section_of(r["model"], tv_names) for r in rows})
+        have = {r["model"] for r in rows}
+        kept = [dict(r, reused=True) for n, r in earlier.items() if n not in have]
     tv_rows = [r for r in rows if section[r["model"]] == "torchvision"]
     tr_rows = [r for r in rows if section[r["model"]] == "transformers"]
     one_section = not (tv_rows and tr_rows)  # else the wall time is the whole run's, both sections
 
     if args.json:  # first: the rows survive whatever happens below
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps(rows + kept, indent=1))
 
     # the terminal gets the narrow columns; the README gets all of them
     if tv_rows:
@@ -815,7 +838,7 @@ def main(argv: list[str] | None = None) -> int:
         if tv_rows:
             replace_section(SECTION, readme_body(tv_rows, wall, command, jobs, threads, not one_section), args.readme)
             console.print(f"wrote the {SECTION!r} section of {args.readme}")
-        if tr_rows or ("transformers" in wanted and not args.models):
+        if tr_rows or ("transformers" in wanted and (args.reuse or not args.models)):
             body = transformers_body(tr_rows, wall, command, jobs, threads, not one_section)
             replace_section(TRANSFORMERS_SECTION, body, args.readme)
             console.print(f"wrote the {TRANSFORMERS_SECTION!r} section of {args.readme}")
