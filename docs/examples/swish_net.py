@@ -1,6 +1,7 @@
-"""A small CNN that spells swish by hand (x * sigmoid(x)), as older EfficientNet code does."""
+"""A small CNN that spells hard-swish by hand (x * relu6(x + 3) / 6), as MobileNetV3 papers and ports write it."""
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -14,9 +15,9 @@ class SwishNet(nn.Module):
 
     def forward(self, x):
         x = self.bn1(self.conv1(x))
-        x = x * torch.sigmoid(x)
+        x = x * F.relu6(x + 3) / 6
         x = self.conv2(x)
-        x = x * torch.sigmoid(x)
+        x = x * F.relu6(x + 3) / 6
         return self.head(x.mean(dim=(2, 3)))
 
 

@@ -255,6 +255,10 @@ unary(
     "hardtanh",
     hardtanh,
     attrs=(Attr("min_val", "float", -1.0), Attr("max_val", "float", 1.0)),
+    aten=(
+        "aten.hardtanh.default",
+        AtenBinding("aten.relu6.default", convert=lambda args, types: {**args, "min_val": 0.0, "max_val": 6.0}),
+    ),
     onnx=lambda c: c.emit(
         "Clip", c.x(0), c.scalar(c.attrs["min_val"], c.out.dtype), c.scalar(c.attrs["max_val"], c.out.dtype)
     ),
