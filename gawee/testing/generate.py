@@ -638,7 +638,7 @@ def generate(rule: Rule, data, hints: Hints | None = None) -> Example:
         except S.Reject as e:
             reason = str(e)
             continue
-        if guard_holds(rule, found):
+        if guard_verdict(rule, found)[0]:
             return found
     if found is None:
         raise S.Reject(reason)
@@ -651,8 +651,13 @@ STEER_GUARD = 0.8
 GUARD_TRIES = 10
 
 
-def guard_holds(rule: Rule, ex: Example) -> bool:
-    """The guard holds at the first match of the rule at the example's root."""
+def guard_verdict(rule: Rule, ex: Example) -> tuple[bool | None, list[str]]:
+    """(holds, every false conjunct) for the first match at the example's root; (None, []) if it does
+    not match.
+
+    Every conjunct is evaluated, not only up to the first false one: counting only the first would
+    blame whichever comes first in the text (`const(w) and x.rank == 4 and ...`) for draws where a
+    later, rarer one is false as well, and the "most often false" hint would point at the wrong one."""
     from gawee.dsl.library import GuardFailed
     from gawee.rewrite.context import RewriteContext
     from gawee.rewrite.driver import match_roots
@@ -660,11 +665,17 @@ def guard_holds(rule: Rule, ex: Example) -> bool:
 
     env: dict = {}
     for roots in match_roots(rule, ex.root, env, MatchContext()):
-        try:
-            return rule.guard is None or bool(rule.guard(RewriteContext(ex.graph, rule, roots, env)))
-        except (GaweeError, GuardFailed):
-            return False
-    return False
+        ctx = RewriteContext(ex.graph, rule, roots, env)
+        failed = []
+        for text, part in rule.guard_parts:
+            try:
+                ok = bool(part(ctx))
+            except (GaweeError, GuardFailed):
+                ok = False
+            if not ok:
+                failed.append(text)
+        return not failed, failed
+    return None, []
 
 
 def small(t: torch.Tensor, limit: int = 48) -> str:

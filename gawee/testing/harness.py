@@ -26,18 +26,15 @@ from pathlib import Path
 import torch
 
 from gawee.dsl.compiler import Rule
-from gawee.dsl.library import GuardFailed
 from gawee.equivalence import TOLERANCE, no_farther, output_error
 from gawee.errors import GaweeError, RewriteError
 from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
-from gawee.rewrite.context import RewriteContext
-from gawee.rewrite.driver import fire, match_roots
-from gawee.rewrite.matcher import MatchContext
+from gawee.rewrite.driver import fire
 from gawee.rewrite.ruleset import RuleSet
-from gawee.testing.generate import Example, generate, hints_of, small
+from gawee.testing.generate import Example, generate, guard_verdict, hints_of, small
 from gawee.threads import torch_threads
 
 MIN_FIRED = 10
@@ -260,27 +257,6 @@ def _inputs(rule: Rule, ex: Example) -> list[torch.Tensor] | None:
 
 
 # -- the property -----------------------------------------------------------------------
-def _guard_holds(rule: Rule, ex: Example) -> tuple[bool | None, list[str]]:
-    """(holds, every false conjunct) for the first match at the root; (None, []) if it does not match.
-
-    Every conjunct is evaluated, not only up to the first false one: counting only the first would
-    blame whichever comes first in the text (`const(w) and x.rank == 4 and ...`) for draws where a
-    later, rarer one is false as well, and the "most often false" hint would point at the wrong one."""
-    env: dict = {}
-    for roots in match_roots(rule, ex.root, env, MatchContext()):
-        ctx = RewriteContext(ex.graph, rule, roots, env)
-        failed = []
-        for text, part in rule.guard_parts:
-            try:
-                ok = bool(part(ctx))
-            except (GaweeError, GuardFailed):
-                ok = False
-            if not ok:
-                failed.append(text)
-        return not failed, failed
-    return None, []
-
-
 def _apply(rule: Rule, ex: Example, use_guard: bool) -> Graph | None:
     after = ex.graph.clone()
     root = next(n for n in after if n.name == ex.root.name)
@@ -316,7 +292,7 @@ def check_rule(
             reject()
         if on_example is not None:
             on_example(ex, ex.inputs())
-        holds, failed_part = _guard_holds(rule, ex)
+        holds, failed_part = guard_verdict(rule, ex)
         if holds is None:
             result.rejected += 1
             reject()

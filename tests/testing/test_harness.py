@@ -114,8 +114,7 @@ def test_the_hint_counts_every_false_conjunct():
     one was false too, so the "most often false" hint named the wrong conjunct."""
     from gawee.ir.core import Graph
     from gawee.ir.types import DType, TensorType
-    from gawee.testing.generate import Example
-    from gawee.testing.harness import _guard_holds
+    from gawee.testing.generate import Example, guard_verdict
 
     rule = gawee.load_rules_text(
         "rule r: y: relu(x) where x.rank == 2 and x.shape[0] == 3 and x.shape[1] == 3 => y\n", "blame.rules"
@@ -124,12 +123,12 @@ def test_the_hint_counts_every_false_conjunct():
     x = g.add_input(TensorType((2, 3), DType.f32), "x")
     node = g.create_node("relu", [x], {})
     g.set_outputs(list(node.outputs))
-    assert _guard_holds(rule, Example(g, node)) == (False, ["x.shape[0] == 3"])
+    assert guard_verdict(rule, Example(g, node)) == (False, ["x.shape[0] == 3"])
     g2 = Graph("g2")
     x2 = g2.add_input(TensorType((2, 2, 2), DType.f32), "x")
     node2 = g2.create_node("relu", [x2], {})
     g2.set_outputs(list(node2.outputs))
-    holds, failed = _guard_holds(rule, Example(g2, node2))
+    holds, failed = guard_verdict(rule, Example(g2, node2))
     assert not holds and failed == ["x.rank == 2", "x.shape[0] == 3", "x.shape[1] == 3"]
 
 
