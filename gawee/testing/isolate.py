@@ -43,6 +43,7 @@ def describe_instance(ex: Example, xs: list[torch.Tensor]) -> str:
 
 def _worker(rule: Rule, examples: int, seed: int | None, conn: Connection) -> None:
     faulthandler.disable()  # a crash is reported as this rule's verdict, not as a stack dump on stderr
+
     def on_example(ex: Example, xs: list[torch.Tensor]) -> None:
         conn.send(("instance", describe_instance(ex, xs)))
 
