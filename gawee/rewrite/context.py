@@ -85,6 +85,13 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     finite = math.isfinite(hi)
     if not finite and all(_finite(d) for d in data):
         return f"folding {opdef.name} overflowed {result.dtype}"
+    if finite and result.dtype != torch.float64 and hi > torch.finfo(result.dtype).max ** 0.75:
+        operands = [_abs_range(d)[1] for d in data if isinstance(d, torch.Tensor) and d.is_floating_point()]
+        if hi > max(operands, default=0.0):  # no real weight is this large: only a fold can make one
+            return (
+                f"folding {opdef.name} made a constant of {hi:.3g}, past {result.dtype}'s headroom (max^(3/4)): "
+                "products with it can overflow where the original's did not"
+            )
     if finite and (lo > 0 or result.dtype == torch.float64 or opdef.name in EXACT_ZEROS):
         return None
     # rare cases, element by element against float64: non-finite operands (an inf or nan weight in one
