@@ -644,6 +644,11 @@ def main(argv: list[str] | None = None) -> int:
         default=4,
         help="split the timed runs into this many passes over the methods (2 more warm-up calls each)",
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the rows of the suite's saved JSON (written after every row) and measure only the missing ones",
+    )
     p.add_argument("--out", type=Path, default=HERE, help="directory for runtime.{json,md,png}")
     p.add_argument("--readme", action="store_true", help="update the ## Runtime section of benchmarks/README.md")
     p.add_argument(
@@ -703,11 +708,18 @@ def run_suite(suite, models, methods, heading, stem, args, quiet, command) -> No
             "date": time.strftime("%Y-%m-%d %H:%M"),
             "gawee": source_version(),
         }
-        meta["warm_up_s"] = warm_up_toolchains(methods)
+        saved = args.out / f"{stem}.json"
         results = []
+        if args.resume and saved.exists():
+            results = [Result(**r) for r in json.loads(saved.read_text())["results"]]
+        done = {(r.model, r.batch) for r in results}
+        meta["warm_up_s"] = warm_up_toolchains(methods)
         for name in models:
             for batch in (int(b) for b in args.batches.split(",")):
+                if (name, batch) in done:
+                    continue
                 results += bench_config(name, batch, methods, args.reps, args.warmup, args.passes, quiet)
+                saved.write_text(json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=1))
                 for r in results[-len(methods) :]:
                     log.info(
                         "  %-10s %8s ms  compile %6s s  %s",
