@@ -955,12 +955,12 @@ def _linear_lower_torch(ctx):
     MKL's or oneDNN's prepacked one), the input flattened to a matrix."""
     from gawee.backend.kernels import lower_linear
 
-
     return lower_linear(ctx)
 
 
 def _linear(input, weight, bias=None, *, act=None, act_params=()):
     return apply_act(F.linear(input, weight, bias), act, act_params)
+
 
 def _linear_flops(ins, outs, attrs):
     return _contract_flops(ins, outs, attrs) + outs[0].numel * (attrs.get("act") is not None)
