@@ -159,8 +159,7 @@ def test_rounding_drift_amplified_downstream_is_not_blamed_on_an_exact_rewrite()
     # exact rewrite of sin downstream sees it. In float64 the truth is the original itself (no own error
     # to forgive it by); recomputed from the original's input, the sin agrees.
     rules = load_rules_text(
-        "rule tenth: r: mul(x, 0.1) where same_type(r, x) => div(x, 10.0)\n"
-        "rule sin_odd: sin(neg(z)) => neg(sin(z))\n"
+        "rule tenth: r: mul(x, 0.1) where same_type(r, x) => div(x, 10.0)\nrule sin_odd: sin(neg(z)) => neg(sin(z))\n"
     )
     b = GraphBuilder("g")
     x = b.input("x", "f64[64]")

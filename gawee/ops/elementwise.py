@@ -617,9 +617,7 @@ register(
         flops=_addcmul_flops,
         sample=_addcmul_sample,
         onnx=_addcmul_onnx,
-        mlir=lambda c: c.add(
-            c.x(0), c.mul(c.mul(c.x(1), c.x(2), c.out.dtype), c.attrs["value"]), c.out.dtype
-        ),
+        mlir=lambda c: c.add(c.x(0), c.mul(c.mul(c.x(1), c.x(2), c.out.dtype), c.attrs["value"]), c.out.dtype),
         aten=("aten.addcmul.default",),
         doc="self + value * tensor1 * tensor2, broadcasting all three (GRN of ConvNeXt-V2)",
     )
