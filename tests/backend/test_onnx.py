@@ -107,3 +107,49 @@ def test_ops_without_an_onnx_form_are_named():
     )
     with pytest.raises(ExportError, match="opaque"):
         gawee.to_onnx(b.output(node.output))
+
+
+def ort_optimized_ops(path, tmp_path) -> list[str]:
+    """The op types (domain-qualified, with a fused activation in brackets) of ``path`` after ORT's whole
+    optimizer (ORT_ENABLE_ALL: its fusions and, on CPUs with MLAS NCHWc kernels, the NCHWc layout transformer)."""
+    import onnx
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.log_severity_level = 3
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    ops = []
+    for n in onnx.load(options.optimized_model_filepath).graph.node:
+        act = [a.s.decode() for a in n.attribute if a.name == "activation"]
+        ops.append(f"{n.domain + '.' if n.domain else ''}{n.op_type}{f'[{act[0]}]' if act else ''}")
+    return ops
+
+
+def test_mobilenet_v3_export_lets_onnx_runtime_fuse_everything(tmp_path):
+    """mobilenet_v3_large's blocks (expand/depthwise/project convolutions with ReLU or HardSwish, squeeze-
+    and-excitation with HardSigmoid, residual adds) and head (linear + HardSwish): after ORT's optimizer
+    every convolution carries its bias, activation and residual add, as on torch.onnx's export of the
+    same model — no standalone Conv, Add, Relu or HardSwish, and the only HardSigmoid left is the
+    classifier's (linear + HardSwish, which ORT splits into HardSigmoid and Mul); the only Muls left are
+    the squeeze-and-excitation scales and that one."""
+    from torchvision.models.mobilenetv3 import MobileNetV3, _mobilenet_v3_conf
+
+    settings, last_channel = _mobilenet_v3_conf("mobilenet_v3_large", width_mult=0.5)
+    torch.manual_seed(0)
+    model = MobileNetV3(settings[:7], last_channel, num_classes=10).eval()  # 3 blocks with SE, 2 residuals
+    with torch.no_grad():  # trained-looking batch norm (at initialization it is the identity)
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5), m.bias.normal_(0, 0.1), m.running_var.uniform_(0.5, 1.5)
+    graph, _ = gawee.rewrite(gawee.capture(model, (torch.randn(1, 3, 32, 32),)))
+    gawee.to_onnx(graph, tmp_path / "mobilenet.onnx")
+    exported = [n.op_type for n in gawee.to_onnx(graph).graph.node]
+    assert exported.count("HardSwish") > 0 and exported.count("HardSigmoid") == 3  # the ONNX ops, not decomposed
+    ops = ort_optimized_ops(tmp_path / "mobilenet.onnx", tmp_path)
+    plain = [op for op in ops if op.split("[")[0] in ("Conv", "Add", "Relu", "HardSwish", "Clip")]
+    assert plain == [], plain
+    assert ops.count("HardSigmoid") == 1 and ops.count("Mul") == 3 + 1, ops
+    convs = [op for op in ops if op.split("[")[0].endswith("Conv")]
+    assert len(convs) == exported.count("Conv")
+    assert sum("[HardSigmoid]" in op for op in convs) == 3  # the SE gates: fused into their 1×1 convolution
