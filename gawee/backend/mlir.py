@@ -502,6 +502,80 @@ class MlirLowering:
         }
         return self.op("stablehlo.convolution", [x, w], out, attrs)
 
+    def sort(self, operands: Sequence[V], dim: int, descending: bool = False, tiebreak: int | None = None) -> list[V]:
+        """``stablehlo.sort`` of ``operands`` along ``dim``, ordered by the first one as torch
+        orders it: NaN above every number (last ascending, first descending); the other operands
+        follow the same permutation. Equal keys (NaNs equal to each other) are ordered by operand
+        ``tiebreak`` ascending (an iota: a stable sort; IREE's sort is not stable by itself)."""
+        args = ", ".join(
+            f"%a{i}: {tensor_type(TensorType((), v.dtype))}, %b{i}: {tensor_type(TensorType((), v.dtype))}"
+            for i, v in enumerate(operands)
+        )
+        b1 = tensor_type(TensorType((), DType.bool))
+        lines = []
+
+        def cmp(lhs: str, rhs: str, direction: str, dtype: DType) -> str:
+            t = tensor_type(TensorType((), dtype))
+            kind = "FLOAT" if dtype.is_float else "UNSIGNED" if dtype in (DType.u8, DType.bool) else "SIGNED"
+            name = f"%c{len(lines)}"
+            lines.append(
+                f'{name} = "stablehlo.compare"({lhs}, {rhs}) {{comparison_direction = '
+                f"#stablehlo<comparison_direction {direction}>, compare_type = #stablehlo<comparison_type {kind}>}}"
+                f" : ({t}, {t}) -> {b1}"
+            )
+            return name
+
+        def logic(op: str, lhs: str, rhs: str) -> str:
+            name = f"%c{len(lines)}"
+            lines.append(f'{name} = "stablehlo.{op}"({lhs}, {rhs}) : ({b1}, {b1}) -> {b1}')
+            return name
+
+        key = operands[0].dtype
+        # a goes before b: a < b, or b is NaN and a is not (descending: a and b swapped)
+        first, second = ("%b0", "%a0") if descending else ("%a0", "%b0")
+        result = cmp(first, second, "LT", key)
+        if key.is_float:
+            result = logic("or", result, logic("and", cmp(second, second, "NE", key), cmp(first, first, "EQ", key)))
+        if tiebreak is not None:
+            same = cmp("%a0", "%b0", "EQ", key)
+            if key.is_float:
+                same = logic("or", same, logic("and", cmp("%a0", "%a0", "NE", key), cmp("%b0", "%b0", "NE", key)))
+            t = operands[tiebreak].dtype
+            result = logic("or", result, logic("and", same, cmp(f"%a{tiebreak}", f"%b{tiebreak}", "LT", t)))
+        body = "".join(f"      {line}\n" for line in lines)
+        region = f'({{\n    ^bb0({args}):\n{body}      "stablehlo.return"({result}) : ({b1}) -> ()\n    }})'
+        attrs = {"dimension": f"{dim} : i64", "is_stable": "true"}
+        return self.op("stablehlo.sort", list(operands), [v.type for v in operands], attrs, region)
+
+    def gather_points(self, v: V, coords: V) -> V:
+        """``v`` at the points of ``coords`` (shape ``(*batch, v.rank)``, i64): a tensor of shape ``batch``."""
+        k = coords.shape[-1]
+        dn = (
+            f"#stablehlo.gather<offset_dims = [], collapsed_slice_dims = [{', '.join(map(str, range(k)))}], "
+            f"start_index_map = [{', '.join(map(str, range(k)))}], index_vector_dim = {coords.rank - 1}>"
+        )
+        attrs = {"dimension_numbers": dn, "slice_sizes": _ints([1] * v.rank), "indices_are_sorted": "false"}
+        return self.op("stablehlo.gather", [v, coords], TensorType(coords.shape[:-1], v.dtype), attrs)
+
+    def scatter(self, v: V, coords: V, updates: V, dims: Sequence[int], combine: str | None = None) -> V:
+        """``v`` with the slices at ``coords`` (shape ``(*batch, len(dims))``: positions along
+        ``dims``) replaced by ``updates`` (shape ``(*batch, *other dims of v)``), or combined with
+        them by ``combine`` (``add``, ``or``...)."""
+        nb = coords.rank - 1
+        window = ", ".join(str(nb + i) for i in range(v.rank - len(dims)))
+        ds = ", ".join(str(d) for d in dims)
+        dn = (
+            f"#stablehlo.scatter<update_window_dims = [{window}], inserted_window_dims = [{ds}], "
+            f"scatter_dims_to_operand_dims = [{ds}], index_vector_dim = {nb}>"
+        )
+        t = tensor_type(TensorType((), v.dtype))
+        if combine is None:
+            region = f'({{\n    ^bb0(%lhs: {t}, %rhs: {t}):\n      "stablehlo.return"(%rhs) : ({t}) -> ()\n    }})'
+        else:
+            region = self._body(combine, v.dtype)
+        attrs = {"scatter_dimension_numbers": dn, "indices_are_sorted": "false", "unique_indices": "false"}
+        return self.op("stablehlo.scatter", [v, coords, updates], v.type, attrs, region)
+
     # -- other ops -------------------------------------------------------------------
     def lower_as(self, op: str, inputs: Sequence[V | None], attrs: Mapping[str, Any] | None = None) -> V | list[V]:
         """Emit op ``op`` (its own lowering) on ``inputs``: e.g. a fused activation as the standalone op."""

@@ -521,6 +521,29 @@ def _upsample_nearest_mlir(c):
     return y
 
 
+def _upsample_bilinear_mlir(c):
+    """One contraction per spatial dim with the matrix of interpolation weights, taken from torch's
+    own kernel applied to one-hot rows (align_corners, scale factors and edge clamping as torch has them)."""
+    x, out, factors = _up(c, c.x(0)), c.out, c.attrs["scale_factors"]
+    y = x
+    for i in (0, 1):
+        dim = x.rank - 2 + i
+        n, o = x.shape[dim], out.shape[dim]
+        eye = torch.eye(n).reshape((1, n, n, 1) if i == 0 else (1, n, 1, n))
+        size, scales = None, None
+        if factors:
+            scales = [1.0, 1.0]
+            scales[i] = factors[i]
+        else:
+            size = [1, 1]
+            size[i] = o
+        w = torch.ops.aten.upsample_bilinear2d.vec(eye, size, c.attrs["align_corners"], scales)
+        m = w.reshape(n, o).T.contiguous()  # m[j, k]: weight of input row k in output row j
+        y = c.dot_general(y, c.constant(m), contract=([dim], [1]))
+        y = c.transpose(y, [*range(dim), y.rank - 1, *range(dim, y.rank - 1)])
+    return c.convert(y, out.dtype)
+
+
 def _pair(v, n=2):
     if isinstance(v, int):
         return (v,) * n
@@ -1554,6 +1577,7 @@ register(
         ),
         traits=PURE,
         flops=per_element(4),
+        mlir=_upsample_bilinear_mlir,
         aten=("aten.upsample_bilinear2d.vec",),
     )
 )

@@ -158,6 +158,19 @@ def _arg_mlir(kind: str, values: bool = False):
     return lower
 
 
+def _sort_mlir(c, dim: int, descending: bool, k: int | None = None):
+    """stablehlo.sort of (values, iota indices) along dim, ordered as torch orders (NaN largest,
+    ties stable); topk keeps the first k (sorted=False gets them sorted: torch leaves the order open)."""
+    x = c.x(0)
+    if x.rank == 0:
+        return x, c.splat(0, DType.i64)
+    dim %= x.rank
+    values, indices = c.sort([x, c.iota(x.shape, dim, DType.i64)], dim, descending, tiebreak=1)
+    if k is not None:
+        values, indices = c.slice_dim(values, dim, 0, k), c.slice_dim(indices, dim, 0, k)
+    return [values, indices]
+
+
 def _triangle_mlir(lower_part: bool):
     """Keep col - row <= diagonal (tril) or >= diagonal (triu), zeros elsewhere."""
 
@@ -387,6 +400,7 @@ register(
         traits=PURE,
         flops=_in_numel,
         aten=("aten.topk.default",),
+        mlir=lambda c: _sort_mlir(c, c.attrs["dim"], c.attrs["largest"], c.attrs["k"]),
         doc="(values, indices) of the k largest",
     )
 )
@@ -399,6 +413,7 @@ register(
         traits=PURE,
         flops=_in_numel,
         aten=(AtenBinding("aten.sort.default"), AtenBinding("aten.sort.stable", fixed={"stable": None})),
+        mlir=lambda c: _sort_mlir(c, c.attrs["dim"], c.attrs["descending"]),
     )
 )
 register(

@@ -194,6 +194,62 @@ def _index_mlir(c):
     return c.index_select(merged, flat, d0)
 
 
+def _gather_mlir(c):
+    """torch.gather: every output element's coordinates are its own, with the index along dim
+    (torch rejects negative ones), one point gather."""
+    x, idx = c.x(0), c.convert(c.x(1), DType.i64)
+    d = c.attrs["dim"] % max(x.rank, 1)
+    if x.rank == 0:
+        return x
+    coords = [idx if i == d else c.iota(idx.shape, i, DType.i64) for i in range(x.rank)]
+    coords = c.concat([c.reshape(v, (*idx.shape, 1)) for v in coords], idx.rank)
+    return c.gather_points(x, coords)
+
+
+def _index_put_mlir(c):
+    """x[indices] = values (or +=): integer index tensors (broadcast together, negative ones
+    wrapped) as one stablehlo.scatter into the indexed dims moved first, whose windows are the
+    unindexed dims; values arranged as
+    torch's indexing result (the index dims in place when adjacent, first otherwise). A boolean
+    mask with one value is a select. Other boolean masks (data-dependent shapes) have no lowering."""
+    x, values, idx = c.x(0), c.convert(c.x(1), c.x(0).dtype), [c.x(i) for i in range(2, c.arity)]
+    acc = c.attrs["accumulate"]
+    pos = [i for i, v in enumerate(idx) if v is not None]
+    if not pos:
+        c.fail("index_put without index tensors")
+    if any(idx[p].dtype is DType.bool for p in pos):
+        mask = idx[pos[0]]
+        if len(pos) > 1 or math.prod(values.shape) != 1 or mask.shape != x.shape[pos[0] : pos[0] + mask.rank]:
+            c.fail("a boolean mask with more than one value, or beside other indices")
+        mask = c.broadcast_dims(mask, x.shape, range(pos[0], pos[0] + mask.rank))
+        one = c.reshape(values, ())
+        if acc:
+            one = c.add(x, one) if x.dtype is not DType.bool else c.ew("stablehlo.or", x, one)
+        return c.select(mask, one, x)
+    batch = tuple(torch.broadcast_shapes(*(idx[p].shape for p in pos)))
+    coords = []
+    for p in pos:
+        v = c.convert(idx[p], DType.i64)
+        v = c.broadcast(c.select(c.compare("LT", v, 0), c.add(v, x.shape[p]), v), batch)
+        coords.append(c.reshape(v, (*batch, 1)))
+    coords = c.concat(coords, len(batch))
+    rest = [d for d in range(x.rank) if d not in pos]
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    first = pos[0] if adjacent else 0
+    before = [x.shape[d] for d in rest if d < first]
+    shape = (*before, *batch, *(x.shape[d] for d in rest if d >= first))
+    updates = c.broadcast(values, shape)
+    nb, nbefore = len(batch), len(before)
+    updates = c.transpose(updates, [*range(nbefore, nbefore + nb), *range(nbefore), *range(nbefore + nb, len(shape))])
+    if not math.prod(batch):
+        return x
+    combine = ("or" if x.dtype is DType.bool else "add") if acc else None
+    # the indexed dims first (IREE lowers only scatters into leading dims), then back
+    perm = [*pos, *rest]
+    y = c.scatter(c.transpose(x, perm), coords, updates, range(len(pos)), combine)
+    return c.transpose(y, [perm.index(d) for d in range(x.rank)])
+
+
 def _slice_scatter_v(c, x, src, dim: int, start: int, step: int):
     """``x`` with ``x[start::step]`` along ``dim`` (as many as ``src`` has) replaced by ``src``: src
     padded into place (interior padding step - 1) and a mask of where it lands."""
@@ -760,6 +816,7 @@ move_op(
     attrs=(Attr("dim", "int"),),
     aten=(AtenBinding("aten.gather.default", fixed={"sparse_grad": False}),),
     onnx=lambda c: c.emit("GatherElements", c.x(0), c.x(1), axis=c.attrs["dim"]),
+    mlir=_gather_mlir,
 )
 
 # -- functional forms of in-place writes (what functionalization leaves) ---------------
@@ -792,7 +849,8 @@ move_op(
 move_op(
     "index_put",
     (Operand("self"), Operand("values"), Operand("indices", optional=True, variadic=True)),
-    lambda self, values, *indices, accumulate: torch.index_put(self, list(indices), values, accumulate),
+    lambda self, values, *indices, accumulate: torch.ops.aten.index_put(self, list(indices), values, accumulate),
     attrs=(Attr("accumulate", "bool", False),),
     aten=("aten.index_put.default",),
+    mlir=_index_put_mlir,
 )

@@ -290,13 +290,28 @@ def test_text_parses_and_verifies_with_iree_opt_and_keeps_weights_out_of_line(tm
     assert iree_opt(broken, tmp_path).returncode != 0  # the tool does check
 
 
-def test_op_without_lowering_names_op_and_node():
+def test_op_without_lowering_names_op_and_node(monkeypatch):
+    """Every registered op has a lowering today; an op added without one, an opaque ATen node
+    and a case a lowering refuses are each a LoweringError naming op and node."""
+    import dataclasses
+
+    from gawee.ops import base
+
+    assert [name for name, d in base.all_ops().items() if d.mlir is None] == ["aten"]
+    monkeypatch.setitem(base._REGISTRY, "sort", dataclasses.replace(base.get_op("sort"), mlir=None))
     b = GraphBuilder("sorting")
     x = b.input("x", "f32[2,3]")
     graph = b.output(b.relu(b.sort(x, name="pick")[0]))
     with pytest.raises(LoweringError, match=r"op sort has no StableHLO lowering \(node pick\)") as e:
         to_mlir(graph)
     assert "mlir=" in e.value.hint
+    b = GraphBuilder("opaque")
+    x = b.input("x", "f32[4]")
+    node = b.graph.create_node(
+        "aten", [x], {"target": "aten.cumprod.default", "args": (("$in", 0), 0), "kwargs": ()}, types=[x.type]
+    )
+    with pytest.raises(LoweringError, match=r"opaque ATen call \(aten.cumprod.default\)"):
+        to_mlir(b.output(node.output))
     b = GraphBuilder("rounding")
     x = b.input("x", "f32[2,3]")
     with pytest.raises(LoweringError, match=r"node r \(round\).*decimals"):
@@ -399,3 +414,41 @@ def test_cli_optimize_writes_mlir(tmp_path, capsys):
     text = (tmp_path / "small.mlir").read_text()
     assert text.count("stablehlo.convolution") == 1 and "dense_resource<" in text
     assert "wrote" in capsys.readouterr().out
+
+
+def test_sort_topk_gather_index_put_and_bilinear_upsampling():
+    """The ops that need stablehlo.sort, gather and scatter: sort and topk as torch orders (NaN
+    above every number, ties in their original order), torch.gather, index_put with adjacent and
+    separated index tensors, accumulation, negative indices, a boolean mask; bilinear upsampling
+    with and without align_corners, by size and by scale factors."""
+    torch.manual_seed(0)
+    b = GraphBuilder("gathers")
+    x, i = b.input("x", "f32[3,5,6]"), b.input("i", "i64[4,7]")
+    with_nan = b.const(torch.tensor([[1.0, float("nan"), -2.0, 0.5, float("nan"), 3.0]]))
+    ties = b.const(torch.tensor([[3, 1, 3, 0, 1, 3, 2]]))
+    img = b.input("img", "f32[1,2,5,7]")
+    graph = b.output(
+        *b.sort(x, dim=1),
+        *b.sort(x, dim=-1, descending=True),
+        *b.sort(with_nan),
+        *b.sort(with_nan, descending=True),
+        *b.sort(ties),
+        *b.sort(ties, descending=True),
+        *b.sort(i, dim=0),
+        *b.topk(x, k=3),
+        *b.topk(x, k=2, dim=0, largest=False),
+        *b.topk(with_nan, k=2),
+        b.gather(x, b.const(torch.tensor([[[4, 0, 1], [2, 2, 3]]])), dim=1),
+        b.gather(i, b.const(torch.tensor([[6, 0], [1, 1]])), dim=-1),
+        b.index_put(x, b.const(torch.randn(2, 6)), b.const(torch.tensor([0, 2])), b.const(torch.tensor([4, -1]))),
+        b.index_put(x, b.const(torch.randn(2, 1)), None, b.const(torch.tensor([1, 3]))),
+        b.index_put(x, b.const(torch.randn(2, 5)), b.const(torch.tensor([1, 2])), None, b.const(torch.tensor([0, 5]))),
+        b.index_put(x, b.const(torch.tensor(1.0)), b.const(torch.tensor([0, 0, 2])), accumulate=True),
+        b.index_put(x, b.const(torch.tensor(-3.0)), b.gt(x, 0.5)),
+        b.index_put(i, b.const(torch.tensor([5])), b.const(torch.tensor([[0], [3]])), accumulate=True),
+        b.upsample_bilinear2d(img, output_size=[9, 16]),
+        b.upsample_bilinear2d(img, output_size=[3, 4], align_corners=True),
+        b.upsample_bilinear2d(img, scale_factors=[2.0, 1.5]),
+        b.upsample_bilinear2d(b.cast(img, dtype="f16"), scale_factors=[2.0, 2.0], align_corners=True),
+    )
+    assert_iree_matches_reference(graph)
