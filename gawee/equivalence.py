@@ -12,6 +12,7 @@ import torch
 from gawee.errors import EquivalenceError, GaweeError
 from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
+from gawee.ir.symbolic import draw_values, symbols_of
 from gawee.ir.types import DType, TensorType
 
 TOLERANCE = {DType.f64: 1e-9, DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 4e-2, DType.c64: 1e-4, DType.c128: 1e-9}
@@ -19,11 +20,13 @@ TOLERANCE = {DType.f64: 1e-9, DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 4e-2
 Integer and bool outputs must be identical."""
 
 
-def random_inputs(types: Sequence[TensorType], seed: int = 0) -> list[torch.Tensor]:
-    """Inputs of the given types: normal floats, small non-negative integers, random bools."""
+def random_inputs(types: Sequence[TensorType], seed: int = 0, sizes: dict | None = None) -> list[torch.Tensor]:
+    """Inputs of the given types: normal floats, small non-negative integers, random bools. Symbolic
+    dimensions take the values in ``sizes`` (``Sym -> int``), else their examples."""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for t in types:
+        t = t.at(sizes or {})
         if t.dtype is DType.bool:
             out.append(torch.rand(t.shape, generator=gen) > 0.5)
         elif t.dtype.is_float or t.dtype.is_complex:
@@ -130,7 +133,8 @@ def verify_equivalent(
     if report.problem:
         return report
     in_b = [v.type for v in before.inputs]
-    draws = [list(inputs)] if inputs is not None else [random_inputs(in_b, seed + k) for k in range(trials)]
+    sizes = draw_values(symbols_of(in_b), trials)  # symbolic inputs: each trial at other sizes
+    draws = [list(inputs)] if inputs is not None else [random_inputs(in_b, seed + k, sizes[k]) for k in range(trials)]
     checks: dict[int, OutputCheck] = {}
     for xs in draws:
         ref = run(before, *xs)
@@ -163,9 +167,12 @@ Integer and bool inputs are drawn as ``random_inputs`` does in every set (they m
 _SCALES = {"normal": 1.0, "x10": 10.0, "x100": 100.0}
 
 
-def distribution_inputs(types: Sequence[TensorType], distribution: str, seed: int = 0) -> list[torch.Tensor]:
-    """Inputs of the given types drawn from one of DISTRIBUTIONS (``normal`` is ``random_inputs``)."""
-    xs = random_inputs(types, seed)
+def distribution_inputs(
+    types: Sequence[TensorType], distribution: str, seed: int = 0, sizes: dict | None = None
+) -> list[torch.Tensor]:
+    """Inputs of the given types drawn from one of DISTRIBUTIONS (``normal`` is ``random_inputs``);
+    symbolic dimensions at ``sizes`` (else their examples)."""
+    xs = random_inputs(types, seed, sizes)
     if distribution in _SCALES:
         return [x * _SCALES[distribution] if x.is_floating_point() or x.is_complex() else x for x in xs]
     if distribution != "awkward":
@@ -175,7 +182,10 @@ def distribution_inputs(types: Sequence[TensorType], distribution: str, seed: in
     from gawee.testing.generate import fill  # AWKWARD's sampler; imported late (gawee.testing imports this module)
 
     gen = torch.Generator().manual_seed(seed)
-    return [fill(t, "awkward", gen) if t.dtype.is_float or t.dtype.is_complex else x for t, x in zip(types, xs)]
+    return [
+        fill(t.at(sizes or {}), "awkward", gen) if t.dtype.is_float or t.dtype.is_complex else x
+        for t, x in zip(types, xs)
+    ]
 
 
 @dataclass
@@ -369,10 +379,11 @@ def verify_rewrite(
     b_probe = _probe(before, [p.original for p in pairs])
     a_probe = _probe(after, [p.value for p in pairs])
     types = [v.type for v in before.inputs]
+    sizes = draw_values(symbols_of(types), len(distributions))  # symbolic inputs: each trial at other sizes
     failing: tuple[Trial, list[torch.Tensor], tuple] | None = None
     """The first failed trial, its inputs and the original's values on them."""
     for k, dist in enumerate(distributions):
-        xs = distribution_inputs(types, dist, seed + k)
+        xs = distribution_inputs(types, dist, seed + k, sizes[k])
         trial = Trial(dist)
         out.trials.append(trial)
         try:

@@ -8,13 +8,15 @@ import torch
 
 from gawee.errors import EvaluationError, GaweeError
 from gawee.ir.core import Graph, Value
+from gawee.ir.symbolic import bind, subs
 from gawee.ops import get_op
 
 
 def run(graph: Graph, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Execute ``graph`` on ``inputs`` and return its outputs, in order.
 
-    Inputs must match the graph inputs in number, shape and dtype. Intermediate
+    Inputs must match the graph inputs in number, shape and dtype (a symbolic dimension takes any
+    size in its range; ``ShapeOutOfRange`` names the one that does not). Intermediate
     tensors are released after their last use. Raises EvaluationError naming the
     node that failed.
     """
@@ -31,21 +33,24 @@ def run_observed(
             hint="inputs: " + ", ".join(repr(v) for v in graph.inputs),
         )
     env: dict[Value, torch.Tensor] = {}
+    symbolic = any(v.type.symbolic for v in graph.inputs)
     for value, x in zip(graph.inputs, inputs):
         if not isinstance(x, torch.Tensor):
             raise EvaluationError(f"input %{value.name} must be a tensor, got {type(x).__name__}")
-        if tuple(x.shape) != value.shape or x.dtype != value.dtype.torch:
+        if (not symbolic and tuple(x.shape) != value.shape) or x.dtype != value.dtype.torch:
             raise EvaluationError(
                 f"input %{value.name} expects {value.type}, got {str(x.dtype).replace('torch.', '')}{list(x.shape)}"
             )
         env[value] = x
+    sizes = bind([(v.name, v.shape) for v in graph.inputs], [x.shape for x in inputs]) if symbolic else {}
     last_use = _last_uses(graph)
     keep = set(graph.outputs) | set(observe)
     with torch.no_grad():
         for i, node in enumerate(graph):
             args = [None if v is None else (v.data if v.data is not None else env[v]) for v in node.inputs]
             try:
-                outs = get_op(node.op).run(args, node.attrs)
+                attrs = {k: subs(v, sizes) for k, v in node.attrs.items()} if sizes else node.attrs
+                outs = get_op(node.op).run(args, attrs)
             except GaweeError:
                 raise
             except Exception as e:  # torch raises many types; report the node that failed

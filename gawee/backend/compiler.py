@@ -66,6 +66,7 @@ def compile(
     backend: str = "torch",
     mlir_path: str | os.PathLike | None = None,
     vmfb_path: str | os.PathLike | None = None,
+    dynamic_shapes=None,
 ):
     """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
@@ -83,6 +84,11 @@ def compile(
     mode and its weights are frozen into the module: later edits to them are not seen.
     Raises CaptureError when torch.export cannot capture the model and EquivalenceError
     when a check fails.
+
+    ``dynamic_shapes`` (torch.export's spec, e.g. ``{"x": {0: torch.export.Dim("batch", max=64)}}``)
+    makes the marked dimensions symbolic: the module then runs every size in their ranges without
+    capturing again, and raises ``ShapeOutOfRange`` for a size outside them. The rewritten graph is
+    also checked at sizes other than the example's (the ranges' ends and middle).
     """
     if backend not in ("torch", "iree"):
         raise GaweeError(f"unknown backend {backend!r}", hint='backend is "torch" or "iree"')
@@ -94,8 +100,12 @@ def compile(
         _import_iree()  # fail before the capture when IREE is missing
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    graph = capture(model, example_inputs)
+    graph = capture(model, example_inputs, dynamic_shapes=dynamic_shapes)
     seconds["capture"] = time.perf_counter() - t0
+    if backend == "iree" and any(v.type.symbolic for v in graph.inputs):
+        raise GaweeError(
+            "the IREE backend compiles static shapes only", hint="compile with dynamic_shapes=None for backend='iree'"
+        )
 
     t0 = time.perf_counter()
     optimized, rewrite_report = rewrite(graph, rules)
@@ -103,6 +113,8 @@ def compile(
 
     t0 = time.perf_counter()
     equivalence = verify_equivalent(graph, optimized, list(example_inputs))
+    if equivalence.ok and any(v.type.symbolic for v in graph.inputs):
+        equivalence = verify_equivalent(graph, optimized, trials=3)
     if not equivalence.ok:
         raise EquivalenceError(
             f"the rewritten graph of {graph.name} differs from the captured one: {equivalence}",

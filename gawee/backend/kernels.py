@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from gawee.backend import onednn
 from gawee.errors import GaweeError
+from gawee.ir.symbolic import at_example, has_symbols
 from gawee.ir.types import DType
 from gawee.ops.nn import apply_act
 
@@ -231,7 +232,10 @@ def lower_linear(ctx) -> torch.fx.Node:
             f"unknown linear kernel {forced!r}", hint=f"TorchOptions.linear_kernel is one of {', '.join(CHOICES)}"
         )
     m = math.prod(x.shape[:-1]) if x.rank >= 1 else 1
-    if x.rank <= 1 or m == 0 or out.numel == 0:
+    dynamic = has_symbols(m)
+    if dynamic:  # M varies at run time: kernels packed for one M (mkl) are out; the others are timed at the example
+        m = at_example(m)
+    if x.rank <= 1 or m == 0 or at_example(out.numel) == 0 or has_symbols((x.shape[-1], out.shape[-1])):
         return ctx.reference()
     k, n = x.shape[-1], out.shape[-1]
     plain = b is None or (b.rank == 1 and b.shape[0] == n)
@@ -240,6 +244,8 @@ def lower_linear(ctx) -> torch.fx.Node:
         candidates = linear_candidates(act, x.dtype)
         if b is not None and b.dtype != x.dtype:
             candidates = ["aten"]
+        if dynamic:
+            candidates = [c for c in candidates if c != "mkl"]
     if forced == "measure":
         choice = measure_linear(m, k, n, b is not None, act, params, candidates) if len(candidates) > 1 else None
         kernel = choice.kernel if choice else "aten"
@@ -249,7 +255,7 @@ def lower_linear(ctx) -> torch.fx.Node:
         choice = _FORCED.setdefault(key, KernelChoice("linear", m, k, n, b is not None, act, kernel))
     if choice is not None:
         ctx.record_kernel(choice)
-    xm = ctx.arg(0) if x.rank == 2 else ctx.call_method("reshape", ctx.arg(0), [m, k])
+    xm = ctx.arg(0) if x.rank == 2 else ctx.call_method("reshape", ctx.arg(0), [-1 if dynamic else m, k])
     if kernel == "aten":
         y = ctx.call(F.linear, xm, ctx.arg(1), ctx.arg(2))
         if act is not None:
@@ -262,7 +268,7 @@ def lower_linear(ctx) -> torch.fx.Node:
     else:
         packed = ctx.buffer(torch.ops.mkldnn._reorder_linear_weight(weight, m), "packed_weight")
         y = ctx.call(torch.ops.mkldnn._linear_pointwise.default, xm, packed, ctx.arg(2), *onednn.post_op(act, params))
-    return y if x.rank == 2 else ctx.call_method("view", y, list(out.shape))
+    return y if x.rank == 2 else ctx.call_method("view", y, list(ctx.dims(out.shape)))
 
 
 def _emit_act_inplace(ctx, y, act: str, params: tuple):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
+import math
 import operator
 import re
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from torch.utils import _pytree as pytree
 from gawee.backend import kernels
 from gawee.errors import IRError
 from gawee.ir.core import Graph, Node, Value
+from gawee.ir.symbolic import Sym, bind, has_symbols, symbols_of
 from gawee.ir.types import TensorType
 from gawee.ops import OpDef, get_op
 from gawee.profile import NODE_META
@@ -66,8 +68,8 @@ class BoundOp:
         self.__qualname__ = self.__name__
         self.__module__ = "gawee"
 
-    def __call__(self, *inputs):
-        out = self.evaluate(*inputs, **self.attrs)
+    def __call__(self, *inputs, **sizes):
+        out = self.evaluate(*inputs, **self.attrs, **sizes)
         if self.single_output and not isinstance(out, torch.Tensor):
             return out[0]
         return out
@@ -162,9 +164,21 @@ class TorchLowering:
         return self._builder.new_buffer(data, f"{self.node.name}_{suffix}")
 
     def reference(self) -> torch.fx.Node:
-        """The default lowering: the op's ``evaluate`` with this node's attributes bound."""
-        bound = BoundOp(self.opdef, self.attrs, len(self.node.outputs) == 1)
-        return self.call(bound, *self.args)
+        """The default lowering: the op's ``evaluate`` with this node's attributes bound (attributes holding
+        symbolic sizes are passed at run time, computed from the input shapes)."""
+        static = {k: v for k, v in self.attrs.items() if not has_symbols(v)}
+        sizes = {k: self.dims(v) for k, v in self.attrs.items() if k not in static}
+        bound = BoundOp(self.opdef, static, len(self.node.outputs) == 1)
+        return self.call(bound, *self.args, **sizes)
+
+    def dims(self, value: Any) -> Any:
+        """``value`` (a dim, or a tuple of them) with every symbolic size an fx node computing it from
+        the input shapes at run time; plain ints stay ints."""
+        if isinstance(value, tuple):
+            return tuple(self.dims(v) for v in value)
+        if isinstance(value, list):
+            return [self.dims(v) for v in value]
+        return self._builder.size(value) if has_symbols(value) else value
 
 
 def to_torch(
@@ -229,13 +243,35 @@ class _Builder:
         return got
 
     # -- the walk ------------------------------------------------------------------
+    def size(self, expr) -> torch.fx.Node:
+        """An fx node computing a symbolic size from the symbols' values (bound on entry)."""
+        got = self.sizes.get(expr)
+        if got is None:
+            if isinstance(expr, Sym):
+                got = self.fx.call_function(operator.getitem, (self.symbol_values, self.symbol_order.index(expr)))
+            else:
+                syms = sorted(symbols_of(expr), key=str)
+                fn = SizeFormula(expr, syms)
+                got = self.fx.call_function(fn, tuple(self.size(s) for s in syms))
+            self.sizes[expr] = got
+        return got
+
     def build(self, output_structure: pytree.TreeSpec | None) -> torch.fx.GraphModule:
         self.measured_before = kernels.measuring_seconds()
+        placeholders = []
         for value in self.graph.inputs:
             x = self.fx.placeholder(self.fx_name(value.name))
+            placeholders.append(x)
             if self.channels_last and value.type.rank == 4 and value.dtype.is_float:
                 x = self.fx.call_method("contiguous", (x,), {"memory_format": torch.channels_last})
             self.env[value] = x
+        self.sizes: dict = {}
+        self.symbol_order = sorted(symbols_of([v.type for v in self.graph.inputs]), key=lambda s: s.name)
+        self.symbol_values = None
+        check = None
+        if self.symbol_order:  # a dynamic graph: solve and range-check the symbols from the input shapes
+            check = InputShapes([(v.name, v.shape) for v in self.graph.inputs], self.symbol_order)
+            self.symbol_values = self.fx.call_function(check, tuple(placeholders))
         for node in self.graph:
             opdef = get_op(node.op)
             ctx = TorchLowering(self, node, opdef)
@@ -255,7 +291,7 @@ class _Builder:
             y = self.lowered(value)
             outs.append(self.fx.call_method("contiguous", (y,)) if value.type.rank >= 2 else y)
         self.fx.output(pytree.tree_unflatten(outs, output_structure) if output_structure is not None else tuple(outs))
-        self.fx.eliminate_dead_code()
+        self.fx.eliminate_dead_code(is_impure_node=lambda n: n.target is check or n.is_impure())
         for n in list(self.fx.nodes):  # constants a lowering replaced (e.g. by their prepacked form)
             if n.op == "get_attr" and not n.users:
                 self.fx.erase_node(n)
@@ -267,6 +303,46 @@ class _Builder:
         module.gawee_kernels = [dataclasses.replace(c, nodes=n) for c, n in self.kernels.values()]
         module.gawee_kernel_seconds = kernels.measuring_seconds() - self.measured_before
         return module
+
+
+class InputShapes:
+    """The entry check of a module with symbolic input shapes: solves the symbols from the inputs' sizes
+    and raises ``ShapeOutOfRange`` (naming the input, the dimension and the symbol's range) for a shape
+    the graph does not admit. Returns the symbols' values in ``order``."""
+
+    __name__ = "check_input_shapes"
+    __qualname__ = __name__
+    __module__ = "gawee"
+
+    def __init__(self, inputs: list, order: list):
+        self.inputs = inputs
+        self.order = order
+
+    def __call__(self, *tensors) -> tuple[int, ...]:
+        values = bind(self.inputs, [t.shape for t in tensors])
+        return tuple(values[s] for s in self.order)
+
+    def __repr__(self) -> str:
+        return "check_input_shapes"
+
+
+class SizeFormula:
+    """A size computed from symbols at run time (``2*s0``), compiled once to plain Python arithmetic."""
+
+    __module__ = "gawee"
+
+    def __init__(self, expr, syms: list):
+        import sympy
+
+        self.expr = expr
+        self.fn = sympy.lambdify(syms, expr, modules=[{"floor": math.floor, "FloorDiv": operator.floordiv}, "math"])
+        self.__name__ = self.__qualname__ = "size_" + re.sub(r"\W", "_", str(expr))
+
+    def __call__(self, *values: int) -> int:
+        return int(self.fn(*values))
+
+    def __repr__(self) -> str:
+        return f"size({self.expr})"
 
 
 def _class_name(name: str) -> str:

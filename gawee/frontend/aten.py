@@ -7,11 +7,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 
 from gawee.errors import CaptureError, GaweeError
 from gawee.ir.core import Graph, Value
+from gawee.ir.symbolic import dim
 from gawee.ir.types import DType, TensorType
 from gawee.ops import OPAQUE, AtenBinding, OpDef, all_ops
 from gawee.ops.opaque import encode_arg
@@ -28,11 +30,22 @@ def binding_table() -> dict[str, list[tuple[OpDef, AtenBinding]]]:
     return table
 
 
-def recorded_types(fx_node: torch.fx.Node) -> list[TensorType | None]:
-    """The output types torch.export recorded for a node (None where a result is not a tensor)."""
+def recorded_types(fx_node: torch.fx.Node, symbols: dict | None = None) -> list[TensorType | None]:
+    """The output types torch.export recorded for a node (None where a result is not a tensor);
+    ``symbols`` renames torch's size symbols to gawee ``Sym``s."""
     val = fx_node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
-    return [TensorType.of(v) if isinstance(v, torch.Tensor) else None for v in vals]
+    return [TensorType.of(v, symbols) if isinstance(v, torch.Tensor) else None for v in vals]
+
+
+def symbolic_scalar(fx_node: torch.fx.Node, symbols: dict | None) -> Any:
+    """The sympy expression of a node that computes a size (``aten.sym_size.int``, ``operator.mul`` of
+    sizes...), over gawee ``Sym``s; None if the node computes something else."""
+    val = fx_node.meta.get("val")
+    if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        expr = val.node.expr
+        return expr.xreplace(symbols) if symbols else expr
+    return None
 
 
 def is_check(target) -> bool:
@@ -54,9 +67,16 @@ class NodeConverter:
     """
 
     def __init__(
-        self, graph: Graph, env: dict[torch.fx.Node, Any], warnings: list[str], dropped: dict[str, int] | None = None
+        self,
+        graph: Graph,
+        env: dict[torch.fx.Node, Any],
+        warnings: list[str],
+        dropped: dict[str, int] | None = None,
+        symbols: dict | None = None,
     ):
         self.graph = graph
+        self.symbols = symbols or {}
+        """torch.export's size symbols -> gawee Syms (empty for a static capture)."""
         self.env = env
         self.warnings = warnings
         self.dropped = dropped if dropped is not None else {}
@@ -75,6 +95,10 @@ class NodeConverter:
         if is_check(target):
             self.dropped[key] = self.dropped.get(key, 0) + 1
             return
+        expr = symbolic_scalar(fx_node, self.symbols)
+        if expr is not None:  # a size computation: its value lives on as an expression in attributes
+            self.env[fx_node] = dim(expr) if isinstance(expr, sympy.Expr) else expr
+            return
         for opdef, binding in self.table.get(key, ()):
             if self._try_bind(fx_node, opdef, binding, key):
                 return
@@ -83,7 +107,7 @@ class NodeConverter:
     # -- binding -----------------------------------------------------------------------
     def _try_bind(self, fx_node, opdef: OpDef, binding: AtenBinding, key: str) -> bool:
         schema = fx_node.target._schema
-        args = _normalize_args(schema, fx_node.args, fx_node.kwargs)
+        args = {k: self._sizes(v) for k, v in _normalize_args(schema, fx_node.args, fx_node.kwargs).items()}
         defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
         types = {k: self._type_of(v) for k, v in args.items() if isinstance(v, torch.fx.Node)}
         if binding.convert is not None:
@@ -97,7 +121,7 @@ class NodeConverter:
             args.pop(k, None)
         args = {binding.rename.get(k, k): v for k, v in args.items()}
 
-        recorded = recorded_types(fx_node)
+        recorded = recorded_types(fx_node, self.symbols)
         mapped = binding.outputs if binding.outputs is not None else tuple(range(len(recorded)))
         if not self._unmapped_results_unused(fx_node, mapped):
             return False
@@ -153,6 +177,14 @@ class NodeConverter:
                 results[i] = out
             self.env[fx_node] = results
         return True
+
+    def _sizes(self, v):
+        """An argument with the size nodes in it replaced by their expressions."""
+        if isinstance(v, torch.fx.Node) and isinstance(self.env.get(v), sympy.Basic):
+            return self.env[v]
+        if isinstance(v, (list, tuple)):
+            return type(v)(self._sizes(x) for x in v)
+        return v
 
     def _unmapped_results_unused(self, fx_node, mapped) -> bool:
         for user in fx_node.users:
@@ -221,7 +253,7 @@ class NodeConverter:
                 f"cannot record {key} at {fx_node.name}: {e}",
                 hint="this ATen call takes an argument gawee cannot serialize",
             ) from None
-        recorded = recorded_types(fx_node)
+        recorded = recorded_types(fx_node, self.symbols)
         if any(t is None for t in recorded):
             raise CaptureError(
                 f"{key} at {fx_node.name} returns a non-tensor result ({_describe(fx_node.meta.get('val'))})",
@@ -245,6 +277,8 @@ def _plain(v: Any) -> Any:
         return DType.from_torch(v).value
     if isinstance(v, (bool, int, float, str)) or v is None:
         return v
+    if isinstance(v, sympy.Expr) and v.is_integer:
+        return dim(v)
     if isinstance(v, (list, tuple, torch.Size)):
         items = [_plain(x) for x in v]
         return _NOT_PLAIN if any(x is _NOT_PLAIN for x in items) else tuple(items)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sympy
 import torch
 import torch.fx
 from torch.export import ExportedProgram
@@ -23,6 +24,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from gawee.errors import CaptureError
 from gawee.frontend.aten import NodeConverter, recorded_types
 from gawee.ir.core import Graph
+from gawee.ir.symbolic import Sym
 from gawee.ops import OPAQUE
 
 
@@ -52,7 +54,9 @@ class CaptureStats:
         return {k: round(getattr(self, k), 4) for k in ("export_s", "decompose_s", "convert_s")}
 
 
-def export_program(model: torch.nn.Module, example_inputs: Sequence) -> tuple[ExportedProgram, float, float]:
+def export_program(
+    model: torch.nn.Module, example_inputs: Sequence, dynamic_shapes=None
+) -> tuple[ExportedProgram, float, float]:
     """torch.export in eval mode, then functionalize. Raises CaptureError saying why and where.
 
     Whatever torch prints meanwhile (its logging, warnings, the partial-graph dump of a failed
@@ -64,7 +68,7 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> tuple[Ex
     log = Path(log_name)
     os.close(fd)
     try:
-        result = _export_logged(model, example_inputs, log)
+        result = _export_logged(model, example_inputs, log, dynamic_shapes)
     except CaptureError:
         raise  # the message names the log: keep it
     except BaseException:
@@ -74,11 +78,11 @@ def export_program(model: torch.nn.Module, example_inputs: Sequence) -> tuple[Ex
     return result
 
 
-def _export_logged(model: torch.nn.Module, example_inputs: Sequence, log: Path):
+def _export_logged(model: torch.nn.Module, example_inputs: Sequence, log: Path, dynamic_shapes=None):
     t0 = time.perf_counter()
     try:
         with _torch_output_to(log):
-            ep = torch.export.export(model, tuple(example_inputs))
+            ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
     except Exception as e:  # torch.export raises many unrelated types; all mean "cannot capture"
         raise _capture_error(e, model, log, "torch.export could not capture the model") from e
     t1 = time.perf_counter()
@@ -91,16 +95,26 @@ def _export_logged(model: torch.nn.Module, example_inputs: Sequence, log: Path):
 
 
 def capture(
-    model: torch.nn.Module, example_inputs: Sequence, *, name: str | None = None, stats: CaptureStats | None = None
+    model: torch.nn.Module,
+    example_inputs: Sequence,
+    *,
+    name: str | None = None,
+    stats: CaptureStats | None = None,
+    dynamic_shapes=None,
 ) -> Graph:
     """Capture ``model`` (put in eval mode) on ``example_inputs`` into a Graph.
 
     Parameters and buffers become constant Values (meta-device models give meta
     constants: structure and cost work, numbers do not). ATen ops without an OpDef
     become opaque ``aten`` nodes. Raises CaptureError when torch.export fails.
+
+    ``dynamic_shapes`` is torch.export's own spec (``{"x": {0: torch.export.Dim("batch")}}``,
+    or see ``gawee.frontend.dynamic.dynamic_spec`` for the CLI's short form): the dimensions
+    it marks become symbols (``s0``...) with the ranges export reports, and the graph serves
+    every shape in range.
     """
     stats = stats if stats is not None else CaptureStats()
-    ep, stats.export_s, stats.decompose_s = export_program(model, example_inputs)
+    ep, stats.export_s, stats.decompose_s = export_program(model, example_inputs, dynamic_shapes)
     t0 = time.perf_counter()
     graph = from_exported_program(ep, name or type(model).__name__, stats)
     stats.convert_s = time.perf_counter() - t0
@@ -118,7 +132,8 @@ def from_exported_program(ep: ExportedProgram, name: str = "graph", stats: Captu
     specs = {s.arg.name: s for s in sig.input_specs if hasattr(s.arg, "name")}
     state = dict(ep.state_dict)
     state.update(ep.constants)
-    converter = NodeConverter(graph, env, stats.warnings, stats.dropped_checks)
+    symbols = size_symbols(ep)
+    converter = NodeConverter(graph, env, stats.warnings, stats.dropped_checks, symbols)
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             spec = specs.get(fx_node.name)
@@ -128,7 +143,7 @@ def from_exported_program(ep: ExportedProgram, name: str = "graph", stats: Captu
                     data = data.detach()
                 env[fx_node] = graph.constant(data, spec.target)
             elif spec is None or spec.kind == InputKind.USER_INPUT:
-                (t,) = recorded_types(fx_node)
+                (t,) = recorded_types(fx_node, symbols)
                 if t is None:
                     raise CaptureError(
                         f"input {fx_node.name} is not a tensor",
@@ -159,6 +174,26 @@ def from_exported_program(ep: ExportedProgram, name: str = "graph", stats: Captu
             t = node.attrs["target"]
             stats.opaque_ops[t] = stats.opaque_ops.get(t, 0) + 1
     return graph
+
+
+def size_symbols(ep: ExportedProgram) -> dict:
+    """torch.export's size symbols -> gawee ``Sym``s carrying export's range and the example value."""
+    hints: dict = {}
+    for fx_node in ep.graph.nodes:
+        val = fx_node.meta.get("val") if fx_node.op == "placeholder" else None
+        if isinstance(val, torch.Tensor):
+            for d in val.shape:
+                if isinstance(d, torch.SymInt) and isinstance(d.node.expr, sympy.Symbol):
+                    hints.setdefault(d.node.expr, d.node.hint)
+    out = {}
+    for sym, vr in ep.range_constraints.items():
+        if not isinstance(sym, sympy.Symbol):
+            continue
+        lo = int(vr.lower) if vr.lower.is_finite else 0
+        hi = int(vr.upper) if vr.upper.is_finite else None
+        hint = hints.get(sym)
+        out[sym] = Sym(sym.name, lo, hi, int(hint) if hint is not None else max(lo, 2))
+    return out
 
 
 _USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')

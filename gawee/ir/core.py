@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import sympy
 import torch
 
 from gawee.errors import IRError
+from gawee.ir.symbolic import dim
 from gawee.ir.types import TensorType
 
 
@@ -177,9 +179,11 @@ def _freeze(v: Any, key: str) -> Any:
         return tuple(_freeze(x, key) for x in v)
     if isinstance(v, Mapping):
         return tuple(sorted((str(k), _freeze(x, key)) for k, x in v.items()))
+    if isinstance(v, sympy.Expr):  # a symbolic size (a dynamic dimension's expression)
+        return dim(v)
     raise IRError(
         f"attribute {key!r} has non-plain value {v!r} ({type(v).__name__})",
-        hint="attributes hold ints, floats, bools, strings, None and lists of them",
+        hint="attributes hold ints, floats, bools, strings, None, symbolic sizes and lists of them",
     )
 
 

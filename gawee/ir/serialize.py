@@ -19,26 +19,43 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import sympy
 import torch
 
 from gawee.errors import GaweeError, SerializationError
+from gawee.ir import symbolic
 from gawee.ir.core import Graph, Value
 from gawee.ir.types import NUMPY_STORAGE, DType, Layout, TensorType
 
 FORMAT = "gawee.graph"
-VERSION = 1
+VERSION = 2
+"""2: symbolic dimensions — a top-level ``symbols`` table (name -> min, max, example), a shape
+dimension may be a string (``"s0"``, ``"2*s0"``), an attribute size an object ``{"dim": "s0"}``.
+Version 1 files (static shapes only) still load."""
+READS = (1, 2)
 
 
 # -- saving ----------------------------------------------------------------------------
 def _type_json(t: TensorType) -> dict:
-    d = {"shape": list(t.shape), "dtype": t.dtype.value}
+    d = {"shape": [s if isinstance(s, int) else symbolic.text(s) for s in t.shape], "dtype": t.dtype.value}
     if t.layout is not Layout.contiguous:
         d["layout"] = t.layout.value
     return d
 
 
 def _attr_json(v: Any) -> Any:
-    return [_attr_json(x) for x in v] if isinstance(v, tuple) else v
+    if isinstance(v, tuple):
+        return [_attr_json(x) for x in v]
+    if isinstance(v, sympy.Basic):
+        return {"dim": symbolic.text(v)}
+    return v
+
+
+def _symbols_json(graph: Graph) -> dict:
+    syms = symbolic.symbols_of([v.type for v in graph.inputs])
+    for node in graph:
+        syms |= symbolic.symbols_of([v.type for v in node.outputs]) | symbolic.symbols_of(dict(node.attrs))
+    return {s.name: {"min": s.lo, "max": s.hi, "example": s.example} for s in sorted(syms, key=lambda s: s.name)}
 
 
 def to_json_dict(graph: Graph) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -70,6 +87,7 @@ def to_json_dict(graph: Graph) -> tuple[dict, dict[str, torch.Tensor]]:
         "version": VERSION,
         "name": graph.name,
         "meta": graph.meta,
+        **({"symbols": syms} if (syms := _symbols_json(graph)) else {}),
         "inputs": [{"name": v.name, "type": _type_json(v.type)} for v in graph.inputs],
         "constants": constants,
         "nodes": nodes,
@@ -129,6 +147,7 @@ class _Doc:
 
     def __init__(self, path: Path):
         self.path = path
+        self.symbols: dict[str, symbolic.Sym] = {}
 
     def fail(self, where: str, msg: str, hint: str | None = None):
         raise SerializationError(msg, where=f"{self.path}: {where}" if where else str(self.path), hint=hint)
@@ -146,8 +165,9 @@ class _Doc:
     def type(self, obj: Any, where: str) -> TensorType:
         t = self.get(obj, "type", dict, where)
         shape = self.get(t, "shape", list, f"{where}.type")
-        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-            self.fail(f"{where}.type.shape", f"shape must be non-negative ints, got {shape}")
+        if not all((isinstance(s, int) and not isinstance(s, bool) and s >= 0) or isinstance(s, str) for s in shape):
+            self.fail(f"{where}.type.shape", f"shape must be non-negative ints or symbolic sizes, got {shape}")
+        shape = [self.dim(s, f"{where}.type.shape") if isinstance(s, str) else s for s in shape]
         try:
             dtype = DType.parse(self.get(t, "dtype", str, f"{where}.type"))
             layout = Layout(t.get("layout", "contiguous"))
@@ -155,9 +175,30 @@ class _Doc:
             self.fail(f"{where}.type", str(e.args[0] if e.args else e))
         return TensorType(tuple(shape), dtype, layout)
 
+    def dim(self, text: str, where: str):
+        try:
+            return symbolic.parse(text, self.symbols)
+        except GaweeError as e:
+            self.fail(where, e.message, hint=e.hint or 'declare every symbol in "symbols"')
 
-def _freeze_json(v: Any) -> Any:
-    return tuple(_freeze_json(x) for x in v) if isinstance(v, list) else v
+    def read_symbols(self, doc: dict) -> None:
+        for name, e in self.get(doc, "symbols", dict, "").items() if "symbols" in doc else ():
+            w = f"symbols.{name}"
+            if not name.isidentifier():
+                self.fail(w, f"symbol name {name!r} is not an identifier")
+            lo, ex = self.get(e, "min", int, w), self.get(e, "example", int, w)
+            hi = e.get("max")
+            bad_hi = hi is not None and (not isinstance(hi, int) or hi < lo or ex > hi)
+            if bad_hi or lo < 0 or ex < lo:
+                self.fail(w, f"symbol {name}: need 0 <= min <= example <= max, got {e}")
+            self.symbols[name] = symbolic.Sym(name, lo, hi, ex)
+
+    def attr(self, v: Any, where: str) -> Any:
+        if isinstance(v, list):
+            return tuple(self.attr(x, where) for x in v)
+        if isinstance(v, dict) and set(v) == {"dim"} and isinstance(v["dim"], str):
+            return self.dim(v["dim"], where)
+        return v
 
 
 def load(path: str | os.PathLike) -> Graph:
@@ -183,8 +224,9 @@ def load(path: str | os.PathLike) -> Graph:
             hint=f'expected "format": "{FORMAT}"',
         )
     version = d.get(doc, "version", int, "")
-    if version != VERSION:
-        d.fail("version", f"schema version {version} is not supported (this gawee reads {VERSION})")
+    if version not in READS:
+        d.fail("version", f"schema version {version} is not supported (this gawee reads {', '.join(map(str, READS))})")
+    d.read_symbols(doc)
     arrays = _load_npz(path, doc, d)
 
     graph = Graph(d.get(doc, "name", str, ""))
@@ -227,7 +269,7 @@ def load(path: str | os.PathLike) -> Graph:
                 inputs.append(values[ref])
         outs = d.get(e, "outputs", list, w)
         types = [d.type(o, f"{w}.outputs[{k}]") for k, o in enumerate(outs)]
-        attrs = {k: _freeze_json(v) for k, v in d.get(e, "attrs", dict, w).items()} if "attrs" in e else {}
+        attrs = {k: d.attr(v, f"{w}.attrs.{k}") for k, v in d.get(e, "attrs", dict, w).items()} if "attrs" in e else {}
         try:
             node = graph.create_node(op, inputs, attrs, types=types, name=name, source=e.get("source", ""))
         except GaweeError as err:

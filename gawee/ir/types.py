@@ -12,6 +12,15 @@ import torch
 from gawee.errors import IRError
 
 
+def _dim(d, symbols: dict | None = None):
+    from gawee.ir.symbolic import dim
+
+    d = dim(d)
+    if symbols and not isinstance(d, int):
+        d = dim(d.xreplace(symbols))
+    return d
+
+
 class DType(enum.Enum):
     """Element types, spelled the short way (``f32``) in text, JSON and rules."""
 
@@ -106,15 +115,16 @@ class Layout(enum.Enum):
         return self.value
 
 
-Shape = tuple[int, ...]
+Shape = tuple  # of Dim: int, or a sympy expression over gawee.ir.symbolic.Sym
 
 
 @dataclass(frozen=True, slots=True)
 class TensorType:
-    """The static type of a Value: concrete shape, element type and memory layout.
+    """The static type of a Value: shape, element type and memory layout.
 
-    Shapes are concrete ints; a symbolic batch dimension would be a new ``Dim`` kind
-    in ``shape`` and is not supported yet.
+    A dimension is a plain ``int``, or — for a dynamic dimension — a sympy expression over
+    ``Sym`` symbols (``s0``, ``2*s0``; see ``gawee.ir.symbolic``). Static types hold ints
+    only; ``numel`` and ``nbytes`` of a symbolic type are expressions too.
     """
 
     shape: Shape
@@ -127,18 +137,35 @@ class TensorType:
 
     @property
     def numel(self) -> int:
-        return math.prod(self.shape)
+        n = math.prod(self.shape)
+        return n if isinstance(n, int) else _dim(n)
+
+    @property
+    def symbolic(self) -> bool:
+        """Whether some dimension is symbolic."""
+        return not all(isinstance(d, int) for d in self.shape)
 
     @property
     def nbytes(self) -> int:
         return self.numel * self.dtype.itemsize
 
+    def at(self, values: dict) -> TensorType:
+        """This type with its symbols replaced by values (``Sym -> int``; missing ones at their example)."""
+        if not self.symbolic:
+            return self
+        from gawee.ir.symbolic import example_values, subs, symbols_of
+
+        return TensorType(subs(self.shape, {**example_values(symbols_of(self)), **values}), self.dtype, self.layout)
+
     def same_shape_dtype(self, other: TensorType) -> bool:
         return self.shape == other.shape and self.dtype == other.dtype
 
     @staticmethod
-    def of(t: torch.Tensor) -> TensorType:
-        return TensorType(tuple(int(s) for s in t.shape), DType.from_torch(t.dtype), Layout.of(t))
+    def of(t: torch.Tensor, symbols: dict | None = None) -> TensorType:
+        """The type of a tensor; symbolic sizes (fake tensors) become expressions, their torch
+        symbols renamed through ``symbols`` (torch's sympy Symbol -> gawee Sym) when given."""
+        shape = tuple(s if type(s) is int else _dim(s, symbols) for s in t.shape)
+        return TensorType(shape, DType.from_torch(t.dtype), Layout.of(t))
 
     def __str__(self) -> str:
         dims = ",".join(str(d) for d in self.shape)

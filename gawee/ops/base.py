@@ -7,9 +7,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 
 from gawee.errors import InferenceError, IRError, UnknownOpError
+from gawee.ir.symbolic import Sym, has_symbols, symbols_of
 from gawee.ir.types import DType, Layout, TensorType
 
 TypeList = Sequence[TensorType | None]
@@ -66,7 +68,7 @@ class Attr:
         if kind == "any":
             return True
         if kind == "int":
-            return isinstance(value, int) and not isinstance(value, bool)
+            return (isinstance(value, int) and not isinstance(value, bool)) or _symbolic_int(value)
         if kind == "float":
             return isinstance(value, (int, float)) and not isinstance(value, bool)
         if kind == "scalar":
@@ -76,7 +78,9 @@ class Attr:
         if kind in ("str", "dtype"):
             return isinstance(value, str)
         if kind == "ints":
-            return isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            return isinstance(value, tuple) and all(
+                (isinstance(v, int) and not isinstance(v, bool)) or _symbolic_int(v) for v in value
+            )
         if kind == "floats":
             return isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value)
         return False
@@ -235,7 +239,9 @@ class OpDef:
         if cached is not None:
             return list(cached)
         try:
-            if self.infer is not None:
+            if has_symbols(list(in_types)) or has_symbols(list(attrs.values())):
+                result = _infer_symbolic(self, in_types, attrs)
+            elif self.infer is not None:
                 result = self.infer(in_types, attrs)
             else:
                 args = [None if t is None else meta_tensor(t) for t in in_types]
@@ -251,6 +257,63 @@ class OpDef:
 
 
 _INFER_CACHE: dict[Any, tuple[TensorType, ...]] = {}
+
+
+def _symbolic_int(v: Any) -> bool:
+    return isinstance(v, sympy.Expr) and v.is_integer is not False and not v.is_Integer
+
+
+def _infer_symbolic(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any]) -> list[TensorType]:
+    """Types of an op over symbolic shapes: its torch semantics run on fake tensors whose sizes are
+    SymInts of the operands' symbols (torch's ShapeEnv), so every op gets symbolic inference from the
+    same ``evaluate`` the static path uses. A result that would only hold for some values of the
+    symbols (the op specialized a symbol to a constant) is refused."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv, ValueRangesSLoc
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    syms = symbols_of(list(in_types)) | symbols_of(list(attrs.values()))
+    env = ShapeEnv()
+    for s in syms:
+        env.backed_var_to_val[s] = sympy.Integer(_hint(s))
+        env.var_to_range[s] = ValueRanges(s.lo, sympy.oo if s.hi is None else s.hi)
+        sloc = env._get_sloc()
+        env.var_to_range_sloc[s] = ValueRangesSLoc(sloc, sloc)
+
+    def sym(d):
+        if isinstance(d, sympy.Basic) and not d.is_Integer:
+            return env.create_symintnode(d, hint=int(d.xreplace({s: _hint(s) for s in d.free_symbols})))
+        return int(d) if isinstance(d, sympy.Basic) else d
+
+    def conv(a):
+        if isinstance(a, tuple):
+            return tuple(conv(x) for x in a)
+        return sym(a)
+
+    with FakeTensorMode(shape_env=env, allow_non_fake_inputs=True):
+        args = []
+        for t in in_types:
+            if t is None:
+                args.append(None)
+                continue
+            x = torch.empty(tuple(sym(d) for d in t.shape), dtype=t.dtype.torch)
+            if t.layout is Layout.channels_last and t.rank == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            args.append(x)
+        outs = opdef.run(args, {k: conv(v) for k, v in attrs.items()})
+        result = [TensorType.of(t) for t in outs]
+    fixed = [str(k) for k, v in env.replacements.items() if k in syms and not symbols_of(v)]
+    if fixed:
+        raise ValueError(f"the result holds only for a fixed value of {', '.join(fixed)}")
+    return result
+
+
+def _hint(s: Sym) -> int:
+    """The value torch's ShapeEnv assumes for ``s`` when a size check cannot be decided statically:
+    the example, or a value of 2 or more when the example is 0 or 1 (which torch would specialize)."""
+    if s.example >= 2 or (s.hi is not None and s.hi < 2):
+        return s.example
+    return min(max(s.lo, 2), s.hi) if s.hi is not None else max(s.lo, 2)
 
 
 def _first_line(e: BaseException) -> str:

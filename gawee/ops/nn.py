@@ -669,6 +669,7 @@ def _conv2d_lower_torch(ctx):
     """oneDNN's fused convolution on weights prepacked for the known input size (as Inductor's freezing
     does): act(conv + residual) in one kernel; the reference semantics where the kernel or dtype is missing."""
     from gawee.backend import onednn
+    from gawee.ir.symbolic import at_example
 
     x, w, b, r = (ctx.type(i) for i in range(4))
     a = ctx.attrs
@@ -692,7 +693,7 @@ def _conv2d_lower_torch(ctx):
             stride=a["stride"],
             dilation=a["dilation"],
             groups=a["groups"],
-            input_shape=x.shape,
+            input_shape=at_example(x.shape),  # a symbolic batch: packed for the example, valid for any
             channels_last=ctx.channels_last,
         )
         weight = ctx.buffer(packed, "packed_weight")
