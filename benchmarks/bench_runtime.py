@@ -76,6 +76,7 @@ METHODS = {
     "gawee": "gawee.compile",
     "gawee_dynamo": 'torch.compile(backend="gawee")',
     "gawee_iree": 'gawee.compile(backend="iree")',
+    "iree_turbine": "iree-turbine aot.export → IREE",
 }
 log = logging.getLogger("bench")
 SUITES = {
@@ -209,6 +210,27 @@ def build_gawee_iree(model, xs):
     return module, seconds
 
 
+def build_iree_turbine(model, xs):
+    """What a PyTorch user would do today to run a model on IREE: iree-turbine's ``aot.export``
+    (torch.export, then torch-mlir's torch dialect), compiled with the same iree-compile flags as
+    gawee's path (llvm-cpu for the host, gawee.backend.mlir.compile_flags) and run by the same runtime
+    wrapper (local-task driver): only the MLIR handed to IREE differs."""
+    from iree.turbine import aot
+
+    from gawee.backend.mlir import IreeModule, compile_iree
+    from gawee.ir.types import TensorType
+
+    def make():
+        text = str(aot.export(model, args=tuple(xs)).mlir_module)
+        with torch.no_grad():
+            out = model(*xs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        vmfb = compile_iree(text, input_type="torch")
+        return IreeModule(vmfb, [TensorType.of(x) for x in xs], [TensorType.of(o) for o in outs])
+
+    return _timed(make)
+
+
 BUILDERS: dict[str, Callable] = {
     "eager": build_eager,
     "fx_fuse": build_fx_fuse,
@@ -221,6 +243,7 @@ BUILDERS: dict[str, Callable] = {
     "gawee": build_gawee,
     "gawee_dynamo": build_gawee_dynamo,
     "gawee_iree": build_gawee_iree,
+    "iree_turbine": build_iree_turbine,
 }
 
 

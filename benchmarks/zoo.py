@@ -151,8 +151,59 @@ def verification_fields(v) -> dict:
     }
 
 
-def measure(name: str) -> dict:
-    """Everything the table says about one model. Never raises: a failure is recorded with its stage."""
+def unlowered_ops(graph) -> dict[str, int]:
+    """The graph's ops with no StableHLO lowering (opaque ATen calls by target), with their counts."""
+    from gawee.ops import OPAQUE, get_op
+
+    missing: dict[str, int] = {}
+    for node in graph:
+        d = get_op(node.op)
+        key = f"aten:{node.attrs['target']}" if d.name == OPAQUE else node.op if d.mlir is None else None
+        if key is not None:
+            missing[key] = missing.get(key, 0) + 1
+    return missing
+
+
+def measure_iree(optimized, inputs, ref) -> dict:
+    """The optimized graph through gawee's MLIR path: to_mlir, iree-compile for the host CPU, run on the
+    model's inputs, compared with eager at verify_equivalent's tolerance. ``iree_status``: ok, differs
+    (wrong numbers), no lowering (the ops are listed), rejected (to_mlir or IREE refused the module)."""
+    import gc
+
+    from gawee.backend.mlir import IreeModule, LoweringError, compile_iree, to_mlir
+    from gawee.equivalence import TOLERANCE
+    from gawee.ir.types import DType
+
+    missing = unlowered_ops(optimized)
+    if missing:
+        text = ", ".join(f"{k}×{n}" for k, n in sorted(missing.items()))
+        return {"iree_status": "no lowering", "iree_missing": missing, "iree_message": f"no lowering: {text}"}
+    try:
+        t0 = time.perf_counter()
+        text = to_mlir(optimized)
+        t1 = time.perf_counter()
+        vmfb = compile_iree(text)
+        t2 = time.perf_counter()
+    except LoweringError as e:
+        return {"iree_status": "rejected", "iree_message": _first_lines(e)}
+    row = {"iree_mlir_s": t1 - t0, "iree_compile_s": t2 - t1, "iree_mlir_mb": len(text) / 1e6}
+    del text
+    gc.collect()
+    module = IreeModule(vmfb, [v.type for v in optimized.inputs], [v.type for v in optimized.outputs])
+    t0 = time.perf_counter()
+    out = list(module(*inputs))
+    row["iree_run_s"] = time.perf_counter() - t0
+    err = _rel_error(ref, out)
+    tol = max(TOLERANCE[DType.from_torch(r.dtype)] for r in ref if r.dtype.is_floating_point) if ref else 0.0
+    row.update(iree_error=err, iree_tolerance=tol)
+    ok = err <= tol
+    row.update(iree_status="ok" if ok else "differs", iree_message="" if ok else f"error {err:.3g} > {tol:g}")
+    return row
+
+
+def measure(name: str, iree: bool = False) -> dict:
+    """Everything the table says about one model (``iree``: and its run through gawee's MLIR path on
+    IREE). Never raises: a failure is recorded with its stage."""
     import torch
 
     import gawee
@@ -219,6 +270,11 @@ def measure(name: str) -> dict:
         with torch.no_grad():
             v = verify_rewrite(graph, optimized, report.trace, rules=rules)
         row.update(verification_fields(v))
+        del graph
+
+        if iree:
+            stage = "iree"
+            row.update(measure_iree(optimized, inputs, ref))
 
         problems = []
         if row["capture_error"] > CAPTURE_TOLERANCE:
@@ -228,6 +284,8 @@ def measure(name: str) -> dict:
             problems.append(f"{len(mismatches)} inferred type(s) differ from the recorded ones, first: {m}")
         if not v.ok:
             problems.append("verification failed: " + " | ".join(str(v).splitlines()))
+        if row.get("iree_status") in ("rejected", "differs"):
+            problems.append(f"IREE {row['iree_status']}: {row['iree_message']}")
         if problems:
             only_verify = len(problems) == 1 and not v.ok
             row.update(status="FAIL", stage="verify" if only_verify else "check", message="; ".join(problems))
@@ -243,14 +301,14 @@ def measure(name: str) -> dict:
     return row
 
 
-def worker_main(name: str, out_path: str, threads: int) -> int:
+def worker_main(name: str, out_path: str, threads: int, iree: bool = False) -> int:
     import warnings
 
     warnings.filterwarnings("ignore")
     import torch
 
     torch.set_num_threads(threads)
-    row = measure(name)
+    row = measure(name, iree)
     Path(out_path).write_text(json.dumps(row))
     return 0
 
@@ -298,13 +356,14 @@ def param_counts(names: list[str]) -> dict[str, int]:
     return counts
 
 
-def memory_estimate_mb(params: int) -> float:
+def memory_estimate_mb(params: int, iree: bool = False) -> float:
     """Peak RSS of one worker: ~1 GB of torch + 4.5 copies of the float32 weights (the module's,
     shared with the captured graph; the folded constants of the rewritten graph; and, when
     verify_rewrite judges a value again against the original in float64, a float64 copy of the
     original's weights). Measured with verify_rewrite: regnet_y_128gf (645 M parameters) 11.5 GiB;
-    vit_h_14 (633 M, little to fold, no float64 run needed) 4.7 GiB."""
-    return 1000 + 4.5 * params * 4 / 2**20
+    vit_h_14 (633 M, little to fold, no float64 run needed) 4.7 GiB. The IREE column adds the
+    module's text (hex: 2 bytes a weight byte), iree-compile's copy of the weights and the .vmfb."""
+    return 1000 + (4.5 + (5 if iree else 0)) * params * 4 / 2**20
 
 
 class MemoryGate:
@@ -327,10 +386,10 @@ class MemoryGate:
             self.cond.notify_all()
 
 
-def run_one(name: str, threads: int, timeout: float) -> dict:
+def run_one(name: str, threads: int, timeout: float, iree: bool = False) -> dict:
     row, why, wall = run_worker(
         Path(__file__).resolve(),
-        ["--worker", name, "--threads", str(threads)],
+        ["--worker", name, "--threads", str(threads), *(["--iree"] if iree else [])],
         timeout=timeout,
         threads=threads,
         cwd=ROOT,
@@ -424,6 +483,16 @@ def fmt_rules(firings: dict | None, n: int = 3) -> str:
     return ", ".join(f"{k}×{v}" for k, v in top) + (f" (+{more} more)" if more else "")
 
 
+def fmt_iree(r: dict) -> str:
+    """The IREE column: ok with the error against eager and the compile seconds, or why not."""
+    status = r.get("iree_status")
+    if status is None:
+        return "—"
+    if status == "ok":
+        return f"ok {fmt_err(r['iree_error'])} ({r['iree_compile_s']:.0f} s)"
+    return f"{status}: {r['iree_message']}" if status != "no lowering" else r["iree_message"]
+
+
 def _nodes(r: dict) -> str:
     return fmt_pair(r.get("nodes_before"), r.get("nodes_after"), lambda x: "—" if x is None else str(x))
 
@@ -445,6 +514,7 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
             fmt_verification(r),
             fmt_ratio(r),
             "—" if "verify_s" not in r else f"{r['verify_s']:.1f}",
+            fmt_iree(r),
             fmt_status(r),
         ]
         for r in rows
@@ -466,6 +536,7 @@ HEADERS = [
     "verification",
     "worst error / allowed",
     "verify s",
+    "IREE (error vs eager, compile s)",
     "status",
 ]
 
@@ -481,6 +552,7 @@ def transformer_rows(rows: list[dict]) -> list[list[str]]:
             fmt_verification(r),
             fmt_ratio(r),
             fmt_rules(r.get("firings")),
+            fmt_iree(r),
             fmt_status(r),
         ]
         for r in rows
@@ -496,6 +568,7 @@ TRANSFORMER_HEADERS = [
     "verification",
     "worst error / allowed",
     "rules fired most",
+    "IREE (error vs eager, compile s)",
     "status",
 ]
 
@@ -569,10 +642,36 @@ def summary(rows: list[dict], wall: float, both: bool = False) -> list[str]:
             "other rows from an earlier run (`--reuse`)."
         )
     )
+    lines += iree_summary(rows)
     if rows and any("max_rss_mb" in r for r in rows):
         big = max((r for r in rows if "max_rss_mb" in r), key=lambda r: r["max_rss_mb"])
         lines.append(f"Largest worker: {big['model']} at {big['max_rss_mb'] / 1024:.1f} GiB peak RSS.")
     return lines
+
+
+def iree_summary(rows: list[dict]) -> list[str]:
+    """One line on the IREE column (none if no row went through IREE)."""
+    tried = [r for r in rows if r.get("iree_status")]
+    if not tried:
+        return []
+    ok = [r for r in tried if r["iree_status"] == "ok"]
+    text = f"IREE (gawee's StableHLO, iree-compile llvm-cpu for the host): {len(ok)}/{len(tried)} equal to eager"
+    if ok:
+        worst = max(ok, key=lambda r: r["iree_error"] / r["iree_tolerance"])
+        text += f" (worst {worst['iree_error']:.2g} on {worst['model']}, tolerance {worst['iree_tolerance']:g})"
+    missing: dict[str, int] = {}
+    for r in tried:
+        for op in r.get("iree_missing", {}):
+            missing[op] = missing.get(op, 0) + 1
+    if missing:
+        text += "; ops without a lowering: " + ", ".join(f"{k} ({n} models)" for k, n in sorted(missing.items()))
+    bad = [r for r in tried if r["iree_status"] in ("differs", "rejected")]
+    if bad:
+        text += "; failed: " + ", ".join(f"{r['model']} ({r['iree_status']})" for r in bad)
+    if len(tried) < len(rows):
+        text += f"; {len(rows) - len(tried)} model(s) not run through IREE"
+    compile_s = sum(r.get("iree_compile_s", 0.0) for r in tried)
+    return [text + f". IREE compile time {compile_s / 60:.1f} min in all."]
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -596,6 +695,15 @@ VERIFICATION_TEXT = (
     "value was forgiven: recomputed from the original's values of its inputs it reproduces the original "
     "(rounding inherited from upstream), or element by element it is no farther from the float64 truth than "
     "the original is."
+)
+
+
+IREE_TEXT = (
+    "*IREE* is the optimized graph through gawee's MLIR path (`gawee.to_mlir`, StableHLO; `iree-compile` "
+    "for llvm-cpu tuned to the host, docs/mlir.md) run on the model's input and compared with eager PyTorch "
+    "at `verify_equivalent`'s tolerance (1e-4 × max(1, max|ref|) in float32): *ok* with that error and the "
+    "iree-compile seconds, *no lowering* with the ops that have none, *differs* or *rejected* (a failure of "
+    "the row). — means the run had no IREE column (`--no-iree`, or the iree extra is not installed)."
 )
 
 
@@ -644,6 +752,8 @@ def readme_body(rows: list[dict], wall: float, command: str, jobs: int, threads:
         "max|out − ref| / max(1, max|ref|): *capture error* is the interpreter against eager PyTorch, "
         "*verify error* the optimized graph's outputs against the captured one's on the unit-normal inputs. "
         + VERIFICATION_TEXT
+        + " "
+        + IREE_TEXT
         + " Each worker first captures, rewrites and verifies a tiny model, so one-time costs (torch.export's "
         f"imports and caches) are not charged to the first model. {jobs} model(s) ran at once with {threads} "
         "torch thread(s) each, so a model's times include contention with its neighbour (the largest models "
@@ -675,7 +785,11 @@ def transformers_body(rows: list[dict], wall: float, command: str, jobs: int, th
             "\n".join(f"* {s}" for s in summary(rows, wall, both)),
             "Columns: *nodes* before → after the default rewrite; *capture error* the interpreter against eager "
             "PyTorch (max|out − ref| / max(1, max|ref|)); *rules fired most* the three rules with the most "
-            "firings. " + VERIFICATION_TEXT + f" {jobs} model(s) ran at once with {threads} torch thread(s) each.",
+            "firings. "
+            + VERIFICATION_TEXT
+            + " "
+            + IREE_TEXT
+            + f" {jobs} model(s) ran at once with {threads} torch thread(s) each.",
             markdown_table(TRANSFORMER_HEADERS, transformer_rows(rows)),
             *failures_text(rows),
         ]
@@ -703,6 +817,13 @@ def main(argv: list[str] | None = None) -> int:
         help="an earlier run's --json file: its rows stand for the section's models this run does not measure "
         "(rerun a few with --models, keep the rest of the table)",
     )
+    ap.add_argument(
+        "--iree",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run each optimized graph through gawee's MLIR path on IREE (the IREE column; default: "
+        "when the iree extra is installed)",
+    )
     ap.add_argument("--no-readme", action="store_true", help="do not write benchmarks/README.md")
     ap.add_argument("--readme", type=Path, default=README, help="the markdown file to write (default: %(default)s)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -711,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cores = os.cpu_count() or 1
     if args.worker:
-        return worker_main(args.worker, args.out, args.threads or cores)
+        return worker_main(args.worker, args.out, args.threads or cores, bool(args.iree))
 
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -739,11 +860,15 @@ def main(argv: list[str] | None = None) -> int:
                 highlight=False,
             )
         names = [n for n in names if n not in skip]
+    iree = args.iree if args.iree is not None else importlib.util.find_spec("iree") is not None
+    if args.iree and importlib.util.find_spec("iree") is None:
+        print("error: --iree needs the IREE compiler and runtime: pip install 'gawee[iree]'", file=sys.stderr)
+        return 2
     section = {n: section_of(n, tv_names) for n in names}
     jobs = max(1, args.jobs)
     threads = args.threads or max(1, cores // jobs)
     counts = param_counts(names)
-    need = {n: memory_estimate_mb(counts[n]) for n in names}
+    need = {n: memory_estimate_mb(counts[n], iree) for n in names}
     gate = MemoryGate(args.memory_gb * 1024)
     # largest first, so the memory-heavy models don't end up alone at the tail of the run
     order = sorted(names, key=lambda n: -need[n])
@@ -768,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
                 running.add(name)
                 progress.update(task, description=", ".join(sorted(running)))
             try:
-                row = run_one(name, threads, args.timeout)
+                row = run_one(name, threads, args.timeout, iree)
             finally:
                 gate.release(need[name])
             with lock:
@@ -782,7 +907,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"capture {cap:.1f} s, rewrite {row.get('rewrite_ms', 0):.0f} ms, "
                     f"err {fmt_err(row.get('capture_error'))}/{fmt_err(row.get('verify_error'))}, "
                     f"verification {fmt_verification(row)} worst {fmt_ratio(row)} in {row.get('verify_s', 0):.1f} s, "
-                    f"{row.get('total_s', 0):.0f} s"
+                    f"{row.get('total_s', 0):.0f} s" + (f", IREE {fmt_iree(row)}" if row.get("iree_status") else "")
                 )
                 if row["status"] != "ok":
                     line += f"\n    {row['message']}"
@@ -811,7 +936,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # the terminal gets the narrow columns; the README gets all of them
     if tv_rows:
-        keep = [0, 1, 3, 8, 9, 11, 12, 14]
+        keep = [0, 1, 3, 8, 9, 11, 12, 14, 15]
         table = Table(
             *[HEADERS[i] for i in keep], title="gawee model zoo: torchvision (full table: benchmarks/README.md)"
         )

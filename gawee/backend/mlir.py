@@ -769,21 +769,24 @@ def _import_iree():
     return compiler, runtime
 
 
-def compile_flags(target_cpu: str = "host") -> list[str]:
-    """iree-compile flags: StableHLO input, the local device, llvm-cpu code for ``target_cpu``."""
+def compile_flags(target_cpu: str = "host", input_type: str = "stablehlo") -> list[str]:
+    """iree-compile flags: ``input_type`` input (gawee's is StableHLO; ``torch`` for iree-turbine's
+    export, which the benchmark compiles the same way), the local device, llvm-cpu code for ``target_cpu``."""
     return [
-        "--iree-input-type=stablehlo",
+        f"--iree-input-type={input_type}",
         "--iree-hal-target-device=local",
         "--iree-hal-local-target-device-backends=llvm-cpu",
         f"--iree-llvmcpu-target-cpu={target_cpu}",
     ]
 
 
-def compile_iree(mlir: str, *, target_cpu: str = "host", extra_args: Sequence[str] = ()) -> bytes:
+def compile_iree(
+    mlir: str, *, target_cpu: str = "host", input_type: str = "stablehlo", extra_args: Sequence[str] = ()
+) -> bytes:
     """Compile StableHLO text to an IREE VM flatbuffer (.vmfb) for the CPU; LoweringError if IREE rejects it."""
     compiler, _ = _import_iree()
     try:
-        return compiler.compile_str(mlir, extra_args=[*compile_flags(target_cpu), *extra_args])
+        return compiler.compile_str(mlir, extra_args=[*compile_flags(target_cpu, input_type), *extra_args])
     except compiler.CompilerToolError as e:
         text = str(e)
         first = next((line for line in text.splitlines() if "error:" in line), text.strip().splitlines()[0])

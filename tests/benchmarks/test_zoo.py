@@ -42,3 +42,33 @@ def test_a_failed_verification_names_the_distributions_and_the_rule():
     assert zoo.fmt_verification(row) == "FAILED x10, x100: relu6_is_relu"
     assert zoo.fmt_ratio(row) == "12 (x100)"
     assert "m (x10, x100: relu6_is_relu)" in zoo.summary([row], 60.0)[0]
+
+
+def test_iree_column_runs_the_optimized_graph_and_lists_ops_without_a_lowering():
+    import pytest
+    import torch
+
+    pytest.importorskip("iree.runtime", reason="the IREE extra: pip install 'gawee[iree]'")
+    import gawee
+    from gawee.ir.builder import GraphBuilder
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    optimized, _ = gawee.rewrite(gawee.capture(model, (x,)), gawee.default_rules())
+    with torch.no_grad():
+        row = zoo.measure_iree(optimized, (x,), [model(x)])
+    assert row["iree_status"] == "ok" and row["iree_error"] <= row["iree_tolerance"] == 1e-4
+    assert zoo.fmt_iree(dict(row, model="m")).startswith("ok ")
+
+    b = GraphBuilder("opaque")  # an op with no lowering: listed, nothing compiled
+    v = b.input("x", "f32[4]")
+    node = b.graph.create_node(
+        "aten", [v], {"target": "aten.cumprod.default", "args": (("$in", 0), 0), "kwargs": ()}, types=[v.type]
+    )
+    row = dict(zoo.measure_iree(b.output(b.relu(node.output)), (torch.randn(4),), [torch.randn(4)]), model="m")
+    assert row["iree_status"] == "no lowering" and row["iree_missing"] == {"aten:aten.cumprod.default": 1}
+    assert zoo.fmt_iree(row) == "no lowering: aten:aten.cumprod.default×1"
+    assert "ops without a lowering: aten:aten.cumprod.default (1 models)" in zoo.iree_summary([row])[0]
+    wrong = {"model": "w", "iree_status": "differs", "iree_message": "error 0.5 > 0.0001"}
+    assert "failed: w (differs)" in zoo.iree_summary([row, wrong])[0]
