@@ -62,6 +62,11 @@ def tensor_type(t: TensorType) -> str:
     """``tensor<2x3xf32>`` (``tensor<f32>`` for a 0-d tensor)."""
     if t.dtype not in _ELEM:
         raise LoweringError(f"element type {t.dtype.value} has no StableHLO lowering")
+    if t.symbolic:
+        raise LoweringError(
+            f"{t} has symbolic dimensions: to_mlir lowers static shapes only",
+            hint="capture without dynamic_shapes (or at the sizes to compile for) to lower to MLIR",
+        )
     return "tensor<" + "".join(f"{d}x" for d in t.shape) + _ELEM[t.dtype] + ">"
 
 

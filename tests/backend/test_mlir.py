@@ -318,6 +318,15 @@ def test_op_without_lowering_names_op_and_node(monkeypatch):
         to_mlir(b.output(b.round(x, decimals=2, name="r")))
 
 
+def test_symbolic_shapes_are_refused():
+    from torch.export import Dim
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    graph = gawee.capture(model, (torch.randn(2, 4),), dynamic_shapes={"input": {0: Dim("batch", max=8)}})
+    with pytest.raises(LoweringError, match="symbolic dimensions: to_mlir lowers static shapes only"):
+        to_mlir(graph)
+
+
 def test_iree_rejection_is_a_lowering_error():
     with pytest.raises(LoweringError, match="iree-compile rejected"):
         compile_iree('func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> { "stablehlo.nonsense"(%a) }')
