@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 pytest.importorskip("iree.runtime", reason="the IREE extra: pip install 'gawee[iree]'")
 pytest.importorskip("iree.turbine", reason="the bench extra: pip install 'gawee[bench]'")
 
-import bench_runtime  # noqa: E402
+import bench_runtime
 
 
 def test_gawee_iree_and_iree_turbine_build_the_same_model():
