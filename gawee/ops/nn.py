@@ -147,6 +147,26 @@ def _layer_norm_onnx(c):
     )
 
 
+def _rms_eps(c) -> float:
+    """rms_norm's eps: the attribute, or (None) the machine epsilon of the dtype torch computes in (float32 for
+    f16/bf16 inputs, else the input's)."""
+    eps, dtype = c.attrs["eps"], c.type(0).dtype
+    return torch.finfo(torch.float32 if dtype in _LOW_FLOATS else dtype.torch).eps if eps is None else eps
+
+
+def _rms_norm_onnx(c):
+    """x * 1/sqrt(mean(x*x) + eps) [* weight] over the trailing dims (float32 for f16/bf16), as torch computes it."""
+    n, t = len(c.attrs["normalized_shape"]), c.type(0)
+    x = c.cast(c.x(0), DType.f32) if t.dtype in _LOW_FLOATS else c.x(0)
+    work = DType.f32 if x != c.x(0) else t.dtype
+    axes = c.ints(list(range(t.rank - n, t.rank)))
+    ms = c.emit("ReduceMean", c.emit("Mul", x, x), axes, keepdims=1)
+    y = c.emit("Mul", x, c.emit("Reciprocal", c.emit("Sqrt", c.emit("Add", ms, c.scalar(_rms_eps(c), work)))))
+    if work is not t.dtype:
+        y = c.cast(y, t.dtype)
+    return c.emit("Mul", y, c.x_as(1, t.dtype)) if c.arity > 1 and c.x(1) else y
+
+
 def _pool_onnx(op_type: str):
     def lower(c):
         a = c.attrs
@@ -337,6 +357,14 @@ def _layer_norm_mlir(c):
     if c.x(2) is not None:
         y = c.add(y, c.convert(c.x(2), x.dtype))
     return c.convert(y, c.out.dtype)
+
+
+def _rms_norm_mlir(c):
+    x, n = _up(c, c.x(0)), len(c.attrs["normalized_shape"])
+    dims = list(range(x.rank - n, x.rank))
+    ms = c.div(c.reduce(c.mul(x, x), dims, "add", keepdim=True), math.prod(x.shape[d] for d in dims))
+    y = c.convert(c.mul(x, c.unary("stablehlo.rsqrt", c.add(ms, _rms_eps(c)))), c.out.dtype)
+    return c.mul(y, c.x(1)) if c.arity > 1 and c.x(1) is not None else y
 
 
 def _group_norm_mlir(c):
@@ -1185,6 +1213,23 @@ register(
         onnx=_layer_norm_onnx,
         mlir=_layer_norm_mlir,
         aten=(AtenBinding("aten.layer_norm.default", drop=frozenset({"cudnn_enable"})),),
+    )
+)
+register(
+    OpDef(
+        "rms_norm",
+        (Operand("input"), Operand("weight", optional=True)),
+        lambda input, weight=None, *, normalized_shape, eps: F.rms_norm(input, normalized_shape, weight, eps),
+        attrs=(Attr("normalized_shape", "ints"), Attr("eps", "float?", None)),
+        traits=PURE,
+        flops=per_element(4),
+        sample=_ln_sample,
+        onnx=_rms_norm_onnx,
+        mlir=_rms_norm_mlir,
+        aten=("aten.rms_norm.default",),
+        doc="x / sqrt(mean(x^2) + eps) * weight over the trailing normalized_shape dims; f16/bf16 compute in "
+        "float32 and round once (eps None: float32's machine epsilon for them, else the dtype's); T5's and "
+        "Llama's RMSNorm",
     )
 )
 register(

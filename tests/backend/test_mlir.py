@@ -165,7 +165,7 @@ def test_cnn_ops():
 
 
 def test_transformer_ops():
-    """layer_norm, linear, split/permute, attention as its composition (causal, bool and float masks,
+    """layer_norm, rms_norm, linear, split/permute, attention as its composition (causal, bool and float masks,
     grouped-query), the matmul family with 1-D operands and broadcast batches, embedding, einsum,
     advanced indexing."""
     torch.manual_seed(0)
@@ -182,6 +182,8 @@ def test_transformer_ops():
         b.scaled_dot_product_attention(*heads, mask, scale=0.3),
         b.scaled_dot_product_attention(*heads, b.const(torch.randn(5, 5))),
         b.scaled_dot_product_attention(heads[0], *one_kv, enable_gqa=True),
+        b.rms_norm(x, b.const(torch.rand(8) + 0.5), normalized_shape=[8], eps=1e-6),
+        b.rms_norm(b.cast(x, dtype="f16"), normalized_shape=[5, 8]),
         b.matmul(x, b.const(torch.randn(8))),
         b.matmul(b.const(torch.randn(8)), b.transpose(x, dim0=1, dim1=2)),
         b.matmul(b.reshape(x, shape=[2, 1, 5, 8]), b.const(torch.randn(3, 8, 4))),

@@ -69,6 +69,8 @@ def test_transformer_ops(tmp_path):
         b.where(b.gt(first, 0.1), first, b.clamp(first, min=-0.5, max=0.5)),
         b.stack(b.expand(b.sum(tail, dim=[2], keepdim=True), size=[2, 3, 8]), tail, dim=0),
         b.cast(b.hardtanh(tail, min_val=0.0, max_val=0.2), dtype="f64"),
+        b.rms_norm(x, b.const(torch.rand(8) + 0.5), normalized_shape=[8], eps=1e-6),
+        b.rms_norm(b.cast(x, dtype="f16"), normalized_shape=[5, 8]),
     )
     assert_ort_matches_reference(graph, tmp_path / "transformer.onnx")
 

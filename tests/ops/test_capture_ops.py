@@ -16,7 +16,7 @@ from gawee.ops import OPAQUE, get_op
 from gawee.ops import sampling as S
 from gawee.testing.generate import DataDraw
 
-NEW_OPS = ["addcmul", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d", "adaptive_max_pool3d"]
+NEW_OPS = ["rms_norm", "addcmul", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d", "adaptive_max_pool3d"]
 
 
 def _data(t: TensorType) -> torch.Tensor:
@@ -43,7 +43,7 @@ def test_sampled_instances_infer_what_they_evaluate_to(name, data):
     xs = [_data(t) for t in types if t is not None]
     outs = op.run(xs, node.attrs)
     assert [TensorType.of(o) for o in outs] == [v.type for v in node.outputs]
-    flops = op.flops([v.type for v in ins], [v.type for v in node.outputs], node.attrs)
+    flops = op.flops([None if v is None else v.type for v in ins], [v.type for v in node.outputs], node.attrs)
     assert flops >= node.outputs[0].type.numel
 
 

@@ -4,7 +4,9 @@ written-out GELU and Conv1D recognized, the optimized graph equal to the capture
 from collections import Counter
 
 import pytest
+import torch
 
+import gawee
 from gawee.equivalence import verify_equivalent
 from gawee.frontend.models import load_graph
 from gawee.rewrite.driver import rewrite
@@ -58,4 +60,43 @@ def test_gpt2_gelu_and_conv1d_are_recognized(optimized):
     fused = [n for n in after if n.op == "linear" and n.attrs.get("act") == "gelu_tanh"]
     assert ops["gelu"] + len(fused) == LAYERS  # a gelu node, or fused into the linear before it
     assert ops["addmm"] == 0 and ops["tanh"] == 0 and ops["pow"] == 0
+    assert verify_equivalent(graph, after).ok
+
+
+@pytest.mark.parametrize("spec", ["hf:llama", "hf:t5-encoder"])
+def test_rms_norms_written_out_become_rms_norm(optimized, spec):
+    """T5's and Llama's RMSNorm (x * rsqrt(mean(x^2) + eps) * w): one rms_norm per norm (their weights are
+    initialized to ones, which mul_one removes first)."""
+    graph, after, report = optimized(spec)
+    norms = 2 * LAYERS + 1  # before attention and MLP in each layer, and the final one
+    assert report.firings["rms_norm_written"] == norms
+    ops = Counter(n.op for n in after)
+    assert ops["rms_norm"] == norms and ops["rsqrt"] == 0 and ops["pow"] == 0 and ops["mean"] == 0
+    assert all(n.attrs["eps"] == pytest.approx(1e-6) for n in after if n.op == "rms_norm")
+    assert verify_equivalent(graph, after).ok
+
+
+class HFRMSNorm(torch.nn.Module):
+    """Llama's RMSNorm as transformers writes it: float32 inside, the weight applied in the input's dtype."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(width) + 0.5)
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_written_in_float32_with_a_weight_becomes_one_rms_norm(dtype):
+    model = HFRMSNorm(16).to(dtype)
+    x = torch.randn(2, 5, 16).to(dtype)
+    graph = gawee.capture(model, (x,))
+    after, report = rewrite(graph)
+    assert [n.op for n in after] == ["rms_norm"]
+    assert after.nodes[0].inputs[1] is not None
+    expected = {"rms_norm_written", "rms_norm_weight"} | ({"rms_norm_upcast"} if dtype != torch.float32 else set())
+    assert expected <= set(report.firings)
     assert verify_equivalent(graph, after).ok
