@@ -15,10 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
+
 from gawee.dsl import ast as A
 from gawee.dsl import kinds as K
 from gawee.dsl.library import ASSUMPTIONS, BUILTINS, Assumption, Builtin, GuardFailed
 from gawee.errors import RuleError, RuleWarning, SourceSpan
+from gawee.ir.symbolic import has_symbols, prove
 from gawee.ir.types import DType
 from gawee.ops import ACTIVATIONS, OPAQUE, REQUIRED, OpDef, all_ops, get_op, has_op
 from gawee.rewrite.matcher import (
@@ -585,6 +588,57 @@ _TENSOR_ARITH = {
     "//": ("div", {"rounding_mode": "floor"}),
     "%": ("remainder", {}),
 }
+
+
+def decide_equal(a: Any, b: Any) -> bool | None:
+    """Equality of guard values, three-valued over symbolic sizes: True when it holds for every value of
+    the symbols in range, False when for none, None (unknown) when it depends on them."""
+    from gawee.rewrite.matcher import data_equal
+
+    if not (has_symbols(a) or has_symbols(b)):
+        return data_equal(a, b)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return False
+        result: bool | None = True
+        for x, y in zip(a, b):
+            result = kleene_and(result, decide_equal(x, y))
+        return result
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return False
+    if isinstance(a, (int, sympy.Basic)) and isinstance(b, (int, sympy.Basic)) and not isinstance(a, bool):
+        return prove(a, "==", b)
+    return data_equal(a, b)
+
+
+def kleene_not(v: bool | None, negate: bool = True) -> bool | None:
+    """Negation in three-valued logic: unknown stays unknown, so ``not`` never turns a doubt into True."""
+    if not negate or v is None:
+        return v
+    return not v
+
+
+def kleene_and(a: bool | None, b: bool | None) -> bool | None:
+    if a is False or b is False or (a is not None and not a) or (b is not None and not b):
+        return False
+    return None if a is None or b is None else True
+
+
+def kleene_or(a: bool | None, b: bool | None) -> bool | None:
+    if (a is not None and a) or (b is not None and b):
+        return True
+    return None if a is None or b is None else False
+
+
+def kleene_any(items) -> bool | None:
+    result: bool | None = False
+    for v in items:
+        result = kleene_or(result, v)
+        if result is True:
+            return True
+    return result
+
+
 _COMPARE = {"==": None, "!=": None, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 _TENSOR_FIELDS = {"shape": K.LIST, "dtype": K.DTYPE, "rank": K.INT, "numel": K.INT}
 
@@ -772,7 +826,7 @@ class _ExprCompiler:
     def _ENot(self, e: A.ENot):
         fn, kind = self.compile(e.operand)
         self._need_bool(kind, e.operand)
-        return (lambda ctx: not fn(ctx)), K.BOOL
+        return (lambda ctx: kleene_not(fn(ctx))), K.BOOL
 
     def _EBool(self, e: A.EBool):
         lf, lk = self.compile(e.left)
@@ -780,8 +834,18 @@ class _ExprCompiler:
         self._need_bool(lk, e.left)
         self._need_bool(rk, e.right)
         if e.op == "and":
-            return (lambda ctx: bool(lf(ctx)) and bool(rf(ctx))), K.BOOL
-        return (lambda ctx: bool(lf(ctx)) or bool(rf(ctx))), K.BOOL
+
+            def both(ctx):
+                a = lf(ctx)
+                return False if a is not None and not a else kleene_and(a, rf(ctx))
+
+            return both, K.BOOL
+
+        def either(ctx):
+            a = lf(ctx)
+            return True if a is not None and a else kleene_or(a, rf(ctx))
+
+        return either, K.BOOL
 
     def _ECompare(self, e: A.ECompare):
         lf, lk = self.compile(e.left)
@@ -790,11 +854,9 @@ class _ExprCompiler:
             raise RuleError("tensors cannot be compared; compare .shape, .dtype, or use all_equal(x, 1)", span=e.span)
         if not K.comparable(lk, rk):
             raise RuleError(f"comparing {_a(lk)} with {_a(rk)} is always false", span=e.span)
-        from gawee.rewrite.matcher import data_equal
-
         if e.op in ("==", "!="):
             neg = e.op == "!="
-            return (lambda ctx: data_equal(lf(ctx), rf(ctx)) != neg), K.BOOL
+            return (lambda ctx: kleene_not(decide_equal(lf(ctx), rf(ctx)), neg)), K.BOOL
         if lk.base not in K.NUMERIC | {K.Base.ANY} or rk.base not in K.NUMERIC | {K.Base.ANY}:
             raise RuleError(f"`{e.op}` orders numbers, not {lk} and {rk}", span=e.span)
         fn = _COMPARE[e.op]
@@ -803,6 +865,8 @@ class _ExprCompiler:
             a, b = lf(ctx), rf(ctx)
             if a is None or b is None:
                 return False
+            if has_symbols(a) or has_symbols(b):
+                return prove(a, e.op, b)  # None: holds for some sizes in range only
             return fn(a, b)
 
         return compare, K.BOOL
@@ -817,10 +881,8 @@ class _ExprCompiler:
             if not K.comparable(kind, ck):
                 raise RuleError(f"a {kind} is never equal to a {ck}", span=c.span)
             choices.append(cf)
-        from gawee.rewrite.matcher import data_equal
-
         neg = e.negate
-        return (lambda ctx: any(data_equal(f(ctx), c(ctx)) for c in choices) != neg), K.BOOL
+        return (lambda ctx: kleene_not(kleene_any(decide_equal(f(ctx), c(ctx)) for c in choices), neg)), K.BOOL
 
     # -- calls -------------------------------------------------------------------------
     def _ECall(self, e: A.ECall):

@@ -60,6 +60,8 @@ def _foldable(v: Value | None) -> bool:
     if node is None:
         return False
     opdef = get_op(node.op)
+    if any(o.type.symbolic for o in node.outputs):  # a constant's shape is static: x[:seq] of a buffer stays
+        return False
     return opdef.has_trait("pure") and all(x is None or x.data is not None for x in node.inputs)
 
 
@@ -198,7 +200,7 @@ BUILTINS: dict[str, Builtin] = {
             (T,),
             B,
             lambda ctx, v: _foldable(v),
-            doc="produced by a pure op whose operands are all constants",
+            doc="produced by a pure op whose operands are all constants (and whose result's shape is static)",
         ),
         Builtin(
             "result_size",

@@ -245,8 +245,8 @@ class NodeConverter:
         try:
             attrs = {
                 "target": key,
-                "args": encode_arg(tuple(fx_node.args), index),
-                "kwargs": tuple((k, encode_arg(v, index)) for k, v in fx_node.kwargs.items()),
+                "args": encode_arg(tuple(self._sizes(fx_node.args)), index),
+                "kwargs": tuple((k, encode_arg(self._sizes(v), index)) for k, v in fx_node.kwargs.items()),
             }
         except TypeError as e:
             raise CaptureError(

@@ -11,9 +11,11 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import sympy
 import torch
 
 from gawee.errors import EvaluationError, InferenceError
+from gawee.ir.symbolic import dim
 from gawee.ir.types import DType
 from gawee.ops.base import Attr, OpDef, Operand, register
 
@@ -31,6 +33,8 @@ def encode_arg(arg: Any, tensor_index: dict[int, int]) -> Any:
     """JSON-able form of an ATen argument. ``tensor_index`` maps id(fx node) → operand index."""
     if isinstance(arg, (bool, int, float, str)) or arg is None:
         return arg
+    if isinstance(arg, sympy.Expr):  # a symbolic size: kept as an expression, bound to a value at run time
+        return dim(arg)
     if isinstance(arg, (list, tuple)):
         return tuple(encode_arg(a, tensor_index) for a in arg)
     for tag, (cls, enc, _dec) in _TAGS.items():
@@ -77,9 +81,8 @@ def _lower_torch(ctx):
     """A direct call of the recorded ATen overload (4-D operands made contiguous: it may be a view)."""
     fn = resolve_target(ctx.attrs["target"])
     inputs = tuple(ctx.standard(i) for i in range(len(ctx.node.inputs)))
-    out = ctx.call(
-        fn, *decode_arg(ctx.attrs["args"], inputs), **{k: decode_arg(v, inputs) for k, v in ctx.attrs["kwargs"]}
-    )
+    args, kwargs = ctx.dims(ctx.attrs["args"]), ctx.dims(ctx.attrs["kwargs"])
+    out = ctx.call(fn, *decode_arg(args, inputs), **{k: decode_arg(v, inputs) for k, v in kwargs})
     returns = fn._schema.returns
     single = len(returns) == 1 and str(returns[0].type) == "Tensor"
     if len(ctx.node.outputs) == 1 and not single:

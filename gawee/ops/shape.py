@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from gawee.ir.symbolic import has_symbols, prove
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import AtenBinding, Attr, OpDef, Operand, register, zero_flops
@@ -618,8 +619,31 @@ view_op(
 def _slice_canon(attrs, types):
     dim = _norm_dim(attrs["dim"], types[0].rank)
     size = types[0].shape[dim]
+    if has_symbols((size, attrs["start"], attrs["end"])):
+        return {"dim": dim, **_symbolic_bounds(attrs["start"], attrs["end"], size), "step": attrs["step"]}
     start, end, _ = slice(attrs["start"], attrs["end"], 1).indices(size)
     return {"dim": dim, "start": start, "end": max(end, start), "step": attrs["step"]}
+
+
+def _symbolic_bounds(start, end, size) -> dict:
+    """Slice bounds clamped to ``0 <= start <= end <= size`` when symbols are involved: each clamp must be
+    decided for every value of the symbols in range (``x[:, :seq]`` of a longer buffer), else ValueError."""
+
+    def clamp(b, default):
+        if b is None:
+            return default
+        if prove(b, "<", 0) is not None and prove(b, ">=", 0) is not True:
+            raise ValueError(f"slice bound {b} may be negative")
+        if prove(b, "<=", size):
+            return b
+        if prove(b, ">=", size):
+            return size
+        raise ValueError(f"slice bound {b} may exceed the size {size} or not")
+
+    lo, hi = clamp(start, 0), clamp(end, size)
+    if prove(hi, ">=", lo):
+        return {"start": lo, "end": hi}
+    raise ValueError(f"slice [{lo}:{hi}] may be empty or not")
 
 
 def _slice(self, *, dim, start, end, step):

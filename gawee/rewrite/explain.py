@@ -73,6 +73,12 @@ def _inner_ops(m) -> set[str]:
     return found
 
 
+def _symbols(env: dict) -> set:
+    from gawee.ir.symbolic import symbols_of
+
+    return symbols_of([v.type for v in env.values() if hasattr(v, "type")])
+
+
 def _explain_one(graph: Graph, node: Node, rule) -> Explanation:
     if len(node.outputs) != 1 and rule.whole_node is None:
         return Explanation(rule.name, rule.location, "pattern", f"{node.name} has {len(node.outputs)} outputs")
@@ -84,7 +90,11 @@ def _explain_one(graph: Graph, node: Node, rule) -> Explanation:
         failed = None
         for text, part in rule.guard_parts:
             try:
-                ok = bool(part(rctx))
+                ok = part(rctx)
+                if ok is None:  # three-valued: true for some sizes in range, not for all
+                    syms = ", ".join(f"{s.name} in {s.range_text}" for s in sorted(_symbols(env), key=str))
+                    text = f"{text} (not provable for every size: {syms})"
+                ok = bool(ok)
             except GuardFailed as e:
                 ok, text = False, f"{text} (cannot be evaluated: {e})"
             except GaweeError as e:
