@@ -50,6 +50,12 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         metavar="N,C,H,W",
         help="example input shape (repeat for several inputs)",
     )
+    p.add_argument(
+        "--dynamic",
+        metavar="SPEC",
+        help="dynamic dimensions: batch (dim 0 of every input), seq (dim 1), or INPUT:DIM[=NAME],... "
+        "(e.g. x:0 or input_ids:1,attention_mask:1); one capture then serves every size in range",
+    )
     p.add_argument("--meta", action="store_true", help="capture on the meta device: no weights, structure only")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
 
@@ -187,7 +193,12 @@ def cmd_show(args, console: Console) -> int:
     stats = CaptureStats()
     with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
         graph, _src = load_graph(
-            args.model, batch=args.batch, meta=args.meta, stats=stats, input_shapes=args.input_shape
+            args.model,
+            batch=args.batch,
+            meta=args.meta,
+            stats=stats,
+            input_shapes=args.input_shape,
+            dynamic=args.dynamic,
         )
     report = cost(graph)
     if args.json:
@@ -261,7 +272,12 @@ def cmd_optimize(args, console: Console) -> int:
     stats = CaptureStats()
     with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
         graph, _src = load_graph(
-            args.model, batch=args.batch, meta=args.meta, stats=stats, input_shapes=args.input_shape
+            args.model,
+            batch=args.batch,
+            meta=args.meta,
+            stats=stats,
+            input_shapes=args.input_shape,
+            dynamic=args.dynamic,
         )
     optimized, report = rewrite(graph, rules, trace=args.trace or bool(pictures) or not args.no_verify)
     before, after = cost(graph), cost(optimized)
@@ -376,7 +392,9 @@ def cmd_explain(args, console: Console) -> int:
 
     rules = load_rules(*args.rules) if args.rules else default_rules()
     with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
-        graph, _src = load_graph(args.model, batch=args.batch, meta=args.meta, input_shapes=args.input_shape)
+        graph, _src = load_graph(
+            args.model, batch=args.batch, meta=args.meta, input_shapes=args.input_shape, dynamic=args.dynamic
+        )
     if args.after:
         graph, _ = rewrite(graph, rules)
     node = find_node(graph, args.node)

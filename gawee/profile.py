@@ -20,6 +20,7 @@ import torch
 
 from gawee.analysis.cost import node_cost
 from gawee.ir.core import Graph
+from gawee.ir.symbolic import at_example
 
 NODE_META = "gawee_node"
 """fx node meta key: the gawee node a kernel was lowered from (set by gawee.backend.torch_backend)."""
@@ -171,7 +172,11 @@ def profile(
             seconds[owner] += s
         else:
             other += s
-    nodes = [NodeTime(name, ops[name].op, seconds[name], node_cost(ops[name]).flops) for name in ops if name in seconds]
+    nodes = [
+        NodeTime(name, ops[name].op, seconds[name], at_example(node_cost(ops[name]).flops))
+        for name in ops
+        if name in seconds
+    ]
     by_op: dict[str, float] = defaultdict(float)
     for n in nodes:
         by_op[n.op] += n.seconds

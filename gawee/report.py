@@ -50,6 +50,15 @@ METRICS = [
 ]
 
 
+FORMULAS = [
+    ("FLOPs", "flops"),
+    ("bytes read", "bytes_read"),
+    ("bytes written", "bytes_written"),
+    ("peak memory", "peak_memory"),
+]
+"""Figures also shown as formulas in the size symbols for a dynamic graph."""
+
+
 def _ratio(before: float, after: float) -> str:
     if not before:
         return ""
@@ -59,11 +68,15 @@ def _ratio(before: float, after: float) -> str:
 def summary_rows(columns: list[Column]) -> list[list[str]]:
     rows = []
     for label, get, fmt in METRICS:
-        vals = [get(c.cost) for c in columns]
+        vals = [get(c.cost.at()) for c in columns]  # symbolic sizes: at the example sizes
         row = [label, *[fmt(v) for v in vals]]
         if len(columns) == 2:
             row.append(_ratio(vals[0], vals[1]))
         rows.append(row)
+    if any(c.cost.symbols for c in columns):  # a dynamic graph: the figures above are at the example sizes
+        for label, key in FORMULAS:
+            row = [f"{label} formula", *[c.cost.formulas()[key] for c in columns]]
+            rows.append([*row, ""] if len(columns) == 2 else row)
     keys = [k for c in columns for k in c.extra]
     for k in dict.fromkeys(keys):
         row = [k, *[c.extra.get(k, "") for c in columns]]

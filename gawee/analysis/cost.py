@@ -12,15 +12,20 @@ Conventions (stated once, used everywhere):
 * Bytes: a node reads each distinct operand once (weights included) and writes its
   outputs; views read and write nothing.
 * An op with no formula (the opaque ``aten`` op) is listed in ``uncounted``, never 0.
+* Symbolic sizes: every figure is a formula in the size symbols (sympy, ``2*s0 + 3``);
+  ``CostReport.at()`` evaluates them at the example sizes (or any others), ``formulas()``
+  gives their text.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
 from gawee.analysis.liveness import peak_memory
 from gawee.ir.core import Graph, Node
+from gawee.ir.symbolic import dim, example_values, subs, symbols_of, text
 from gawee.ops import OPAQUE, get_op
 
 
@@ -51,7 +56,36 @@ class CostReport:
     uncounted: dict[str, int] = field(default_factory=dict)
     """Op (or opaque ATen target) → how many nodes had no FLOPs formula."""
 
+    @property
+    def symbols(self) -> list:
+        """The size symbols the figures depend on (none for a static graph), by name."""
+        figures = (self.flops, self.bytes_read, self.bytes_written, self.peak_memory)
+        return sorted(symbols_of(list(figures)), key=lambda s: s.name)
+
+    def at(self, values: dict | None = None) -> CostReport:
+        """The report with every formula evaluated at ``values`` (``Sym -> int``; missing symbols at their
+        example): plain numbers, as for a static graph."""
+        if not self.symbols:
+            return self
+        vals = {**example_values(self.symbols), **(values or {})}
+        num = lambda x: None if x is None else subs(x, vals)
+        nodes = [NodeCost(n.name, n.op, num(n.flops), num(n.bytes_read), num(n.bytes_written)) for n in self.nodes]
+        return dataclasses.replace(
+            self,
+            nodes=nodes,
+            flops=num(self.flops),
+            bytes_read=num(self.bytes_read),
+            bytes_written=num(self.bytes_written),
+            peak_memory=num(self.peak_memory),
+        )
+
+    def formulas(self) -> dict[str, str]:
+        """FLOPs, bytes and peak memory as formulas in the size symbols (text), for a dynamic graph."""
+        return {k: text(getattr(self, k)) for k in ("flops", "bytes_read", "bytes_written", "peak_memory")}
+
     def as_dict(self) -> dict:
+        if self.symbols:
+            return {**self.at().as_dict(), "formulas": self.formulas()}
         return {
             "nodes": len(self.nodes),
             "flops": self.flops,
@@ -91,9 +125,9 @@ def cost(graph: Graph) -> CostReport:
     peak, at = peak_memory(graph)
     return CostReport(
         nodes=per_node,
-        flops=sum(c.flops or 0 for c in per_node),
-        bytes_read=sum(c.bytes_read for c in per_node),
-        bytes_written=sum(c.bytes_written for c in per_node),
+        flops=dim(sum(c.flops or 0 for c in per_node)),
+        bytes_read=dim(sum(c.bytes_read for c in per_node)),
+        bytes_written=dim(sum(c.bytes_written for c in per_node)),
         peak_memory=peak,
         peak_at=at,
         param_bytes=sum(v.type.nbytes for v in consts),

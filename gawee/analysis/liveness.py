@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sympy
+
 from gawee.ir.core import Graph, Value
+from gawee.ir.symbolic import at_example, dim, has_symbols
 from gawee.ops import get_op
 
 
@@ -46,13 +49,22 @@ def peak_memory(graph: Graph) -> tuple[int, str]:
     for b, i in last.items():
         frees.setdefault(max(i, 0) if b.producer is None else i, []).append(b)
     live = sum(size[v] for v in graph.inputs)
-    peak, peak_at = live, "<inputs>"
+    symbolic = has_symbols(live) or any(has_symbols(n) for n in size.values())
+    if symbolic:  # a formula: the max over the node order, the peak's place at the example sizes
+        live = sympy.sympify(live)
+    candidates = [live]
+    peak, peak_at = at_example(live), "<inputs>"
     for i, node in enumerate(nodes):
         for out in node.outputs:
             if buffer_of.get(out) is out:
                 live += size[out]
-        if live > peak:
-            peak, peak_at = live, node.name
+        here = at_example(live) if symbolic else live
+        if symbolic:
+            candidates.append(live)
+        if here > peak:
+            peak, peak_at = here, node.name
         for b in frees.get(i, ()):
             live -= size[b]
+    if symbolic:
+        return dim(sympy.Max(*set(candidates))), peak_at
     return peak, peak_at

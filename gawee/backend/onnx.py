@@ -20,6 +20,7 @@ import torch
 
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
+from gawee.ir.symbolic import Sym, has_symbols, text
 from gawee.ir.types import DType, TensorType
 from gawee.ops import OPAQUE, OpDef, get_op
 
@@ -133,8 +134,12 @@ class OnnxLowering:
         return self._exporter.add_initializer(data, f"{self.node.name}_const")
 
     def ints(self, values: Sequence[int]) -> str:
-        """A 1-D int64 initializer (shapes, axes, pads)."""
-        return self.constant(torch.tensor(list(values), dtype=torch.int64))
+        """A 1-D int64 initializer (shapes, axes, pads); with symbolic sizes, a tensor computed from the
+        input shapes at run time (``Shape`` slices of the inputs, then the size's arithmetic)."""
+        if not has_symbols(tuple(values)):
+            return self.constant(torch.tensor(list(values), dtype=torch.int64))
+        parts = [self._exporter.size(v, self) if has_symbols(v) else self.ints([v]) for v in values]
+        return parts[0] if len(parts) == 1 else self.emit("Concat", *parts, axis=0)
 
     def scalar(self, value: float | int | bool, dtype: DType) -> str:
         """A 0-d initializer of ``dtype``."""
@@ -275,4 +280,31 @@ class _Exporter:
         return model
 
     def _value_info(self, name: str, t: TensorType):
-        return self.onnx.helper.make_tensor_value_info(name, _ELEM_TYPE[t.dtype], list(t.shape))
+        """A typed graph input/output; a symbolic dimension becomes a named dynamic axis (``dim_param``)."""
+        dims = [d if isinstance(d, int) else text(d) for d in t.shape]
+        return self.onnx.helper.make_tensor_value_info(name, _ELEM_TYPE[t.dtype], dims)
+
+    def size(self, expr, ctx: OnnxLowering) -> str:
+        """A 1-element int64 tensor holding a symbolic size: a ``Shape`` slice of the graph input where the
+        symbol stands alone, combined by the expression's arithmetic (``Add``, ``Mul``, floor ``Div``)."""
+        import sympy
+
+        if isinstance(expr, int) or (isinstance(expr, sympy.Basic) and expr.is_Integer):
+            return ctx.ints([int(expr)])
+        if isinstance(expr, Sym):
+            for value in self.graph.inputs:
+                for i, d in enumerate(value.shape):
+                    if d == expr:
+                        return ctx.emit("Shape", self.names[value], start=i, end=i + 1)
+            ctx.fail(f"symbol {expr} is no dimension of a graph input")
+        ops = {sympy.Add: "Add", sympy.Mul: "Mul"}
+        op = ops.get(type(expr))
+        if op is None and type(expr).__name__ == "FloorDiv":
+            op = "Div"  # sizes are non-negative: integer division floors
+        if op is None:
+            ctx.fail(f"the size {expr} has no ONNX arithmetic here")
+        parts = [self.size(a, ctx) for a in expr.args]
+        out = parts[0]
+        for p in parts[1:]:
+            out = ctx.emit(op, out, p)
+        return out

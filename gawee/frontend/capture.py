@@ -189,8 +189,8 @@ def size_symbols(ep: ExportedProgram) -> dict:
     for sym, vr in ep.range_constraints.items():
         if not isinstance(sym, sympy.Symbol):
             continue
-        lo = int(vr.lower) if vr.lower.is_finite else 0
-        hi = int(vr.upper) if vr.upper.is_finite else None
+        lo = int(vr.lower) if vr.lower.is_Integer else 0
+        hi = int(vr.upper) if vr.upper.is_Integer else None  # torch's int_oo: unbounded
         hint = hints.get(sym)
         out[sym] = Sym(sym.name, lo, hi, int(hint) if hint is not None else max(lo, 2))
     return out
@@ -320,6 +320,12 @@ def _export_hint(e: BaseException, model: torch.nn.Module | None = None) -> str:
         return (
             f"forward() returns a {cls[1]}, which torch.export cannot flatten: return tensors "
             "(or tuples, lists, dicts of them), or register the class with torch.utils._pytree"
+        )
+    if "Constraints violated" in text:
+        return (
+            "a dimension marked dynamic was specialized: the model's code fixes it (a reshape to a constant, "
+            "a check against a size), or the example size is 0 or 1 (torch.export specializes those: use 2 or more); "
+            "torch's log names the guard"
         )
     data_dependent = "data-dependent" in text or "GuardOnDataDependent" in type(e).__name__
     if data_dependent and _is_detection(model, e):

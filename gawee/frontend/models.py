@@ -13,6 +13,7 @@ import torch
 
 from gawee.errors import ModelSpecError
 from gawee.frontend.capture import CaptureStats, capture
+from gawee.frontend.dynamic import dynamic_spec
 from gawee.ir.core import Graph
 
 
@@ -143,9 +144,16 @@ def load_graph(
     meta: bool = False,
     stats: CaptureStats | None = None,
     input_shapes: Sequence[Sequence[int]] | None = None,
+    dynamic: str | None = None,
 ) -> tuple[Graph, ModelSource]:
-    """Resolve ``spec`` and capture it (a saved graph is returned as loaded)."""
+    """Resolve ``spec`` and capture it (a saved graph is returned as loaded). ``dynamic`` marks dynamic
+    dimensions in the command line's short form (``batch``, ``seq``, ``x:0``; gawee.frontend.dynamic)."""
     src = resolve(spec, batch=batch, meta=meta, input_shapes=input_shapes)
     if src.graph is not None:
+        if dynamic:
+            raise ModelSpecError("--dynamic applies to a capture, not to a saved graph", hint="drop --dynamic")
         return src.graph, src
-    return capture(src.module, src.example_inputs, name=src.name, stats=stats), src
+    if not dynamic:
+        return capture(src.module, src.example_inputs, name=src.name, stats=stats), src
+    shapes, src.example_inputs = dynamic_spec(dynamic, src.module, src.example_inputs)
+    return capture(src.module, src.example_inputs, name=src.name, stats=stats, dynamic_shapes=shapes), src

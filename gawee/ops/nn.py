@@ -593,7 +593,7 @@ def _conv_flops(ins, outs, attrs):
     # 2 x MACs, bias not counted (as torch.utils.flop_counter); fused epilogues 1/element.
     w = ins[1]
     macs = outs[0].numel * math.prod(w.shape[1:])
-    extra = outs[0].numel * ((attrs.get("act") is not None) + (len(ins) > 3 and ins[3] is not None))
+    extra = outs[0].numel * int((attrs.get("act") is not None) + (len(ins) > 3 and ins[3] is not None))
     return 2 * macs + extra
 
 
@@ -1015,7 +1015,7 @@ def _linear(input, weight, bias=None, *, act=None, act_params=()):
 
 
 def _linear_flops(ins, outs, attrs):
-    return _contract_flops(ins, outs, attrs) + outs[0].numel * (attrs.get("act") is not None)
+    return _contract_flops(ins, outs, attrs) + outs[0].numel * int(attrs.get("act") is not None)
 
 
 register(

@@ -70,3 +70,19 @@ def test_compile_with_dynamic_batch(resnet):
         xb = torch.randn(n, 3, 64, 64)
         with torch.no_grad():
             assert torch.allclose(module(xb), model(xb), atol=1e-4, rtol=1e-4)
+
+
+def test_to_onnx_writes_dynamic_axes(resnet):
+    ort = pytest.importorskip("onnxruntime")
+    model, _, _, dynamic = resnet
+    opt, _ = gawee.rewrite(dynamic)
+    proto = gawee.to_onnx(opt)
+    (s,) = [d for d in opt.inputs[0].shape if not isinstance(d, int)]
+    assert proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param == s.name
+    assert proto.graph.output[0].type.tensor_type.shape.dim[0].dim_param == s.name
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (1, 3):
+        x = torch.randn(n, 3, 64, 64)
+        (y,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        with torch.no_grad():
+            assert torch.allclose(torch.from_numpy(y), model(x), atol=1e-4, rtol=1e-4)

@@ -135,3 +135,24 @@ def test_interpreter_runs_every_size_in_range():
     with pytest.raises(ShapeOutOfRange, match=r"outside the range of s0: 1\.\.64"):
         gawee.run(g, torch.randn(65, 4))
     assert isinstance(sympy.sympify("s0"), sympy.Symbol)
+
+
+def test_cost_is_a_formula_and_evaluates_at_the_example():
+    import gawee
+    from gawee.report import Column, summary_rows
+
+    g = _dynamic_graph()
+    c = gawee.cost(g)
+    assert c.symbols == [S]
+    assert c.formulas() == {
+        "flops": "4*s0",
+        "bytes_read": "16*s0",
+        "bytes_written": "16*s0",
+        "peak_memory": "32*s0",
+    }
+    at = c.at()
+    assert (at.flops, at.bytes_read, at.peak_memory) == (16, 64, 128)
+    assert c.at({S: 10}).flops == 40
+    assert c.as_dict()["formulas"]["flops"] == "4*s0" and c.as_dict()["flops"] == 16
+    rows = {r[0]: r[1:] for r in summary_rows([Column("g", c)])}
+    assert rows["FLOPs"] == ["16"] and rows["FLOPs formula"] == ["4*s0"]
