@@ -701,7 +701,8 @@ def readme_section(table: str, checks: str, command: str) -> str:
         "- **ONNX Runtime all optimizations, gawee graph**: `gawee.to_onnx` of the rewritten graph run with "
         "`ORT_ENABLE_ALL` (what a user exporting with gawee gets).\n"
         "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
-        "with weights prepacked for the input size).\n"
+        "with weights prepacked for the input size, activations NCHW or channels-last as measured faster "
+        "at compile time).\n"
         '- **torch.compile(backend="gawee")**: the same pipeline behind dynamo (parameters frozen, the '
         "graph re-exported with torch.export).\n\n"
         "Compile time is wall time from the model to a callable (for Inductor and TorchScript, including "

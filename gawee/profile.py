@@ -216,6 +216,9 @@ class RuntimeReport:
     profile: Profile
     cpu: str
     threads: int
+    layout: str = ""
+    """The activation layout the compiled module's convolutions run in and what it was chosen over
+    (``gawee.backend.layout.LayoutChoice``; empty without convolutions)."""
 
     @property
     def speedup(self) -> float:
@@ -233,6 +236,8 @@ class RuntimeReport:
             f"compiled {self.after}; {self.speedup:.2f}x",
             f"profile: {p.node_sum * 1e3:.2f} ms in {len(p.nodes)} nodes (measured peak {peak / 1e9:.1f} GFLOP/s)",
         ]
+        if self.layout:
+            out.insert(1, f"layout: {self.layout}")
         total = p.node_sum or 1.0
         out.append(
             "  by op: "
@@ -255,6 +260,7 @@ class RuntimeReport:
             "before": self.before.as_dict(),
             "after": self.after.as_dict(),
             "speedup": self.speedup,
+            "layout": self.layout,
             "profile": self.profile.as_dict(),
         }
 
@@ -274,4 +280,5 @@ def measure(
     before = time_call(baseline, repeats=repeats)
     after = time_call(lambda: module(*inputs), repeats=repeats)
     prof = profile(module, optimized, inputs, repeats=max(5, repeats // 2))
-    return RuntimeReport(baseline_name, before, after, prof, cpu_name(), torch.get_num_threads())
+    layout = str(module.gawee_layout or "")
+    return RuntimeReport(baseline_name, before, after, prof, cpu_name(), torch.get_num_threads(), layout)

@@ -38,6 +38,9 @@ class CompileReport:
     kernels: list = field(default_factory=list)
     """The kernel each distinct linear shape runs on and what the candidates measured
     (:class:`gawee.backend.kernels.KernelChoice`; torch backend)."""
+    layout: object = None
+    """The activation layout chosen for the convolutions and what both layouts measured
+    (:class:`gawee.backend.layout.LayoutChoice`; torch backend, graphs with 4-D convolutions)."""
     kernel_seconds: float = 0.0
     """The part of ``lower`` spent timing candidate kernels (a shape measured earlier in the process is
     not measured again)."""
@@ -54,6 +57,8 @@ class CompileReport:
         )
         if self.kernels:
             text += f"; kernels (chosen in {self.kernel_seconds:.2f}s): " + "; ".join(str(k) for k in self.kernels)
+        if self.layout is not None:
+            text += f"; layout: {self.layout}"
         return text
 
 
@@ -154,6 +159,7 @@ def compile(
         backend_error,
         seconds,
         kernels,
+        getattr(module, "gawee_layout", None),
         getattr(module, "gawee_kernel_seconds", 0.0),
     )
     return module

@@ -6,9 +6,9 @@ op calls its recorded ATen overload), else the op's reference ``evaluate`` with 
 node's attributes bound. ``ctx`` is a :class:`TorchLowering`: the node, its lowered
 operands, and ways to emit fx code and hold new constants (prepacked weights).
 
-Constants become buffers of the module. 4-D activations stay NCHW unless
-``TorchOptions.channels_last`` asks otherwise (then inputs are converted on entry);
-outputs are always returned contiguous.
+Constants become buffers of the module. 4-D activations flow NCHW or channels-last, whichever
+runs the graph's convolutions faster on this machine (``gawee.backend.layout``; then inputs are
+converted on entry); outputs are always returned contiguous.
 The module is for inference: the fused kernels have no autograd formulas.
 """
 
@@ -27,8 +27,8 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from gawee.backend import kernels
-from gawee.errors import IRError
+from gawee.backend import kernels, layout
+from gawee.errors import GaweeError, IRError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import Sym, bind, has_symbols, symbols_of
 from gawee.ir.types import TensorType
@@ -48,10 +48,12 @@ class TorchOptions:
     oneDNN's prepacked ones; ``gawee.backend.kernels``) on this machine at compile time, once per distinct
     shape, and keeps the fastest; ``"aten"``, ``"mkl"`` or ``"onednn"`` forces one where it applies.
     The choices are listed in the module's ``gawee_kernels``."""
-    channels_last: bool = False
-    """Run 4-D activations channels-last. oneDNN reorders NCHW activations into its blocked layout inside
-    each fused convolution; on the benchmarked AVX2 CPU that was as fast or faster (up to 12%) than
-    channels-last on every model measured (benchmarks/README.md), so NCHW is the default."""
+    channels_last: bool | str = "measure"
+    """The layout 4-D activations flow in: ``"measure"`` lowers the graph both ways when it has convolutions and
+    keeps channels-last only if it runs measurably faster on this machine (``gawee.backend.layout``; the
+    choice is the module's ``gawee_layout``); True or False forces channels-last or NCHW. oneDNN reorders
+    NCHW activations into its blocked layout inside each fused convolution, channels-last ones it takes
+    as they are; which wins depends on the CPU and the model."""
 
 
 class BoundOp:
@@ -191,7 +193,21 @@ def to_torch(
     pytree spec over the flat outputs) when given. Raises IRError for a graph whose
     operand is neither an input, a constant nor computed earlier (run ``gawee.verify``).
     """
-    return _Builder(graph, options or TorchOptions()).build(output_structure)
+    options = options or TorchOptions()
+    if options.channels_last not in (True, False, "measure"):
+        raise GaweeError(
+            f"TorchOptions.channels_last is {options.channels_last!r}", hint='pass True, False or "measure"'
+        )
+    if options.channels_last == "measure":
+
+        def build(channels_last: bool) -> torch.fx.GraphModule:
+            return _Builder(graph, dataclasses.replace(options, channels_last=channels_last)).build(output_structure)
+
+        module, choice = layout.choose(graph, build)
+    else:
+        module, choice = _Builder(graph, options).build(output_structure), None
+    module.gawee_layout = choice
+    return module
 
 
 class _Builder:
