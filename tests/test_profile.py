@@ -19,12 +19,17 @@ def _compiled():
 
 def test_per_node_times_add_up_to_the_measured_total():
     optimized, module, x = _compiled()
-    for _ in range(3):  # timings on a shared machine are noisy: the best of three attempts
-        total = time_call(lambda: module(x), repeats=15).median
+    # Timings on a shared machine are noisy: other processes slow some attempts down. Compare the quietest
+    # total with the quietest profile, over up to five attempts.
+    totals, sums = [], []
+    for _ in range(5):
+        totals.append(time_call(lambda: module(x), repeats=15).median)
         prof = profile(module, optimized, [x], repeats=15)
-        if abs(prof.node_sum - total) <= 0.15 * total:
+        sums.append(prof.node_sum)
+        total, node_sum = min(totals), min(sums)
+        if abs(node_sum - total) <= 0.15 * total:
             break
-    assert abs(prof.node_sum - total) <= 0.15 * total, (prof.node_sum, total)
+    assert abs(node_sum - total) <= 0.15 * total, (sums, totals)
     nodes = {n.name for n in optimized}
     assert {p.node for p in prof.nodes} <= nodes
     assert max(prof.by_op, key=prof.by_op.get) == "conv2d"
