@@ -100,3 +100,35 @@ def test_rms_norm_written_in_float32_with_a_weight_becomes_one_rms_norm(dtype):
     expected = {"rms_norm_written", "rms_norm_weight"} | ({"rms_norm_upcast"} if dtype != torch.float32 else set())
     assert expected <= set(report.firings)
     assert verify_equivalent(graph, after).ok
+
+
+class WrittenLayerNorm(torch.nn.Module):
+    """LayerNorm written out, as BERT ports and custom blocks do: two spellings of the variance and the scale."""
+
+    def __init__(self, width, rsqrt):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(width) + 0.5)
+        self.bias = torch.nn.Parameter(torch.randn(width))
+        self.rsqrt = rsqrt
+
+    def forward(self, x):
+        c = x - x.mean(-1, keepdim=True)
+        if self.rsqrt:
+            y = c * torch.rsqrt((c * c).mean(-1, keepdim=True) + 1e-5)
+        else:
+            y = c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + 1e-12)
+        return self.weight * y + self.bias
+
+
+@pytest.mark.parametrize("rsqrt", [False, True])
+def test_layer_norm_written_out_becomes_one_layer_norm(rsqrt):
+    model = WrittenLayerNorm(16, rsqrt)
+    x = torch.randn(2, 5, 16) * 3 + 1
+    graph = gawee.capture(model, (x,))
+    after, report = rewrite(graph)
+    assert [n.op for n in after] == ["layer_norm"]
+    node = after.nodes[0]
+    assert node.inputs[1] is not None and node.inputs[2] is not None
+    assert node.attrs["eps"] == pytest.approx(1e-5 if rsqrt else 1e-12)
+    assert {"layer_norm_written", "layer_norm_weight", "layer_norm_bias"} <= set(report.firings)
+    assert verify_equivalent(graph, after).ok
