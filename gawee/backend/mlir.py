@@ -486,18 +486,23 @@ class MlirLowering:
         lhs_dilation: Sequence[int] | None = None,
         rhs_dilation: Sequence[int] | None = None,
         groups: int = 1,
+        weight_spatial_first: bool = False,
     ) -> V:
-        """An N-d convolution in torch's layout: input (N, C, *spatial), weight (O, I/groups, *kernel).
+        """An N-d convolution in torch's layout: input (N, C, *spatial), weight (O, I/groups, *kernel)
+        — or, ``weight_spatial_first``, weight (*kernel, I/groups, O): the layout IREE computes in
+        (NHWC/HWCF), given by a constant weight transposed here rather than by IREE at compile time.
 
         Input rows no window reaches (a strided window that does not fit the last rows) are dropped
         first, from the high padding and then by a slice: the result is the same, and IREE 3.13's
         convolution lowering rejects such inputs ("inferred input/output operand ... dimension")."""
         nd = x.rank - 2
+        kernel = w.shape[:nd] if weight_spatial_first else w.shape[2:]
         if not lhs_dilation or all(d == 1 for d in lhs_dilation):
-            x, padding = self._trim(x, 2, out.shape[2:], w.shape[2:], stride, rhs_dilation or [1] * nd, padding)
+            x, padding = self._trim(x, 2, out.shape[2:], kernel, stride, rhs_dilation or [1] * nd, padding)
         sp = ", ".join(str(i) for i in range(nd))
+        w_layout = f"{sp}, i, o" if weight_spatial_first else f"o, i, {sp}"
         attrs = {
-            "dimension_numbers": f"#stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>",
+            "dimension_numbers": f"#stablehlo.conv<[b, f, {sp}]x[{w_layout}]->[b, f, {sp}]>",
             "window_strides": _ints(stride),
             "padding": _dense_i64(padding),
             "lhs_dilation": _ints(lhs_dilation or [1] * nd),

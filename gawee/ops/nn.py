@@ -250,14 +250,18 @@ def _act_mlir(c, y, act, params=()):
 def _conv_mlir(c):
     """stablehlo.convolution (+ bias) (+ residual) (+ the activation's ops): IREE fuses them again."""
     a, x, out = c.attrs, _up(c, c.x(0)), c.out
+    w = c.const(1)
+    if w is not None:  # a constant weight goes in spatial-first (HWIO): no transpose left to IREE
+        w = c.constant(w.to(x.dtype.torch).permute(*range(2, w.dim()), 1, 0).contiguous())
     y = c.convolution(
         x,
-        c.convert(c.x(1), x.dtype),
+        w if w is not None else c.convert(c.x(1), x.dtype),
         TensorType(out.shape, x.dtype),
         a["stride"],
         [(p, p) for p in a["padding"]],
         rhs_dilation=a["dilation"],
         groups=a["groups"],
+        weight_spatial_first=w is not None,
     )
     if c.x(2) is not None:
         y = c.add(y, c.broadcast_dims(c.convert(c.x(2), y.dtype), y.shape, [1]))
