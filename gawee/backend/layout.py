@@ -27,10 +27,11 @@ from gawee.ir.core import Graph
 MARGIN = 0.05
 """Channels-last must be this much faster (a fraction of NCHW's time) to be chosen."""
 
-BUDGET_S = 0.6
-"""Time spent timing the two modules (at least :data:`MIN_ROUNDS` rounds are always run)."""
+BUDGET_S = 0.3
+"""Time spent timing the two modules (at least :data:`MIN_ROUNDS` and at most :data:`MAX_ROUNDS` rounds)."""
 
 MIN_ROUNDS = 3
+MAX_ROUNDS = 25
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def choose(graph: Graph, build: Callable[[bool], torch.nn.Module]) -> tuple[torc
                 m(*xs)
                 times[cl].append(time.perf_counter() - t0)
             rounds += 1
-            if rounds >= 50:
+            if rounds >= MAX_ROUNDS:
                 break
     contiguous_s, channels_last_s = statistics.median(times[False]), statistics.median(times[True])
     wins = channels_last_s < contiguous_s * (1 - MARGIN)
