@@ -586,6 +586,34 @@ class MlirLowering:
         attrs = {"scatter_dimension_numbers": dn, "indices_are_sorted": "false", "unique_indices": "false"}
         return self.op("stablehlo.scatter", [v, coords, updates], v.type, attrs, region)
 
+    def iree_attention(self, q: V, k: V, v: V, scale: float) -> V | None:
+        """``softmax(q @ kᵀ · scale) @ v`` as IREE's fused ``iree_linalg_ext.attention`` (batch dims
+        flattened), or None when the module is pure StableHLO (``to_mlir(iree_ops=False)``) or the
+        operands are not f32/f16 tensors with the same batch dims."""
+        if not self._e.iree_ops or q.dtype not in (DType.f32, DType.f16) or not (q.dtype == k.dtype == v.dtype):
+            return None
+        if q.rank < 3 or not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or k.shape[-2] != v.shape[-2]:
+            return None
+        b = math.prod(q.shape[:-2])
+        q3, k3, v3 = (self.reshape(t, (b, *t.shape[-2:])) for t in (q, k, v))
+        out = TensorType((b, q.shape[-2], v.shape[-1]), q.dtype)
+        elem = _ELEM[q.dtype]
+        init, lit = self._e.fresh(), self._e.fresh()
+        self._e.lines.append(f"{init} = tensor.empty() : {tensor_type(out)}")
+        self._e.lines.append(f"{lit} = arith.constant {scalar_literal(scale, q.dtype)} : {elem}")
+        name = self._e.fresh()
+        maps = ", ".join(
+            f"affine_map<(d0, d1, d2, d3, d4) -> ({m})>"
+            for m in ("d0, d1, d3", "d0, d4, d3", "d0, d4, d2", "", "d0, d1, d2")
+        )
+        types = ", ".join(tensor_type(t.type) for t in (q3, k3, v3))
+        self._e.lines.append(
+            f"{name} = iree_linalg_ext.attention <indexing_maps = [{maps}]> "
+            f"ins({q3.name}, {k3.name}, {v3.name}, {lit} : {types}, {elem}) outs({init} : {tensor_type(out)}) {{\n"
+            f"    ^bb0(%score: {elem}):\n      iree_linalg_ext.yield %score : {elem}\n    }} -> {tensor_type(out)}"
+        )
+        return self.reshape(V(name, out), (*q.shape[:-1], v.shape[-1]))
+
     # -- other ops -------------------------------------------------------------------
     def lower_as(self, op: str, inputs: Sequence[V | None], attrs: Mapping[str, Any] | None = None) -> V | list[V]:
         """Emit op ``op`` (its own lowering) on ``inputs``: e.g. a fused activation as the standalone op."""
@@ -608,8 +636,9 @@ def _unique(base: str, taken: set[str]) -> str:
 
 
 class _Emitter:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, iree_ops: bool = True):
         self.graph = graph
+        self.iree_ops = iree_ops
         self.lines: list[str] = []
         self.values: dict[Value, V] = {}
         self.resources: list[tuple[str, bytes, int]] = []
@@ -746,14 +775,18 @@ def _module_name(name: str) -> str:
     return _unique(name or "gawee", set())
 
 
-def to_mlir(graph: Graph, *, func_name: str = "main") -> str:
+def to_mlir(graph: Graph, *, func_name: str = "main", iree_ops: bool = True) -> str:
     """``graph`` as the text of an MLIR module in the StableHLO dialect: one function ``func_name``
     taking the graph's inputs and returning its outputs; weights in a ``dialect_resources`` section.
+
+    ``iree_ops``: ops IREE has a fused form of are written as that op (attention as
+    ``iree_linalg_ext.attention``, one dispatch with an online softmax, as iree-turbine's path
+    gets); such a module is for IREE only. ``iree_ops=False`` writes pure StableHLO (any consumer).
 
     Raises LoweringError naming the op and node for ops without a StableHLO lowering, opaque
     nodes, and graphs whose constants have no values (meta-device capture).
     """
-    return _Emitter(graph).build(func_name)
+    return _Emitter(graph, iree_ops).build(func_name)
 
 
 # -- IREE ---------------------------------------------------------------------------------

@@ -201,6 +201,22 @@ def test_transformer_ops():
     assert_iree_matches_reference(graph)
 
 
+def test_unmasked_attention_is_irees_fused_op_unless_pure_stablehlo(tmp_path):
+    torch.manual_seed(0)
+    b = GraphBuilder("attention")
+    q, k, v = (b.input(n, "f32[2,3,5,4]") for n in "qkv")
+    one_kv = [b.slice(t, dim=1, start=0, end=1) for t in (k, v)]
+    graph = b.output(
+        b.scaled_dot_product_attention(q, k, v),
+        b.scaled_dot_product_attention(q, k, v, scale=0.3),
+        b.scaled_dot_product_attention(q, *one_kv, enable_gqa=True),
+    )
+    text, pure = to_mlir(graph), to_mlir(graph, iree_ops=False)
+    assert text.count("iree_linalg_ext.attention") == 3 and "iree_linalg_ext" not in pure
+    assert iree_opt(text, tmp_path).returncode == 0 and iree_opt(pure, tmp_path).returncode == 0
+    assert_iree_matches_reference(graph)
+
+
 def test_shape_reduction_creation_and_low_precision_ops():
     torch.manual_seed(0)
     b = GraphBuilder("shapes")
