@@ -94,3 +94,11 @@ def test_torch_compile_backend_runs_dynamic_shapes_as_traced(caplog):
             x = torch.randn(1, 4, size, size)
             torch.testing.assert_close(compiled(x)["logits"], model(x)["logits"])
     assert "dynamic shapes" in caplog.text
+
+
+def test_compile_blames_an_unsound_rewrite_rather_than_the_lowering(tmp_path):
+    """The end-to-end check fails; interpreting both graphs then says the rewrite is at fault."""
+    bad = tmp_path / "bad.rules"
+    bad.write_text("# relu(x) -> x (unsound)\nrule drop_relu: relu(x) => x\n")
+    with pytest.raises(EquivalenceError, match=r"rewritten graph of .* differs from the captured one"):
+        gawee.compile(block(), (torch.randn(1, 4, 8, 8),), gawee.load_rules(str(bad)))
