@@ -21,6 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 # Model zoo (benchmarks/README.md, ## Model zoo and ## Model zoo: transformers); e.g. make zoo ZOO_ARGS="--section transformers"
+# With the IREE column when IREE is installed (the dev extra has it): ZOO_ARGS="--no-iree" skips it.
 zoo: $(STAMP)
 	$(PY) benchmarks/zoo.py $(ZOO_ARGS)
 

@@ -334,6 +334,11 @@ def test_op_without_lowering_names_op_and_node(monkeypatch):
     x = b.input("x", "f32[2,3]")
     with pytest.raises(LoweringError, match=r"node r \(round\).*decimals"):
         to_mlir(b.output(b.round(x, decimals=2, name="r")))
+    b = GraphBuilder("masked")  # x[mask] = values: as many values as true elements, data-dependent
+    x = b.input("x", "f32[4]")
+    put = b.index_put(x, b.const(torch.ones(2)), b.const(torch.tensor([True, False, True, False])), name="put")
+    with pytest.raises(LoweringError, match=r"node put \(index_put\).*boolean mask with more than one value"):
+        to_mlir(b.output(put))
 
 
 def test_symbolic_shapes_are_refused():
