@@ -132,3 +132,28 @@ def test_layer_norm_written_out_becomes_one_layer_norm(rsqrt):
     assert node.attrs["eps"] == pytest.approx(1e-5 if rsqrt else 1e-12)
     assert {"layer_norm_written", "layer_norm_weight", "layer_norm_bias"} <= set(report.firings)
     assert verify_equivalent(graph, after).ok
+
+
+class WrittenAttention(torch.nn.Module):
+    """Attention written out as T5 (no scale) and GPT-2's eager path (times 1/sqrt(d)) write it."""
+
+    def __init__(self, scaled):
+        super().__init__()
+        self.scaled = scaled
+
+    def forward(self, q, k, v):
+        scores = q @ k.transpose(-1, -2)
+        if self.scaled:
+            scores = scores * q.shape[-1] ** -0.5
+        return torch.softmax(scores, dim=-1) @ v
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_attention_written_out_becomes_sdpa(scaled):
+    xs = tuple(torch.randn(1, 2, 5, 8) for _ in range(3))
+    graph = gawee.capture(WrittenAttention(scaled), xs)
+    after, report = rewrite(graph)
+    assert [n.op for n in after] == ["scaled_dot_product_attention"]
+    assert after.nodes[0].attrs["scale"] == pytest.approx(8**-0.5 if scaled else 1.0)
+    assert report.firings["attention_written_scaled" if scaled else "attention_written"] == 1
+    assert verify_equivalent(graph, after).ok
