@@ -74,6 +74,7 @@ METHODS = {
     "ort_gawee": "ONNX Runtime, no optimizer, gawee graph",
     "ort_all_gawee": "ONNX Runtime all optimizations, gawee graph",
     "gawee": "gawee.compile",
+    "gawee_dynamic": "gawee.compile, dynamic batch (one module for every batch size)",
     "gawee_dynamo": 'torch.compile(backend="gawee")',
     "gawee_iree": 'gawee.compile(backend="iree")',
     "iree_turbine": "iree-turbine aot.export → IREE",
@@ -198,6 +199,17 @@ def build_gawee(model, xs):
     return module, seconds
 
 
+def build_gawee_dynamic(model, xs):
+    """gawee.compile with dimension 0 of every input dynamic (``--dynamic batch``; a batch of 1 is captured
+    at 2, which torch.export would otherwise specialize), then run at this row's batch."""
+    from gawee.frontend.dynamic import dynamic_spec
+
+    spec, examples = dynamic_spec("batch", model, xs)
+    module, seconds = _timed(lambda: gawee.compile(model, examples, dynamic_shapes=spec))
+    log.info("  gawee dynamic: %s", module.gawee_report)
+    return module, seconds
+
+
 def build_gawee_dynamo(model, xs):
     compiled = torch.compile(model, backend="gawee")
     _, seconds = _timed(lambda: _run(compiled, xs))  # dynamo captures and calls the backend on the first call
@@ -241,6 +253,7 @@ BUILDERS: dict[str, Callable] = {
     "ort_gawee": build_ort_gawee,
     "ort_all_gawee": build_ort_all_gawee,
     "gawee": build_gawee,
+    "gawee_dynamic": build_gawee_dynamic,
     "gawee_dynamo": build_gawee_dynamo,
     "gawee_iree": build_gawee_iree,
     "iree_turbine": build_iree_turbine,
@@ -537,6 +550,9 @@ def targets(results: list[Result]) -> str:
             f"- gawee.compile never slower than eager: slowest ratio {worst:.2f}× — "
             f"{verdict(not slower)}" + (f" (slower on {', '.join(slower)})." if slower else ".")
         )
+    dynamic = dynamic_targets(results)
+    if dynamic:
+        lines.append(dynamic)
     gawee_rows = [r for r in results if r.method == "gawee"]
     if gawee_rows:
         worst_error = max((r.max_error for r in gawee_rows if r.max_error is not None), default=float("nan"))
@@ -564,6 +580,23 @@ def targets(results: list[Result]) -> str:
         )
     ort_all = ort_export_targets(results)
     return text + ("\n" + ort_all if text and ort_all else ort_all)
+
+
+def dynamic_targets(results: list[Result]) -> str:
+    """Issue 13's target: the dynamic-batch module within 5% of the static one, per row (batch 1 and 8)."""
+    index = {(r.model, r.batch, r.method): r for r in results}
+    rows = [
+        (r.label, index[(r.model, r.batch, "gawee")].latency_ms / r.latency_ms)
+        for r in results
+        if r.method == "gawee_dynamic" and r.latency_ms and (r.model, r.batch, "gawee") in index
+        if index[(r.model, r.batch, "gawee")].latency_ms
+    ]
+    if not rows:
+        return ""
+    behind = [f"{label} ({ratio:.3f}×)" for label, ratio in rows if ratio < 1 / 1.05]
+    cells = ", ".join(f"{label} {ratio:.3f}×" for label, ratio in rows)
+    met = "**met**" if not behind else "**not met**"
+    return f"- gawee.compile with a dynamic batch within 5% of the static module (static / dynamic): {cells} — {met}."
 
 
 def rival_targets(results: list[Result], models: list[str] | None = None, compile_ratio: float | None = None) -> str:

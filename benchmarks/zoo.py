@@ -201,6 +201,44 @@ def measure_iree(optimized, inputs, ref) -> dict:
     return row
 
 
+def measure_dynamic(module, inputs, name: str, rules, static_nodes: int) -> dict:
+    """Capture again with a dynamic batch (dimension 0 of every input, ``--dynamic batch``), optimize, and
+    compare the node count with the static capture's; the optimized graph is run at batch 1 and 3 against
+    the model. ``dynamic_status``: "same", "differs" (node counts), "wrong" (numbers) or "fails"."""
+    import torch
+
+    import gawee
+    from gawee.frontend.dynamic import dynamic_spec
+
+    t0 = time.perf_counter()
+    try:
+        spec, examples = dynamic_spec("batch", module, inputs)
+        graph = gawee.capture(module, examples, name=name, dynamic_shapes=spec)
+        optimized, _ = gawee.rewrite(graph, rules)
+        out = {"dynamic_nodes": len(optimized), "dynamic_s": time.perf_counter() - t0}
+        for n in (1, 3):
+            xs = [x[:1].expand(n, *x.shape[1:]).contiguous() if x.dim() else x for x in inputs]
+            with torch.no_grad():
+                ref = _flat_tensors(module(*xs))
+                err = _rel_error(ref, list(gawee.run(optimized, *xs)))
+            if err > CAPTURE_TOLERANCE:
+                return {**out, "dynamic_status": "wrong", "dynamic_message": f"batch {n}: error {err:.3g}"}
+        if len(optimized) != static_nodes:
+            return {**out, "dynamic_status": "differs", "dynamic_message": f"{len(optimized)} vs {static_nodes} nodes"}
+        return {**out, "dynamic_status": "same"}
+    except Exception as e:  # recorded in the row, like every other stage
+        return {"dynamic_status": "fails", "dynamic_message": _first_lines(e, 1), "dynamic_s": time.perf_counter() - t0}
+
+
+def fmt_dynamic(r: dict) -> str:
+    status = r.get("dynamic_status")
+    if status is None:
+        return "—"
+    if status == "same":
+        return f"same ({r['dynamic_nodes']})"
+    return f"{status}: {r.get('dynamic_message', '')}"
+
+
 def measure(name: str, iree: bool = False) -> dict:
     """Everything the table says about one model (``iree``: and its run through gawee's MLIR path on
     IREE). Never raises: a failure is recorded with its stage."""
@@ -276,6 +314,9 @@ def measure(name: str, iree: bool = False) -> dict:
             stage = "iree"
             row.update(measure_iree(optimized, inputs, ref))
 
+        stage = "dynamic"
+        row.update(measure_dynamic(src.module, inputs, name, rules, len(optimized)))
+
         problems = []
         if row["capture_error"] > CAPTURE_TOLERANCE:
             problems.append(f"interpreter differs from eager: error {row['capture_error']:.3g}")
@@ -284,6 +325,8 @@ def measure(name: str, iree: bool = False) -> dict:
             problems.append(f"{len(mismatches)} inferred type(s) differ from the recorded ones, first: {m}")
         if not v.ok:
             problems.append("verification failed: " + " | ".join(str(v).splitlines()))
+        if row.get("dynamic_status") != "same":
+            problems.append(f"dynamic batch: {row.get('dynamic_status')} {row.get('dynamic_message', '')}".strip())
         if row.get("iree_status") in ("rejected", "differs"):
             problems.append(f"IREE {row['iree_status']}: {row['iree_message']}")
         if problems:
@@ -515,6 +558,7 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
             fmt_ratio(r),
             "—" if "verify_s" not in r else f"{r['verify_s']:.1f}",
             fmt_iree(r),
+            fmt_dynamic(r),
             fmt_status(r),
         ]
         for r in rows
@@ -537,6 +581,7 @@ HEADERS = [
     "worst error / allowed",
     "verify s",
     "IREE (error vs eager, compile s)",
+    "dynamic batch (nodes after, vs static)",
     "status",
 ]
 
@@ -553,6 +598,7 @@ def transformer_rows(rows: list[dict]) -> list[list[str]]:
             fmt_ratio(r),
             fmt_rules(r.get("firings")),
             fmt_iree(r),
+            fmt_dynamic(r),
             fmt_status(r),
         ]
         for r in rows
@@ -569,6 +615,7 @@ TRANSFORMER_HEADERS = [
     "worst error / allowed",
     "rules fired most",
     "IREE (error vs eager, compile s)",
+    "dynamic batch (nodes after, vs static)",
     "status",
 ]
 

@@ -21,9 +21,12 @@ def test_worker_row_has_the_rewrite_verification():
     assert row["verify_values"] > len(row["firings"])  # intermediate values, not just the graph output
     assert row["verify_worst_distribution"] in DISTRIBUTIONS
     assert 0 <= row["verify_ratio"] < float("inf") and row["verify_s"] > 0
+    # captured again with a dynamic batch: the same optimized node count, right at batch 1 and 3
+    assert row["dynamic_status"] == "same" and row["dynamic_nodes"] == row["nodes_after"]
     # both tables render the row, one cell per header
     assert len(zoo.table_rows([row])[0]) == len(zoo.HEADERS)
     cells = dict(zip(zoo.TRANSFORMER_HEADERS, zoo.transformer_rows([row])[0]))
+    assert cells["dynamic batch (nodes after, vs static)"] == f"same ({row['nodes_after']})"
     assert cells["verification"].startswith("ok") and cells["status"] == "ok"
 
 
