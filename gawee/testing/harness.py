@@ -30,11 +30,12 @@ from gawee.equivalence import TOLERANCE, no_farther, output_error
 from gawee.errors import GaweeError, RewriteError
 from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
+from gawee.ir.symbolic import Sym, draw_values
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.rewrite.driver import fire
 from gawee.rewrite.ruleset import RuleSet
-from gawee.testing.generate import Example, generate, guard_verdict, hints_of, small
+from gawee.testing.generate import Example, Leaf, fill, generate, guard_verdict, hints_of, small
 from gawee.threads import torch_threads
 
 MIN_FIRED = 10
@@ -95,6 +96,9 @@ class RuleCheck:
     dtypes: set[str] = field(default_factory=set)
     guard_failures: Counter = field(default_factory=Counter)
     """For guard-false draws: how often each `and` conjunct was false (its source text)."""
+    symbolic_fired: int = 0
+    """With ``symbolic=True``: examples whose dynamic-batch variant the rule also rewrote (each then
+    checked at several batch sizes)."""
 
     @property
     def verdict(self) -> str:
@@ -290,6 +294,57 @@ def _inputs(rule: Rule, ex: Example) -> list[torch.Tensor] | None:
     return None
 
 
+SYMBOLIC_SIZES = 3
+"""How many values of the size symbol a symbolic variant is checked at."""
+
+
+def symbolic_variant(ex: Example) -> tuple[Example, Sym] | None:
+    """The example with dimension 0 of its inputs made one size symbol ``n`` (range ``1..2d``, example
+    ``d``, where ``d`` is the first input's dimension 0; inputs of another first size stay static), or
+    None when the graph's ops do not admit it (a reshape to a constant shape, a broadcast against a
+    constant of that size...)."""
+    first = next((v for v in ex.graph.inputs if v.type.rank >= 1), None)
+    if first is None or first.type.shape[0] < 1:
+        return None
+    d = first.type.shape[0]
+    n = Sym("n", 1, max(2 * d, 4), d)
+
+    def retype(t: TensorType) -> TensorType:
+        return TensorType((n, *t.shape[1:]), t.dtype, t.layout) if t.rank >= 1 and t.shape[0] == d else t
+
+    g = _recast(ex.graph, "_dynamic", retype, lambda x: x)
+    if g is None or not any(v.type.symbolic for v in g.outputs):
+        return None
+    root = next(node for node in g if node.name == ex.root.name)
+    styles = {id(leaf.value): leaf.style for leaf in ex.leaves}
+    leaves = [Leaf(a.name, b, styles[id(a)]) for a, b in zip(ex.graph.inputs, g.inputs) if id(a) in styles]
+    return Example(g, root, leaves, ex.data_seed, ex.dtype, {}), n
+
+
+def _check_symbolic(rule: Rule, ex: Example) -> tuple[bool, Counterexample | None]:
+    """Rewrite the example's dynamic-batch variant (guard included, decided over the whole range) and
+    compare it with the original at SYMBOLIC_SIZES sizes. (fired, counterexample)."""
+    variant = symbolic_variant(ex)
+    if variant is None:
+        return False, None
+    sym_ex, n = variant
+    after = _apply(rule, sym_ex, use_guard=True)
+    if after is None:
+        return False, None
+    for values in draw_values([n], SYMBOLIC_SIZES):
+        gen = torch.Generator().manual_seed(ex.data_seed + values[n])
+        styles = {id(leaf.value): leaf.style for leaf in sym_ex.leaves}
+        xs = [fill(v.type.at(values), styles.get(id(v), "normal"), gen) for v in sym_ex.graph.inputs]
+        try:
+            found = _compare(rule, sym_ex, after, xs)
+        except S.Reject:
+            continue
+        if found is not None:
+            found.reason = f"with the batch dimension symbolic, at n = {values[n]}: {found.reason}"
+            return True, found
+    return True, None
+
+
 # -- the property -----------------------------------------------------------------------
 def _apply(rule: Rule, ex: Example, use_guard: bool) -> Graph | None:
     after = ex.graph.clone()
@@ -302,8 +357,13 @@ def check_rule(
     examples: int = 200,
     seed: int | None = None,
     on_example: Callable[[Example, list[torch.Tensor]], None] | None = None,
+    symbolic: bool = False,
 ) -> RuleCheck:
     """Run the harness on one rule with ``examples`` valid draws (reproducible for a given seed).
+
+    ``symbolic``: where the rule fires, also rewrite the example with its batch dimension a size
+    symbol (``symbolic_variant``) — the guard then decides over the symbol's whole range — and check
+    the result at several sizes (``RuleCheck.symbolic_fired`` counts them).
 
     ``on_example(ex, inputs)`` is called before each drawn instance runs (the isolated runner
     keeps the last one, to show which instance crashed a kernel). An exception inside the
@@ -360,6 +420,11 @@ def check_rule(
             found = _compare(rule, ex, after, xs)
             if found is not None:
                 raise _Unsound(found)
+            if symbolic:
+                fired, found = _check_symbolic(rule, ex)
+                result.symbolic_fired += fired
+                if found is not None:
+                    raise _Unsound(found)
         else:
             result.guard_failures.update(failed_part)
             try:

@@ -261,3 +261,14 @@ def test_every_sampler_draws_or_rejects():
             op.sample(DataDraw(data, DType.f32), slots, attrs)
 
     run()
+
+
+def test_symbolic_mode_checks_rules_at_several_batch_sizes():
+    from gawee.rewrite.ruleset import default_rules
+    from gawee.testing.harness import check_rule
+
+    rules = {r.name: r for r in default_rules().rules}
+    for name in ("fuse_conv_relu",):
+        result = check_rule(rules[name], examples=20, symbolic=True)
+        assert result.verdict == "sound", result.counterexample
+        assert result.symbolic_fired > 0  # the dynamic-batch variants were rewritten and checked
