@@ -737,7 +737,9 @@ def readme_section(table: str, checks: str, command: str) -> str:
         "with weights prepacked for the input size, activations NCHW or channels-last as measured faster "
         "at compile time).\n"
         '- **torch.compile(backend="gawee")**: the same pipeline behind dynamo (parameters frozen, the '
-        "graph re-exported with torch.export).\n\n"
+        "graph re-exported with torch.export).\n"
+        "- **gawee.compile, dynamic batch**: the same, captured with dimension 0 dynamic "
+        "(`dynamic_shapes`, `--dynamic batch`): one module for every batch size, timed at this row's.\n\n"
         "Compile time is wall time from the model to a callable (for Inductor and TorchScript, including "
         "the first call, where they compile). Outputs of every method are compared with eager "
         "(⚠ marks a mismatch or a failure).\n\n"
