@@ -107,10 +107,11 @@ def test_ops_with_several_outputs_carry_the_trait():
 
 QKV = """
 # three linears of one input -> one linear of the concatenated weights, split three ways
+# (each bias as long as its weight has rows: a bias of one element broadcasts, its concatenation would not)
 rule fuse_three_linears:
     q: linear(x, wq, bq), k: linear(x, wk, bk), v: linear(x, wv, bv)
     where const(wq, wk, wv, bq, bk, bv) and wq.dtype == wk.dtype and wk.dtype == wv.dtype
-      and bq.rank == 1 and bk.rank == 1 and bv.rank == 1
+      and bq.shape == [wq.shape[0]] and bk.shape == [wk.shape[0]] and bv.shape == [wv.shape[0]]
     => qkv[0], qkv[1], qkv[2]
     with qkv = split(linear(x, cat(wq, wk, wv), cat(bq, bk, bv)),
                      split_sizes=[wq.shape[0], wk.shape[0], wv.shape[0]], dim=-1)
