@@ -40,10 +40,12 @@ def recorded_types(fx_node: torch.fx.Node, symbols: dict | None = None) -> list[
 
 def symbolic_scalar(fx_node: torch.fx.Node, symbols: dict | None) -> Any:
     """The sympy expression of a node that computes a size (``aten.sym_size.int``, ``operator.mul`` of
-    sizes...), over gawee ``Sym``s; None if the node computes something else."""
+    sizes...), over gawee ``Sym``s; None if the node computes something else (a data-dependent value)."""
     val = fx_node.meta.get("val")
     if isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat)):
         expr = val.node.expr
+        if not expr.free_symbols <= set(symbols or {}):  # data-dependent (unbacked): not a size of the inputs
+            return None
         return expr.xreplace(symbols) if symbols else expr
     return None
 

@@ -187,7 +187,7 @@ def size_symbols(ep: ExportedProgram) -> dict:
                     hints.setdefault(d.node.expr, d.node.hint)
     out = {}
     for sym, vr in ep.range_constraints.items():
-        if not isinstance(sym, sympy.Symbol):
+        if not isinstance(sym, sympy.Symbol) or sym not in hints:  # data-dependent (unbacked) values are no sizes
             continue
         lo = int(vr.lower) if vr.lower.is_Integer else 0
         hi = int(vr.upper) if vr.upper.is_Integer else None  # torch's int_oo: unbounded
