@@ -15,7 +15,7 @@ from gawee.errors import GaweeError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
-BUNDLED = {"grammar": "*.lark", "rules": "*.rules"}
+BUNDLED = {"grammar": "*.lark", "rules": "**/*.rules"}
 """Bundled data directory → the files of it that ship (the build step in setup.py copies these)."""
 
 

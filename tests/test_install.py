@@ -47,7 +47,7 @@ def installed(tmp_path_factory) -> Path:
             expected = sorted((ROOT / name).glob(pattern))
             assert expected, f"no {name}/{pattern} in the repository"
             for f in expected:
-                member = f"gawee/_data/{name}/{f.name}"
+                member = f"gawee/_data/{name}/{f.relative_to(ROOT / name).as_posix()}"
                 assert member in names, f"the wheel lacks {member}"
                 assert zf.read(member) == f.read_bytes()
     _run([*pip, "install", "-q", "--no-deps", "--no-index", "--target", "site", str(wheel)], tmp)

@@ -3,16 +3,23 @@
 import pytest
 
 import gawee
+from gawee.backend import layout
 from gawee.testing import check_rule
 from tests.conftest import HARNESS
 
 EXAMPLES = 200
 RULES = gawee.default_rules().rules
+LAYOUT_RULES = layout.phase().rules
+LAYOUT_EXAMPLES = 100
+"""The layout phase's rules never change a value (a layout is storage): fewer draws keep the suite short."""
 
 
-@pytest.mark.parametrize("rule", RULES, ids=[r.name for r in RULES])
+@pytest.mark.parametrize(
+    "rule", RULES + LAYOUT_RULES, ids=[r.name for r in RULES] + [f"layout/{r.name}" for r in LAYOUT_RULES]
+)
 def test_bundled_rule_is_sound(rule):
-    result = check_rule(rule, examples=EXAMPLES)
+    examples = LAYOUT_EXAMPLES if rule in LAYOUT_RULES else EXAMPLES
+    result = check_rule(rule, examples=examples)
     HARNESS["bundled rules"] += 1
     HARNESS["examples"] += result.examples
     HARNESS["seconds"] += result.seconds
@@ -22,7 +29,7 @@ def test_bundled_rule_is_sound(rule):
         f"{result.examples}; guard false most often at "
         f"{result.guard_failures.most_common(1)}"
     )
-    assert result.examples >= EXAMPLES
+    assert result.examples >= examples
     # the harness steers draws towards each rule's guard: a rule tested on few guard-true draws is weakly tested
     assert result.hit_rate >= LOW_HIT_RATE.get(rule.name, 0.5), f"{rule.name}: guard held on {result.hit_rate:.0%}"
 

@@ -1,20 +1,22 @@
-"""The activation layout a graph's convolutions run in, chosen by measurement on this machine.
+"""The activation layout a graph's convolutions run in: a rules phase, applied when it measures faster here.
 
-oneDNN's fused convolution (``mkldnn._convolution_pointwise``) takes NCHW or channels-last
-(NHWC) activations; with NCHW it reorders into its own blocked layout and back inside every
-call, with channels-last it runs NHWC kernels directly. Which is faster depends on the CPU
-and on the model: convolutions timed alone on one AMD EPYC ran up to 2× faster channels-last,
-yet whole mobilenet_v3_large took the same time either way (the SE blocks' reductions and
-the layout's effect on the neighbouring kernels eat the gain). So the choice is measured on
-the graph itself: :func:`choose` lowers the graph both ways, times the two modules
-interleaved on random inputs of the graph's input types within a small budget, and keeps
-channels-last only when it wins by more than :data:`MARGIN` — a noisy tie keeps NCHW, the
-layout of the model's own inputs and outputs (no conversions at the edges).
-The :class:`LayoutChoice` (both timings) is listed in the compile report.
+The layout decision itself is written as rules: ``rules/layout/channels_last.rules`` (not a default
+phase) converts each 4-D convolution's input to channels-last (NHWC) and its output back with
+``to_layout`` nodes, sinks the conversions through ops that do not care about layout and cancels
+them, so only the graph's edges convert; the soundness harness checks it like any other rules.
+Whether it pays depends on the CPU and on the model: oneDNN's fused convolution
+(``mkldnn._convolution_pointwise``) reorders NCHW activations into its blocked layout inside every
+call and runs NHWC ones directly; convolutions timed alone on one AMD EPYC ran up to 2× faster
+channels-last, yet whole mobilenet_v3_large took the same time either way. So :func:`choose`
+lowers the graph without and with the phase, times the two modules interleaved on random inputs
+of the graph's input types within a small budget, and keeps the phase only when it wins by more
+than :data:`MARGIN` — a noisy tie keeps NCHW. The :class:`LayoutChoice` (both timings) is listed
+in the compile report.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -23,6 +25,10 @@ from dataclasses import dataclass
 import torch
 
 from gawee.ir.core import Graph
+from gawee.rewrite.ruleset import RULES_DIR, RuleSet, load_rules
+
+PHASE = RULES_DIR / "layout" / "channels_last.rules"
+"""The bundled layout phase (``gawee-rewrite optimize --rules rules/ --rules rules/layout/`` applies it)."""
 
 MARGIN = 0.05
 """Channels-last must be this much faster (a fraction of NCHW's time) to be chosen."""
@@ -61,16 +67,33 @@ def convolutions(graph: Graph) -> int:
     )
 
 
-def choose(graph: Graph, build: Callable[[bool], torch.nn.Module]) -> tuple[torch.nn.Module, LayoutChoice | None]:
-    """The module ``build(channels_last)`` for the faster layout of ``graph``'s convolutions, and the
-    measurement; ``(build(False), None)`` when the graph has no 4-D float convolution."""
+def phase() -> RuleSet:
+    """The layout phase's rules, compiled once per process (again only if the file changed)."""
+    return _phase(PHASE.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=1)
+def _phase(stamp: int) -> RuleSet:
+    return load_rules(PHASE)
+
+
+def channels_last(graph: Graph) -> Graph:
+    """``graph`` with the layout phase applied: its convolutions on channels-last activations."""
+    from gawee.rewrite.driver import rewrite
+
+    return rewrite(graph, phase())[0]
+
+
+def choose(graph: Graph, build: Callable[[Graph], torch.nn.Module]) -> tuple[torch.nn.Module, LayoutChoice | None]:
+    """The faster of ``build(graph)`` and ``build(channels_last(graph))``, and the measurement;
+    ``(build(graph), None)`` when the graph has no 4-D float convolution."""
     count = convolutions(graph)
-    nchw = build(False)
+    nchw = build(graph)
     if not count:
         return nchw, None
     from gawee.equivalence import random_inputs
 
-    nhwc = build(True)
+    nhwc = build(channels_last(graph))
     xs = random_inputs([v.type for v in graph.inputs], seed=0)
     times: dict[bool, list[float]] = {False: [], True: []}
     modules = {False: nchw, True: nhwc}

@@ -6,9 +6,9 @@ op calls its recorded ATen overload), else the op's reference ``evaluate`` with 
 node's attributes bound. ``ctx`` is a :class:`TorchLowering`: the node, its lowered
 operands, and ways to emit fx code and hold new constants (prepacked weights).
 
-Constants become buffers of the module. 4-D activations flow NCHW or channels-last, whichever
-runs the graph's convolutions faster on this machine (``gawee.backend.layout``; then inputs are
-converted on entry); outputs are always returned contiguous.
+Constants become buffers of the module. Each value is stored in the layout its type names: the
+layout phase (``gawee.backend.layout``, applied when it runs the graph's convolutions faster on this
+machine) puts ``to_layout`` nodes where activations change layout; outputs are always returned contiguous.
 The module is for inference: the fused kernels have no autograd formulas.
 """
 
@@ -31,7 +31,7 @@ from gawee.backend import kernels, layout
 from gawee.errors import GaweeError, IRError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import Sym, bind, has_symbols, symbols_of
-from gawee.ir.types import TensorType
+from gawee.ir.types import Layout, TensorType
 from gawee.ops import OpDef, get_op
 from gawee.profile import NODE_META
 
@@ -49,11 +49,12 @@ class TorchOptions:
     shape, and keeps the fastest; ``"aten"``, ``"mkl"`` or ``"onednn"`` forces one where it applies.
     The choices are listed in the module's ``gawee_kernels``."""
     channels_last: bool | str = "measure"
-    """The layout 4-D activations flow in: ``"measure"`` lowers the graph both ways when it has convolutions and
-    keeps channels-last only if it runs measurably faster on this machine (``gawee.backend.layout``; the
-    choice is the module's ``gawee_layout``); True or False forces channels-last or NCHW. oneDNN reorders
-    NCHW activations into its blocked layout inside each fused convolution, channels-last ones it takes
-    as they are; which wins depends on the CPU and the model."""
+    """Whether to apply the layout phase (``rules/layout/channels_last.rules``: convolutions on channels-last
+    activations, converted at the graph's edges): ``"measure"`` lowers the graph without and with it when it
+    has convolutions and keeps the phase only if it runs measurably faster on this machine
+    (``gawee.backend.layout``; the choice is the module's ``gawee_layout``); True applies it, False does not.
+    oneDNN reorders NCHW activations into its blocked layout inside each fused convolution, channels-last
+    ones it takes as they are; which wins depends on the CPU and the model."""
 
 
 class BoundOp:
@@ -94,8 +95,6 @@ class TorchLowering:
         self.opdef = opdef
         self.attrs = node.attrs
         self.options = builder.options
-        self.channels_last = builder.channels_last
-        """Whether 4-D activations flow channels-last in this module."""
 
     # -- operands ------------------------------------------------------------------
     def arg(self, index: int) -> torch.fx.Node | None:
@@ -108,10 +107,11 @@ class TorchLowering:
         return [self.arg(i) for i in range(len(self.node.inputs))]
 
     def standard(self, index: int) -> torch.fx.Node | None:
-        """Operand ``index`` in torch's default contiguous layout (a copy only if activations are channels-last)."""
+        """Operand ``index`` in torch's default contiguous layout (a copy only if its type is channels-last),
+        for kernels that may depend on strides (opaque ATen ops)."""
         x = self.arg(index)
         t = self.type(index)
-        if x is None or not self.channels_last or t is None or t.rank != 4:
+        if x is None or t is None or t.layout is not Layout.channels_last:
             return x
         return self.call_method("contiguous", x)
 
@@ -198,14 +198,14 @@ def to_torch(
         raise GaweeError(
             f"TorchOptions.channels_last is {options.channels_last!r}", hint='pass True, False or "measure"'
         )
+
+    def build(g: Graph) -> torch.fx.GraphModule:
+        return _Builder(g, options).build(output_structure)
+
     if options.channels_last == "measure":
-
-        def build(channels_last: bool) -> torch.fx.GraphModule:
-            return _Builder(graph, dataclasses.replace(options, channels_last=channels_last)).build(output_structure)
-
         module, choice = layout.choose(graph, build)
     else:
-        module, choice = _Builder(graph, options).build(output_structure), None
+        module, choice = build(layout.channels_last(graph) if options.channels_last else graph), None
     module.gawee_layout = choice
     return module
 
@@ -223,7 +223,6 @@ class _Builder:
             for v in node.inputs:
                 if v is not None:
                     self.last_reader[v] = node
-        self.channels_last = options.channels_last
         self.kernels: dict[int, list] = {}  # id(choice) -> [choice, nodes using it]
 
     def record_kernel(self, choice) -> None:
@@ -278,8 +277,6 @@ class _Builder:
         for value in self.graph.inputs:
             x = self.fx.placeholder(self.fx_name(value.name))
             placeholders.append(x)
-            if self.channels_last and value.type.rank == 4 and value.dtype.is_float:
-                x = self.fx.call_method("contiguous", (x,), {"memory_format": torch.channels_last})
             self.env[value] = x
         self.sizes: dict = {}
         self.symbol_order = sorted(symbols_of([v.type for v in self.graph.inputs]), key=lambda s: s.name)

@@ -640,7 +640,7 @@ def kleene_any(items) -> bool | None:
 
 
 _COMPARE = {"==": None, "!=": None, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
-_TENSOR_FIELDS = {"shape": K.LIST, "dtype": K.DTYPE, "rank": K.INT, "numel": K.INT}
+_TENSOR_FIELDS = {"shape": K.LIST, "dtype": K.DTYPE, "rank": K.INT, "numel": K.INT, "layout": K.STR}
 
 
 class _ExprCompiler:
@@ -717,6 +717,7 @@ class _ExprCompiler:
                 "dtype": lambda v: v.dtype.value,
                 "rank": lambda v: v.type.rank,
                 "numel": lambda v: v.type.numel,
+                "layout": lambda v: v.type.layout.value,
             }[field_name]
 
             def get_field(ctx):

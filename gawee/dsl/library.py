@@ -243,6 +243,13 @@ BUILTINS: dict[str, Builtin] = {
         Builtin("shape", (T,), L, lambda ctx, v: v.shape, doc="the shape, as a list"),
         Builtin("dtype", (T,), K.DTYPE, lambda ctx, v: v.dtype.value, doc="the element type"),
         Builtin(
+            "layout",
+            (T,),
+            K.STR,
+            lambda ctx, v: v.type.layout.value,
+            doc='the memory layout: "contiguous" or "channels_last"',
+        ),
+        Builtin(
             "broadcast_shape",
             (T, T),
             L,

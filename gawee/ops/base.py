@@ -27,6 +27,7 @@ TRAITS = frozenset(
         "pure",  # deterministic and side-effect free: may be folded, CSE'd, erased
         "creation",  # makes a tensor from attributes alone (full, arange)
         "multi_output",  # several outputs (split, unbind): rules pick one by index, `split(...)[i]`
+        "converts_layout",  # sets its output's memory layout itself (to_layout); see _with_layouts
     }
 )
 
@@ -246,6 +247,7 @@ class OpDef:
             else:
                 args = [None if t is None else meta_tensor(t) for t in in_types]
                 result = [TensorType.of(t) for t in self.run(args, attrs)]
+            result = _with_layouts(self, in_types, attrs, result)
         except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError) as e:
             sig = ", ".join("_" if t is None else str(t) for t in in_types)
             raise InferenceError(f"{self.name}({sig}) with {dict(attrs)} is invalid: {_first_line(e)}") from None
@@ -257,6 +259,30 @@ class OpDef:
 
 
 _INFER_CACHE: dict[Any, tuple[TensorType, ...]] = {}
+
+
+def _with_layouts(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any], result: list) -> list[TensorType]:
+    """The memory layout of each result — gawee's rule, not torch's meta kernels (which drop channels-last
+    through convolutions and pick by operand order in elementwise ops). A ``converts_layout`` op's result has
+    the layout its ``layout`` attribute names; a view's is what evaluation gave (view strides are not
+    tracked); any other op's 4-D result is channels-last when its first operand, or an operand of the
+    result's own shape, is a 4-D channels-last tensor — convolutions, pooling, normalization and
+    elementwise ops keep their input's layout, as torch's CPU kernels do — and contiguous otherwise."""
+    if opdef.has_trait("converts_layout"):
+        layout = Layout(attrs["layout"])
+        return [TensorType(t.shape, t.dtype, layout) for t in result]
+    if opdef.has_trait("view"):
+        return result
+
+    def channels_last(i: int, t: TensorType | None, out: TensorType) -> bool:
+        return t is not None and t.rank == 4 and t.layout is Layout.channels_last and (i == 0 or t.shape == out.shape)
+
+    out = []
+    for r in result:
+        cl = r.rank == 4 and any(channels_last(i, t, r) for i, t in enumerate(in_types))
+        layout = Layout.channels_last if cl else Layout.contiguous
+        out.append(r if r.layout is layout else TensorType(r.shape, r.dtype, layout))
+    return out
 
 
 def _symbolic_int(v: Any) -> bool:

@@ -7,7 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from gawee.ir.types import DType, TensorType
+from gawee.ir.types import DType, Layout, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import (
     AtenBinding,
@@ -731,7 +731,7 @@ def _conv2d_lower_torch(ctx):
             dilation=a["dilation"],
             groups=a["groups"],
             input_shape=at_example(x.shape),  # a symbolic batch: packed for the example, valid for any
-            channels_last=ctx.channels_last,
+            channels_last=x.layout is Layout.channels_last,
         )
         weight = ctx.buffer(packed, "packed_weight")
     else:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from gawee.ir.symbolic import has_symbols, prove
-from gawee.ir.types import DType, TensorType
+from gawee.ir.types import DType, Layout, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import AtenBinding, Attr, OpDef, Operand, register, zero_flops
 
@@ -674,6 +674,56 @@ view_op(
 )
 
 # -- data movement ----------------------------------------------------------------------
+_MEMORY_FORMATS = {Layout.contiguous: torch.contiguous_format, Layout.channels_last: torch.channels_last}
+
+
+def _to_layout(self, *, layout):
+    if self is None:
+        raise TypeError("to_layout needs a tensor")
+    return self.contiguous(memory_format=_MEMORY_FORMATS[Layout(layout)])
+
+
+def _layout_from_aten(args, types):
+    """``clone``/``contiguous`` into channels-last (other memory formats are ``clone``)."""
+    if args.pop("memory_format", None) is not torch.channels_last:
+        return None
+    return {**args, "layout": "channels_last"}
+
+
+def _to_layout_infer(ins, attrs):
+    x, layout = ins[0], Layout(attrs["layout"])
+    if x is None:
+        raise TypeError("to_layout needs a tensor")
+    if layout is Layout.channels_last and x.rank != 4:
+        raise ValueError(f"channels_last needs a 4-D tensor, this one has rank {x.rank}")
+    return [TensorType(x.shape, x.dtype, layout)]
+
+
+def _draw_layout(draw, x, attrs):
+    return {"layout": draw.choice(["channels_last", "contiguous"]) if x.rank == 4 else "contiguous"}
+
+
+def _free_for_layout(draw, attrs):
+    """channels_last needs a 4-D operand."""
+    return S.tensor(draw, 4) if attrs.get("layout") == "channels_last" else None
+
+
+move_op(
+    "to_layout",
+    SELF,
+    _to_layout,
+    traits=("converts_layout",),
+    aten=(
+        AtenBinding("aten.clone.default", convert=_layout_from_aten),
+        AtenBinding("aten.contiguous.default", convert=_layout_from_aten),
+    ),
+    infer=_to_layout_infer,
+    sample=unary_sample(_draw_layout, free=_free_for_layout),
+    attrs=(Attr("layout", "str"),),
+    onnx="Identity",
+    mlir=lambda c: c.x(0),
+    doc='the same values stored in another memory layout ("contiguous", or "channels_last" for a 4-D tensor)',
+)
 move_op(
     "clone",
     SELF,

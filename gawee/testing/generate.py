@@ -20,7 +20,7 @@ from gawee.dsl import ast as A
 from gawee.dsl.compiler import Rule
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
-from gawee.ir.types import DType, TensorType
+from gawee.ir.types import DType, Layout, TensorType
 from gawee.ops import OPAQUE, all_ops, get_op
 from gawee.ops import sampling as S
 from gawee.ops.base import REQUIRED
@@ -102,7 +102,15 @@ class Example:
         """Input data (reproducible); ``nonfinite`` lets awkward inputs hold inf and nan."""
         gen = torch.Generator().manual_seed(self.data_seed)
         styles = {id(leaf.value): leaf.style for leaf in self.leaves}
-        return [fill(v.type, styles.get(id(v), "normal"), gen, nonfinite=nonfinite) for v in self.graph.inputs]
+        return [
+            in_layout(fill(v.type, styles.get(id(v), "normal"), gen, nonfinite=nonfinite), v.type.layout)
+            for v in self.graph.inputs
+        ]
+
+
+def in_layout(x: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """``x`` stored in ``layout`` (channels-last applies to 4-D tensors only)."""
+    return x.contiguous(memory_format=torch.channels_last) if layout is Layout.channels_last and x.dim() == 4 else x
 
 
 def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = False) -> torch.Tensor:
@@ -190,6 +198,9 @@ class Hints:
     """y -> ops to pick for the `_(...)` bound to y (from `op(y) in {...}`)."""
     dtypes: list[str] = field(default_factory=list)
     """dtypes the guard asks for (`x.dtype in {i32, i64}`): the example's dtype is drawn from them."""
+    layouts: dict[str, str] | None = None
+    """leaf -> the layout the guard asks for (`x.layout == "channels_last"`, `layout(x) == ...`); not None
+    when the guard mentions layouts at all: then every 4-D leaf is drawn in either layout."""
 
 
 def hints_of(rule: Rule) -> Hints:
@@ -224,6 +235,10 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
         h.ops[_names(e.item.args)[0]] = [c.value for c in e.choices.items if isinstance(c, A.ELit)]
     elif isinstance(e, A.EIn) and positive and not e.negate and isinstance(e.item, A.EAttr) and e.item.name == "dtype":
         h.dtypes += [c.name for c in e.choices.items if isinstance(c, A.EName)]
+    elif isinstance(e, A.ECompare) and _layout_of(e.left) is not None:
+        h.layouts = h.layouts if h.layouts is not None else {}
+        if isinstance(e.right, A.ELit) and isinstance(e.right.value, str) and (e.op == "==") == positive:
+            h.layouts[_layout_of(e.left)] = e.right.value
     elif (
         isinstance(e, A.ECompare)
         and positive
@@ -273,6 +288,15 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
             elif isinstance(a, A.EName) and op != "!=":
                 step = {"==": [0], "<=": [0, -1], ">=": [0, 1], "<": [-1, -2], ">": [1, 2]}[op]
                 h.attr_values.setdefault(a.name, []).extend(n + k for k in step)
+
+
+def _layout_of(e: A.Expr) -> str | None:
+    """``x`` of ``x.layout`` or ``layout(x)``, else None."""
+    if isinstance(e, A.EAttr) and e.name == "layout" and isinstance(e.obj, A.EName):
+        return e.obj.name
+    if isinstance(e, A.ECall) and e.func == "layout" and _names(e.args):
+        return _names(e.args)[0]
+    return None
 
 
 def _number(e) -> float | None:
@@ -579,6 +603,12 @@ class Generator:
         if opdef.operands[min(index, len(opdef.operands) - 1)].domain == "nonnegative":
             style = "abs-" + style
         base = name or opdef.operands[min(index, len(opdef.operands) - 1)].name
+        if self.hints.layouts is not None and t.rank == 4:  # the guard reads layouts: draw both
+            wanted = self.hints.layouts.get(name or "")
+            if wanted in Layout._value2member_map_ and self.draw.boolean(0.7 if self.steer else 0.5):
+                t = TensorType(t.shape, t.dtype, Layout(wanted))
+            else:
+                t = TensorType(t.shape, t.dtype, self.draw.choice(list(Layout)))
         if constant:
             gen = torch.Generator().manual_seed(self.draw.integers(0, 2**16))
             if style.startswith("value:"):  # the value the guard asks for (`all_equal(c, 0.5)`)
@@ -586,7 +616,7 @@ class Generator:
             else:  # constants are not tamed: weights can be huge, tiny, inf or nan (see special_values)
                 tame = name in self.hints.finite and style != "nonfinite1"  # finite(c): no inf/nan, but 1 in 10
                 data = fill(t, style, gen, nonfinite=not tame)
-            value = self.graph.constant(data, base)
+            value = self.graph.constant(in_layout(data, t.layout), base)
         else:
             value = self.graph.add_input(t, base)
         self.leaves.append(Leaf(value.name, value, style))

@@ -65,6 +65,16 @@ def test_bytes_and_views():
     assert costs["linear"].flops == 2 * 4 * 16 * 8 and costs["relu"].flops == 64
 
 
+def test_layout_conversions_cost_their_bytes():
+    b = GraphBuilder()
+    x = b.input("x", "f32[2,3,4,5]")
+    y = b.to_layout(x, layout="channels_last")  # a copy: reads and writes the tensor
+    b.output(b.reshape(b.relu(y), shape=[-1]))
+    costs = {c.op: c for c in gawee.cost(b.graph).nodes}
+    assert (costs["to_layout"].bytes_read, costs["to_layout"].bytes_written) == (480, 480)
+    assert costs["to_layout"].flops == 0 and (costs["reshape"].bytes_read, costs["reshape"].bytes_written) == (0, 0)
+
+
 def test_peak_memory_by_liveness():
     b = GraphBuilder()
     x = b.input("x", "f32[256]")  # 1 KiB

@@ -30,8 +30,35 @@ def test_forced_layouts_are_not_measured():
     for forced in (False, True):
         module = to_torch(graph, TorchOptions(channels_last=forced))
         assert module.gawee_layout is None
-        assert ("channels_last" in module.code) is forced
+        assert ("to_layout" in module.code) is forced  # the phase's conversions, nothing else
         assert_matches_reference(graph, module)
+
+
+def _is_channels_last(t: torch.Tensor) -> bool:
+    return t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
+def test_the_phase_runs_every_convolution_on_channels_last_activations():
+    """to_torch honours each value's layout: with the phase every convolution reads NHWC activations
+    (the input converted once); without it the input reaches the first convolution as it is, NCHW.
+    (oneDNN may return NHWC from an NCHW convolution: only the inputs are checked.)"""
+    graph = fused_conv_graph()
+    for forced in (False, True):
+        module = to_torch(graph, TorchOptions(channels_last=forced))
+        seen = []
+        interp = torch.fx.Interpreter(module)
+        run_node = interp.run_node
+
+        def record(n, run_node=run_node):
+            if n.op == "call_function" and "convolution" in str(n.target):
+                seen.append(_is_channels_last(interp.env[n.args[0]]))
+            return run_node(n)
+
+        interp.run_node = record
+        with torch.no_grad():
+            interp.run(*[torch.randn(v.shape) for v in graph.inputs])
+        assert len(seen) == sum(n.op == "conv2d" for n in graph)
+        assert all(seen) if forced else not seen[0]
 
 
 def test_graphs_without_convolutions_are_not_measured():
@@ -47,9 +74,9 @@ def test_bad_layout_option_is_a_typed_error():
 
 
 class _Sleeper(torch.nn.Module):
-    def __init__(self, seconds: float, channels_last: bool):
+    def __init__(self, seconds: float, graph):
         super().__init__()
-        self.seconds, self.channels_last = seconds, channels_last
+        self.seconds, self.channels_last = seconds, any(n.op == "to_layout" for n in graph)
 
     def forward(self, *xs):
         time.sleep(self.seconds)
@@ -60,13 +87,13 @@ class _Sleeper(torch.nn.Module):
 def test_the_faster_layout_wins(nchw_s, nhwc_s, expected):
     """The decision, on modules whose time is known (sleeps: no CPU-dependent digits)."""
     graph = fused_conv_graph()
-    module, choice = layout.choose(graph, lambda cl: _Sleeper(nhwc_s if cl else nchw_s, cl))
+    module, choice = layout.choose(graph, lambda g: _Sleeper(nhwc_s if g is not graph else nchw_s, g))
     assert choice.layout == expected and module.channels_last is (expected == "channels_last")
 
 
 def test_a_tie_keeps_nchw():
     graph = fused_conv_graph()
-    module, choice = layout.choose(graph, lambda cl: _Sleeper(0.01, cl))
+    module, choice = layout.choose(graph, lambda g: _Sleeper(0.01, g))
     assert choice.layout == "contiguous" and not module.channels_last
 
 

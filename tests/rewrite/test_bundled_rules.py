@@ -78,3 +78,27 @@ def test_a_fold_that_underflows_or_overflows_is_abandoned(w_scale, gamma_scale, 
     assert (report.firings["fold_conv_bn"] == 1) is folds
     x = torch.tensor([float("-inf"), 1.0, 2.0]).repeat(1, 2, 3, 1).to(dtype)
     assert gawee.verify_equivalent(g, out, [x]).ok
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_large"])
+def test_the_layout_phase_converts_only_at_the_graph_edges(name):
+    from gawee.backend import layout
+
+    g, _, x = captured(name)
+    optimized, _ = gawee.rewrite(g)
+    laid_out = layout.channels_last(optimized)
+    conversions = [n for n in laid_out if n.op == "to_layout"]
+    assert conversions, "the phase converted nothing"
+    for n in conversions:  # into channels-last from a graph input, or back to NCHW for a graph output
+        assert n.inputs[0] in laid_out.inputs or n.output in laid_out.outputs, n
+    convs = [n for n in laid_out if n.op == "conv2d"]
+    assert convs and all(n.inputs[0].type.layout.value == "channels_last" for n in convs)
+    assert gawee.verify_equivalent(optimized, laid_out, [x]).ok
+
+
+def test_the_layout_phase_is_not_a_default_phase():
+    from gawee.backend import layout
+
+    assert layout.PHASE.parent == RULES_DIR / "layout"
+    assert not any("to_layout" in r.comment for r in gawee.default_rules().rules)
+    assert [p.name for p in gawee.load_rules(RULES_DIR, RULES_DIR / "layout").phases][-1] == "channels_last"
