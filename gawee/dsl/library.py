@@ -219,6 +219,13 @@ BUILTINS: dict[str, Builtin] = {
             doc="elements in the distinct constant operands of v's node",
         ),
         Builtin(
+            "is_view",
+            (T,),
+            B,
+            lambda ctx, v: v is not None and v.producer is not None and "view" in get_op(v.producer.op).traits,
+            doc="produced by a view op (reshape, expand, permute...): free at run time",
+        ),
+        Builtin(
             "op",
             (T,),
             K.STR,

@@ -198,6 +198,8 @@ class Hints:
     """y -> ops to pick for the `_(...)` bound to y (from `op(y) in {...}`)."""
     dtypes: list[str] = field(default_factory=list)
     """dtypes the guard asks for (`x.dtype in {i32, i64}`): the example's dtype is drawn from them."""
+    shapes: dict[str, str] = field(default_factory=dict)
+    """y -> x for `y.shape == x.shape`: an op bound to y with a `shape` attribute is given x's shape."""
     layouts: dict[str, str] | None = None
     """leaf -> the layout the guard asks for (`x.layout == "channels_last"`, `layout(x) == ...`); not None
     when the guard mentions layouts at all: then every 4-D leaf is drawn in either layout."""
@@ -283,6 +285,15 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
                 h.values.setdefault(_names(a.args)[0], []).append(n)
             elif isinstance(a, A.ECall) and a.func == "len" and _names(a.args) and op == "==":
                 h.lengths.setdefault(_names(a.args)[0], []).append(int(n))
+            elif (
+                isinstance(a, A.EAttr)
+                and isinstance(b, A.EAttr)
+                and a.name == b.name == "shape"
+                and isinstance(a.obj, A.EName)
+                and isinstance(b.obj, A.EName)
+                and op == "=="
+            ):
+                h.shapes[a.obj.name] = b.obj.name
             elif isinstance(a, A.EAttr) and a.name == "rank" and isinstance(a.obj, A.EName) and op == "==":
                 h.ranks[a.obj.name] = int(n)
             elif isinstance(a, A.EName) and op != "!=":
@@ -417,6 +428,7 @@ class Generator:
                 continue
             if self.steer and attempt < 5 and not self.lengths_fit(m, attrs):
                 continue  # `len(s) == 3` in the guard: prefer lists of that length
+            attrs = self.shape_from_partner(m, opdef, matchers, types, attrs, fixed)
             for name, am in m.attrs.items():  # `all_zero(p)` in the guard: zeros, half of the time
                 value = attrs.get(name)
                 wanted = isinstance(am, AttrVar) and am.var in self.hints.zeros and am.var not in self.attr_env
@@ -461,6 +473,20 @@ class Generator:
             self.env[m.bind] = out
         self.bind_canonical(m, node.attrs)
         return out
+
+    def shape_from_partner(self, m: OpM, opdef, matchers, types, attrs: dict[str, Any], fixed) -> dict[str, Any]:
+        """`y.shape == x.shape` in the guard and y's op takes a free `shape` attribute (reshape, expand...):
+        half of the steered draws give it x's shape, when x is an operand of this op or bound already."""
+        partner = self.hints.shapes.get(m.bind) if m.bind is not None else None
+        if partner is None or "shape" in fixed or "shape" not in attrs or not self.steer or not self.draw.boolean(0.5):
+            return attrs
+        shape = None
+        for sub, t in zip(matchers, types):
+            if isinstance(sub, VarM) and sub.name == partner and isinstance(t, TensorType):
+                shape = t.shape
+        if shape is None and self.env.get(partner) is not None:
+            shape = self.env[partner].type.shape
+        return attrs if shape is None else {**attrs, "shape": tuple(shape)}
 
     def bind_canonical(self, m: OpM, attrs: dict[str, Any]) -> None:
         """Attribute variables hold what the matcher will see: the node's canonical values (dims
