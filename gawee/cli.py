@@ -184,13 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_show(args, console: Console) -> int:
-    from gawee.analysis import cost
-    from gawee.frontend.capture import CaptureStats
+def _load(args, console: Console, stats=None):
+    """(graph, source) of MODEL: captured with a spinner unless --json, or loaded from .json."""
     from gawee.frontend.models import load_graph
-    from gawee.report import Column, rich_report
 
-    stats = CaptureStats()
     with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
         graph, _src = load_graph(
             args.model,
@@ -200,6 +197,16 @@ def cmd_show(args, console: Console) -> int:
             input_shapes=args.input_shape,
             dynamic=args.dynamic,
         )
+    return graph, _src
+
+
+def cmd_show(args, console: Console) -> int:
+    from gawee.analysis import cost
+    from gawee.frontend.capture import CaptureStats
+    from gawee.report import Column, rich_report
+
+    stats = CaptureStats()
+    graph, _src = _load(args, console, stats)
     report = cost(graph)
     if args.json:
         out = {
@@ -256,7 +263,6 @@ def cmd_optimize(args, console: Console) -> int:
     from gawee.equivalence import verify_rewrite
     from gawee.errors import GaweeError as _Err
     from gawee.frontend.capture import CaptureStats
-    from gawee.frontend.models import load_graph
     from gawee.report import Column, markdown_report, rich_report
     from gawee.rewrite.driver import rewrite
     from gawee.rewrite.explain import explain, find_node
@@ -270,15 +276,7 @@ def cmd_optimize(args, console: Console) -> int:
     pictures = plan_pictures(html=args.html, mermaid=args.mermaid, dot=args.dot)
     rules = load_rules(*args.rules) if args.rules else default_rules()
     stats = CaptureStats()
-    with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
-        graph, _src = load_graph(
-            args.model,
-            batch=args.batch,
-            meta=args.meta,
-            stats=stats,
-            input_shapes=args.input_shape,
-            dynamic=args.dynamic,
-        )
+    graph, _src = _load(args, console, stats)
     optimized, report = rewrite(graph, rules, trace=args.trace or bool(pictures) or not args.no_verify)
     before, after = cost(graph), cost(optimized)
     verification = None
@@ -385,16 +383,12 @@ def _bench(graph, optimized, src):
 
 
 def cmd_explain(args, console: Console) -> int:
-    from gawee.frontend.models import load_graph
     from gawee.rewrite.driver import rewrite
     from gawee.rewrite.explain import explain, find_node
     from gawee.rewrite.ruleset import default_rules, load_rules
 
     rules = load_rules(*args.rules) if args.rules else default_rules()
-    with console.status(f"capturing {args.model} ...", spinner="dots") if not args.json else _null():
-        graph, _src = load_graph(
-            args.model, batch=args.batch, meta=args.meta, input_shapes=args.input_shape, dynamic=args.dynamic
-        )
+    graph, _src = _load(args, console)
     if args.after:
         graph, _ = rewrite(graph, rules)
     node = find_node(graph, args.node)
