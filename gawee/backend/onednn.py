@@ -11,6 +11,7 @@ ask here whether a node qualifies and fall back to plain torch ops when it does 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cache
 
@@ -97,3 +98,39 @@ def pack_conv_weight(
     return torch.ops.mkldnn._reorder_convolution_weight(
         weight, list(padding), list(stride), list(dilation), groups, list(input_shape)
     )
+
+
+class WeightPackedPerSize:
+    """A convolution weight packed for each input size a dynamic-shape module meets (oneDNN's
+    blocked weight format depends on the input size: a weight packed for one batch, run at another,
+    is reordered again inside every call — measured 6x slower on a depthwise layer at batch 1 with
+    the weight packed for batch 2). The first call at a size packs once; the ``keep`` most recent
+    sizes stay packed (a sequence length that changes every call costs one reorder per call, as an
+    unpacked weight would, and memory stays bounded).
+
+    A named callable (``module.packed_weight(x)`` in the generated code), so fx can print it.
+    """
+
+    __module__ = "gawee"
+
+    def __init__(self, name: str, weight: torch.Tensor, geometry: dict, channels_last: bool, keep: int = 4):
+        self.__name__ = self.__qualname__ = f"{name}_packed_for"
+        self.weight, self.geometry, self.channels_last, self.keep = weight, geometry, channels_last, keep
+        self.packed: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.for_size(tuple(x.shape))
+
+    def for_size(self, size: tuple[int, ...]) -> torch.Tensor:
+        got = self.packed.get(size)
+        if got is None:
+            got = pack_conv_weight(self.weight, **self.geometry, input_shape=size, channels_last=self.channels_last)
+            self.packed[size] = got
+            if len(self.packed) > self.keep:
+                self.packed.popitem(last=False)
+        else:
+            self.packed.move_to_end(size)
+        return got
+
+    def __repr__(self) -> str:
+        return f"<{self.__name__} sizes={list(self.packed)}>"

@@ -706,7 +706,7 @@ def _conv2d_lower_torch(ctx):
     """oneDNN's fused convolution on weights prepacked for the known input size (as Inductor's freezing
     does): act(conv + residual) in one kernel; the reference semantics where the kernel or dtype is missing."""
     from gawee.backend import onednn
-    from gawee.ir.symbolic import at_example
+    from gawee.ir.symbolic import at_example, has_symbols
 
     x, w, b, r = (ctx.type(i) for i in range(4))
     a = ctx.attrs
@@ -723,16 +723,14 @@ def _conv2d_lower_torch(ctx):
         return ctx.reference()
     geometry = (list(a["padding"]), list(a["stride"]), list(a["dilation"]), a["groups"])
     weight = ctx.const(1)
-    if weight is not None:
-        packed = onednn.pack_conv_weight(
-            weight,
-            padding=a["padding"],
-            stride=a["stride"],
-            dilation=a["dilation"],
-            groups=a["groups"],
-            input_shape=at_example(x.shape),  # a symbolic batch: packed for the example, valid for any
-            channels_last=x.layout is Layout.channels_last,
-        )
+    packing = {k: a[k] for k in ("padding", "stride", "dilation", "groups")}
+    channels_last = x.layout is Layout.channels_last
+    if weight is not None and has_symbols(x.shape):  # packed at run time, once per input size met
+        per_size = onednn.WeightPackedPerSize(ctx.node.name, weight, packing, channels_last)
+        per_size.for_size(at_example(x.shape))  # the example size, packed now
+        weight = ctx.call(per_size, ctx.arg(0))
+    elif weight is not None:
+        packed = onednn.pack_conv_weight(weight, **packing, input_shape=x.shape, channels_last=channels_last)
         weight = ctx.buffer(packed, "packed_weight")
     else:
         weight = ctx.arg(1)

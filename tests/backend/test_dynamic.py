@@ -61,6 +61,28 @@ def test_run_and_to_torch_every_batch(resnet):
         module(torch.randn(2, 3, 32, 64))
 
 
+def test_convolution_weights_packed_per_batch_met(resnet):
+    """oneDNN's weight format depends on the input size: a dynamic module packs each convolution's
+    weight once per size it meets (the example's at build time), never reusing another size's packing."""
+    from gawee.backend import onednn
+
+    if not onednn.supports(gawee.DType.f32):
+        pytest.skip("no oneDNN fused convolution in this torch")
+    _, _, _, dynamic = resnet
+    opt, _ = gawee.rewrite(dynamic)
+    module = gawee.to_torch(opt)
+    packers = [n.target for n in module.graph.nodes if isinstance(n.target, onednn.WeightPackedPerSize)]
+    assert len(packers) == sum(n.op == "conv2d" for n in opt) == 20
+    first = packers[0]
+    assert list(first.packed) == [(2, 3, 64, 64)]  # the example size
+    with torch.no_grad():
+        for n in (1, 3, 1, 4, 5, 6):
+            module(torch.randn(n, 3, 64, 64))
+    assert list(first.packed) == [(3, 3, 64, 64), (1, 3, 64, 64), (4, 3, 64, 64), (5, 3, 64, 64), (6, 3, 64, 64)][
+        -first.keep :
+    ]
+
+
 def test_compile_with_dynamic_batch(resnet):
     model, x, _, _ = resnet
     module = gawee.compile(model, (x,), dynamic_shapes=BATCH)
