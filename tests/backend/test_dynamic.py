@@ -78,9 +78,10 @@ def test_convolution_weights_packed_per_batch_met(resnet):
     with torch.no_grad():
         for n in (1, 3, 1, 4, 5, 6):
             module(torch.randn(n, 3, 64, 64))
-    assert list(first.packed) == [(3, 3, 64, 64), (1, 3, 64, 64), (4, 3, 64, 64), (5, 3, 64, 64), (6, 3, 64, 64)][
-        -first.keep :
-    ]
+    assert (
+        list(first.packed)
+        == [(3, 3, 64, 64), (1, 3, 64, 64), (4, 3, 64, 64), (5, 3, 64, 64), (6, 3, 64, 64)][-first.keep :]
+    )
 
 
 def test_compile_with_dynamic_batch(resnet):
