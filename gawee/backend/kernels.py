@@ -15,7 +15,9 @@ batched-matmul path, which expands the weight per batch):
 Which one wins depends on the CPU (oneDNN's prepacked linear was slower than torch's GEMM on
 one AMD EPYC, faster on others) and on the shape, so ``to_torch`` times the candidates at
 compile time on random inputs of the node's shape, once per distinct shape and activation
-per process, and keeps the fastest (:class:`KernelChoice`, listed in the compile report).
+per process, and keeps the fastest (:class:`KernelChoice`, listed in the compile report). Under a
+symbolic ``M`` (dynamic shapes) the candidates are timed at the example's ``M``, and the packed
+kernels pack once per ``M`` met at run time (:class:`gawee.backend.onednn.PackedPerSize`).
 ``TorchOptions(linear_kernel="aten" | "mkl" | "onednn")`` forces one where it applies.
 """
 
@@ -25,7 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 
 import torch
 import torch.nn.functional as F
@@ -233,7 +235,7 @@ def lower_linear(ctx) -> torch.fx.Node:
         )
     m = math.prod(x.shape[:-1]) if x.rank >= 1 else 1
     dynamic = has_symbols(m)
-    if dynamic:  # M varies at run time: kernels packed for one M (mkl) are out; the others are timed at the example
+    if dynamic:  # M varies at run time: timed at the example, packed weights packed per M met (PackedPerSize)
         m = at_example(m)
     if x.rank <= 1 or m == 0 or at_example(out.numel) == 0 or has_symbols((x.shape[-1], out.shape[-1])):
         return ctx.reference()
@@ -244,8 +246,6 @@ def lower_linear(ctx) -> torch.fx.Node:
         candidates = linear_candidates(act, x.dtype)
         if b is not None and b.dtype != x.dtype:
             candidates = ["aten"]
-        if dynamic:
-            candidates = [c for c in candidates if c != "mkl"]
     if forced == "measure":
         choice = measure_linear(m, k, n, b is not None, act, params, candidates) if len(candidates) > 1 else None
         kernel = choice.kernel if choice else "aten"
@@ -261,14 +261,32 @@ def lower_linear(ctx) -> torch.fx.Node:
         if act is not None:
             y = _emit_act_inplace(ctx, y, act, params)
     elif kernel == "mkl":
-        packed = ctx.buffer(torch.ops.mkl._mkl_reorder_linear_weight(weight, m), "mkl_packed_weight")
-        y = ctx.call(torch.ops.mkl._mkl_linear.default, xm, packed, ctx.arg(1), ctx.arg(2), m)
+        packed = _packed(ctx, partial(_pack_mkl, weight), xm, m, k, dynamic, "mkl_packed_weight")
+        rows = ctx.call_method("size", xm, 0) if dynamic else m
+        y = ctx.call(torch.ops.mkl._mkl_linear.default, xm, packed, ctx.arg(1), ctx.arg(2), rows)
         if act is not None:
             y = _emit_act_inplace(ctx, y, act, params)
     else:
-        packed = ctx.buffer(torch.ops.mkldnn._reorder_linear_weight(weight, m), "packed_weight")
+        packed = _packed(ctx, partial(_pack_onednn, weight), xm, m, k, dynamic, "packed_weight")
         y = ctx.call(torch.ops.mkldnn._linear_pointwise.default, xm, packed, ctx.arg(2), *onednn.post_op(act, params))
     return y if x.rank == 2 else ctx.call_method("view", y, list(ctx.dims(out.shape)))
+
+
+def _pack_mkl(weight: torch.Tensor, *, input_shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.ops.mkl._mkl_reorder_linear_weight(weight, input_shape[0])
+
+
+def _pack_onednn(weight: torch.Tensor, *, input_shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight, input_shape[0])
+
+
+def _packed(ctx, pack, xm: torch.fx.Node, m: int, k: int, dynamic: bool, suffix: str) -> torch.fx.Node:
+    """The weight packed for the ``M x K`` input ``xm``: once, for a static M; per M met, for a symbolic one."""
+    if not dynamic:
+        return ctx.buffer(pack(input_shape=(m, k)), suffix)
+    per_size = onednn.PackedPerSize(ctx.node.name, pack)
+    per_size.for_size((m, k))  # the example's M, packed now
+    return ctx.call(per_size, xm)
 
 
 def _emit_act_inplace(ctx, y, act: str, params: tuple):

@@ -12,7 +12,7 @@ ask here whether a node qualifies and fall back to plain torch ops when it does 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 
 import torch
@@ -100,22 +100,23 @@ def pack_conv_weight(
     )
 
 
-class WeightPackedPerSize:
-    """A convolution weight packed for each input size a dynamic-shape module meets (oneDNN's
-    blocked weight format depends on the input size: a weight packed for one batch, run at another,
-    is reordered again inside every call — measured 6x slower on a depthwise layer at batch 1 with
-    the weight packed for batch 2). The first call at a size packs once; the ``keep`` most recent
-    sizes stay packed (a sequence length that changes every call costs one reorder per call, as an
-    unpacked weight would, and memory stays bounded).
+class PackedPerSize:
+    """A weight packed for each input size a dynamic-shape module meets: oneDNN's blocked convolution
+    and matmul formats and MKL's packed GEMM depend on the input size, and a weight packed for one
+    size, run at another, is reordered again inside every call (measured 6x slower on a depthwise
+    convolution at batch 1 with the weight packed for batch 2). ``pack(input_shape=size)`` packs for an
+    input of that shape; the first call at a size packs once, the ``keep`` most recent sizes stay packed (a size
+    that changes every call costs one reorder per call, as an unpacked weight would, and memory stays
+    bounded).
 
-    A named callable (``module.packed_weight(x)`` in the generated code), so fx can print it.
+    A named callable (``<node>_packed_for(x)`` in the generated code), so fx can print it.
     """
 
     __module__ = "gawee"
 
-    def __init__(self, name: str, weight: torch.Tensor, geometry: dict, channels_last: bool, keep: int = 4):
+    def __init__(self, name: str, pack: Callable[..., torch.Tensor], keep: int = 4):
         self.__name__ = self.__qualname__ = f"{name}_packed_for"
-        self.weight, self.geometry, self.channels_last, self.keep = weight, geometry, channels_last, keep
+        self.pack, self.keep = pack, keep
         self.packed: OrderedDict[tuple[int, ...], torch.Tensor] = OrderedDict()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -124,8 +125,7 @@ class WeightPackedPerSize:
     def for_size(self, size: tuple[int, ...]) -> torch.Tensor:
         got = self.packed.get(size)
         if got is None:
-            got = pack_conv_weight(self.weight, **self.geometry, input_shape=size, channels_last=self.channels_last)
-            self.packed[size] = got
+            got = self.packed[size] = self.pack(input_shape=size)
             if len(self.packed) > self.keep:
                 self.packed.popitem(last=False)
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -726,7 +727,8 @@ def _conv2d_lower_torch(ctx):
     packing = {k: a[k] for k in ("padding", "stride", "dilation", "groups")}
     channels_last = x.layout is Layout.channels_last
     if weight is not None and has_symbols(x.shape):  # packed at run time, once per input size met
-        per_size = onednn.WeightPackedPerSize(ctx.node.name, weight, packing, channels_last)
+        pack = partial(onednn.pack_conv_weight, weight, **packing, channels_last=channels_last)
+        per_size = onednn.PackedPerSize(ctx.node.name, pack)
         per_size.for_size(at_example(x.shape))  # the example size, packed now
         weight = ctx.call(per_size, ctx.arg(0))
     elif weight is not None:

@@ -71,7 +71,7 @@ def test_convolution_weights_packed_per_batch_met(resnet):
     _, _, _, dynamic = resnet
     opt, _ = gawee.rewrite(dynamic)
     module = gawee.to_torch(opt)
-    packers = [n.target for n in module.graph.nodes if isinstance(n.target, onednn.WeightPackedPerSize)]
+    packers = [n.target for n in module.graph.nodes if isinstance(n.target, onednn.PackedPerSize)]
     assert len(packers) == sum(n.op == "conv2d" for n in opt) == 20
     first = packers[0]
     assert list(first.packed) == [(2, 3, 64, 64)]  # the example size
@@ -82,6 +82,30 @@ def test_convolution_weights_packed_per_batch_met(resnet):
         list(first.packed)
         == [(3, 3, 64, 64), (1, 3, 64, 64), (4, 3, 64, 64), (5, 3, 64, 64), (6, 3, 64, 64)][-first.keep :]
     )
+
+
+@pytest.mark.parametrize("kernel", ["mkl", "onednn"])
+def test_linear_weights_packed_per_rows_met(resnet, kernel):
+    """MKL's and oneDNN's packed GEMMs are packed for one M: a dynamic module packs per M it meets."""
+    from gawee.backend import kernels, onednn
+
+    model, _, _, dynamic = resnet
+    if kernel not in kernels.linear_candidates(None, gawee.DType.f32):
+        pytest.skip(f"no {kernel} linear in this torch")
+    opt, _ = gawee.rewrite(dynamic)
+    module = gawee.to_torch(opt, gawee.TorchOptions(linear_kernel=kernel))
+    (fc,) = [c for c in module.gawee_kernels if c.op == "linear"]
+    assert fc.kernel == kernel
+    (packer,) = [
+        n.target
+        for n in module.graph.nodes
+        if isinstance(n.target, onednn.PackedPerSize) and n.target.__name__ == "linear_packed_for"
+    ]
+    for n in (1, 3):
+        x = torch.randn(n, 3, 64, 64)
+        with torch.no_grad():
+            assert torch.allclose(module(x)[0], model(x), atol=1e-4, rtol=1e-4)
+    assert list(packer.packed) == [(2, 512), (1, 512), (3, 512)]
 
 
 def test_compile_with_dynamic_batch(resnet):
