@@ -16,9 +16,12 @@ literals. Shapes are the graph's static shapes.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import platform
 import re
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -494,9 +497,28 @@ class MlirLowering:
 
         Input rows no window reaches (a strided window that does not fit the last rows) are dropped
         first, from the high padding and then by a slice: the result is the same, and IREE 3.13's
-        convolution lowering rejects such inputs ("inferred input/output operand ... dimension")."""
+        convolution lowering rejects such inputs ("inferred input/output operand ... dimension").
+
+        A depthwise convolution (one input and one output channel per group) of a batch of N > 1
+        is one of batch 1 over N·C channels, the weight repeated N times: IREE 3.13's im2col
+        (compile_flags) rejects batched depthwise convolutions ("'linalg.batch_matvec' op
+        inferred input/output operand #1 has shape's dimension #0 to be 8, but found 4")."""
         nd = x.rank - 2
         kernel = w.shape[:nd] if weight_spatial_first else w.shape[2:]
+        n, channels = x.shape[0], x.shape[1]
+        if n > 1 and groups == channels == out.shape[1] and w.shape[nd if weight_spatial_first else 1] == 1:
+            x = self.reshape(x, (1, n * channels, *x.shape[2:]))
+            if weight_spatial_first:  # (*kernel, 1, C) -> (*kernel, 1, N, C) -> (*kernel, 1, N·C)
+                dims = [*range(nd + 1), nd + 2]
+                w = self.broadcast_dims(w, (*kernel, 1, n, channels), dims)
+            else:  # (C, 1, *kernel) -> (N, C, 1, *kernel) -> (N·C, 1, *kernel)
+                w = self.broadcast_dims(w, (n, channels, 1, *kernel), range(1, nd + 3))
+            w = self.reshape(w, (*kernel, 1, n * channels) if weight_spatial_first else (n * channels, 1, *kernel))
+            folded = TensorType((1, n * channels, *out.shape[2:]), out.dtype)
+            y = self.convolution(
+                x, w, folded, stride, padding, lhs_dilation, rhs_dilation, n * channels, weight_spatial_first
+            )
+            return self.reshape(y, out.shape)
         if not lhs_dilation or all(d == 1 for d in lhs_dilation):
             x, padding = self._trim(x, 2, out.shape[2:], kernel, stride, rhs_dilation or [1] * nd, padding)
         sp = ", ".join(str(i) for i in range(nd))
@@ -588,7 +610,7 @@ class MlirLowering:
 
     def iree_attention(self, q: V, k: V, v: V, scale: float) -> V | None:
         """``softmax(q @ kᵀ · scale) @ v`` as IREE's fused ``iree_linalg_ext.attention`` (batch dims
-        flattened), or None when the module is pure StableHLO (``to_mlir(iree_ops=False)``) or the
+        flattened), or None when the module is pure StableHLO (``to_mlir``'s default) or the
         operands are not f32/f16 tensors with the same batch dims."""
         if not self._e.iree_ops or q.dtype not in (DType.f32, DType.f16) or not (q.dtype == k.dtype == v.dtype):
             return None
@@ -636,7 +658,7 @@ def _unique(base: str, taken: set[str]) -> str:
 
 
 class _Emitter:
-    def __init__(self, graph: Graph, iree_ops: bool = True):
+    def __init__(self, graph: Graph, iree_ops: bool = False):
         self.graph = graph
         self.iree_ops = iree_ops
         self.lines: list[str] = []
@@ -775,13 +797,15 @@ def _module_name(name: str) -> str:
     return _unique(name or "gawee", set())
 
 
-def to_mlir(graph: Graph, *, func_name: str = "main", iree_ops: bool = True) -> str:
+def to_mlir(graph: Graph, *, func_name: str = "main", iree_ops: bool = False) -> str:
     """``graph`` as the text of an MLIR module in the StableHLO dialect: one function ``func_name``
     taking the graph's inputs and returning its outputs; weights in a ``dialect_resources`` section.
 
-    ``iree_ops``: ops IREE has a fused form of are written as that op (attention as
+    ``iree_ops=True``: ops IREE has a fused form of are written as that op (attention as
     ``iree_linalg_ext.attention``, one dispatch with an online softmax, as iree-turbine's path
-    gets); such a module is for IREE only. ``iree_ops=False`` writes pure StableHLO (any consumer).
+    gets); such a module is for IREE only. The default writes pure StableHLO (any consumer), and
+    is also the faster for IREE's CPU backend: IREE 3.13's llvm-cpu attention ran at a fifth of
+    the speed of the composition's batch matmuls (vit_b_16, docs/mlir.md).
 
     Raises LoweringError naming the op and node for ops without a StableHLO lowering, opaque
     nodes, and graphs whose constants have no values (meta-device capture).
@@ -814,13 +838,46 @@ def _import_iree():
 
 def compile_flags(target_cpu: str = "host", input_type: str = "stablehlo") -> list[str]:
     """iree-compile flags: ``input_type`` input (gawee's is StableHLO; ``torch`` for iree-turbine's
-    export, which the benchmark compiles the same way), the local device, llvm-cpu code for ``target_cpu``."""
+    export, which the benchmark compiles the same way), the local device, llvm-cpu code for
+    ``target_cpu``, and convolutions as im2col + matmul.
+
+    ``"host"`` is this machine as IREE's runtime sees it (:func:`host_cpu_features`), not
+    ``--iree-llvmcpu-target-cpu=host``: that flag takes LLVM's CPU *name* and the features the name
+    implies, so a virtual machine that hides AVX-512 from an AVX-512 CPU (AMD EPYC reporting
+    znver4, measured) got code tuned for AVX-512 that ran 4× slower than AVX2 code. Any other
+    value is an LLVM CPU name (``"generic"``: portable). im2col
+    (``--iree-global-opt-use-im2col-for-convs``) makes convolutions matmuls, IREE's fast path on
+    CPU: resnet18 ran 7× faster with it (docs/mlir.md, "Compiling and running")."""
+    if target_cpu == "host":
+        features = host_cpu_features()
+        target = [f"--iree-llvmcpu-target-cpu-features={features}" if features else "--iree-llvmcpu-target-cpu=host"]
+    else:
+        target = [f"--iree-llvmcpu-target-cpu={target_cpu}"]
     return [
         f"--iree-input-type={input_type}",
         "--iree-hal-target-device=local",
         "--iree-hal-local-target-device-backends=llvm-cpu",
-        f"--iree-llvmcpu-target-cpu={target_cpu}",
+        *target,
+        "--iree-global-opt-use-im2col-for-convs",
     ]
+
+
+@functools.cache
+def host_cpu_features() -> str | None:
+    """The host's x86-64 features as LLVM feature flags (``+avx,+fma,+avx2,...``), read from
+    ``iree-cpuinfo``, IREE's runtime CPUID probe (what hides from the VM is absent there); None
+    on other architectures or when the tool is missing (then ``target-cpu=host`` is used)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        from iree import _runtime_libs
+
+        tool = os.path.join(_runtime_libs.__path__[0], "iree-cpuinfo")
+        out = subprocess.run([tool], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (ImportError, OSError, subprocess.SubprocessError):
+        return None
+    rows = (line.split() for line in out.splitlines())
+    return ",".join(f"+{row[0]}" for row in rows if len(row) == 2 and row[1] == "1") or None
 
 
 def compile_iree(

@@ -28,15 +28,16 @@ pytest.importorskip("iree.runtime")
 ACT_PARAMS = {"hardtanh": (0.0, 6.0), "leaky_relu": (0.1,)}
 
 
-def run_iree(graph: gawee.Graph, xs):
-    module = IreeModule(compile_iree(to_mlir(graph)), [v.type for v in graph.inputs], [v.type for v in graph.outputs])
+def run_iree(graph: gawee.Graph, xs, iree_ops: bool = False):
+    text = to_mlir(graph, iree_ops=iree_ops)
+    module = IreeModule(compile_iree(text), [v.type for v in graph.inputs], [v.type for v in graph.outputs])
     return module(*xs)
 
 
-def assert_iree_matches_reference(graph: gawee.Graph, tol: float = 1e-4) -> None:
+def assert_iree_matches_reference(graph: gawee.Graph, tol: float = 1e-4, iree_ops: bool = False) -> None:
     xs = random_inputs([v.type for v in graph.inputs], seed=2)
     expected = gawee.run(graph, *xs)
-    got = run_iree(graph, xs)
+    got = run_iree(graph, xs, iree_ops)
     assert len(got) == len(expected)
     for i, (e, g) in enumerate(zip(expected, got)):
         producer = graph.outputs[i].producer
@@ -105,7 +106,8 @@ def test_elementwise_ops():
 
 def test_cnn_ops():
     """Fused conv2d with every activation (with and without residual), grouped/strided/dilated and
-    depthwise convolutions, conv_transpose2d, norms, every pooling flavour (ceil mode, padding counted
+    depthwise convolutions (batch 2: folded into channels, constant and input weights),
+    conv_transpose2d, norms, every pooling flavour (ceil mode, padding counted
     or not, unequal adaptive bins), windows that leave the last rows unused (IREE rejects those:
     they are trimmed first), upsampling, softmax."""
     torch.manual_seed(0)
@@ -122,6 +124,7 @@ def test_cnn_ops():
         y,
         b.conv2d(x, b.const(torch.randn(8, 2, 3, 3)), None, stride=[2, 2], groups=2, dilation=[2, 1], padding=[2, 0]),
         b.conv2d(x, b.const(torch.randn(4, 1, 5, 5)), b.const(torch.randn(4)), stride=[2, 2], groups=4, padding=[2, 2]),
+        b.conv2d(x, b.input("depthwise", "f32[4,1,3,3]"), None, groups=4, dilation=[2, 1]),
         b.conv_transpose2d(
             x,
             b.const(torch.randn(4, 3, 3, 3)),
@@ -201,7 +204,7 @@ def test_transformer_ops():
     assert_iree_matches_reference(graph)
 
 
-def test_unmasked_attention_is_irees_fused_op_unless_pure_stablehlo(tmp_path):
+def test_unmasked_attention_is_irees_fused_op_only_when_asked(tmp_path):
     torch.manual_seed(0)
     b = GraphBuilder("attention")
     q, k, v = (b.input(n, "f32[2,3,5,4]") for n in "qkv")
@@ -211,10 +214,11 @@ def test_unmasked_attention_is_irees_fused_op_unless_pure_stablehlo(tmp_path):
         b.scaled_dot_product_attention(q, k, v, scale=0.3),
         b.scaled_dot_product_attention(q, *one_kv, enable_gqa=True),
     )
-    text, pure = to_mlir(graph), to_mlir(graph, iree_ops=False)
+    text, pure = to_mlir(graph, iree_ops=True), to_mlir(graph)
     assert text.count("iree_linalg_ext.attention") == 3 and "iree_linalg_ext" not in pure
     assert iree_opt(text, tmp_path).returncode == 0 and iree_opt(pure, tmp_path).returncode == 0
     assert_iree_matches_reference(graph)
+    assert_iree_matches_reference(graph, iree_ops=True)
 
 
 def test_shape_reduction_creation_and_low_precision_ops():
@@ -353,6 +357,28 @@ def test_symbolic_shapes_are_refused():
 def test_iree_rejection_is_a_lowering_error():
     with pytest.raises(LoweringError, match="iree-compile rejected"):
         compile_iree('func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> { "stablehlo.nonsense"(%a) }')
+
+
+def test_host_target_is_the_runtimes_cpu_features_not_the_cpu_name(monkeypatch):
+    from gawee.backend import mlir
+
+    features = mlir.host_cpu_features()
+    flags = mlir.compile_flags()
+    assert "--iree-global-opt-use-im2col-for-convs" in flags
+    assert "--iree-llvmcpu-target-cpu=generic" in mlir.compile_flags("generic")
+    if features is None:  # not x86-64: LLVM's host CPU
+        assert "--iree-llvmcpu-target-cpu=host" in flags
+        return
+    # the CPU name (say znver4) would also turn on the features it implies, AVX-512 on a VM that hides it
+    assert not any(f.startswith("--iree-llvmcpu-target-cpu=") for f in flags)
+    assert f"--iree-llvmcpu-target-cpu-features={features}" in flags
+    assert all(f.startswith("+") for f in features.split(",")) and "+sse4.2" in features.split(",")
+    mlir.host_cpu_features.cache_clear()
+    monkeypatch.setattr(mlir.platform, "machine", lambda: "aarch64")
+    try:
+        assert mlir.host_cpu_features() is None and "--iree-llvmcpu-target-cpu=host" in mlir.compile_flags()
+    finally:
+        mlir.host_cpu_features.cache_clear()
 
 
 @pytest.fixture(scope="module")
