@@ -506,7 +506,10 @@ class MlirLowering:
         nd = x.rank - 2
         kernel = w.shape[:nd] if weight_spatial_first else w.shape[2:]
         n, channels = x.shape[0], x.shape[1]
-        if n > 1 and groups == channels == out.shape[1] and w.shape[nd if weight_spatial_first else 1] == 1:
+        depthwise = groups == channels == out.shape[1] and w.shape[nd if weight_spatial_first else 1] == 1
+        if depthwise and nd == 2 and self._e.iree_ops and not any(d != 1 for d in lhs_dilation or ()):
+            return self._linalg_depthwise(x, w, out, stride, padding, rhs_dilation or [1, 1], weight_spatial_first)
+        if n > 1 and depthwise:
             x = self.reshape(x, (1, n * channels, *x.shape[2:]))
             if weight_spatial_first:  # (*kernel, 1, C) -> (*kernel, 1, N, C) -> (*kernel, 1, N·C)
                 dims = [*range(nd + 1), nd + 2]
@@ -533,6 +536,33 @@ class MlirLowering:
             "batch_group_count": "1 : i64",
         }
         return self.op("stablehlo.convolution", [x, w], out, attrs)
+
+    def _linalg_depthwise(self, x: V, w: V, out: TensorType, stride, padding, dilation, weight_spatial_first) -> V:
+        """A 2-D depthwise convolution as ``linalg.depthwise_conv_2d_nchw_chw`` on the padded input
+        (torch-mlir's form, so iree-turbine's too): IREE keeps it a direct convolution, where
+        StableHLO's becomes ``depthwise_conv_2d_nhwc_hwc``, which IREE's im2col (compile_flags) turns
+        into a gather as slow as the whole direct convolution and a batched matvec."""
+        x, padding = self._trim(
+            x, 2, out.shape[2:], w.shape[:2] if weight_spatial_first else w.shape[2:], stride, dilation, padding
+        )
+        x = self.pad(
+            x, self._e.scalar(0.0, x.dtype), [0, 0, *(p[0] for p in padding)], [0, 0, *(p[1] for p in padding)]
+        )
+        if weight_spatial_first:  # (kh, kw, 1, C) -> (C, kh, kw)
+            w = self.transpose(self.reshape(w, (*w.shape[:2], w.shape[3])), [2, 0, 1])
+        else:  # (C, 1, kh, kw) -> (C, kh, kw)
+            w = self.reshape(w, (w.shape[0], *w.shape[2:]))
+        elem, result = _ELEM[x.dtype], tensor_type(TensorType(out.shape, x.dtype))
+        init, zero, fill, name = (self._e.fresh() for _ in range(4))
+        self._e.lines += [
+            f"{init} = tensor.empty() : {result}",
+            f"{zero} = arith.constant {scalar_literal(0.0, x.dtype)} : {elem}",
+            f"{fill} = linalg.fill ins({zero} : {elem}) outs({init} : {result}) -> {result}",
+            f"{name} = linalg.depthwise_conv_2d_nchw_chw {{dilations = dense<{list(dilation)}> : vector<2xi64>, "
+            f"strides = dense<{list(stride)}> : vector<2xi64>}} ins({x.name}, {w.name} : {tensor_type(x.type)}, "
+            f"{tensor_type(w.type)}) outs({fill} : {result}) -> {result}",
+        ]
+        return V(name, TensorType(out.shape, x.dtype))
 
     def sort(self, operands: Sequence[V], dim: int, descending: bool = False, tiebreak: int | None = None) -> list[V]:
         """``stablehlo.sort`` of ``operands`` along ``dim``, ordered by the first one as torch
@@ -608,34 +638,6 @@ class MlirLowering:
         attrs = {"scatter_dimension_numbers": dn, "indices_are_sorted": "false", "unique_indices": "false"}
         return self.op("stablehlo.scatter", [v, coords, updates], v.type, attrs, region)
 
-    def iree_attention(self, q: V, k: V, v: V, scale: float) -> V | None:
-        """``softmax(q @ kᵀ · scale) @ v`` as IREE's fused ``iree_linalg_ext.attention`` (batch dims
-        flattened), or None when the module is pure StableHLO (``to_mlir``'s default) or the
-        operands are not f32/f16 tensors with the same batch dims."""
-        if not self._e.iree_ops or q.dtype not in (DType.f32, DType.f16) or not (q.dtype == k.dtype == v.dtype):
-            return None
-        if q.rank < 3 or not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]) or k.shape[-2] != v.shape[-2]:
-            return None
-        b = math.prod(q.shape[:-2])
-        q3, k3, v3 = (self.reshape(t, (b, *t.shape[-2:])) for t in (q, k, v))
-        out = TensorType((b, q.shape[-2], v.shape[-1]), q.dtype)
-        elem = _ELEM[q.dtype]
-        init, lit = self._e.fresh(), self._e.fresh()
-        self._e.lines.append(f"{init} = tensor.empty() : {tensor_type(out)}")
-        self._e.lines.append(f"{lit} = arith.constant {scalar_literal(scale, q.dtype)} : {elem}")
-        name = self._e.fresh()
-        maps = ", ".join(
-            f"affine_map<(d0, d1, d2, d3, d4) -> ({m})>"
-            for m in ("d0, d1, d3", "d0, d4, d3", "d0, d4, d2", "", "d0, d1, d2")
-        )
-        types = ", ".join(tensor_type(t.type) for t in (q3, k3, v3))
-        self._e.lines.append(
-            f"{name} = iree_linalg_ext.attention <indexing_maps = [{maps}]> "
-            f"ins({q3.name}, {k3.name}, {v3.name}, {lit} : {types}, {elem}) outs({init} : {tensor_type(out)}) {{\n"
-            f"    ^bb0(%score: {elem}):\n      iree_linalg_ext.yield %score : {elem}\n    }} -> {tensor_type(out)}"
-        )
-        return self.reshape(V(name, out), (*q.shape[:-1], v.shape[-1]))
-
     # -- other ops -------------------------------------------------------------------
     def lower_as(self, op: str, inputs: Sequence[V | None], attrs: Mapping[str, Any] | None = None) -> V | list[V]:
         """Emit op ``op`` (its own lowering) on ``inputs``: e.g. a fused activation as the standalone op."""
@@ -658,7 +660,7 @@ def _unique(base: str, taken: set[str]) -> str:
 
 
 class _Emitter:
-    def __init__(self, graph: Graph, iree_ops: bool = False):
+    def __init__(self, graph: Graph, iree_ops: bool = True):
         self.graph = graph
         self.iree_ops = iree_ops
         self.lines: list[str] = []
@@ -797,15 +799,15 @@ def _module_name(name: str) -> str:
     return _unique(name or "gawee", set())
 
 
-def to_mlir(graph: Graph, *, func_name: str = "main", iree_ops: bool = False) -> str:
+def to_mlir(graph: Graph, *, func_name: str = "main", iree_ops: bool = True) -> str:
     """``graph`` as the text of an MLIR module in the StableHLO dialect: one function ``func_name``
     taking the graph's inputs and returning its outputs; weights in a ``dialect_resources`` section.
 
-    ``iree_ops=True``: ops IREE has a fused form of are written as that op (attention as
-    ``iree_linalg_ext.attention``, one dispatch with an online softmax, as iree-turbine's path
-    gets); such a module is for IREE only. The default writes pure StableHLO (any consumer), and
-    is also the faster for IREE's CPU backend: IREE 3.13's llvm-cpu attention ran at a fifth of
-    the speed of the composition's batch matmuls (vit_b_16, docs/mlir.md).
+    ``iree_ops``: ops that IREE's CPU backend runs faster in another form are written in it
+    (2-D depthwise convolutions as ``linalg.depthwise_conv_2d_nchw_chw``, see
+    :meth:`MlirLowering.convolution`); ``iree_ops=False`` writes pure StableHLO (any consumer).
+    Attention is its StableHLO composition either way: IREE 3.13's fused
+    ``iree_linalg_ext.attention`` ran 5× slower on CPU (docs/mlir.md).
 
     Raises LoweringError naming the op and node for ops without a StableHLO lowering, opaque
     nodes, and graphs whose constants have no values (meta-device capture).
