@@ -400,6 +400,15 @@ def _free_for_expand(draw, attrs):
     return TensorType(tuple(draw.integers(1, 3) if d == -1 else (d if draw.boolean() else 1) for d in keep), draw.dtype)
 
 
+def _free_for_unsqueeze(draw, attrs):
+    """An operand the fixed ``dim`` fits (``unsqueeze(k, dim=2)`` needs rank >= 2)."""
+    dim = attrs.get("dim")
+    if not isinstance(dim, int):
+        return None
+    need = dim if dim >= 0 else -dim - 1
+    return S.tensor(draw, draw.integers(min(need, 4), max(need, 4)))
+
+
 def _draw_expand(draw, x, attrs):
     size = [draw.integers(1, 3) if d == 1 and draw.boolean() else (-1 if draw.boolean(0.2) else d) for d in x.shape]
     lead = [draw.integers(1, 3) for _ in range(draw.integers(0, 1))]
@@ -566,7 +575,7 @@ view_op(
     SELF,
     lambda self, *, dim: self.unsqueeze(dim),
     attrs=(Attr("dim", "int"),),
-    sample=unary_sample(lambda d, x, a: {"dim": S.dim(d, x.rank, extra=1)}),
+    sample=unary_sample(lambda d, x, a: {"dim": S.dim(d, x.rank, extra=1)}, free=_free_for_unsqueeze),
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank + 1)},
     aten=("aten.unsqueeze.default",),
     onnx=_reshape_onnx,

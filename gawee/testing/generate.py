@@ -20,6 +20,7 @@ from gawee.dsl import ast as A
 from gawee.dsl.compiler import Rule
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
+from gawee.ir.symbolic import has_symbols
 from gawee.ir.types import DType, Layout, TensorType
 from gawee.ops import OPAQUE, all_ops, get_op
 from gawee.ops import sampling as S
@@ -198,8 +199,11 @@ class Hints:
     """y -> ops to pick for the `_(...)` bound to y (from `op(y) in {...}`)."""
     dtypes: list[str] = field(default_factory=list)
     """dtypes the guard asks for (`x.dtype in {i32, i64}`): the example's dtype is drawn from them."""
-    shapes: dict[str, str] = field(default_factory=dict)
-    """y -> x for `y.shape == x.shape`: an op bound to y with a `shape` attribute is given x's shape."""
+    shapes: dict[str, A.Expr] = field(default_factory=dict)
+    """y -> the expression the guard equates with y's shape (`y.shape == x.shape`,
+    `r.shape == [k.shape[0], k.shape[1] * e.shape[2], k.shape[2]]`): an op bound to y whose output
+    shape is a free attribute (reshape's `shape`, expand's `size`) is given its value when the values it
+    reads are drawn already."""
     layouts: dict[str, str] | None = None
     """leaf -> the layout the guard asks for (`x.layout == "channels_last"`, `layout(x) == ...`); not None
     when the guard mentions layouts at all: then every 4-D leaf is drawn in either layout."""
@@ -276,6 +280,10 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
         elif e.func == "all_equal" and len(names) == 1 and _number(e.args[1].value) is not None:
             h.values.setdefault(names[0], []).append(_number(e.args[1].value))
     elif isinstance(e, A.ECompare) and positive:
+        if e.op == "==":
+            for a, b in ((e.left, e.right), (e.right, e.left)):
+                if isinstance(a, A.EAttr) and a.name == "shape" and isinstance(a.obj, A.EName):
+                    h.shapes.setdefault(a.obj.name, b)
         flipped = {"<": ">", ">": "<", "<=": ">=", ">=": "<="}
         for a, b, op in ((e.left, e.right, e.op), (e.right, e.left, flipped.get(e.op, e.op))):
             n = _number(b)
@@ -285,15 +293,6 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
                 h.values.setdefault(_names(a.args)[0], []).append(n)
             elif isinstance(a, A.ECall) and a.func == "len" and _names(a.args) and op == "==":
                 h.lengths.setdefault(_names(a.args)[0], []).append(int(n))
-            elif (
-                isinstance(a, A.EAttr)
-                and isinstance(b, A.EAttr)
-                and a.name == b.name == "shape"
-                and isinstance(a.obj, A.EName)
-                and isinstance(b.obj, A.EName)
-                and op == "=="
-            ):
-                h.shapes[a.obj.name] = b.obj.name
             elif isinstance(a, A.EAttr) and a.name == "rank" and isinstance(a.obj, A.EName) and op == "==":
                 h.ranks[a.obj.name] = int(n)
             elif isinstance(a, A.EName) and op != "!=":
@@ -336,6 +335,9 @@ def _mentioned(e: A.Expr) -> set[str]:
 
 # -- generation --------------------------------------------------------------------------
 _ANY_OPS: list[str] | None = None
+
+SHAPE_ATTRS = ("shape", "size")
+"""Attributes that are an op's output shape (reshape's ``shape``, expand's ``size``): steered by `y.shape == E`."""
 
 
 def _sampleable_ops() -> list[str]:
@@ -428,7 +430,7 @@ class Generator:
                 continue
             if self.steer and attempt < 5 and not self.lengths_fit(m, attrs):
                 continue  # `len(s) == 3` in the guard: prefer lists of that length
-            attrs = self.shape_from_partner(m, opdef, matchers, types, attrs, fixed)
+            attrs = self.shape_from_guard(m, matchers, types, attrs, fixed)
             for name, am in m.attrs.items():  # `all_zero(p)` in the guard: zeros, half of the time
                 value = attrs.get(name)
                 wanted = isinstance(am, AttrVar) and am.var in self.hints.zeros and am.var not in self.attr_env
@@ -474,19 +476,57 @@ class Generator:
         self.bind_canonical(m, node.attrs)
         return out
 
-    def shape_from_partner(self, m: OpM, opdef, matchers, types, attrs: dict[str, Any], fixed) -> dict[str, Any]:
-        """`y.shape == x.shape` in the guard and y's op takes a free `shape` attribute (reshape, expand...):
-        most steered draws (4 in 5) give it x's shape, when x is an operand of this op or bound already."""
-        partner = self.hints.shapes.get(m.bind) if m.bind is not None else None
-        if partner is None or "shape" in fixed or "shape" not in attrs or not self.steer or not self.draw.boolean(0.8):
+    def shape_from_guard(self, m: OpM, matchers, types, attrs: dict[str, Any], fixed) -> dict[str, Any]:
+        """`y.shape == E` in the guard and y's output shape is a free attribute (reshape's `shape`, expand's
+        `size`): most steered draws (4 in 5) give it E's value, when E reads only values drawn already
+        (bound earlier, operands of this op, or y's own drawn dims: `e.shape == [k.shape[0], e.shape[1]]`
+        keeps the drawn dim 1 and takes dim 0 from k)."""
+        want = self.hints.shapes.get(m.bind) if m.bind is not None else None
+        name = next((n for n in SHAPE_ATTRS if n in attrs), None)
+        if want is None or name is None or name in fixed or not self.steer or not self.draw.boolean(0.8):
             return attrs
-        shape = None
-        for sub, t in zip(matchers, types):
-            if isinstance(sub, VarM) and sub.name == partner and isinstance(t, TensorType):
-                shape = t.shape
-        if shape is None and self.env.get(partner) is not None:
-            shape = self.env[partner].type.shape
-        return attrs if shape is None else {**attrs, "shape": tuple(shape)}
+        operands = {
+            sub.name: t for sub, t in zip(matchers, types) if isinstance(sub, VarM) and isinstance(t, TensorType)
+        }
+        drawn = attrs[name]
+        if isinstance(drawn, tuple) and all(isinstance(d, int) and d >= 0 for d in drawn) and types:
+            operands[m.bind] = TensorType(drawn, types[0].dtype)  # y's own dims in E: the drawn ones
+        shape = self.shape_value(want, operands)
+        ok = isinstance(shape, tuple) and all(isinstance(d, int) and d >= 0 for d in shape)
+        return {**attrs, name: shape} if ok else attrs
+
+    def shape_value(self, e: A.Expr, operands: dict[str, TensorType]) -> Any:
+        """The value of a guard's shape arithmetic (names, `.shape`, `.rank`, indexing, lists, + - * //)
+        over what is drawn so far; None when it reads anything else or anything not drawn yet."""
+        if isinstance(e, A.ELit) and isinstance(e.value, int) and not isinstance(e.value, bool):
+            return e.value
+        if isinstance(e, A.EName):
+            if e.name in operands:
+                return operands[e.name]
+            if self.env.get(e.name) is not None:
+                return self.env[e.name].type
+            return self.attr_env.get(e.name)
+        if isinstance(e, A.EAttr) and e.name in ("shape", "rank"):
+            t = self.shape_value(e.obj, operands)
+            if not isinstance(t, TensorType) or has_symbols(t.shape):
+                return None
+            return tuple(t.shape) if e.name == "shape" else t.rank
+        if isinstance(e, A.EIndex):
+            obj, i = self.shape_value(e.obj, operands), self.shape_value(e.index, operands)
+            ok = isinstance(obj, tuple) and isinstance(i, int) and -len(obj) <= i < len(obj)
+            return obj[i] if ok else None
+        if isinstance(e, A.EList):
+            items = [self.shape_value(x, operands) for x in e.items]
+            return tuple(items) if all(isinstance(x, int) for x in items) else None
+        if isinstance(e, A.ENeg):
+            v = self.shape_value(e.operand, operands)
+            return -v if isinstance(v, int) else None
+        if isinstance(e, A.EBin) and e.op in ("+", "-", "*", "//"):
+            a, b = self.shape_value(e.left, operands), self.shape_value(e.right, operands)
+            if not (isinstance(a, int) and isinstance(b, int)) or (e.op == "//" and b == 0):
+                return None
+            return a + b if e.op == "+" else a - b if e.op == "-" else a * b if e.op == "*" else a // b
+        return None
 
     def bind_canonical(self, m: OpM, attrs: dict[str, Any]) -> None:
         """Attribute variables hold what the matcher will see: the node's canonical values (dims

@@ -49,6 +49,13 @@ def test_llama_uses_grouped_query_attention_and_rope():
     ops = {n.op for n in g}
     assert {"sin", "cos"} <= ops, "rotary embeddings are computed in the graph"
     assert "scaled_dot_product_attention" in ops
+    opt, report = gawee.rewrite(g)
+    assert report.firings["attention_grouped_query"] == cfg.num_hidden_layers
+    attention = [n for n in opt if n.op == "scaled_dot_product_attention"]
+    assert all(n.attrs["enable_gqa"] for n in attention)
+    assert all(n.inputs[1].type.shape[1] == cfg.num_key_value_heads for n in attention), "keys not repeated"
+    assert not any(n.op == "expand" for n in opt)
+    assert gawee.verify_equivalent(g, opt, list(src.example_inputs)).ok
 
 
 class MaskedScale(torch.nn.Module):
