@@ -8,6 +8,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
+from gawee.ir.symbolic import has_symbols
 from gawee.ir.types import DType, Layout, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import (
@@ -208,14 +209,19 @@ def _adaptive_pool_onnx(reduce_op: str, window_op: str):
 def _sdpa_onnx(c):
     """softmax(q @ k^T * scale + mask) @ v, spelled out (the attention of ONNX opset 20)."""
     a = c.attrs
-    if a["dropout_p"] or a["enable_gqa"]:
-        c.fail("dropout or grouped-query attention")
+    if a["dropout_p"]:
+        c.fail("dropout")
     q, k = c.type(0), c.type(1)
+    key, value = c.x(1), c.x(2)
+    if a["enable_gqa"] and k.shape[-3] != q.shape[-3]:  # key/value head h // n for query head h: repeat each n times
+        if has_symbols(k.shape) or has_symbols(c.type(2).shape) or k.rank != 4:
+            c.fail("grouped-query attention with symbolic or non-4-D keys")
+        key, value = (_repeat_heads(c, x, c.type(i), q.shape[-3] // k.shape[-3]) for i, x in ((1, key), (2, value)))
     dtype = q.dtype
     perm = list(range(k.rank))
     perm[-1], perm[-2] = perm[-2], perm[-1]
     scale = a["scale"] if a["scale"] is not None else 1 / math.sqrt(q.shape[-1])
-    scores = c.emit("Mul", c.emit("MatMul", c.x(0), c.emit("Transpose", c.x(1), perm=perm)), c.scalar(scale, dtype))
+    scores = c.emit("Mul", c.emit("MatMul", c.x(0), c.emit("Transpose", key, perm=perm)), c.scalar(scale, dtype))
     length, source = q.shape[-2], k.shape[-2]
     if a["is_causal"]:
         allowed = torch.ones(length, source, dtype=torch.bool).tril()
@@ -228,7 +234,14 @@ def _sdpa_onnx(c):
         else:
             bias = c.x_as(3, dtype)
         scores = c.emit("Add", scores, bias)
-    return c.emit("MatMul", c.emit("Softmax", scores, axis=-1), c.x(2))
+    return c.emit("MatMul", c.emit("Softmax", scores, axis=-1), value)
+
+
+def _repeat_heads(c, x: str, t: TensorType, n: int) -> str:
+    """[b, h, s, d] -> [b, h * n, s, d], each head repeated n times in a row (torch's repeat_kv)."""
+    b, h, s, d = t.shape
+    grown = c.emit("Expand", c.emit("Unsqueeze", x, c.ints([2])), c.ints([b, h, n, s, d]))
+    return c.emit("Reshape", grown, c.ints([b, h * n, s, d]))
 
 
 # -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) ---------------------------------
@@ -703,7 +716,7 @@ def _conv2d_lower_torch(ctx):
     """oneDNN's fused convolution on weights prepacked for the known input size (as Inductor's freezing
     does): act(conv + residual) in one kernel; the reference semantics where the kernel or dtype is missing."""
     from gawee.backend import onednn
-    from gawee.ir.symbolic import at_example, has_symbols
+    from gawee.ir.symbolic import at_example
 
     x, w, b, r = (ctx.type(i) for i in range(4))
     a = ctx.attrs

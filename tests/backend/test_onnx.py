@@ -75,6 +75,19 @@ def test_transformer_ops(tmp_path):
     assert_ort_matches_reference(graph, tmp_path / "transformer.onnx")
 
 
+def test_grouped_query_attention(tmp_path):
+    """sdpa(enable_gqa): key/value head h // n for query head h (6 query heads, 2 key/value heads)."""
+    b = GraphBuilder("gqa")
+    q = b.input("q", "f32[2,6,5,4]")
+    k, v = b.input("k", "f32[2,2,7,4]"), b.input("v", "f32[2,2,7,4]")
+    mask = b.input("mask", "f32[5,7]")  # additive: a random bool mask may hide a whole row (nan either way)
+    graph = b.output(
+        b.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+        b.scaled_dot_product_attention(q, k, v, mask, enable_gqa=True, scale=0.5),
+    )
+    assert_ort_matches_reference(graph, tmp_path / "gqa.onnx")
+
+
 def test_cnn_ops(tmp_path):
     torch.manual_seed(0)
     b = GraphBuilder("cnn")
