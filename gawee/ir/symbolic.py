@@ -173,13 +173,18 @@ def draw_values(syms: Iterable[Sym], k: int) -> list[dict[Sym, int]]:
 # -- sound decisions over the symbols' ranges -------------------------------------------
 
 
+MAX_SIZE = 2**63 - 1
+"""The largest size a tensor dimension can have (int64): the upper end of an unbounded symbol's range, so
+``x[:, :9223372036854775807]`` (how torch spells "to the end") provably covers a dynamic size."""
+
+
 def bounds(expr: Dim) -> tuple[float, float]:
     """An interval holding every value of ``expr`` over its symbols' ranges (may be loose)."""
     if isinstance(expr, int):
         return expr, expr
     from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-    ranges = {s: ValueRanges(s.lo, sympy.oo if s.hi is None else s.hi) for s in symbols_of(expr)}
+    ranges = {s: ValueRanges(s.lo, MAX_SIZE if s.hi is None else s.hi) for s in symbols_of(expr)}
     vr = bound_sympy(expr, ranges)
     return float(vr.lower), float(vr.upper)
 
@@ -254,3 +259,18 @@ def bind(symbolic: Sequence[tuple[str, Sequence[Dim]]], concrete: Sequence[Seque
 
 def numel(shape: Sequence[Dim]) -> Dim:
     return dim(math.prod(shape)) if shape else 1
+
+
+def broadcast_shapes(*shapes: Sequence[Dim]) -> tuple[Dim, ...]:
+    """torch's broadcast of shapes whose dims may be symbolic, valid for every value of the symbols:
+    a size-1 dim takes the other size; any other dims must be provably equal. ValueError otherwise
+    (``s0`` against ``3`` broadcasts only when ``s0`` is 1 or 3)."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for i in range(rank):
+        sizes = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        grown = [d for d in sizes if not (isinstance(d, int) and d == 1)]
+        if any(prove(d, "==", grown[0]) is not True for d in grown[1:]):
+            raise ValueError(f"sizes {', '.join(map(text, grown))} broadcast only for some values of the symbols")
+        out.append(dim(grown[0]) if grown else 1)
+    return tuple(out)

@@ -109,6 +109,7 @@ class AtenBinding:
 
 
 FlopsFn = Callable[[TypeList, Sequence[TensorType], Mapping[str, Any]], int | None]
+ShapeFormula = Callable[[TypeList, Mapping[str, Any]], list[tuple[Any, ...]]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,6 +128,12 @@ class OpDef:
     attrs: tuple[Attr, ...] = ()
     traits: frozenset[str] = frozenset({"pure"})
     infer: Callable[[TypeList, Mapping[str, Any]], list[TensorType]] | None = None
+    shape_formula: ShapeFormula | None = None
+    """Output shapes as expressions of the operand shapes, ``shape_formula(in_types, attrs) -> [shape]``,
+    for ops whose torch fake kernel specializes a size symbol (or fails) under symbolic shapes: symbolic
+    inference uses it when fake evaluation does not give a result valid for every size (see
+    ``_infer_symbolic``). It raises ValueError when no shape holds for every value of the symbols in
+    range; on concrete shapes it must give what evaluation gives (tests/ops/test_shape_formulas.py)."""
     flops: FlopsFn | None = None
     bytes_accessed: Callable[[TypeList, Sequence[TensorType], Mapping[str, Any]], tuple[int, int]] | None = None
     canonicalize: Callable[[dict[str, Any], TypeList], dict[str, Any]] | None = None
@@ -293,7 +300,9 @@ def _infer_symbolic(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any]) 
     """Types of an op over symbolic shapes: its torch semantics run on fake tensors whose sizes are
     SymInts of the operands' symbols (torch's ShapeEnv), so every op gets symbolic inference from the
     same ``evaluate`` the static path uses. A result that would only hold for some values of the
-    symbols (the op specialized a symbol to a constant) is refused."""
+    symbols (the op specialized a symbol to a constant) is refused — unless the op declares a
+    ``shape_formula``, which then gives the shapes (some of torch's C++ kernels pin a size with
+    ``guard_int`` where no guard is needed: ``constant_pad_nd`` pins the batch of a padded image)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv, ValueRangesSLoc
     from torch.utils._sympy.value_ranges import ValueRanges
@@ -316,22 +325,91 @@ def _infer_symbolic(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any]) 
             return tuple(conv(x) for x in a)
         return sym(a)
 
-    with FakeTensorMode(shape_env=env, allow_non_fake_inputs=True):
-        args = []
-        for t in in_types:
-            if t is None:
-                args.append(None)
-                continue
-            x = torch.empty(tuple(sym(d) for d in t.shape), dtype=t.dtype.torch)
-            if t.layout is Layout.channels_last and t.rank == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
-            args.append(x)
-        outs = opdef.run(args, {k: conv(v) for k, v in attrs.items()})
-        result = [TensorType.of(t) for t in outs]
-    fixed = [str(k) for k, v in env.replacements.items() if k in syms and not symbols_of(v)]
-    if fixed:
-        raise ValueError(f"the result holds only for a fixed value of {', '.join(fixed)}")
+    try:
+        with FakeTensorMode(shape_env=env, allow_non_fake_inputs=True), _quiet_fake_tensor_log():
+            args = []
+            for t in in_types:
+                if t is None:
+                    args.append(None)
+                    continue
+                x = torch.empty(tuple(sym(d) for d in t.shape), dtype=t.dtype.torch)
+                if t.layout is Layout.channels_last and t.rank == 4:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                args.append(x)
+            outs = opdef.run(args, {k: conv(v) for k, v in attrs.items()})
+            result = [TensorType.of(t) for t in outs]
+        fixed = [str(k) for k, v in env.replacements.items() if k in syms and not symbols_of(v)]
+        if fixed:
+            raise ValueError(f"the result holds only for a fixed value of {', '.join(fixed)}")
+    except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError):
+        if opdef.shape_formula is None:
+            raise
+        result = _infer_by_formula(opdef, in_types, attrs, syms)
+    _check_at_the_low_end(opdef, in_types, attrs, syms, result)
     return result
+
+
+def _check_at_the_low_end(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any], syms: set[Sym], result) -> None:
+    """The fake kernels assume a size symbol is not 0 or 1 (torch's guard ``s > 1`` is recorded for a
+    convolution and a reflect pad alike, so guards cannot tell a real constraint), hence the result is
+    checked by concrete inference with every symbol at the low end of its range: the op must accept it
+    and give the result's shapes there."""
+    from gawee.ir.symbolic import subs
+
+    values = {s: s.lo for s in syms if s.lo != _hint(s)}
+    if not values:
+        return
+    try:
+        low = opdef.infer_types(
+            [None if t is None else t.at(values) for t in in_types],
+            {k: _subs_attr(v, values) for k, v in attrs.items()},
+        )
+    except InferenceError as e:
+        sizes = ", ".join(f"{s} = {v}" for s, v in sorted(values.items(), key=str))
+        raise ValueError(f"it fails at {sizes}, the low end of the range: {e.message}") from None
+    if [t.shape for t in low] != [subs(t.shape, values) for t in result]:
+        raise ValueError(f"its shapes at the low end of the range, {[list(t.shape) for t in low]}, follow no formula")
+
+
+def _infer_by_formula(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any], syms: set[Sym]) -> list[TensorType]:
+    """Types from the op's ``shape_formula``: dtypes and layouts, and the operands' validity, from concrete
+    inference at the symbols' hints, whose shapes the formula must reproduce there; every size it gives
+    must be provably nonnegative over the symbols' ranges."""
+    from gawee.ir.symbolic import dim, prove, subs
+
+    values = {s: _hint(s) for s in syms}
+    concrete = opdef.infer_types(
+        [None if t is None else t.at(values) for t in in_types],
+        {k: _subs_attr(v, values) for k, v in attrs.items()},
+    )
+    shapes = [tuple(dim(d) for d in shape) for shape in opdef.shape_formula(in_types, attrs)]
+    if [subs(s, values) for s in shapes] != [t.shape for t in concrete]:
+        raise ValueError(f"{opdef.name}'s shape formula gives {shapes}, evaluation {[t.shape for t in concrete]}")
+    for shape in shapes:
+        if any(prove(d, ">=", 0) is not True for d in shape):
+            raise ValueError(f"a size of {list(shape)} may be negative for some values of the symbols")
+    return [TensorType(shape, t.dtype, t.layout) for shape, t in zip(shapes, concrete)]
+
+
+def _subs_attr(v: Any, values: Mapping[Sym, int]) -> Any:
+    from gawee.ir.symbolic import subs
+
+    return subs(v, values) if isinstance(v, (sympy.Basic, tuple, list)) else v
+
+
+class _quiet_fake_tensor_log:
+    """Silences torch's log of a meta kernel's exception: symbolic inference handles that exception
+    itself (a typed InferenceError, or the op's shape formula)."""
+
+    def __enter__(self):
+        import logging
+
+        self.logger = logging.getLogger("torch._subclasses.fake_tensor")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.CRITICAL)
+
+    def __exit__(self, *exc):
+        self.logger.setLevel(self.level)
 
 
 def _hint(s: Sym) -> int:

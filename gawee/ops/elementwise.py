@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from gawee.ir.symbolic import broadcast_shapes
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import AtenBinding, Attr, OpDef, Operand, binary_dtype, out_numel, register, zero_flops
@@ -615,6 +616,7 @@ register(
         attrs=(Attr("value", "scalar", 1),),
         traits=EW,
         flops=_addcmul_flops,
+        shape_formula=lambda t, a: [broadcast_shapes(*(x.shape for x in t))],  # torch's kernel pins a 0-d operand
         sample=_addcmul_sample,
         onnx=_addcmul_onnx,
         mlir=lambda c: c.add(c.x(0), c.mul(c.mul(c.x(1), c.x(2), c.out.dtype), c.attrs["value"]), c.out.dtype),

@@ -8,7 +8,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from gawee.ir.symbolic import has_symbols
+from gawee.ir.symbolic import broadcast_shapes, has_symbols, prove
 from gawee.ir.types import DType, Layout, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import (
@@ -1109,6 +1109,22 @@ register(
         doc="beta * self + alpha * (mat1 @ mat2)",
     )
 )
+
+
+def _baddbmm_shape(types, attrs):
+    """[b, n, m] @ [b, m, p] -> [b, n, p], which self must broadcast to without growing it (torch's kernel
+    pins the batch of a 0-d self)."""
+    x, a, b = types
+    if a.rank != 3 or b.rank != 3 or prove(a.shape[0], "==", b.shape[0]) is not True:
+        raise ValueError("batch1 and batch2 must be 3-D with one batch size")
+    if prove(a.shape[2], "==", b.shape[1]) is not True:
+        raise ValueError(f"batch1's columns {a.shape[2]} must be batch2's rows {b.shape[1]}")
+    out = (a.shape[0], a.shape[1], b.shape[2])
+    if broadcast_shapes(x.shape, out) != out:
+        raise ValueError(f"self {list(x.shape)} does not broadcast to {list(out)}")
+    return [out]
+
+
 register(
     OpDef(
         "baddbmm",
@@ -1116,6 +1132,7 @@ register(
         lambda self, batch1, batch2, beta=1, alpha=1: torch.baddbmm(self, batch1, batch2, beta=beta, alpha=alpha),
         attrs=(Attr("beta", "scalar", 1), Attr("alpha", "scalar", 1)),
         traits=PURE,
+        shape_formula=_baddbmm_shape,
         sample=_mm_sample(True, True),
         flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1],
         mlir=_addmm_mlir,

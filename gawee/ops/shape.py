@@ -819,6 +819,18 @@ move_op(
 )
 
 
+def _pad_shape(types, attrs):
+    """Size i grows by its two pads; a non-constant mode reads the input, so it pads no symbolic size."""
+    x, pad = types[0], attrs["pad"]
+    shape = list(x.shape)
+    for i in range(len(pad) // 2):  # (before, after) pairs from the last dim backwards
+        d, lo, hi = x.rank - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if (lo or hi) and attrs["mode"] != "constant" and has_symbols(shape[d]):
+            raise ValueError(f"{attrs['mode']} padding of size {shape[d]} holds only for some of its values")
+        shape[d] = shape[d] + lo + hi
+    return [tuple(shape)]
+
+
 def _pad_args(args, types):
     if "mode" not in args:  # constant_pad_nd
         args["mode"] = "constant"
@@ -831,6 +843,7 @@ move_op(
     lambda self, *, pad, mode, value: F.pad(self, pad, mode, value if mode == "constant" else None),
     attrs=(Attr("pad", "ints"), Attr("mode", "str", "constant"), Attr("value", "float?", None)),
     canonicalize=lambda a, t: {**a, "value": (a["value"] or 0.0) if a["mode"] == "constant" else None},
+    shape_formula=_pad_shape,
     aten=(
         AtenBinding("aten.pad.default", convert=_pad_args),
         AtenBinding("aten.constant_pad_nd.default", convert=_pad_args),

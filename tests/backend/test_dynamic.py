@@ -133,3 +133,24 @@ def test_to_onnx_writes_dynamic_axes(resnet):
         (y,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
         with torch.no_grad():
             assert torch.allclose(torch.from_numpy(y), model(x), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["swin", "swin_v2"])
+def test_swin_window_partition_optimizes_as_the_static_capture(v2):
+    """The zero pad and the full slices around the window partition are inferred over the batch (pad's
+    shape formula; a slice to 2**63-1 covers any size) and folded as in the static capture."""
+    from torchvision.models import swin_transformer as sw
+
+    torch.manual_seed(0)
+    kw = {"block": sw.SwinTransformerBlockV2, "downsample_layer": sw.PatchMergingV2} if v2 else {}
+    model = sw.SwinTransformer([4, 4], 8, [2, 2], [1, 2], [2, 2], num_classes=5, **kw).eval()
+    x = torch.randn(2, 3, 16, 16)
+    static, _ = gawee.rewrite(gawee.capture(model, (x,)))
+    dynamic, _ = gawee.rewrite(gawee.capture(model, (x,), dynamic_shapes={"x": {0: Dim("batch", min=1)}}))
+    assert isinstance(dynamic.inputs[0].shape[0], Sym)
+    assert [n.op for n in dynamic] == [n.op for n in static]
+    assert not any(n.op in ("aten", "pad") for n in dynamic)
+    for n in (1, 3):
+        xs = torch.randn(n, 3, 16, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(gawee.run(dynamic, xs)[0], model(xs), rtol=1e-4, atol=1e-4)

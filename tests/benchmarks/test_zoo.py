@@ -75,3 +75,34 @@ def test_iree_column_runs_the_optimized_graph_and_lists_ops_without_a_lowering()
     assert "ops without a lowering: aten:aten.cumprod.default (1 models)" in zoo.iree_summary([row])[0]
     wrong = {"model": "w", "iree_status": "differs", "iree_message": "error 0.5 > 0.0001"}
     assert "failed: w (differs)" in zoo.iree_summary([row, wrong])[0]
+
+
+def test_dynamic_column_compares_with_a_static_capture_at_the_dynamic_example_size():
+    """At batch 1 the class-token expand to [1, 1, C] is a no-op and folds; under a symbolic batch it is a
+    real expand. The row then compares with a static capture at the dynamic example's batch (2)."""
+    import torch
+
+    import gawee
+
+    class ClassToken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.token = torch.nn.Parameter(torch.randn(1, 1, 4))
+            self.proj = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.proj(torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1))
+
+    torch.manual_seed(0)
+    model, x, rules = ClassToken().eval(), torch.randn(1, 3, 4), gawee.default_rules()
+    at_1 = len(gawee.rewrite(gawee.capture(model, (x,)), rules)[0])
+    row = zoo.measure_dynamic(model, (x,), "m", rules, at_1)
+    assert row["dynamic_status"] == "same", row.get("dynamic_message")
+    basis = row["dynamic_basis"]
+    assert basis["batch"] == 2 and basis["nodes"] == row["dynamic_nodes"] != at_1 == basis["batch1_nodes"]
+    cell = f"{row['dynamic_nodes']} = static at batch 2 (batch 1: {at_1}, size-1 specializations)"
+    assert zoo.fmt_dynamic(row) == cell
+    # captured at batch 2 already: no second static capture, a different count fails the row
+    row = zoo.measure_dynamic(model, (torch.cat([x, x]),), "m", rules, at_1)
+    assert row["dynamic_status"] == "differs" and "dynamic_basis" not in row
+    assert row["dynamic_message"] == f"{basis['nodes']} vs {at_1} nodes"

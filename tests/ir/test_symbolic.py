@@ -40,6 +40,17 @@ def test_prove_is_sound_over_the_range():
     assert prove(2 * S, ">", S) is True
     unbounded = Sym("n", 1, None, 7)
     assert prove(unbounded, "<", 10**9) is None
+    assert prove(unbounded, "<=", 2**63 - 1) is True  # no tensor size exceeds int64
+
+
+def test_a_slice_to_int64_max_covers_an_unbounded_size():
+    """torch spells x[:, :] of a dynamic size as slice(0, 2**63 - 1): canonical [0:n], not refused."""
+    n = Sym("n", 1, None, 7)
+    x = TensorType((n, 3), DType.f32)
+    op = get_op("slice")
+    attrs = op.prepare_attrs({"dim": 0, "start": 0, "end": 2**63 - 1}, [x])
+    assert (attrs["start"], attrs["end"]) == (0, n)
+    assert op.infer_types([x], attrs) == [x]
 
 
 def test_bind_solves_and_names_out_of_range_dims():
