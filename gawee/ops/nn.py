@@ -1551,6 +1551,22 @@ def _sdpa_flops(ins, outs, attrs):
     return 2 * batch * length * s * e + 2 * batch * length * s * ev
 
 
+def _sdpa_shape(types, attrs):
+    """[..., L, E], [..., S, E], [..., S, Ev] -> [..., L, Ev] (batch dims broadcast; a mask must broadcast
+    to [..., L, S]); torch's math kernel fails on a 0-d mask beside a symbolic batch."""
+    q, k, v, mask = types
+    if attrs["enable_gqa"] or min(q.rank, k.rank, v.rank) < 2:
+        raise ValueError("no formula for grouped-query or 1-D attention")
+    if prove(q.shape[-1], "==", k.shape[-1]) is not True or prove(k.shape[-2], "==", v.shape[-2]) is not True:
+        raise ValueError("query/key widths or key/value lengths differ for some sizes")
+    batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    if mask is not None:
+        scores = (*batch, q.shape[-2], k.shape[-2])
+        if broadcast_shapes(mask.shape, scores) != scores:
+            raise ValueError(f"the mask {list(mask.shape)} does not broadcast to the scores {list(scores)}")
+    return [(*batch, q.shape[-2], v.shape[-1])]
+
+
 register(
     OpDef(
         "scaled_dot_product_attention",
@@ -1564,6 +1580,7 @@ register(
         ),
         traits=PURE,
         flops=_sdpa_flops,
+        shape_formula=_sdpa_shape,
         sample=_sdpa_sample,
         aten=("aten.scaled_dot_product_attention.default",),
         onnx=_sdpa_onnx,
