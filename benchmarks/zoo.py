@@ -1030,7 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
         if tv_rows:
             replace_section(SECTION, readme_body(tv_rows, wall, command, jobs, threads, not one_section), args.readme)
             console.print(f"wrote the {SECTION!r} section of {args.readme}")
-        if tr_rows or ("transformers" in wanted and (args.reuse or not args.models)):
+        if tr_rows or ("transformers" in wanted and not args.models):  # --models of one section: the other stays
             body = transformers_body(tr_rows, wall, command, jobs, threads, not one_section)
             replace_section(TRANSFORMERS_SECTION, body, args.readme)
             console.print(f"wrote the {TRANSFORMERS_SECTION!r} section of {args.readme}")
