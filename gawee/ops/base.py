@@ -73,7 +73,7 @@ class Attr:
         if kind == "float":
             return isinstance(value, (int, float)) and not isinstance(value, bool)
         if kind == "scalar":
-            return isinstance(value, (int, float, bool))
+            return isinstance(value, (int, float, bool)) or _symbolic_int(value)
         if kind == "bool":
             return isinstance(value, bool)
         if kind in ("str", "dtype"):

@@ -154,3 +154,27 @@ def test_swin_window_partition_optimizes_as_the_static_capture(v2):
         xs = torch.randn(n, 3, 16, 16)
         with torch.no_grad():
             torch.testing.assert_close(gawee.run(dynamic, xs)[0], model(xs), rtol=1e-4, atol=1e-4)
+
+
+class BatchIndex(torch.nn.Module):
+    """`arange(batch)`, as Hugging Face's mask builders write it."""
+
+    def forward(self, x):
+        return x + torch.arange(x.shape[0])[:, None]
+
+
+def test_arange_of_the_batch_is_an_op_not_an_opaque_node():
+    from gawee.backend.onnx import ExportError
+
+    stats = gawee.CaptureStats()
+    g = gawee.capture(BatchIndex(), (torch.randn(3, 4),), dynamic_shapes=BATCH, stats=stats)
+    assert stats.opaque_ops == {}
+    (node,) = [n for n in g if n.op == "arange"]
+    assert isinstance(node.attrs["end"], Sym) and node.output.type.shape == (node.attrs["end"],)
+    module = gawee.to_torch(g)
+    for n in (1, 5):
+        x = torch.randn(n, 4)
+        assert torch.equal(gawee.run(g, x)[0], BatchIndex()(x))
+        assert torch.equal(module(x)[0], BatchIndex()(x))
+    with pytest.raises(ExportError, match="arange of a symbolic length"):
+        gawee.to_onnx(g)
