@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -360,10 +362,7 @@ def _check_at_the_low_end(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, 
     if not values:
         return
     try:
-        low = opdef.infer_types(
-            [None if t is None else t.at(values) for t in in_types],
-            {k: _subs_attr(v, values) for k, v in attrs.items()},
-        )
+        low = _infer_at(opdef, in_types, attrs, values)
     except InferenceError as e:
         sizes = ", ".join(f"{s} = {v}" for s, v in sorted(values.items(), key=str))
         raise ValueError(f"it fails at {sizes}, the low end of the range: {e.message}") from None
@@ -378,10 +377,7 @@ def _infer_by_formula(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any]
     from gawee.ir.symbolic import dim, prove, subs
 
     values = {s: _hint(s) for s in syms}
-    concrete = opdef.infer_types(
-        [None if t is None else t.at(values) for t in in_types],
-        {k: _subs_attr(v, values) for k, v in attrs.items()},
-    )
+    concrete = _infer_at(opdef, in_types, attrs, values)
     shapes = [tuple(dim(d) for d in shape) for shape in opdef.shape_formula(in_types, attrs)]
     if [subs(s, values) for s in shapes] != [t.shape for t in concrete]:
         raise ValueError(f"{opdef.name}'s shape formula gives {shapes}, evaluation {[t.shape for t in concrete]}")
@@ -391,25 +387,30 @@ def _infer_by_formula(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any]
     return [TensorType(shape, t.dtype, t.layout) for shape, t in zip(shapes, concrete)]
 
 
-def _subs_attr(v: Any, values: Mapping[Sym, int]) -> Any:
+def _infer_at(
+    opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any], values: Mapping[Sym, int]
+) -> list[TensorType]:
+    """Concrete inference with the symbols at ``values`` (operand shapes and symbolic attributes alike)."""
     from gawee.ir.symbolic import subs
 
-    return subs(v, values) if isinstance(v, (sympy.Basic, tuple, list)) else v
+    def at(v: Any) -> Any:
+        return subs(v, values) if isinstance(v, (sympy.Basic, tuple, list)) else v
+
+    types = [None if t is None else t.at(values) for t in in_types]
+    return opdef.infer_types(types, {k: at(v) for k, v in attrs.items()})
 
 
-class _quiet_fake_tensor_log:
+@contextlib.contextmanager
+def _quiet_fake_tensor_log():
     """Silences torch's log of a meta kernel's exception: symbolic inference handles that exception
     itself (a typed InferenceError, or the op's shape formula)."""
-
-    def __enter__(self):
-        import logging
-
-        self.logger = logging.getLogger("torch._subclasses.fake_tensor")
-        self.level = self.logger.level
-        self.logger.setLevel(logging.CRITICAL)
-
-    def __exit__(self, *exc):
-        self.logger.setLevel(self.level)
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _hint(s: Sym) -> int:
