@@ -8,6 +8,7 @@ import torchvision
 import gawee
 from gawee.cli import main
 from gawee.profile import profile, time_call
+from gawee.threads import torch_threads
 
 
 def _compiled():
@@ -20,15 +21,18 @@ def _compiled():
 def test_per_node_times_add_up_to_the_measured_total():
     optimized, module, x = _compiled()
     # Timings on a shared machine are noisy: other processes slow some attempts down. Compare the quietest
-    # total with the quietest profile, over up to five attempts.
+    # total with the quietest profile, over up to five attempts. One torch thread: the claim is that the
+    # parts add up, and the thread pool is the one shared state a full-suite run (AMD EPYC, 2 cores) was seen
+    # to leave behind with a steady 2x on the total against the profile (cause not isolated; see issue 12).
     totals, sums = [], []
-    for _ in range(5):
-        totals.append(time_call(lambda: module(x), repeats=15).median)
-        prof = profile(module, optimized, [x], repeats=15)
-        sums.append(prof.node_sum)
-        total, node_sum = min(totals), min(sums)
-        if abs(node_sum - total) <= 0.15 * total:
-            break
+    with torch_threads(1):
+        for _ in range(5):
+            totals.append(time_call(lambda: module(x), repeats=15).median)
+            prof = profile(module, optimized, [x], repeats=15)
+            sums.append(prof.node_sum)
+            total, node_sum = min(totals), min(sums)
+            if abs(node_sum - total) <= 0.15 * total:
+                break
     assert abs(node_sum - total) <= 0.15 * total, (sums, totals)
     nodes = {n.name for n in optimized}
     assert {p.node for p in prof.nodes} <= nodes

@@ -106,6 +106,11 @@ def test_a_rewrite_that_avoids_an_overflow_of_the_original_is_not_flagged():
     exact = torch.tensor([float("-inf"), 1.0], dtype=torch.float64)
     assert _no_worse(nan_ref, torch.tensor([float("-inf"), 1.0], dtype=torch.float16), exact, allowed=0.5)
     assert not _no_worse(nan_ref, torch.tensor([float("inf"), 1.0], dtype=torch.float16), exact, allowed=0.5)
+    # nan in the original where the finite truth overflows f16 (torch's f16 gelu(inf) is nan on one CPU kernel,
+    # inf on another): inf is the truth correctly rounded, so the rewrite that gives it is right; -inf is not
+    big = torch.tensor([3.002e6, 1.0], dtype=torch.float64)
+    assert _no_worse(nan_ref, torch.tensor([float("inf"), 1.0], dtype=torch.float16), big, allowed=0.5)
+    assert not _no_worse(nan_ref, torch.tensor([float("-inf"), 1.0], dtype=torch.float16), big, allowed=0.5)
 
 
 def test_an_ill_conditioned_float64_original_is_not_taken_for_the_truth():
