@@ -27,6 +27,26 @@ from gawee.ir.types import DType, TensorType
 from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet
 
+BACKENDS = ("torch", "onnxruntime", "auto", "iree")
+"""gawee.compile's backends: the torch lowering (oneDNN/MKL kernels chosen per shape), ONNX Runtime on
+gawee's ONNX export, the faster of the two as measured here, and IREE on gawee's StableHLO."""
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """The runtime ``backend="auto"`` picked, with each candidate's median seconds per call, or why only
+    the torch lowering was a candidate."""
+
+    chosen: str
+    seconds: dict[str, float]
+    only_candidate_because: str | None = None
+
+    def __str__(self) -> str:
+        if self.only_candidate_because:
+            return f"{self.chosen} ({self.only_candidate_because})"
+        times = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in self.seconds.items())
+        return f"{self.chosen} ({times} per call)"
+
 
 @dataclass
 class CompileReport:
@@ -53,6 +73,8 @@ class CompileReport:
     kernel_seconds: float = 0.0
     """The part of ``lower`` spent timing candidate kernels (a shape measured earlier in the process is
     not measured again)."""
+    backend: BackendChoice | None = None
+    """What ``backend="auto"`` measured and chose (None for an explicit backend)."""
 
     @property
     def total_s(self) -> float:
@@ -68,6 +90,8 @@ class CompileReport:
             text += f"; kernels (chosen in {self.kernel_seconds:.2f}s): " + "; ".join(str(k) for k in self.kernels)
         if self.layout is not None:
             text += f"; layout: {self.layout}"
+        if self.backend is not None:
+            text += f"; runtime: {self.backend}"
         return text
 
 
@@ -84,6 +108,13 @@ def compile(
 ):
     """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
+
+    ``backend="onnxruntime"`` runs the rewritten graph, exported by :func:`gawee.to_onnx`, on an ONNX
+    Runtime session with all of ORT's optimizations (:class:`gawee.backend.ort.OrtModule`; static
+    shapes). ``backend="auto"`` builds the torch lowering and, where ONNX Runtime is installed and can
+    run the graph, that session too, times both on this machine and keeps the torch lowering unless ORT
+    is more than 5% faster (the measurement is ``module.gawee_report.backend``): which kernels win
+    depends on the CPU (:mod:`gawee.backend.ort`).
 
     ``backend="iree"`` lowers the rewritten graph to StableHLO instead (:func:`gawee.to_mlir`) and
     compiles it with IREE for the host CPU: the result is a :class:`gawee.backend.mlir.IreeModule`,
@@ -106,14 +137,18 @@ def compile(
     capturing again, and raises ``ShapeOutOfRange`` for a size outside them. The rewritten graph is
     also checked at the two smallest sizes in range other than the example's.
     """
-    if backend not in ("torch", "iree"):
-        raise GaweeError(f"unknown backend {backend!r}", hint='backend is "torch" or "iree"')
+    if backend not in BACKENDS:
+        raise GaweeError(f"unknown backend {backend!r}", hint="backend is one of " + ", ".join(map(repr, BACKENDS)))
     if backend != "iree" and (mlir_path is not None or vmfb_path is not None):
         raise GaweeError("mlir_path and vmfb_path are artifacts of the IREE backend", hint='pass backend="iree"')
     if backend == "iree":
         from gawee.backend.mlir import _import_iree
 
         _import_iree()  # fail before the capture when IREE is missing
+    if backend == "onnxruntime":
+        from gawee.backend.ort import _import_ort
+
+        _import_ort()
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     graph = capture(model, example_inputs, dynamic_shapes=dynamic_shapes)
@@ -137,10 +172,17 @@ def compile(
     if len(flat_expected) != len(optimized.outputs):
         structure = None  # the model returns non-tensor leaves: give back the flat tuple of tensors
         flat_expected = [x for x in flat_expected if isinstance(x, torch.Tensor)]
+    choice = None
     if backend == "iree":
         module = _lower_iree(optimized, structure, mlir_path, vmfb_path)
+    elif backend == "onnxruntime":
+        from gawee.backend.ort import OrtModule
+
+        module = OrtModule(optimized, output_structure=structure)
     else:
         module = to_torch(optimized, options, output_structure=structure)
+        if backend == "auto":
+            module, choice = _choose_runtime(optimized, module, structure)
     seconds["lower"] = time.perf_counter() - t0
     kernels = list(getattr(module, "gawee_kernels", []))
 
@@ -175,8 +217,28 @@ def compile(
         kernels,
         getattr(module, "gawee_layout", None),
         getattr(module, "gawee_kernel_seconds", 0.0),
+        choice,
     )
     return module
+
+
+def _choose_runtime(graph: Graph, torch_module, structure) -> tuple[object, BackendChoice]:
+    """``backend="auto"``: the torch lowering, or ONNX Runtime on the same graph when it is installed,
+    can run the graph, and measures more than 5% faster here (:func:`gawee.backend.measure.fastest`)."""
+    from gawee.backend import ort
+    from gawee.backend.measure import SETTLE_S, fastest
+
+    why = "onnxruntime is not installed" if not ort.available() else ort.supports(graph)
+    if why is None:
+        try:
+            ort_module = ort.OrtModule(graph, output_structure=structure)
+        except GaweeError as e:  # an op without an ONNX lowering, say: the torch lowering runs it
+            why = e.message
+    if why is not None:
+        return torch_module, BackendChoice("torch", {}, why)
+    xs = random_inputs([v.type for v in graph.inputs], seed=0)
+    timed = fastest({"torch": torch_module, "onnxruntime": ort_module}, xs, settle_s=SETTLE_S)
+    return (ort_module if timed.chosen == "onnxruntime" else torch_module), BackendChoice(timed.chosen, timed.seconds)
 
 
 def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path):

@@ -8,22 +8,21 @@ Whether it pays depends on the CPU and on the model: oneDNN's fused convolution
 (``mkldnn._convolution_pointwise``) reorders NCHW activations into its blocked layout inside every
 call and runs NHWC ones directly; convolutions timed alone on one AMD EPYC ran up to 2× faster
 channels-last, yet whole mobilenet_v3_large took the same time either way. So :func:`choose`
-lowers the graph without and with the phase, times the two modules interleaved on random inputs
-of the graph's input types within a small budget, and keeps the phase only when it wins by more
-than :data:`MARGIN` — a noisy tie keeps NCHW. The :class:`LayoutChoice` (both timings) is listed
-in the compile report.
+lowers the graph without and with the phase, times the two modules in alternation on random inputs
+of the graph's input types within a small budget (:func:`gawee.backend.measure.fastest`), and keeps
+the phase only when it wins by more than :data:`MARGIN` — a noisy tie keeps NCHW. The
+:class:`LayoutChoice` (both timings) is listed in the compile report.
 """
 
 from __future__ import annotations
 
 import functools
-import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from gawee.backend.measure import fastest
 from gawee.ir.core import Graph
 from gawee.rewrite.ruleset import RULES_DIR, RuleSet, load_rules
 
@@ -32,12 +31,6 @@ PHASE = RULES_DIR / "layout" / "channels_last.rules"
 
 MARGIN = 0.05
 """Channels-last must be this much faster (a fraction of NCHW's time) to be chosen."""
-
-BUDGET_S = 0.3
-"""Time spent timing the two modules (at least :data:`MIN_ROUNDS` and at most :data:`MAX_ROUNDS` rounds)."""
-
-MIN_ROUNDS = 3
-MAX_ROUNDS = 25
 
 
 @dataclass(frozen=True)
@@ -95,23 +88,6 @@ def choose(graph: Graph, build: Callable[[Graph], torch.nn.Module]) -> tuple[tor
 
     nhwc = build(channels_last(graph))
     xs = random_inputs([v.type for v in graph.inputs], seed=0)
-    times: dict[bool, list[float]] = {False: [], True: []}
-    modules = {False: nchw, True: nhwc}
-    with torch.no_grad():
-        for m in modules.values():  # first calls: oneDNN's primitive creation is nobody's time
-            m(*xs)
-            m(*xs)
-        start = time.perf_counter()
-        rounds = 0
-        while rounds < MIN_ROUNDS or time.perf_counter() - start < BUDGET_S:
-            for cl, m in modules.items():  # interleaved: drift of a shared machine hits both
-                t0 = time.perf_counter()
-                m(*xs)
-                times[cl].append(time.perf_counter() - t0)
-            rounds += 1
-            if rounds >= MAX_ROUNDS:
-                break
-    contiguous_s, channels_last_s = statistics.median(times[False]), statistics.median(times[True])
-    wins = channels_last_s < contiguous_s * (1 - MARGIN)
-    choice = LayoutChoice("channels_last" if wins else "contiguous", contiguous_s, channels_last_s, count)
-    return (nhwc if wins else nchw), choice
+    timed = fastest({"contiguous": nchw, "channels_last": nhwc}, xs, margin=MARGIN)
+    choice = LayoutChoice(timed.chosen, timed.seconds["contiguous"], timed.seconds["channels_last"], count)
+    return (nhwc if timed.chosen == "channels_last" else nchw), choice

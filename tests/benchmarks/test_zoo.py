@@ -78,23 +78,17 @@ def test_iree_column_runs_the_optimized_graph_and_lists_ops_without_a_lowering()
 
 
 def test_dynamic_column_compares_with_a_static_capture_at_the_dynamic_example_size():
-    """At batch 1 the class-token expand to [1, 1, C] is a no-op and folds; under a symbolic batch it is a
-    real expand. The row then compares with a static capture at the dynamic example's batch (2)."""
+    """At batch 1 the expand of the batch mean back to [1, ...] is a no-op and folds; under a symbolic batch
+    it is a real expand. The row then compares with a static capture at the dynamic example's batch (2)."""
     import torch
 
     import gawee
 
-    class ClassToken(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.token = torch.nn.Parameter(torch.randn(1, 1, 4))
-            self.proj = torch.nn.Linear(4, 4)
-
+    class BatchMean(torch.nn.Module):
         def forward(self, x):
-            return self.proj(torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1))
+            return x.mean(0, keepdim=True).expand(x.shape[0], -1, -1) * x
 
-    torch.manual_seed(0)
-    model, x, rules = ClassToken().eval(), torch.randn(1, 3, 4), gawee.default_rules()
+    model, x, rules = BatchMean().eval(), torch.randn(1, 3, 4), gawee.default_rules()
     at_1 = len(gawee.rewrite(gawee.capture(model, (x,)), rules)[0])
     row = zoo.measure_dynamic(model, (x,), "m", rules, at_1)
     assert row["dynamic_status"] == "same", row.get("dynamic_message")
@@ -106,3 +100,38 @@ def test_dynamic_column_compares_with_a_static_capture_at_the_dynamic_example_si
     row = zoo.measure_dynamic(model, (torch.cat([x, x]),), "m", rules, at_1)
     assert row["dynamic_status"] == "differs" and "dynamic_basis" not in row
     assert row["dynamic_message"] == f"{basis['nodes']} vs {at_1} nodes"
+
+
+def test_dynamic_column_expects_the_size_computations_a_static_capture_folds():
+    """A mask built from arange(batch) is a constant in a static capture and nodes under a symbolic batch;
+    the row is "same" with those counted, and a further difference still fails it."""
+    import torch
+
+    import gawee
+
+    class RowIndex(torch.nn.Module):
+        def forward(self, x):
+            return x * torch.arange(x.shape[0]).unsqueeze(1).unsqueeze(2).to(x.dtype)
+
+    model, x, rules = RowIndex().eval(), torch.randn(2, 3, 4), gawee.default_rules()
+    static = len(gawee.rewrite(gawee.capture(model, (x,)), rules)[0])
+    row = zoo.measure_dynamic(model, (x,), "m", rules, static)
+    assert row["dynamic_status"] == "same", row.get("dynamic_message")
+    sized = row["dynamic_size_nodes"]
+    assert sized >= 1 and row["dynamic_nodes"] == static + sized
+    assert zoo.fmt_dynamic(row) == f"{static + sized} = static + {sized} size computations"
+    row = zoo.measure_dynamic(model, (x,), "m", rules, static - 1)
+    assert row["dynamic_status"] == "differs"
+
+    class ClassToken(torch.nn.Module):  # a constant expanded to the batch: kept by the static capture too
+        def __init__(self):
+            super().__init__()
+            self.token = torch.nn.Parameter(torch.randn(1, 1, 4))
+
+        def forward(self, x):
+            return torch.cat([self.token.expand(x.shape[0], -1, -1), x], dim=1)
+
+    model, x = ClassToken().eval(), torch.randn(2, 3, 4)
+    static = len(gawee.rewrite(gawee.capture(model, (x,)), rules)[0])
+    row = zoo.measure_dynamic(model, (x,), "m", rules, static)
+    assert row["dynamic_status"] == "same" and "dynamic_size_nodes" not in row, row

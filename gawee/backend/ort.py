@@ -1,0 +1,100 @@
+"""ONNX Runtime as a backend: the rewritten graph, exported by :func:`gawee.to_onnx`, run by an ORT session.
+
+Why a second runtime beside the torch lowering: which kernels are fastest depends on the CPU. On an
+AVX-512 Intel Xeon, ONNX Runtime's MLAS convolutions in its channel-blocked layout (the NCHWc
+transformer, weights reordered once at session start) ran mobilenet_v3_large at batch 1 in half the
+time of oneDNN's fused convolutions as torch reaches them (1×1 convolutions 2.1×, depthwise 2.3×,
+per kernel class); on an AVX2 AMD EPYC the torch lowering tied or beat it. So
+``gawee.compile(backend="auto")`` builds both and keeps the one measured faster on this machine
+(:func:`gawee.backend.measure.fastest`); ``backend="onnxruntime"`` asks for this one.
+
+The session runs with all of ORT's graph optimizations (its layout transformer and fusions run on
+gawee's graph), ``torch.get_num_threads()`` intra-op threads, and ORT's default spin-waiting
+between calls (turning it off cost 48% at batch 1 on mobilenet_v3_large: 4.4 → 6.5 ms), which keeps
+the cores busy for a moment after each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from gawee.errors import GaweeError
+from gawee.ir.core import Graph
+from gawee.ir.types import DType, TensorType
+
+
+def _import_ort():
+    try:
+        import onnxruntime
+    except ModuleNotFoundError as e:
+        raise ModuleNotFoundError("the onnxruntime backend needs ONNX Runtime: pip install 'gawee[onnx]'") from e
+    return onnxruntime
+
+
+def available() -> bool:
+    """Whether onnx and onnxruntime are installed (``backend="auto"`` considers ORT only then)."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+def supports(graph: Graph) -> str | None:
+    """Why ``graph`` cannot run on this backend, or None if it can: static shapes, numpy-typed values."""
+    if any(v.type.symbolic for v in graph.inputs):
+        return "symbolic input shapes (the ONNX export fixes every size)"
+    if any(v.dtype is DType.bf16 for v in (*graph.inputs, *graph.outputs)):
+        return "bf16 inputs or outputs (no numpy form for ORT's Python API)"
+    return None
+
+
+class OrtModule(torch.nn.Module):
+    """An ONNX Runtime session on the rewritten graph: call it with torch tensors, get torch tensors back.
+
+    Returns the outputs as a tuple, like :func:`gawee.run`, or arranged as ``output_structure``
+    (a pytree spec: the model's own nesting, as :func:`gawee.compile` passes it).
+    """
+
+    def __init__(self, graph: Graph, *, output_structure: Any = None, threads: int | None = None):
+        super().__init__()
+        ort = _import_ort()
+        from gawee.backend.onnx import to_onnx
+
+        why = supports(graph)
+        if why is not None:
+            raise GaweeError(f"{graph.name} cannot run on ONNX Runtime: {why}", hint='use backend="torch"')
+        model = to_onnx(graph)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.log_severity_level = 3  # ORT's warnings about the layout it chose are not the user's
+        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self.input_types: list[TensorType] = [v.type for v in graph.inputs]
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_structure = output_structure
+        self.gawee_report = None
+
+    def forward(self, *inputs: torch.Tensor):
+        if len(inputs) != len(self.input_types):
+            raise TypeError(f"the compiled module takes {len(self.input_types)} inputs, got {len(inputs)}")
+        feed = {}
+        for i, (name, x, t) in enumerate(zip(self.input_names, inputs, self.input_types)):
+            if tuple(x.shape) != t.shape or x.dtype != t.dtype.torch:
+                raise TypeError(f"input {i} must be {t}, got {x.dtype}{list(x.shape)}")
+            feed[name] = x.detach().cpu().contiguous().numpy()
+        outs = tuple(torch.from_numpy(r) for r in self.session.run(None, feed))
+        if self.output_structure is not None:
+            from torch.utils import _pytree as pytree
+
+            return pytree.tree_unflatten(list(outs), self.output_structure)
+        return outs
+
+
+def to_ort(graph: Graph, output_structure: Sequence | Any = None) -> OrtModule:
+    """``graph`` on ONNX Runtime (see :class:`OrtModule`)."""
+    return OrtModule(graph, output_structure=output_structure)

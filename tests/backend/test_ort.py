@@ -1,0 +1,106 @@
+"""The ONNX Runtime backend and gawee.compile's measured choice of runtime (backend="auto")."""
+
+import time
+
+import pytest
+import torch
+
+import gawee
+from gawee.backend.compiler import BackendChoice
+from gawee.backend.measure import fastest
+from gawee.backend.ort import OrtModule
+from gawee.errors import GaweeError
+
+pytest.importorskip("onnxruntime")
+
+
+class Net(torch.nn.Module):
+    """conv + BN + ReLU, a residual add, pooling and a head; two outputs in a dict."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        y = torch.relu(self.conv2(y) + y)
+        feats = torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
+        return {"logits": self.head(feats), "feats": feats}
+
+
+def _net():
+    torch.manual_seed(0)
+    net = Net().eval()
+    with torch.no_grad():
+        net.bn.running_mean.uniform_(-1, 1)
+        net.bn.running_var.uniform_(0.5, 2)
+    return net, torch.randn(2, 3, 16, 16)
+
+
+def test_onnxruntime_backend_runs_the_rewritten_graph_and_keeps_the_output_structure():
+    net, x = _net()
+    module = gawee.compile(net, (x,), backend="onnxruntime")
+    assert isinstance(module, OrtModule)
+    assert module.gawee_report.backend is None  # asked for, not chosen
+    x2 = torch.randn(2, 3, 16, 16)
+    got, want = module(x2), net(x2)
+    assert set(got) == {"logits", "feats"}
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-4)
+    with pytest.raises(TypeError, match="input 0 must be"):
+        module(torch.randn(1, 3, 16, 16))
+
+
+def test_auto_measures_both_runtimes_and_returns_the_chosen_one():
+    net, x = _net()
+    module = gawee.compile(net, (x,), backend="auto")
+    choice = module.gawee_report.backend
+    assert isinstance(choice, BackendChoice) and choice.only_candidate_because is None
+    assert set(choice.seconds) == {"torch", "onnxruntime"} and all(s > 0 for s in choice.seconds.values())
+    assert isinstance(module, OrtModule) == (choice.chosen == "onnxruntime")
+    if choice.chosen == "onnxruntime":  # only when ORT measured more than 5% faster
+        assert choice.seconds["onnxruntime"] < 0.95 * choice.seconds["torch"]
+    assert f"runtime: {choice.chosen} (" in str(module.gawee_report)
+    torch.testing.assert_close(module(x)["logits"], net(x)["logits"], rtol=1e-4, atol=1e-4)
+
+
+def test_auto_keeps_the_torch_lowering_for_symbolic_shapes_and_says_why():
+    net, x = _net()
+    batch = torch.export.Dim("batch", min=1, max=8)
+    module = gawee.compile(net, (x,), backend="auto", dynamic_shapes={"x": {0: batch}})
+    choice = module.gawee_report.backend
+    assert choice.chosen == "torch" and "symbolic input shapes" in choice.only_candidate_because
+    assert module(torch.randn(3, 3, 16, 16))["logits"].shape == (3, 4)
+    with pytest.raises(GaweeError, match="symbolic input shapes"):
+        gawee.compile(net, (x,), backend="onnxruntime", dynamic_shapes={"x": {0: batch}})
+
+
+def test_unknown_backend_names_the_choices():
+    net, x = _net()
+    with pytest.raises(GaweeError, match="unknown backend") as e:
+        gawee.compile(net, (x,), backend="ort")
+    assert "'onnxruntime'" in e.value.hint and "'auto'" in e.value.hint
+
+
+def test_fastest_keeps_the_default_on_a_tie_and_takes_a_clear_winner():
+    calls = {"a": 0, "b": 0}
+
+    def sleeper(name, seconds):
+        def run(*_):
+            calls[name] += 1
+            time.sleep(seconds)
+
+        return run
+
+    slow, fast = sleeper("a", 0.004), sleeper("b", 0.0005)
+    timed = fastest({"default": slow, "other": fast}, [])
+    assert timed.chosen == "other" and timed.seconds["other"] < timed.seconds["default"]
+    timed = fastest({"default": sleeper("a", 0.002), "other": sleeper("b", 0.002)}, [], margin=0.5)
+    assert timed.chosen == "default"
+    # different runtimes: a pause, untimed calls, then several timed calls per round
+    before = dict(calls)
+    fastest({"default": slow, "other": fast}, [], settle_s=0.01)
+    assert calls["b"] - before["b"] >= 2 + 2 * (2 + 2)  # first calls, then two rounds of (untimed + timed)
