@@ -750,6 +750,9 @@ def readme_section(table: str, checks: str, command: str) -> str:
         "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
         "with weights prepacked for the input size, activations NCHW or channels-last as measured faster "
         "at compile time).\n"
+        '- **gawee.compile(backend="auto")**: the same, then ONNX Runtime (all optimizations) on '
+        "`gawee.to_onnx` of the rewritten graph is built too, both are timed at compile time, and the "
+        "module keeps the torch lowering unless ORT measures more than 5% faster (`gawee.backend.ort`).\n"
         '- **torch.compile(backend="gawee")**: the same pipeline behind dynamo (parameters frozen, the '
         "graph re-exported with torch.export).\n"
         "- **gawee.compile, dynamic batch**: the same, captured with dimension 0 dynamic "
