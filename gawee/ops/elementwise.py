@@ -97,6 +97,16 @@ def _binary_onnx(op_type: str, compare: bool, negate: bool = False):
     return lower
 
 
+def _mod_onnx(c, fmod: bool):
+    """ONNX Mod: ``fmod=1`` is C's fmod (the sign of the dividend, torch.fmod); ``fmod=0`` takes the sign
+    of the divisor (torch.remainder), which ONNX defines for integers only, so float remainder is
+    a - floor(a / b) * b."""
+    a, b = c.x_as(0, c.out.dtype), c.x_as(1, c.out.dtype)
+    if fmod or not c.out.dtype.is_float:
+        return c.emit("Mod", a, b, fmod=int(fmod))
+    return c.emit("Sub", a, c.emit("Mul", c.emit("Floor", c.emit("Div", a, b)), b))
+
+
 # -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) -----------------------------------
 def _compare_mlir(direction: str):
     """``stablehlo.compare`` on the operands converted to their promoted type."""
@@ -340,8 +350,20 @@ _MATH_ONNX = {
     "bitwise_not": "BitwiseNot",
     "isnan": "IsNaN",
     "isinf": "IsInf",
+    "exp2": lambda c: c.emit("Pow", c.scalar(2.0, c.out.dtype), c.x_as(0, c.out.dtype)),
+    "expm1": lambda c: c.emit("Sub", c.emit("Exp", c.x_as(0, c.out.dtype)), c.scalar(1.0, c.out.dtype)),
+    "log2": lambda c: c.emit("Div", c.emit("Log", c.x_as(0, c.out.dtype)), c.scalar(math.log(2), c.out.dtype)),
+    "log1p": lambda c: c.emit("Log", c.emit("Add", c.x_as(0, c.out.dtype), c.scalar(1.0, c.out.dtype))),
+    "trunc": lambda c: (
+        c.emit(
+            "Where", c.emit("Less", c.x(0), c.scalar(0, c.out.dtype)), c.emit("Ceil", c.x(0)), c.emit("Floor", c.x(0))
+        )
+        if c.out.dtype.is_float
+        else c.emit("Identity", c.x(0))
+    ),
 }
-"""ONNX spelling of the plain math ops registered below (exp2, expm1, log2, log1p, trunc: none)."""
+"""ONNX spelling of the plain math ops registered below. ONNX has no expm1 or log1p: exp(x) - 1 and
+log(1 + x) lose the relative accuracy of tiny x (not the absolute accuracy the exports are held to)."""
 
 _MATH_MLIR = {
     "exp": "stablehlo.exponential",
@@ -487,11 +509,14 @@ binary(
     mlir="stablehlo.minimum",
     aten=("aten.minimum.default", "aten.min.other"),
 )
-binary("fmod", torch.fmod, mlir="stablehlo.remainder")
-binary("remainder", torch.remainder, mlir=_remainder_mlir)
+binary("fmod", torch.fmod, onnx=lambda c: _mod_onnx(c, fmod=True), mlir="stablehlo.remainder")
+binary("remainder", torch.remainder, onnx=lambda c: _mod_onnx(c, fmod=False), mlir=_remainder_mlir)
 binary(
     "floor_divide",
     torch.floor_divide,
+    onnx=lambda c: (
+        c.emit("Floor", _binary_onnx("Div", False)(c)) if c.out.dtype.is_float else c.fail("integer floor division")
+    ),
     mlir=lambda c: _floor_div_mlir(c, c.x(0), c.x(1)),
     aten=("aten.floor_divide.default", "aten.floor_divide.Scalar"),
 )

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from gawee.ir.symbolic import has_symbols
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import AtenBinding, Attr, OpDef, Operand, numel, register, zero_flops
@@ -54,6 +55,25 @@ def _reduce_onnx(op_type: str):
         return c.emit(op_type, x, axes, keepdims=int(c.attrs["keepdim"]))
 
     return lower
+
+
+def _max_dim_onnx(c, largest: bool) -> list[str]:
+    """(values, indices) along dim: ReduceMax/ReduceMin and ArgMax/ArgMin (the first index, as torch's)."""
+    d, keep = c.attrs["dim"], int(c.attrs["keepdim"])
+    values = c.emit("ReduceMax" if largest else "ReduceMin", c.x(0), c.ints([d]), keepdims=keep)
+    indices = c.emit("ArgMax" if largest else "ArgMin", c.x(0), axis=d, keepdims=keep, select_last_index=0)
+    return [values, indices]
+
+
+def _topk_onnx(c, k: int | None, dim: int, largest: bool) -> list[str]:
+    """TopK (sorted): topk's k, or the whole dim for sort. Ties may come back in another order than torch's."""
+    t = c.type(0)
+    if t.rank == 0:
+        return [c.emit("Identity", c.x(0)), c.constant(torch.tensor(0))]
+    n = t.shape[dim % t.rank] if k is None else k
+    if has_symbols(n):
+        c.fail("a symbolic number of elements to sort")
+    return c.emit_multi("TopK", [c.x(0), c.ints([n])], 2, axis=dim, largest=int(largest), sorted=1)
 
 
 # -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) ---------------------------------
@@ -357,6 +377,7 @@ for _name, _fn in [("max_dim", torch.max), ("min_dim", torch.min)]:
             traits=PURE,
             flops=_in_numel,
             aten=(f"aten.{_name[:3]}.dim",),
+            onnx=(lambda big: lambda c: _max_dim_onnx(c, big))(_name == "max_dim"),
             mlir=_arg_mlir("max" if _name == "max_dim" else "min", values=True),
             doc="(values, indices) along dim",
         )
@@ -400,6 +421,7 @@ register(
         traits=PURE,
         flops=_in_numel,
         aten=("aten.topk.default",),
+        onnx=lambda c: _topk_onnx(c, c.attrs["k"], c.attrs["dim"], c.attrs["largest"]),
         mlir=lambda c: _sort_mlir(c, c.attrs["dim"], c.attrs["largest"], c.attrs["k"]),
         doc="(values, indices) of the k largest",
     )
@@ -413,6 +435,7 @@ register(
         traits=PURE,
         flops=_in_numel,
         aten=(AtenBinding("aten.sort.default"), AtenBinding("aten.sort.stable", fixed={"stable": None})),
+        onnx=lambda c: _topk_onnx(c, None, c.attrs["dim"], c.attrs["descending"]),
         mlir=lambda c: _sort_mlir(c, c.attrs["dim"], c.attrs["descending"]),
     )
 )
@@ -425,6 +448,7 @@ register(
         traits=frozenset({"pure"}),
         flops=zero_flops,
         aten=("aten.tril.default",),
+        onnx=lambda c: c.emit("Trilu", c.x(0), c.constant(torch.tensor(c.attrs["diagonal"])), upper=0),
         mlir=_triangle_mlir(True),
     )
 )
@@ -437,6 +461,7 @@ register(
         traits=frozenset({"pure"}),
         flops=zero_flops,
         aten=("aten.triu.default",),
+        onnx=lambda c: c.emit("Trilu", c.x(0), c.constant(torch.tensor(c.attrs["diagonal"])), upper=1),
         mlir=_triangle_mlir(False),
     )
 )

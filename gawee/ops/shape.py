@@ -174,6 +174,57 @@ def _roll_v(c, x, shift, d):
     return c.concat([c.slice_dim(x, d, n - s, n), c.slice_dim(x, d, 0, n - s)], d) if s else x
 
 
+def _roll_onnx(c):
+    """torch.roll: per dim, the last ``shift`` entries then the rest (two Slices and a Concat); no dims
+    rolls the flattened tensor."""
+    x, t, shifts, dims = c.x(0), c.type(0), c.attrs["shifts"], c.attrs["dims"]
+    if has_symbols(t.shape):
+        c.fail("a symbolic size (the split point depends on it)")
+    if not dims:
+        zero = 1 if 0 in t.shape else None
+        flat = c.emit("Reshape", x, c.ints([math.prod(t.shape)]), allowzero=zero)
+        rolled = _roll_onnx_dim(c, flat, shifts[0], 0, math.prod(t.shape))
+        return c.emit("Reshape", rolled, c.ints(t.shape), allowzero=zero)
+    for shift, d in zip(shifts, dims):
+        x = _roll_onnx_dim(c, x, shift, d % t.rank, t.shape[d % t.rank])
+    return x
+
+
+def _roll_onnx_dim(c, x: str, shift: int, d: int, n: int) -> str:
+    s = shift % n if n else 0
+    if not s:
+        return x
+    tail = c.emit("Slice", x, c.ints([n - s]), c.ints([n]), c.ints([d]))
+    head = c.emit("Slice", x, c.ints([0]), c.ints([n - s]), c.ints([d]))
+    return c.emit("Concat", tail, head, axis=d)
+
+
+def _index_onnx(c):
+    """Advanced indexing with adjacent index tensors, as in :func:`_index_mlir`: the indexed dims merged
+    into one (Reshape), the broadcast indices linearized with negative ones wrapped, one Gather."""
+    t = c.type(0)
+    pos = [i for i in range(1, c.arity) if c.type(i) is not None]
+    if not pos:
+        return c.emit("Identity", c.x(0))
+    dims = [p - 1 for p in pos]
+    if dims != list(range(dims[0], dims[-1] + 1)) or any(c.type(p).dtype is DType.bool for p in pos):
+        c.fail("boolean masks or index tensors separated by a slice")
+    d0, d1 = dims[0], dims[-1] + 1
+    if has_symbols(t.shape[d0:d1]) or any(has_symbols(c.type(p).shape) for p in pos):
+        c.fail("a symbolic size in an indexed dim or an index")
+    shape = tuple(torch.broadcast_shapes(*(c.type(p).shape for p in pos)))
+    flat = None
+    for p in pos:
+        n = c.scalar(t.shape[p - 1], DType.i64)
+        v = c.x_as(p, DType.i64)
+        v = c.emit("Where", c.emit("Less", v, c.scalar(0, DType.i64)), c.emit("Add", v, n), v)
+        v = c.emit("Expand", v, c.ints(shape))
+        flat = v if flat is None else c.emit("Add", c.emit("Mul", flat, n), v)
+    merged_shape = (*t.shape[:d0], math.prod(t.shape[d0:d1]), *t.shape[d1:])
+    merged = c.emit("Reshape", c.x(0), c.ints(merged_shape), allowzero=1 if 0 in merged_shape else None)
+    return c.emit("Gather", merged, flat, axis=d0)
+
+
 def _index_mlir(c):
     """Advanced indexing with adjacent index tensors: their dims merged into one, the broadcast
     indices linearized (negative ones wrapped), one index_select. Boolean masks (data-dependent
@@ -860,6 +911,7 @@ move_op(
     sample=unary_sample(_draw_roll, 1),
     attrs=(Attr("shifts", "ints"), Attr("dims", "ints", ())),
     aten=("aten.roll.default",),
+    onnx=_roll_onnx,
     mlir=_roll_mlir,
 )
 move_op(
@@ -893,6 +945,7 @@ move_op(
     (Operand("self"), Operand("indices", optional=True, variadic=True)),
     lambda self, *indices: torch.ops.aten.index.Tensor(self, list(indices)),
     aten=("aten.index.Tensor",),
+    onnx=_index_onnx,
     mlir=_index_mlir,
     doc="advanced indexing self[i0, i1, ...]; absent indices take a whole dim",
 )

@@ -110,11 +110,54 @@ def test_cnn_ops(tmp_path):
     assert_ort_matches_reference(graph, tmp_path / "cnn.onnx")
 
 
-def test_ops_without_an_onnx_form_are_named():
+def test_roll_and_advanced_indexing(tmp_path):
+    """swin's shifted windows (roll), BERT's and GPT-2's position lookups (index with tensors): negative
+    indices, broadcast index tensors on adjacent dims, a leading whole dim, rolls with and without dims."""
     b = GraphBuilder("rolls")
+    x = b.input("x", "f32[2,5,6,3]")
+    rows = b.const(torch.tensor([[0, -1, 2]]))
+    cols = b.const(torch.tensor([[1], [-6], [5]]))
+    graph = b.output(
+        b.roll(x, shifts=[-2, 3], dims=[1, 2]),
+        b.roll(x, shifts=[7]),
+        b.index(x, None, rows, cols),
+        b.index(x, b.const(torch.tensor([1, 0, -1]))),
+    )
+    assert_ort_matches_reference(graph, tmp_path / "rolls.onnx")
+    b = GraphBuilder("apart")
+    x = b.input("x", "f32[2,5,6]")
+    with pytest.raises(ExportError, match="separated by a slice"):
+        gawee.to_onnx(b.output(b.index(x, b.const(torch.tensor([0])), None, b.const(torch.tensor([1])))))
+
+
+def test_math_sorting_and_triangle_ops(tmp_path):
+    """The ops whose ONNX forms are compositions or multi-output: exp2, expm1, log2, log1p, trunc, fmod and
+    remainder (float and integer: the sign conventions differ), float floor division, tril/triu, topk, sort,
+    max/min along a dim."""
+    b = GraphBuilder("math")
+    x = b.input("x", "f32[3,6]")
+    i = b.input("i", "i64[3,6]")
+    pos = b.add(b.abs(x), 0.5)
+    d = b.const(torch.tensor([1.5, -2.0, 0.7, -0.3, 3.0, -1.1]))
+    k = b.const(torch.tensor([3, -4, 5, -2, 7, 2]))
+    values, indices = b.topk(x, k=2, dim=1)
+    svalues, sindices = b.sort(x, dim=0, descending=True)
+    mvalues, mindices = b.max_dim(x, dim=1, keepdim=True)
+    nvalues, nindices = b.min_dim(x, dim=0)
+    graph = b.output(
+        b.exp2(x), b.expm1(x), b.log2(pos), b.log1p(pos), b.trunc(b.mul(x, 3.0)),
+        b.fmod(x, d), b.remainder(x, d), b.fmod(i, k), b.remainder(i, k), b.floor_divide(x, d),
+        b.tril(x, diagonal=1), b.triu(x, diagonal=-1),
+        values, indices, svalues, sindices, mvalues, mindices, nvalues, nindices,
+    )  # fmt: skip
+    assert_ort_matches_reference(graph, tmp_path / "math.onnx")
+
+
+def test_ops_without_an_onnx_form_are_named():
+    b = GraphBuilder("scatter")
     x = b.input("x", "f32[4]")
-    with pytest.raises(ExportError, match="op roll has no ONNX lowering"):
-        gawee.to_onnx(b.output(b.roll(x, shifts=[1], dims=[0])))
+    with pytest.raises(ExportError, match="op select_scatter has no ONNX lowering"):
+        gawee.to_onnx(b.output(b.select_scatter(x, b.const(torch.tensor(1.0)), dim=0, index=1)))
     b = GraphBuilder("opaque")
     x = b.input("x", "f32[4]")
     node = b.graph.create_node(
