@@ -234,11 +234,30 @@ def _choose_runtime(graph: Graph, torch_module, structure) -> tuple[object, Back
             ort_module = ort.OrtModule(graph, output_structure=structure)
         except GaweeError as e:  # an op without an ONNX lowering, say: the torch lowering runs it
             why = e.message
+    xs = random_inputs([v.type for v in graph.inputs], seed=0)
+    if why is None:
+        why = _disagreement(graph.name, torch_module, ort_module, xs)
     if why is not None:
         return torch_module, BackendChoice("torch", {}, why)
-    xs = random_inputs([v.type for v in graph.inputs], seed=0)
     timed = fastest({"torch": torch_module, "onnxruntime": ort_module}, xs, settle_s=SETTLE_S)
     return (ort_module if timed.chosen == "onnxruntime" else torch_module), BackendChoice(timed.chosen, timed.seconds)
+
+
+def _disagreement(name: str, torch_module, ort_module, xs) -> str | None:
+    """Why ORT is no candidate on these inputs: it fails to run them, or its outputs differ from the torch
+    lowering's beyond the dtype tolerance (None when they agree)."""
+    with torch.no_grad():
+        want = pytree.tree_leaves(torch_module(*xs))
+        try:
+            got = pytree.tree_leaves(ort_module(*xs))
+        except Exception as e:  # ORT's run-time errors have ORT's own types
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return f"ONNX Runtime fails to run it: {first}"
+    try:
+        _check_backend(name, want, got, "onnxruntime")
+    except EquivalenceError as e:
+        return f"ONNX Runtime's outputs differ from the torch lowering's: {e.message}"
+    return None
 
 
 def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path):
@@ -296,12 +315,11 @@ def _check_backend(
             raise EquivalenceError(
                 f"output {i} of the compiled {name} differs from the model's by {err:.3g} "
                 f"(tolerance {tol:g} x {scale:.3g})",
-                hint=(
-                    "compile with options=TorchOptions(fused_kernels=False) to rule out the fused kernels, "
-                    "and report the model"
-                    if backend == "torch"
-                    else "write the module with mlir_path= and report the model with it"
-                ),
+                hint={
+                    "torch": "compile with options=TorchOptions(fused_kernels=False) to rule out the fused "
+                    "kernels, and report the model",
+                    "onnxruntime": 'compile with backend="torch", and report the model',
+                }.get(backend, "write the module with mlir_path= and report the model with it"),
             )
         t = TensorType.of(ref)
         checks.append(OutputCheck(i, t, t, err, tol, scale))

@@ -73,7 +73,11 @@ class OrtModule(torch.nn.Module):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.log_severity_level = 3  # ORT's warnings about the layout it chose are not the user's
-        self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        except Exception as e:  # ORT's own errors (a kernel missing for a dtype, say) are not gawee's types
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise GaweeError(f"ONNX Runtime cannot load {graph.name}: {first}", hint='use backend="torch"') from None
         self.input_types: list[TensorType] = [v.type for v in graph.inputs]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_structure = output_structure

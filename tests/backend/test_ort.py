@@ -78,6 +78,23 @@ def test_auto_keeps_the_torch_lowering_for_symbolic_shapes_and_says_why():
         gawee.compile(net, (x,), backend="onnxruntime", dynamic_shapes={"x": {0: batch}})
 
 
+def test_auto_keeps_the_torch_lowering_when_ort_disagrees_or_fails(monkeypatch):
+    net, x = _net()
+    monkeypatch.setattr(
+        OrtModule, "forward", lambda self, *xs: {"logits": torch.zeros(2, 4), "feats": torch.zeros(2, 16)}
+    )
+    module = gawee.compile(net, (x,), backend="auto")
+    choice = module.gawee_report.backend
+    assert choice.chosen == "torch" and "differ from the torch lowering's" in choice.only_candidate_because
+
+    def broken(self, *xs):
+        raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : no kernel")
+
+    monkeypatch.setattr(OrtModule, "forward", broken)
+    choice = gawee.compile(net, (x,), backend="auto").gawee_report.backend
+    assert choice.chosen == "torch" and "fails to run it: [ONNXRuntimeError]" in choice.only_candidate_because
+
+
 def test_unknown_backend_names_the_choices():
     net, x = _net()
     with pytest.raises(GaweeError, match="unknown backend") as e:
