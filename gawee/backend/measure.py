@@ -25,6 +25,8 @@ BUDGET_S = 0.3
 
 MIN_ROUNDS = 3
 MAX_ROUNDS = 25
+MIN_BLOCK_ROUNDS = 2
+"""At least this many rounds when each round is a block of calls per candidate (different runtimes)."""
 
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
@@ -68,7 +70,7 @@ def fastest(
             fn(*inputs)
         start = time.perf_counter()
         rounds = 0
-        while rounds < (MIN_ROUNDS if not settle_s else 2) or time.perf_counter() - start < budget_s:
+        while rounds < (MIN_BLOCK_ROUNDS if settle_s else MIN_ROUNDS) or time.perf_counter() - start < budget_s:
             for name, fn in candidates.items():
                 if settle_s:
                     time.sleep(settle_s)
