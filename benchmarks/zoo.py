@@ -230,24 +230,22 @@ def measure_dynamic(module, inputs, name: str, rules, static_nodes: int) -> dict
                 return {**out, "dynamic_status": "wrong", "dynamic_message": f"batch {n}: error {err:.3g}"}
         sized = size_computations(optimized)
 
-        def agrees(static: int) -> bool:  # equal, or more by size computations that a static capture folds
+        def same(static: int) -> dict | None:  # equal, or more by size computations that a static capture folds
             extra = len(optimized) - static
-            if extra:
-                out["dynamic_size_nodes"] = extra
-            return 0 <= extra <= sized
+            if not 0 <= extra <= sized:
+                return None
+            return {**out, "dynamic_status": "same", **({"dynamic_size_nodes": extra} if extra else {})}
 
-        if agrees(static_nodes):
-            return {**out, "dynamic_status": "same"}
+        if row := same(static_nodes):
+            return row
         batch = next((x.shape[0] for x in examples if x.dim()), None)
-        out.pop("dynamic_size_nodes", None)
         if all(a is b for a, b in zip(examples, inputs)):  # the static capture was at this size already
             return {**out, "dynamic_status": "differs", "dynamic_message": f"{len(optimized)} vs {static_nodes} nodes"}
         at_batch, _ = gawee.rewrite(gawee.capture(module, examples, name=name), rules)
         out.update(dynamic_basis={"batch": batch, "nodes": len(at_batch), "batch1_nodes": static_nodes})
         out["dynamic_s"] = time.perf_counter() - t0
-        if agrees(len(at_batch)):
-            return {**out, "dynamic_status": "same"}
-        out.pop("dynamic_size_nodes", None)
+        if row := same(len(at_batch)):
+            return row
         message = f"{len(optimized)} vs {len(at_batch)} nodes (static at batch {batch}; at batch 1: {static_nodes})"
         return {**out, "dynamic_status": "differs", "dynamic_message": message}
     except Exception as e:  # recorded in the row, like every other stage

@@ -145,3 +145,10 @@ class EquivalenceError(GaweeError):
     """Two graphs that should be equivalent are not."""
 
     kind = "not equivalent"
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none): a foreign library's
+    error, quoted in one of gawee's own."""
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

@@ -19,7 +19,7 @@ from gawee.equivalence import (
     random_inputs,
     verify_equivalent,
 )
-from gawee.errors import EquivalenceError, GaweeError
+from gawee.errors import EquivalenceError, GaweeError, first_line
 from gawee.frontend.capture import capture
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import draw_values, example_values, symbols_of
@@ -234,8 +234,8 @@ def _choose_runtime(graph: Graph, torch_module, structure) -> tuple[object, Back
             ort_module = ort.OrtModule(graph, output_structure=structure)
         except GaweeError as e:  # an op without an ONNX lowering, say: the torch lowering runs it
             why = e.message
-    xs = random_inputs([v.type for v in graph.inputs], seed=0)
     if why is None:
+        xs = random_inputs([v.type for v in graph.inputs], seed=0)
         why = _disagreement(graph.name, torch_module, ort_module, xs)
     if why is not None:
         return torch_module, BackendChoice("torch", {}, why)
@@ -251,8 +251,7 @@ def _disagreement(name: str, torch_module, ort_module, xs) -> str | None:
         try:
             got = pytree.tree_leaves(ort_module(*xs))
         except Exception as e:  # ORT's run-time errors have ORT's own types
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            return f"ONNX Runtime fails to run it: {first}"
+            return f"ONNX Runtime fails to run it: {first_line(e)}"
     try:
         _check_backend(name, want, got, "onnxruntime")
     except EquivalenceError as e:

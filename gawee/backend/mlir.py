@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from gawee.backend.host import arrange, numpy_inputs
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType, TensorType
@@ -940,23 +941,9 @@ class IreeModule:
         self.gawee_report = None
 
     def __call__(self, *inputs: torch.Tensor):
-        if len(inputs) != len(self.input_types):
-            raise TypeError(f"the compiled module takes {len(self.input_types)} inputs, got {len(inputs)}")
-        args = []
-        for i, (x, t) in enumerate(zip(inputs, self.input_types)):
-            if tuple(x.shape) != t.shape or x.dtype != t.dtype.torch:
-                raise TypeError(f"input {i} must be {t}, got {x.dtype}{list(x.shape)}")
-            if t.dtype is DType.bf16:
-                raise TypeError("bf16 inputs have no numpy form for the IREE runtime")
-            args.append(x.detach().cpu().contiguous().numpy())
-        result = self._fn(*args)
+        result = self._fn(*numpy_inputs(inputs, self.input_types, "the IREE runtime"))
         results = result if isinstance(result, (tuple, list)) else (result,)
-        outs = tuple(torch.from_numpy(_host(r).copy()) for r in results)
-        if self.output_structure is not None:
-            from torch.utils import _pytree as pytree
-
-            return pytree.tree_unflatten(list(outs), self.output_structure)
-        return outs
+        return arrange([torch.from_numpy(_host(r).copy()) for r in results], self.output_structure)
 
 
 def _host(r):

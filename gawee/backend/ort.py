@@ -16,12 +16,12 @@ the cores busy for a moment after each call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-from gawee.errors import GaweeError
+from gawee.backend.host import arrange, numpy_inputs
+from gawee.errors import GaweeError, first_line
 from gawee.ir.core import Graph
 from gawee.ir.types import DType, TensorType
 
@@ -76,29 +76,15 @@ class OrtModule(torch.nn.Module):
         try:
             self.session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         except Exception as e:  # ORT's own errors (a kernel missing for a dtype, say) are not gawee's types
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise GaweeError(f"ONNX Runtime cannot load {graph.name}: {first}", hint='use backend="torch"') from None
+            raise GaweeError(
+                f"ONNX Runtime cannot load {graph.name}: {first_line(e)}", hint='use backend="torch"'
+            ) from None
         self.input_types: list[TensorType] = [v.type for v in graph.inputs]
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_structure = output_structure
         self.gawee_report = None
 
     def forward(self, *inputs: torch.Tensor):
-        if len(inputs) != len(self.input_types):
-            raise TypeError(f"the compiled module takes {len(self.input_types)} inputs, got {len(inputs)}")
-        feed = {}
-        for i, (name, x, t) in enumerate(zip(self.input_names, inputs, self.input_types)):
-            if tuple(x.shape) != t.shape or x.dtype != t.dtype.torch:
-                raise TypeError(f"input {i} must be {t}, got {x.dtype}{list(x.shape)}")
-            feed[name] = x.detach().cpu().contiguous().numpy()
-        outs = tuple(torch.from_numpy(r) for r in self.session.run(None, feed))
-        if self.output_structure is not None:
-            from torch.utils import _pytree as pytree
-
-            return pytree.tree_unflatten(list(outs), self.output_structure)
-        return outs
-
-
-def to_ort(graph: Graph, output_structure: Sequence | Any = None) -> OrtModule:
-    """``graph`` on ONNX Runtime (see :class:`OrtModule`)."""
-    return OrtModule(graph, output_structure=output_structure)
+        arrays = numpy_inputs(inputs, self.input_types, "ONNX Runtime")
+        results = self.session.run(None, dict(zip(self.input_names, arrays)))
+        return arrange([torch.from_numpy(r) for r in results], self.output_structure)

@@ -12,7 +12,7 @@ from typing import Any
 import sympy
 import torch
 
-from gawee.errors import InferenceError, IRError, UnknownOpError
+from gawee.errors import InferenceError, IRError, UnknownOpError, first_line
 from gawee.ir.symbolic import Sym, has_symbols, symbols_of
 from gawee.ir.types import DType, Layout, TensorType
 
@@ -227,7 +227,7 @@ class OpDef:
                 out = {**out, **freeze_attrs(self.canonicalize(dict(out), in_types))}
             except (IndexError, KeyError, TypeError, ValueError, StopIteration, ZeroDivisionError) as e:
                 raise InferenceError(
-                    f"{self.name}: attributes {out} do not fit its operands: {_first_line(e)}", where=where or None
+                    f"{self.name}: attributes {out} do not fit its operands: {first_line(e)}", where=where or None
                 ) from None
         return out
 
@@ -259,7 +259,7 @@ class OpDef:
             result = _with_layouts(self, in_types, attrs, result)
         except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError) as e:
             sig = ", ".join("_" if t is None else str(t) for t in in_types)
-            raise InferenceError(f"{self.name}({sig}) with {dict(attrs)} is invalid: {_first_line(e)}") from None
+            raise InferenceError(f"{self.name}({sig}) with {dict(attrs)} is invalid: {first_line(e)}") from None
         if key is not None:
             if len(_INFER_CACHE) > 65536:
                 _INFER_CACHE.clear()
@@ -419,11 +419,6 @@ def _hint(s: Sym) -> int:
     if s.example >= 2 or (s.hi is not None and s.hi < 2):
         return s.example
     return min(max(s.lo, 2), s.hi) if s.hi is not None else max(s.lo, 2)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 def meta_tensor(t: TensorType) -> torch.Tensor:
