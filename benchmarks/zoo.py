@@ -170,7 +170,7 @@ def measure_iree(optimized, inputs, ref) -> dict:
     (wrong numbers), no lowering (the ops are listed), rejected (to_mlir or IREE refused the module)."""
     import gc
 
-    from gawee.backend.mlir import IreeModule, LoweringError, compile_iree, to_mlir
+    from gawee.backend.mlir import IreeModule, LoweringError, compile_iree, lower_mlir
     from gawee.equivalence import TOLERANCE
     from gawee.ir.types import DType
 
@@ -180,16 +180,22 @@ def measure_iree(optimized, inputs, ref) -> dict:
         return {"iree_status": "no lowering", "iree_missing": missing, "iree_message": f"no lowering: {text}"}
     try:
         t0 = time.perf_counter()
-        text = to_mlir(optimized)
+        lowered = lower_mlir(optimized)  # a large model's weights as parameters, out of the text
         t1 = time.perf_counter()
-        vmfb = compile_iree(text)
+        vmfb = compile_iree(lowered.text)
         t2 = time.perf_counter()
     except LoweringError as e:
         return {"iree_status": "rejected", "iree_message": _first_lines(e)}
-    row = {"iree_mlir_s": t1 - t0, "iree_compile_s": t2 - t1, "iree_mlir_mb": len(text) / 1e6}
-    del text
+    row = {"iree_mlir_s": t1 - t0, "iree_compile_s": t2 - t1, "iree_mlir_mb": len(lowered.text) / 1e6}
+    row["iree_parameters"] = len(lowered.parameters)
+    lowered.text = ""
     gc.collect()
-    module = IreeModule(vmfb, [v.type for v in optimized.inputs], [v.type for v in optimized.outputs])
+    module = IreeModule(
+        vmfb,
+        [v.type for v in optimized.inputs],
+        [v.type for v in optimized.outputs],
+        parameters=lowered.parameters or None,
+    )
     t0 = time.perf_counter()
     out = list(module(*inputs))
     row["iree_run_s"] = time.perf_counter() - t0
@@ -447,8 +453,12 @@ def memory_estimate_mb(params: int, iree: bool = False) -> float:
     verify_rewrite judges a value again against the original in float64, a float64 copy of the
     original's weights). Measured with verify_rewrite: regnet_y_128gf (645 M parameters) 11.5 GiB;
     vit_h_14 (633 M, little to fold, no float64 run needed) 4.7 GiB. The IREE column adds the
-    module's text (hex: 2 bytes a weight byte), iree-compile's copy of the weights and the .vmfb."""
-    return 1000 + (4.5 + (5 if iree else 0)) * params * 4 / 2**20
+    module's text (hex: 2 bytes a weight byte), iree-compile's copy of the weights and the .vmfb — or,
+    for a model whose weights are IREE parameters (``EXTERNAL_BYTES``), the runtime's own buffers."""
+    from gawee.backend.mlir import EXTERNAL_BYTES
+
+    text = 0 if not iree else 1 if params * 4 > EXTERNAL_BYTES else 5
+    return 1000 + (4.5 + text) * params * 4 / 2**20
 
 
 class MemoryGate:

@@ -241,19 +241,17 @@ def cmd_show(args, console: Console) -> int:
 
 
 def _write_mlir(graph, mlir_path: str | None, vmfb_path: str | None) -> list[str]:
-    """``optimize --mlir/--vmfb``: the StableHLO text and/or its IREE module, each written atomically."""
+    """``optimize --mlir/--vmfb``: the StableHLO text and/or its IREE module, each written atomically (a large
+    model's weights as an ``.irpa`` parameter archive beside them, when IREE is installed to write it)."""
     if not mlir_path and not vmfb_path:
         return []
-    from gawee.backend.mlir import IREE_HINT, compile_iree, iree_available, to_mlir, write_atomic
+    from gawee.backend.mlir import IREE_HINT, compile_iree, iree_available, lower_mlir, write_artifacts
 
     if vmfb_path and not iree_available():
         raise GaweeError(f"--vmfb {vmfb_path}: the IREE compiler is not installed", hint=IREE_HINT)
-    text = to_mlir(graph)
-    if mlir_path:
-        write_atomic(mlir_path, text)
-    if vmfb_path:
-        write_atomic(vmfb_path, compile_iree(text))
-    return [p for p in (mlir_path, vmfb_path) if p]
+    lowered = lower_mlir(graph, external_weights=None if iree_available() else False)
+    vmfb = compile_iree(lowered.text) if vmfb_path else None
+    return [str(p) for p in write_artifacts(lowered, vmfb, mlir_path, vmfb_path)]
 
 
 def cmd_optimize(args, console: Console) -> int:

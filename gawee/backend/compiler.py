@@ -260,16 +260,20 @@ def _disagreement(name: str, torch_module, ort_module, xs) -> str | None:
 
 
 def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path):
-    """to_mlir, then IREE for the host CPU; the artifacts asked for are written atomically."""
-    from gawee.backend.mlir import IreeModule, compile_iree, to_mlir, write_atomic
+    """lower_mlir, then IREE for the host CPU; the artifacts asked for are written atomically (with external
+    weights, their parameter archive too: :func:`gawee.backend.mlir.write_artifacts`)."""
+    from gawee.backend.mlir import IreeModule, compile_iree, lower_mlir, write_artifacts
 
-    text = to_mlir(graph)
-    if mlir_path is not None:
-        write_atomic(mlir_path, text)
-    vmfb = compile_iree(text)
-    if vmfb_path is not None:
-        write_atomic(vmfb_path, vmfb)
-    return IreeModule(vmfb, [v.type for v in graph.inputs], [v.type for v in graph.outputs], output_structure=structure)
+    lowered = lower_mlir(graph)
+    vmfb = compile_iree(lowered.text)
+    write_artifacts(lowered, vmfb, mlir_path, vmfb_path)
+    return IreeModule(
+        vmfb,
+        [v.type for v in graph.inputs],
+        [v.type for v in graph.outputs],
+        output_structure=structure,
+        parameters=lowered.parameters or None,
+    )
 
 
 def _check_rewrite(graph: Graph, optimized: Graph, inputs: list | None) -> EquivalenceReport:

@@ -7,7 +7,11 @@ op's composition. Fused gawee ops lower to their parts (``conv2d(..., residual=r
 is a ``stablehlo.convolution``, an ``add``, the activation's ops): IREE's dispatch formation
 fuses them again. Constants become ``dense_resource`` blobs in the module's
 ``dialect_resources`` section (small ones are hex ``dense`` literals), never giant decimal
-literals. Shapes are the graph's static shapes.
+literals; or, for a large model (:data:`EXTERNAL_BYTES`), IREE *parameters*: immutable
+``util.global``s named in the scope :data:`PARAMETER_SCOPE`, whose data stays out of the text and
+out of the compiler and is handed to the runtime (:class:`IreeModule`) or written to an ``.irpa``
+archive (:func:`write_parameters`) — as iree-turbine externalizes the weights of large models. Shapes
+are the graph's static shapes.
 
 :func:`compile_iree` compiles the text with IREE for the host CPU (``llvm-cpu``) and
 :class:`IreeModule` runs the result on torch tensors. IREE is optional
@@ -22,7 +26,9 @@ import os
 import platform
 import re
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +40,18 @@ from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType, TensorType
 from gawee.ops import OPAQUE, OpDef, get_op
 
-__all__ = ["IreeModule", "LoweringError", "MlirLowering", "V", "compile_iree", "iree_available", "to_mlir"]
+__all__ = [
+    "IreeModule",
+    "LoweringError",
+    "MlirLowering",
+    "MlirModule",
+    "V",
+    "compile_iree",
+    "iree_available",
+    "lower_mlir",
+    "to_mlir",
+    "write_parameters",
+]
 
 _ELEM = {
     DType.f64: "f64",
@@ -52,6 +69,14 @@ _ELEM = {
 
 INLINE_BYTES = 64
 """Constants up to this size are hex ``dense<"0x...">`` literals; larger ones are resource blobs."""
+
+EXTERNAL_BYTES = 256 * 2**20
+"""A graph whose constants exceed this many bytes keeps them out of the module (IREE parameters): as text
+they would take twice their size, more than once over while the text is built and compiled — regnet_y_128gf's
+2.6 GB of weights ran its process out of 24 GB of memory."""
+
+PARAMETER_SCOPE = "gawee"
+"""The scope of the parameters of a module with external weights (``iree-run-module --parameters=gawee=X.irpa``)."""
 
 IREE_HINT = "install the IREE compiler and runtime: pip install 'gawee[iree]'"
 
@@ -661,12 +686,15 @@ def _unique(base: str, taken: set[str]) -> str:
 
 
 class _Emitter:
-    def __init__(self, graph: Graph, iree_ops: bool = True):
+    def __init__(self, graph: Graph, iree_ops: bool = True, external: bool = False):
         self.graph = graph
         self.iree_ops = iree_ops
+        self.external = external
         self.lines: list[str] = []
         self.values: dict[Value, V] = {}
         self.resources: list[tuple[str, bytes, int]] = []
+        self.parameters: dict[str, torch.Tensor] = {}
+        self.globals: list[str] = []
         self._resource_names: set[str] = set()
         self._scalars: dict[tuple, V] = {}
         self._count = 0
@@ -715,6 +743,14 @@ class _Emitter:
             attr = f"dense<{scalar_literal(data.reshape(()).item(), dtype)}> : {tensor_type(t)}"
         elif data.numel() * dtype.itemsize <= INLINE_BYTES:
             attr = f'dense<"0x{_raw_bytes(data).hex().upper()}"> : {tensor_type(t)}'
+        elif self.external:
+            name = _unique(base, self._resource_names)
+            self.parameters[name] = data
+            source = f'#stream.parameter.named<"{PARAMETER_SCOPE}"::"{name}">'
+            self.globals.append(f"util.global private @{name} = {source} : {tensor_type(t)}")
+            v = V(self.fresh(), t)
+            self.lines.append(f"{v.name} = util.global.load @{name} : {tensor_type(t)}")
+            return v
         else:
             name = _unique(base, self._resource_names)
             self.resources.append((name, _raw_bytes(data), max(dtype.itemsize, 4)))
@@ -780,6 +816,7 @@ class _Emitter:
         out_types = ", ".join(tensor_type(v.type) for v in outs)
         lines = [
             f"module @{_module_name(self.graph.name)} {{",
+            *("  " + line for line in self.globals),
             f"  func.func @{func_name}({', '.join(args)}) -> ({out_types}) {{",
             *("    " + line for line in self.lines),
             f"    return {', '.join(v.name for v in outs)} : {out_types}" if outs else "    return",
@@ -800,6 +837,32 @@ def _module_name(name: str) -> str:
     return _unique(name or "gawee", set())
 
 
+@dataclass
+class MlirModule:
+    """A graph lowered to MLIR: the module's text and, with external weights, the parameters it names."""
+
+    text: str
+    parameters: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Parameter name (in scope :data:`PARAMETER_SCOPE`) → its data; empty when the weights are in the text."""
+
+
+def constant_bytes(graph: Graph) -> int:
+    """Bytes of the constant data ``graph``'s nodes read (what a lowering must carry)."""
+    seen = {v for n in graph for v in n.inputs if v is not None and v.is_const and v.data is not None}
+    return sum(v.data.numel() * v.data.element_size() for v in seen)
+
+
+def lower_mlir(
+    graph: Graph, *, func_name: str = "main", iree_ops: bool = True, external_weights: bool | None = None
+) -> MlirModule:
+    """:func:`to_mlir`, with the weights as IREE parameters when ``external_weights`` (None: when the graph's
+    constants exceed :data:`EXTERNAL_BYTES`). Constants of up to :data:`INLINE_BYTES` stay literals."""
+    if external_weights is None:
+        external_weights = constant_bytes(graph) > EXTERNAL_BYTES
+    emitter = _Emitter(graph, iree_ops, external_weights)
+    return MlirModule(emitter.build(func_name), emitter.parameters)
+
+
 def to_mlir(graph: Graph, *, func_name: str = "main", iree_ops: bool = True) -> str:
     """``graph`` as the text of an MLIR module in the StableHLO dialect: one function ``func_name``
     taking the graph's inputs and returning its outputs; weights in a ``dialect_resources`` section.
@@ -814,6 +877,53 @@ def to_mlir(graph: Graph, *, func_name: str = "main", iree_ops: bool = True) -> 
     nodes, and graphs whose constants have no values (meta-device capture).
     """
     return _Emitter(graph, iree_ops).build(func_name)
+
+
+def _parameter_index(parameters: Mapping[str, torch.Tensor]):
+    """An IREE parameter index over the tensors' own memory (kept alive by the caller), and those arrays."""
+    _, rt = _import_iree()
+    index = rt.ParameterIndex()
+    arrays = []
+    for name, data in parameters.items():
+        t = data.detach().cpu().contiguous()
+        arr = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+        arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+        arrays.append(arr)
+        index.add_buffer(name, arr)
+    return index, arrays
+
+
+def write_parameters(path: str | os.PathLike, parameters: Mapping[str, torch.Tensor]) -> Path:
+    """The parameters of a module with external weights as an IREE parameter archive (``.irpa``), written
+    atomically: ``iree-run-module --module=X.vmfb --parameters=gawee=X.irpa``, or :class:`IreeModule`'s
+    ``parameters=``."""
+    index, _ = _parameter_index(parameters)
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        index.create_archive_file(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def write_artifacts(
+    lowered: MlirModule, vmfb: bytes | None, mlir_path: str | os.PathLike | None, vmfb_path: str | os.PathLike | None
+) -> list[Path]:
+    """The module's text at ``mlir_path`` and its compiled flatbuffer at ``vmfb_path`` (each if asked for), and
+    with external weights their parameters beside the flatbuffer (else the text) as ``.irpa``; each written
+    atomically. Returns the paths written."""
+    written = []
+    if mlir_path is not None:
+        written.append(write_atomic(mlir_path, lowered.text))
+    if vmfb_path is not None and vmfb is not None:
+        written.append(write_atomic(vmfb_path, vmfb))
+    if lowered.parameters and written:
+        written.append(write_parameters(written[-1].with_suffix(".irpa"), lowered.parameters))
+    return written
 
 
 # -- IREE ---------------------------------------------------------------------------------
@@ -912,7 +1022,9 @@ class IreeModule:
     """A compiled module on IREE's CPU runtime: call it with torch tensors, get torch tensors back.
 
     Returns the outputs as a tuple, like :func:`gawee.run`, or arranged as ``output_structure``
-    (a pytree spec: the model's own nesting, as :func:`gawee.compile` passes it).
+    (a pytree spec: the model's own nesting, as :func:`gawee.compile` passes it). A module compiled with
+    external weights (:func:`lower_mlir`) needs ``parameters``: the tensors by name, or the path of their
+    ``.irpa`` archive (:func:`write_parameters`; mapped, not read into memory).
     """
 
     def __init__(
@@ -924,6 +1036,7 @@ class IreeModule:
         func_name: str = "main",
         output_structure: Any = None,
         driver: str = "local-task",
+        parameters: Mapping[str, torch.Tensor] | str | os.PathLike | None = None,
     ):
         _, rt = _import_iree()
         self.vmfb = vmfb
@@ -932,8 +1045,26 @@ class IreeModule:
         self.output_structure = output_structure
         self._config = rt.Config(driver)
         self._context = rt.SystemContext(config=self._config)
+        self._parameters = None  # the index and the memory it points into live as long as the module
+        if parameters is not None:
+            if isinstance(parameters, Mapping):
+                self._parameters = _parameter_index(parameters)
+            else:
+                index = rt.ParameterIndex()
+                index.load(os.fspath(parameters))
+                self._parameters = (index, None)
+            provider = self._parameters[0].create_provider(scope=PARAMETER_SCOPE)
+            self._context.add_vm_module(rt.create_io_parameters_module(self._config.vm_instance, provider))
         vm_module = rt.VmModule.copy_buffer(self._config.vm_instance, vmfb)
-        self._context.add_vm_module(vm_module)
+        try:
+            self._context.add_vm_module(vm_module)
+        except ValueError as e:
+            if "io_parameters" not in str(e):
+                raise
+            raise LoweringError(
+                "the module was compiled with external weights (IREE parameters) and none were given",
+                hint="pass parameters= (the tensors, or the .irpa archive written beside the .vmfb)",
+            ) from None
         try:
             self._fn = self._context.modules[vm_module.name][func_name]
         except KeyError:

@@ -15,7 +15,15 @@ import pytest
 import torch
 
 import gawee
-from gawee.backend.mlir import INLINE_BYTES, IreeModule, LoweringError, compile_iree, to_mlir, write_atomic
+from gawee.backend.mlir import (
+    INLINE_BYTES,
+    IreeModule,
+    LoweringError,
+    compile_iree,
+    lower_mlir,
+    to_mlir,
+    write_atomic,
+)
 from gawee.equivalence import TOLERANCE, output_error, random_inputs
 from gawee.ir.builder import GraphBuilder
 from gawee.ir.types import DType
@@ -316,6 +324,44 @@ def test_text_parses_and_verifies_with_iree_opt_and_keeps_weights_out_of_line(tm
     assert text.count("stablehlo.convolution") == sum(n.op == "conv2d" for n in graph)
     broken = text.replace("stablehlo.convolution", "stablehlo.convolutionx", 1)
     assert iree_opt(broken, tmp_path).returncode != 0  # the tool does check
+
+
+def test_large_models_weights_are_iree_parameters_given_as_tensors_or_archive(tmp_path, monkeypatch):
+    """Over EXTERNAL_BYTES the weights leave the text: immutable globals named in the gawee scope, given to the
+    runtime as tensors or as the .irpa written beside the artifacts; a module without them is a LoweringError."""
+    from gawee.backend import mlir
+
+    graph = fused_conv_graph()
+    assert lower_mlir(graph).parameters == {}  # small: weights in the text, as to_mlir writes them
+    monkeypatch.setattr(mlir, "EXTERNAL_BYTES", 1000)
+    lowered = lower_mlir(graph)
+    weights = {v for n in graph for v in n.inputs if v is not None and v.is_const}
+    big = {v for v in weights if v.data.numel() * v.data.element_size() > INLINE_BYTES}
+    assert len(lowered.parameters) == len(big) > 0
+    assert "dense_resource" not in lowered.text and "dialect_resources" not in lowered.text
+    assert lowered.text.count('#stream.parameter.named<"gawee"::') == len(big)
+    assert len(lowered.text) < sum(v.data.numel() * v.data.element_size() for v in big)  # far smaller than hex
+    vmfb = compile_iree(lowered.text)
+    types = ([v.type for v in graph.inputs], [v.type for v in graph.outputs])
+    xs = random_inputs(types[0], seed=3)
+    expected = gawee.run(graph, *xs)
+    written = mlir.write_artifacts(lowered, vmfb, tmp_path / "m.mlir", tmp_path / "m.vmfb")
+    assert (
+        sorted(p.name for p in tmp_path.iterdir()) == ["m.irpa", "m.mlir", "m.vmfb"] == sorted(p.name for p in written)
+    )
+    for parameters in (lowered.parameters, tmp_path / "m.irpa"):
+        got = IreeModule(vmfb, *types, parameters=parameters)(*xs)
+        for e, g in zip(expected, got):
+            assert output_error(e, g) <= 1e-4 * max(1.0, e.abs().max().item())
+    with pytest.raises(LoweringError, match="external weights") as info:
+        IreeModule(vmfb, *types)
+    assert "parameters=" in info.value.hint
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+    x = torch.randn(2, 64)
+    module = gawee.compile(model, (x,), backend="iree", vmfb_path=tmp_path / "lin.vmfb")
+    assert module._parameters is not None and (tmp_path / "lin.irpa").exists()  # gawee.compile's path too
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-5)
 
 
 def test_op_without_lowering_names_op_and_node(monkeypatch):
