@@ -48,6 +48,11 @@ class TorchOptions:
     oneDNN's prepacked ones; ``gawee.backend.kernels``) on this machine at compile time, once per distinct
     shape, and keeps the fastest; ``"aten"``, ``"mkl"`` or ``"onednn"`` forces one where it applies.
     The choices are listed in the module's ``gawee_kernels``."""
+    conv1x1_kernel: str = "measure"
+    """How each 1×1, stride-1, unpadded convolution picks its kernel: ``"measure"`` times oneDNN's fused
+    convolution against the same product as one GEMM on the activations' own memory
+    (``gawee.backend.kernels.measure_conv1x1``) once per distinct shape, and keeps the faster; ``"onednn"``
+    or ``"gemm"`` forces one. Listed in ``gawee_kernels`` with the linears'."""
     channels_last: bool | str = "measure"
     """Whether to apply the layout phase (``rules/layout/channels_last.rules``: convolutions on channels-last
     activations, converted at the graph's edges): ``"measure"`` lowers the graph without and with it when it

@@ -715,7 +715,7 @@ def _conv_sample(nd: int, fused: bool):
 def _conv2d_lower_torch(ctx):
     """oneDNN's fused convolution on weights prepacked for the known input size (as Inductor's freezing
     does): act(conv + residual) in one kernel; the reference semantics where the kernel or dtype is missing."""
-    from gawee.backend import onednn
+    from gawee.backend import kernels, onednn
     from gawee.ir.symbolic import at_example
 
     x, w, b, r = (ctx.type(i) for i in range(4))
@@ -735,6 +735,11 @@ def _conv2d_lower_torch(ctx):
     weight = ctx.const(1)
     packing = {k: a[k] for k in ("padding", "stride", "dilation", "groups")}
     channels_last = x.layout is Layout.channels_last
+    if weight is not None and _conv1x1_kernel(ctx, x, channels_last) == "gemm":
+        matrix = ctx.buffer(weight.reshape(weight.shape[0], -1).contiguous(), "weight_matrix")
+        residual = ctx.arg(3) if r is not None else None
+        act = (a["act"], tuple(a["act_params"]))
+        return ctx.call(kernels.conv1x1_gemm, ctx.arg(0), matrix, ctx.arg(2), residual, *act)
     if weight is not None and has_symbols(x.shape):  # packed at run time, once per input size met
         pack = partial(onednn.pack_conv_weight, weight, **packing, channels_last=channels_last)
         per_size = onednn.PackedPerSize(ctx.node.name, pack)
@@ -778,6 +783,39 @@ def _conv2d_lower_torch(ctx):
             None,
         )
     return y if fused_act == a["act"] else ctx.call(apply_act, y, a["act"], tuple(a["act_params"]))
+
+
+def _conv1x1_kernel(ctx, x, channels_last: bool) -> str:
+    """The kernel of a 1×1, stride-1, unpadded, one-group convolution on a static input — ``onednn`` or ``gemm``
+    (:func:`gawee.backend.kernels.measure_conv1x1`, or as ``TorchOptions.conv1x1_kernel`` forces) — and
+    ``onednn`` for every other convolution."""
+    from gawee.backend import kernels
+    from gawee.errors import GaweeError
+
+    a, w = ctx.attrs, ctx.type(1)
+    forced = ctx.options.conv1x1_kernel
+    if forced not in kernels.CONV1X1_CHOICES:
+        raise GaweeError(
+            f"unknown 1x1 convolution kernel {forced!r}",
+            hint=f"TorchOptions.conv1x1_kernel is one of {', '.join(kernels.CONV1X1_CHOICES)}",
+        )
+    if not (
+        tuple(w.shape[2:]) == (1, 1)
+        and a["groups"] == 1
+        and tuple(a["stride"]) == (1, 1)
+        and tuple(a["padding"]) == (0, 0)
+        and not has_symbols(x.shape)
+        and 0 not in x.shape
+    ):
+        return "onednn"
+    shape, bias, residual = tuple(x.shape), ctx.type(2) is not None, ctx.type(3) is not None
+    if forced != "measure":
+        choice = kernels.forced_conv1x1(shape, w.shape[0], bias, residual, a["act"], forced)
+    else:
+        params = tuple(a["act_params"])
+        choice = kernels.measure_conv1x1(shape, w.shape[0], bias, residual, a["act"], params, channels_last)
+    ctx.record_kernel(choice)
+    return choice.kernel
 
 
 def conv_low_precision(fn, input, weight, bias, *args):
