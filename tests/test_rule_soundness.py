@@ -34,7 +34,13 @@ def test_bundled_rule_is_sound(rule):
     assert result.hit_rate >= LOW_HIT_RATE.get(rule.name, 0.5), f"{rule.name}: guard held on {result.hit_rate:.0%}"
 
 
-LOW_HIT_RATE = {"linear_unflattened": 0.1}
+LOW_HIT_RATE = {
+    "linear_unflattened": 0.1,
+    "attention_written_biased_q_scaled": 0.3,
+    "attention_written_biased_twice_q_scaled": 0.3,
+}
 """Known gaps of the guard steering (rule -> the hit rate it does reach). linear_unflattened needs an inner
 reshape to exactly [numel // last, last] and an outer one back to x's shape with a new last dim: the
-reshape sampler draws both kinds, but their conjunction stays near 20% of the draws."""
+reshape sampler draws both kinds, but their conjunction stays near 20% of the draws. The q-scaled biased
+attention rules draw q inside `mul(q, c)` before the product that fixes its shape; `same_type(q, k)` steers
+it to k's, and the bias that must only broadcast over the scores leaves about 40% of the draws."""
