@@ -26,8 +26,9 @@ candidates are oneDNN's fused convolution (``onednn``: the weight packed once, t
 reordered to oneDNN's blocked layout and back inside every call) and that GEMM (``gemm``: torch's
 ``addmm``/``matmul``, MKL's sgemm, then the residual and the activation in place). On small
 spatial sizes the reorders dominate: mobilenet_v3_large's squeeze-excitation 1×1 convolutions on
-1×1 maps took 32–38 µs on oneDNN and 7–15 µs as a GEMM (Intel Xeon, AVX-512). They are timed the
-same way (:func:`measure_conv1x1`), and ``TorchOptions(conv1x1_kernel=...)`` forces one.
+1×1 maps took 32–38 µs on oneDNN and 7–15 µs as a GEMM, timed alone (Intel Xeon, AVX-512); the whole
+model at batch 1 gained only 2–3% (44 of its 46 1×1 convolutions chose the GEMM). They are timed
+the same way (:func:`measure_conv1x1`), and ``TorchOptions(conv1x1_kernel=...)`` forces one.
 """
 
 from __future__ import annotations
@@ -99,11 +100,11 @@ class KernelChoice:
     act: str | None
     kernel: str
     ms: dict[str, float] = field(default_factory=dict)
-    residual: bool = False
-    """A convolution's fused residual add (``act(conv + r)``)."""
     """Candidate → its fastest call in milliseconds; empty when the kernel was forced, not measured."""
     nodes: int = 0
     """How many nodes of the graph run with this choice."""
+    residual: bool = False
+    """A convolution's fused residual add (``act(conv + r)``)."""
 
     @property
     def shape(self) -> str:
