@@ -250,8 +250,10 @@ def _write_mlir(graph, mlir_path: str | None, vmfb_path: str | None) -> list[str
     if vmfb_path and not iree_available():
         raise GaweeError(f"--vmfb {vmfb_path}: the IREE compiler is not installed", hint=IREE_HINT)
     lowered = lower_mlir(graph, external_weights=None if iree_available() else False)
-    vmfb = compile_iree(lowered.text) if vmfb_path else None
-    return [str(p) for p in write_artifacts(lowered, vmfb, mlir_path, vmfb_path)]
+    written = write_artifacts(lowered, None, mlir_path, None, parameters=not vmfb_path)  # even if IREE rejects it
+    if vmfb_path:
+        written += write_artifacts(lowered, compile_iree(lowered.text), None, vmfb_path)
+    return [str(p) for p in written]
 
 
 def cmd_optimize(args, console: Console) -> int:

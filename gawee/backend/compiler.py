@@ -265,8 +265,9 @@ def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path):
     from gawee.backend.mlir import IreeModule, compile_iree, lower_mlir, write_artifacts
 
     lowered = lower_mlir(graph)
+    write_artifacts(lowered, None, mlir_path, None, parameters=vmfb_path is None)  # the text, even if IREE rejects it
     vmfb = compile_iree(lowered.text)
-    write_artifacts(lowered, vmfb, mlir_path, vmfb_path)
+    write_artifacts(lowered, vmfb, None, vmfb_path)
     return IreeModule(
         vmfb,
         [v.type for v in graph.inputs],

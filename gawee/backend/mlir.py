@@ -911,17 +911,23 @@ def write_parameters(path: str | os.PathLike, parameters: Mapping[str, torch.Ten
 
 
 def write_artifacts(
-    lowered: MlirModule, vmfb: bytes | None, mlir_path: str | os.PathLike | None, vmfb_path: str | os.PathLike | None
+    lowered: MlirModule,
+    vmfb: bytes | None,
+    mlir_path: str | os.PathLike | None,
+    vmfb_path: str | os.PathLike | None,
+    *,
+    parameters: bool = True,
 ) -> list[Path]:
     """The module's text at ``mlir_path`` and its compiled flatbuffer at ``vmfb_path`` (each if asked for), and
-    with external weights their parameters beside the flatbuffer (else the text) as ``.irpa``; each written
-    atomically. Returns the paths written."""
+    with external weights (unless ``parameters=False``) their parameters beside the flatbuffer (else the text)
+    as ``.irpa``; each written atomically. Returns the paths written. (Callers write the text before compiling,
+    so that a module IREE rejects can still be inspected.)"""
     written = []
     if mlir_path is not None:
         written.append(write_atomic(mlir_path, lowered.text))
     if vmfb_path is not None and vmfb is not None:
         written.append(write_atomic(vmfb_path, vmfb))
-    if lowered.parameters and written:
+    if lowered.parameters and parameters and written:
         written.append(write_parameters(written[-1].with_suffix(".irpa"), lowered.parameters))
     return written
 

@@ -562,3 +562,18 @@ def test_sort_topk_gather_index_put_and_bilinear_upsampling():
         b.upsample_bilinear2d(b.cast(img, dtype="f16"), scale_factors=[2.0, 2.0], align_corners=True),
     )
     assert_iree_matches_reference(graph)
+
+
+def test_the_text_is_written_even_when_iree_rejects_it(tmp_path, monkeypatch):
+    from gawee.backend import mlir
+
+    def reject(text, **kwargs):
+        raise LoweringError("iree-compile rejected the module: planted")
+
+    monkeypatch.setattr(mlir, "compile_iree", reject)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU()).eval()
+    with pytest.raises(LoweringError, match="planted"):
+        gawee.compile(
+            model, (torch.randn(3, 4),), backend="iree", mlir_path=tmp_path / "m.mlir", vmfb_path=tmp_path / "m.vmfb"
+        )
+    assert (tmp_path / "m.mlir").read_text().startswith("module @") and not (tmp_path / "m.vmfb").exists()
