@@ -50,6 +50,7 @@ __all__ = [
     "iree_available",
     "lower_mlir",
     "to_mlir",
+    "write_artifacts",
     "write_parameters",
 ]
 
@@ -792,6 +793,7 @@ class _Emitter:
         return spec(ctx)
 
     def build(self, func_name: str) -> str:
+        self._resource_names.add(func_name)  # a parameter's global must not take the function's symbol
         args = []
         for i, value in enumerate(self.graph.inputs):
             v = self.values[value] = V(f"%arg{i}", value.type)
