@@ -138,7 +138,8 @@ def test_each_forced_kernel_equals_eager(small_bert, kernel):
 def test_measured_choice_is_cached_per_shape():
     first = kernels.measure_linear(8, 16, 24, True, "relu", min_rounds=2, budget_s=0.0)
     assert kernels.measure_linear(8, 16, 24, True, "relu", min_rounds=2, budget_s=0.0) is first
-    assert first.kernel == min(first.ms, key=first.ms.get)
+    # the times are reported rounded to 0.1 us: two candidates may tie there, the choice is made before rounding
+    assert first.ms[first.kernel] == min(first.ms.values())
 
 
 def test_linear_activation_runs_in_every_dtype_and_rank():
