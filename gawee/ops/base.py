@@ -241,7 +241,7 @@ class OpDef:
 
     def infer_types(self, in_types: TypeList, attrs: Mapping[str, Any]) -> list[TensorType]:
         """Output types for these operand types; raises InferenceError if the op rejects them."""
-        key = (self.name, tuple(in_types), tuple(attrs.items()))
+        key = (self.name, tuple(in_types), _typed(tuple(attrs.items())))
         try:
             cached = _INFER_CACHE.get(key)
         except TypeError:  # an unhashable attribute value: skip the cache
@@ -268,6 +268,16 @@ class OpDef:
 
 
 _INFER_CACHE: dict[Any, tuple[TensorType, ...]] = {}
+
+
+def _typed(v: Any) -> Any:
+    """A cache key that tells apart what Python's == does not: 1, 1.0 and True (an int scalar keeps an
+    integer result, a float one promotes it), 0.0 and -0.0, a list and a tuple."""
+    if isinstance(v, (tuple, list)):
+        return (type(v), tuple(_typed(x) for x in v))
+    if isinstance(v, float):
+        return (float, repr(v))
+    return (type(v), v)
 
 
 def _with_layouts(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any], result: list) -> list[TensorType]:

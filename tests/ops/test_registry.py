@@ -117,3 +117,13 @@ def test_docs_ops_md_is_current():
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
     assert doc.read_text() == reference(), "regenerate it: python -m gawee.ops > docs/ops.md"
+
+
+def test_type_inference_cache_tells_an_int_attribute_from_an_equal_float():
+    # 2 == 2.0 == True in Python: a cache keyed on == would give clamp(x: i64, min=2.0) the integer result
+    # of clamp(x, min=2) seen before it, and the harness's draws would depend on the tests run before
+    x = TensorType((2, 3), DType.i64)
+    clamp = get_op("clamp")
+    assert clamp.infer_types([x], {"min": 2}) == [TensorType((2, 3), DType.i64)]
+    assert clamp.infer_types([x], {"min": 2.0}) == [TensorType((2, 3), DType.f32)]
+    assert clamp.infer_types([x], {"min": 2}) == [TensorType((2, 3), DType.i64)]
