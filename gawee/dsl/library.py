@@ -15,7 +15,9 @@ from typing import Any
 import torch
 
 from gawee.dsl import kinds as K
+from gawee.equivalence import TOLERANCE
 from gawee.ir.core import Value
+from gawee.ir.types import DType
 from gawee.ops import get_op
 
 
@@ -78,6 +80,21 @@ def _all_equal(c: Value | None, x: float) -> bool:
         return False
     data = c.data
     return bool(data.numel() > 0 and (data == x).all().item())
+
+
+def _reassociable(a: Value | None, b: Value | None) -> bool:
+    """(x + a) + b against x + (a + b): the two differ by the roundings of the partial sums, at most a
+    unit roundoff of |a| + |b| (besides x's own, which the original has too). Small constants keep that
+    below the tolerance the equivalence checks allow; huge ones (1024 in float16, whose unit in the last
+    place is 1) make a softmax's logits and its output differ."""
+    x, y = _known(a), _known(b)
+    if not (x.is_floating_point() and y.is_floating_point()) or x.dtype != y.dtype:
+        return False
+    tol = TOLERANCE.get(DType.from_torch(x.dtype))
+    if tol is None or not (torch.isfinite(x).all() and torch.isfinite(y).all()):
+        return False
+    peak = (x.abs().max().item() if x.numel() else 0.0) + (y.abs().max().item() if y.numel() else 0.0)
+    return peak * torch.finfo(x.dtype).eps / 2 <= tol / 2
 
 
 def _value(c: Value | None) -> float:
@@ -243,6 +260,14 @@ BUILTINS: dict[str, Builtin] = {
         ),
         Builtin(
             "positive", (T,), B, lambda ctx, c: bool((_known(c) > 0).all()), doc="a constant with every element > 0"
+        ),
+        Builtin(
+            "reassociable",
+            (T, T),
+            B,
+            lambda ctx, a, b: _reassociable(a, b),
+            doc="two constants whose sum, added to a value, rounds as adding them in turn does, within the "
+            "dtype's equivalence tolerance: (max|a| + max|b|) * unit roundoff <= tolerance / 2",
         ),
         Builtin("is_float", (T,), B, lambda ctx, v: v is not None and v.dtype.is_float, doc="a floating-point tensor"),
         Builtin("rank", (T,), INT, lambda ctx, v: v.type.rank, doc="number of dimensions"),

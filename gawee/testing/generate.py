@@ -47,6 +47,9 @@ CONST_STYLES = ["normal", "awkward", "ints", "wide", "special", "special", "spec
 FINITE_STYLES = ["normal", "awkward", "ints", "wide", "extreme", "extreme1"]
 """Styles of constants the guard wants finite: extreme draws from the finite part of SPECIAL."""
 
+SMALL_STYLES = ["unit", "normal"]
+"""Styles of constants the guard wants small (`reassociable(a, b)`): no wide or extreme draws."""
+
 NONFINITE = [float("inf"), float("-inf"), float("nan")]
 """Added to the awkward pool of graph inputs (not of constants: weights are finite)."""
 
@@ -151,6 +154,8 @@ def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = Fals
         x = torch.randn(t.shape, generator=gen, dtype=torch.float64) * scale
     elif style == "ints":
         x = torch.randint(-3, 4, t.shape, generator=gen).double()
+    elif style == "unit":
+        x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1
     else:
         x = torch.randn(t.shape, generator=gen, dtype=torch.float64)
     return x.to(t.dtype.torch)
@@ -185,6 +190,8 @@ class Hints:
     same: dict[str, str] = field(default_factory=dict)
     positive: set[str] = field(default_factory=set)
     finite: set[str] = field(default_factory=set)
+    small: set[str] = field(default_factory=set)
+    """constants the guard wants of small magnitude (`reassociable(a, b)`)."""
     values: dict[str, list[float]] = field(default_factory=dict)
     attr_values: dict[str, list[float]] = field(default_factory=dict)
     """attribute variable -> values that satisfy a comparison with a literal (`lo <= -1`, `s < 0`)."""
@@ -277,6 +284,9 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
             h.zeros.update(names)
         elif e.func == "finite":
             h.finite.update(names)
+        elif e.func == "reassociable":
+            h.finite.update(names)
+            h.small.update(names)
         elif e.func == "all_equal" and len(names) == 1 and _number(e.args[1].value) is not None:
             h.values.setdefault(names[0], []).append(_number(e.args[1].value))
     elif isinstance(e, A.ECompare) and positive:
@@ -655,13 +665,18 @@ class Generator:
             style = "positive" if self.draw.boolean(0.9) else self.draw.choice(CONST_STYLES)
         elif not constant:
             style = self.draw.choice(STYLES)
+        elif name in self.hints.small and self.draw.boolean(0.9):
+            style = self.draw.choice(SMALL_STYLES)
         elif name in self.hints.finite:
             style = self.draw.choice(FINITE_STYLES) if self.draw.boolean(0.9) else "nonfinite1"
         elif hinted_value and self.draw.boolean(0.8):
             style = "value:" + repr(self.draw.choice(hinted_value))
         else:
             style = self.draw.choice(CONST_STYLES)
-        if self.cancel and not style.startswith("value:"):
+        small = style in SMALL_STYLES and name in self.hints.small
+        # a small constant the guard asks for stays small among cancelling leaves when steered: the rule is then
+        # tested where the rest of the sum is huge
+        if self.cancel and not style.startswith("value:") and not (small and self.steer):
             if self.cancel_run is None:
                 style = f"cancel:{self.draw.integers(0, 2)}"
             else:

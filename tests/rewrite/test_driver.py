@@ -74,6 +74,28 @@ def test_literals_match_constants_whose_elements_all_equal():
     assert report.firings["m"] == 1 and ops(out) == ["mul"]
 
 
+@pytest.mark.parametrize(
+    ("dtype", "m2", "folds"),
+    [
+        ("f16", 0.5, True),
+        ("f16", 1024.0, False),
+        ("f32", -100.0, True),
+        ("f32", 3e33, False),
+        ("f32", float("nan"), False),
+    ],
+)
+def test_reassociable_takes_constants_whose_sum_rounds_as_adding_them_in_turn(dtype, m2, folds):
+    """-100 is Swin's window mask; 1024 in float16 has a last-place unit of 1."""
+    b = GraphBuilder()
+    x = b.input("x", f"{dtype}[4]")
+    torch_dtype = {"f16": torch.float16, "f32": torch.float32}[dtype]
+    m1 = b.const(torch.full((4,), 0.25, dtype=torch_dtype), "m1")
+    b.output(b.add(b.add(x, m1), b.const(torch.tensor(m2, dtype=torch_dtype), "m2")))
+    rule = "rule r: add(add(x, m1), m2) where const(m1, m2) and reassociable(m1, m2) => add(x, m1 + m2)"
+    out, report = rewrite(b.graph, rules(rule))
+    assert report.firings["r"] == folds and ops(out) == ["add"] * (2 - folds)
+
+
 def test_a_variable_used_twice_binds_the_same_value():
     b = GraphBuilder()
     x, z = b.input("x", "f32[4]"), b.input("z", "f32[4]")
