@@ -1,7 +1,9 @@
 """The harness is itself tested: every planted unsound rule is caught, every correct twin passes."""
 
 import contextlib
+import importlib
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,24 @@ def test_runs_are_reproducible_with_a_seed():
     rule = next(r for r in TWINS if r.name == "bias_per_channel")
     a, b = check_rule(rule, 60, seed=7), check_rule(rule, 60, seed=7)
     assert (a.examples, a.guard_hits, a.fired) == (b.examples, b.guard_hits, b.fired)
+
+
+def test_draws_do_not_depend_on_the_modules_the_process_imported(tmp_path, monkeypatch):
+    """Hypothesis mixes the literals of imported local modules into its draws; the harness must not let a
+    user's helper module (or a capture that imports gawee's frontend) change what one seed draws."""
+    rule = next(r for r in TWINS if r.name == "bias_per_channel")
+
+    def drawn() -> list[str]:
+        seen: list[str] = []
+        check_rule(rule, 40, on_example=lambda ex, xs: seen.append(f"{ex.graph} {[x.tolist() for x in xs]}"))
+        return seen
+
+    before = drawn()
+    literals = ", ".join(f"{n}, {n / 7}" for n in range(101, 60000, 150))  # hypothesis reads at most 1024
+    (tmp_path / "gawee_user_literals.py").write_text(f"LITERALS = [{literals}]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "gawee_user_literals", importlib.import_module("gawee_user_literals"))
+    assert drawn() == before
 
 
 def test_guard_coverage_and_necessity_are_reported():
