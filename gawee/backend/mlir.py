@@ -21,6 +21,7 @@ are the graph's static shapes.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import platform
@@ -67,6 +68,10 @@ _ELEM = {
     DType.bool: "i1",
 }
 """DType → MLIR element type (complex types have no lowering)."""
+
+SLICED_WINDOW = 16
+"""A max/min ``reduce_window`` over at most this many elements (pools up to 4×4) is lowered as strided
+slices and elementwise max/min (``MlirLowering.reduce_window``); larger windows keep ``reduce_window``."""
 
 INLINE_BYTES = 64
 """Constants up to this size are hex ``dense<"0x...">`` literals; larger ones are resource blobs."""
@@ -467,11 +472,19 @@ class MlirLowering:
         window_dilations: Sequence[int] | None = None,
         init: V | None = None,
     ) -> V:
-        """``stablehlo.reduce_window`` over every dimension (padding takes the reduction's identity)."""
+        """``stablehlo.reduce_window`` over every dimension (padding takes the reduction's identity).
+
+        A max or min over a window of at most ``SLICED_WINDOW`` elements is the elementwise max (min) of
+        the window's strided slices of the padded input instead: the same values (max and min are
+        exact), and IREE fuses the slices into one elementwise dispatch, where its CPU tiling of a
+        ``reduce_window`` keeps a tile on the stack that can exceed its limit (googlenet's 3×3/2
+        ceil-mode pool of 1×192×56×56 asked for 100352 of 32768 bytes; pooling in iree-org/iree#13205)."""
         window_dilations = list(window_dilations or [1] * v.rank)
         shape = []
         for d, k, s, (lo, hi), dil in zip(v.shape, window, strides, padding, window_dilations):
             shape.append((d + lo + hi - (dil * (k - 1) + 1)) // s + 1)
+        if kind in ("max", "min") and init is None and 1 < math.prod(window) <= SLICED_WINDOW:
+            return self._sliced_window(v, kind, window, strides, padding, window_dilations, shape)
         v, padding = self._trim(v, 0, shape, window, strides, window_dilations, padding)
         attrs = {
             "window_dimensions": _ints(window),
@@ -483,6 +496,17 @@ class MlirLowering:
         return self.op(
             "stablehlo.reduce_window", [v, init], TensorType(tuple(shape), v.dtype), attrs, self._body(kind, v.dtype)
         )
+
+    def _sliced_window(self, v: V, kind: str, window, strides, padding, dilations, shape) -> V:
+        """``reduce_window`` of max/min as the max/min over the window's offsets of strided slices."""
+        padded = self.pad(v, self._init(kind, v.dtype), [lo for lo, _ in padding], [hi for _, hi in padding])
+        out = None
+        for offsets in itertools.product(*(range(k) for k in window)):
+            starts = [o * dil for o, dil in zip(offsets, dilations)]
+            limits = [b + (n - 1) * s + 1 for b, n, s in zip(starts, shape, strides)]
+            part = self.slice(padded, starts, limits, strides)
+            out = part if out is None else (self.max if kind == "max" else self.min)(out, part)
+        return out
 
     def dot_general(
         self,
