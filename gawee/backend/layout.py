@@ -10,8 +10,10 @@ call and runs NHWC ones directly; convolutions timed alone on one AMD EPYC ran u
 channels-last, yet whole mobilenet_v3_large took the same time either way. So :func:`choose`
 lowers the graph without and with the phase, times the two modules in alternation on random inputs
 of the graph's input types within a small budget (:func:`gawee.backend.measure.fastest`), and keeps
-the phase only when it wins by more than :data:`MARGIN` — a noisy tie keeps NCHW. The
-:class:`LayoutChoice` (both timings) is listed in the compile report.
+the phase only when it wins by more than :data:`MARGIN` — a noisy tie keeps NCHW. Where the
+convolutions are under :data:`CONV_SHARE` of the graph's FLOPs (a vision transformer's patch
+embedding) nothing is measured and NCHW kept. The :class:`LayoutChoice` (both timings, or why none)
+is listed in the compile report.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
+from gawee.analysis.cost import node_cost
 from gawee.backend.measure import fastest
-from gawee.ir.core import Graph
+from gawee.ir.core import Graph, Node
 from gawee.rewrite.ruleset import RULES_DIR, RuleSet, load_rules
 
 PHASE = RULES_DIR / "layout" / "channels_last.rules"
@@ -33,31 +36,61 @@ MARGIN = 0.05
 """Channels-last must be this much faster (a fraction of NCHW's time) to be chosen."""
 
 
+CONV_SHARE = 0.01
+"""Below this share of the graph's FLOPs in 4-D convolutions the layout is not measured: NCHW is kept.
+Channels-last changes only the convolutions' kernels (and adds conversions), so to win by MARGIN they
+would have to run MARGIN / CONV_SHARE = 5x slower per FLOP than the rest of the model. A vision
+transformer's patch embedding is 0.66% of vit_b_16's FLOPs; building and timing the two whole-model
+candidates for it took 2.3 s of vit_b_16's 4.1 s compile (AMD EPYC, 2 cores)."""
+
+
 @dataclass(frozen=True)
 class LayoutChoice:
     """The activation layout picked for a graph and what each candidate measured (median seconds per call)."""
 
     layout: str
     """``"contiguous"`` (NCHW) or ``"channels_last"``."""
-    contiguous_s: float
-    channels_last_s: float
+    contiguous_s: float | None
+    channels_last_s: float | None
+    """Median seconds per call of each candidate; None when the choice was not measured (``conv_share``)."""
     convolutions: int
     """4-D convolutions in the graph (the kernels the choice is about)."""
+    conv_share: float | None = None
+    """Their share of the graph's FLOPs (None where a FLOP count is symbolic or missing)."""
 
     def __str__(self) -> str:
+        if self.contiguous_s is None or self.channels_last_s is None:
+            return (
+                f"activations {self.layout} for {self.convolutions} convolutions (not measured: "
+                f"{self.conv_share:.2%} of the FLOPs, under {CONV_SHARE:.0%})"
+            )
         return (
             f"activations {self.layout} for {self.convolutions} convolutions "
             f"(NCHW {self.contiguous_s * 1e3:.2f} ms, channels-last {self.channels_last_s * 1e3:.2f} ms per call)"
         )
 
 
+def _is_convolution(n: Node) -> bool:
+    return n.op == "conv2d" and n.inputs[0] is not None and n.inputs[0].type.rank == 4 and n.inputs[0].dtype.is_float
+
+
 def convolutions(graph: Graph) -> int:
     """The 4-D float convolutions of ``graph``: the nodes whose kernel depends on the activation layout."""
-    return sum(
-        1
-        for n in graph
-        if n.op == "conv2d" and n.inputs[0] is not None and n.inputs[0].type.rank == 4 and n.inputs[0].dtype.is_float
-    )
+    return sum(1 for n in graph if _is_convolution(n))
+
+
+def conv_share(graph: Graph) -> float | None:
+    """The 4-D float convolutions' share of ``graph``'s FLOPs; None when a count is symbolic or the graph has none."""
+    conv = total = 0
+    for n in graph:
+        flops = node_cost(n).flops
+        if flops is None:
+            continue
+        if not isinstance(flops, int):
+            return None
+        total += flops
+        conv += flops if _is_convolution(n) else 0
+    return conv / total if total else None
 
 
 def phase() -> RuleSet:
@@ -79,15 +112,19 @@ def channels_last(graph: Graph) -> Graph:
 
 def choose(graph: Graph, build: Callable[[Graph], torch.nn.Module]) -> tuple[torch.nn.Module, LayoutChoice | None]:
     """The faster of ``build(graph)`` and ``build(channels_last(graph))``, and the measurement;
-    ``(build(graph), None)`` when the graph has no 4-D float convolution."""
+    ``(build(graph), None)`` when the graph has no 4-D float convolution, ``build(graph)`` unmeasured
+    when they are under CONV_SHARE of its FLOPs."""
     count = convolutions(graph)
     nchw = build(graph)
     if not count:
         return nchw, None
+    share = conv_share(graph)
+    if share is not None and share < CONV_SHARE:
+        return nchw, LayoutChoice("contiguous", None, None, count, share)
     from gawee.equivalence import random_inputs
 
     nhwc = build(channels_last(graph))
     xs = random_inputs([v.type for v in graph.inputs], seed=0)
     timed = fastest({"contiguous": nchw, "channels_last": nhwc}, xs, margin=MARGIN)
-    choice = LayoutChoice(timed.chosen, timed.seconds["contiguous"], timed.seconds["channels_last"], count)
+    choice = LayoutChoice(timed.chosen, timed.seconds["contiguous"], timed.seconds["channels_last"], count, share)
     return (nhwc if timed.chosen == "channels_last" else nchw), choice

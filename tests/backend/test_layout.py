@@ -68,6 +68,22 @@ def test_graphs_without_convolutions_are_not_measured():
     assert to_torch(graph).gawee_layout is None
 
 
+def test_a_graph_whose_convolutions_are_a_sliver_of_its_flops_is_not_measured():
+    """A patch embedding before large linears (a vision transformer): NCHW, no candidate built or timed."""
+    b = GraphBuilder("patches")
+    x = b.input("x", "f32[1,3,32,32]")
+    patches = b.conv2d(x, b.const(torch.randn(8, 3, 4, 4)), None, stride=[4, 4])  # 8 x 8 x 8 = 512 features
+    h = b.reshape(patches, shape=[1, 512])
+    graph = b.output(b.linear(b.linear(h, b.const(torch.randn(4096, 512))), b.const(torch.randn(512, 4096))))
+    assert layout.conv_share(graph) < layout.CONV_SHARE
+    built = []
+    module, choice = layout.choose(graph, lambda g: built.append(g) or to_torch(g, TorchOptions(channels_last=False)))
+    assert built == [graph] and choice.layout == "contiguous" and choice.contiguous_s is None
+    assert choice.convolutions == 1 and "not measured" in str(choice)
+    assert_matches_reference(graph, module)
+    assert layout.conv_share(fused_conv_graph()) > layout.CONV_SHARE  # the graph the measuring tests use
+
+
 def test_bad_layout_option_is_a_typed_error():
     with pytest.raises(GaweeError, match="channels_last"):
         to_torch(fused_conv_graph(), TorchOptions(channels_last="nhwc"))
