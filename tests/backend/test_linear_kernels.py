@@ -7,6 +7,7 @@ and is the kernel the generated fx code actually calls.
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,26 @@ def test_measured_choice_is_cached_per_shape():
     assert kernels.measure_linear(8, 16, 24, True, "relu", min_rounds=2, budget_s=0.0) is first
     # the times are reported rounded to 0.1 us: two candidates may tie there, the choice is made before rounding
     assert first.ms[first.kernel] == min(first.ms.values())
+
+
+def _sleeper(seconds: float, calls: list):
+    def run(*_):
+        calls.append(seconds)
+        time.sleep(seconds)
+
+    return run
+
+
+def test_a_clear_winner_ends_the_measurement_early_and_a_close_call_does_not():
+    """Sleeps, not kernels: their ratio is known on any CPU."""
+    calls: list = []
+    best = kernels._best_calls(
+        {"fast": _sleeper(0.001, calls), "slow": _sleeper(0.005, calls)}, (), min_rounds=3, max_rounds=10, budget_s=1.0
+    )
+    assert len(calls) == 2 * 3 and min(best, key=best.get) == "fast"  # 5x apart: min_rounds suffice
+    calls.clear()
+    kernels._best_calls({"a": _sleeper(0.002, calls), "b": _sleeper(0.002, calls)}, (), 3, 10, budget_s=1.0)
+    assert len(calls) == 2 * 10  # a tie runs until max_rounds (or the budget)
 
 
 def test_linear_activation_runs_in_every_dtype_and_rank():
