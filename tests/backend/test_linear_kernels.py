@@ -155,11 +155,11 @@ def test_a_clear_winner_ends_the_measurement_early_and_a_close_call_does_not():
     """Sleeps, not kernels: their ratio is known on any CPU."""
     calls: list = []
     best = kernels._best_calls(
-        {"fast": _sleeper(0.001, calls), "slow": _sleeper(0.005, calls)}, (), min_rounds=3, max_rounds=10, budget_s=1.0
+        {"fast": _sleeper(0.001, calls), "slow": _sleeper(0.01, calls)}, (), min_rounds=3, max_rounds=10, budget_s=1.0
     )
-    assert len(calls) == 2 * 3 and min(best, key=best.get) == "fast"  # 5x apart: min_rounds suffice
+    assert len(calls) == 2 * 3 and min(best, key=best.get) == "fast"  # 10x apart: min_rounds suffice
     calls.clear()
-    kernels._best_calls({"a": _sleeper(0.002, calls), "b": _sleeper(0.002, calls)}, (), 3, 10, budget_s=1.0)
+    kernels._best_calls({"a": _sleeper(0.005, calls), "b": _sleeper(0.005, calls)}, (), 3, 10, budget_s=1.0)
     assert len(calls) == 2 * 10  # a tie runs until max_rounds (or the budget)
 
 
