@@ -499,7 +499,9 @@ class MlirLowering:
 
     def _sliced_window(self, v: V, kind: str, window, strides, padding, dilations, shape) -> V:
         """``reduce_window`` of max/min as the max/min over the window's offsets of strided slices."""
-        padded = self.pad(v, self._init(kind, v.dtype), [lo for lo, _ in padding], [hi for _, hi in padding])
+        padded = v
+        if any(lo or hi for lo, hi in padding):
+            padded = self.pad(v, self._init(kind, v.dtype), [lo for lo, _ in padding], [hi for _, hi in padding])
         out = None
         for offsets in itertools.product(*(range(k) for k in window)):
             starts = [o * dil for o, dil in zip(offsets, dilations)]

@@ -184,6 +184,10 @@ def test_small_max_windows_are_strided_slices_iree_compiles():
     graph = b.output(b.max_pool2d(x, kernel_size=[3, 3], stride=[2, 2], ceil_mode=True))
     text = to_mlir(graph)
     assert "reduce_window" not in text and text.count("stablehlo.maximum") == 8
+    assert "stablehlo.pad" in text  # ceil mode: the last window reaches past the input
+    even = GraphBuilder("even")
+    z = even.input("z", "f32[1,2,8,8]")
+    assert "stablehlo.pad" not in to_mlir(even.output(even.max_pool2d(z, kernel_size=[2, 2], stride=[2, 2])))
     xs = random_inputs([v.type for v in graph.inputs])
     assert torch.equal(run_iree(graph, xs)[0], gawee.run(graph, *xs)[0])
     big = GraphBuilder("big")
