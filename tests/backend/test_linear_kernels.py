@@ -157,10 +157,24 @@ def test_a_clear_winner_ends_the_measurement_early_and_a_close_call_does_not():
     best = kernels._best_calls(
         {"fast": _sleeper(0.001, calls), "slow": _sleeper(0.01, calls)}, (), min_rounds=3, max_rounds=10, budget_s=1.0
     )
-    assert len(calls) == 2 * 3 and min(best, key=best.get) == "fast"  # 10x apart: min_rounds suffice
+    assert len(calls) == 2 and min(best, key=best.get) == "fast"  # 10x apart: one round decides
     calls.clear()
     kernels._best_calls({"a": _sleeper(0.005, calls), "b": _sleeper(0.005, calls)}, (), 3, 10, budget_s=1.0)
     assert len(calls) == 2 * 10  # a tie runs until max_rounds (or the budget)
+
+
+def test_a_kernel_that_cannot_win_is_dropped_and_the_rest_measured_on():
+    """1.4x apart: not decisive in the first round, dropped after min_rounds; the two tied ones run on."""
+    calls: list = []
+    best = kernels._best_calls(
+        {"a": _sleeper(0.02, calls), "b": _sleeper(0.02, calls), "slow": _sleeper(0.028, calls)},
+        (),
+        min_rounds=2,
+        max_rounds=6,
+        budget_s=1.0,
+    )
+    assert calls.count(0.028) == 2 and calls.count(0.02) == 2 * 6
+    assert best["slow"] > max(best["a"], best["b"])
 
 
 def test_linear_activation_runs_in_every_dtype_and_rank():
