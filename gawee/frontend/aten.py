@@ -93,7 +93,7 @@ class NodeConverter:
             src, idx = fx_node.args
             self.env[fx_node] = self.env[src][idx]
             return
-        key = _target_name(target)
+        key = target_name(target)
         if is_check(target):
             self.dropped[key] = self.dropped.get(key, 0) + 1
             return
@@ -306,7 +306,7 @@ def _normalize_args(schema, args: tuple, kwargs: dict) -> dict[str, Any]:
     return out
 
 
-def _target_name(target: Callable) -> str:
+def target_name(target: Callable) -> str:
     if isinstance(target, torch._ops.OpOverload):
         return f"{target.namespace}.{target._schema.name.split('::')[-1]}.{target._overloadname}"
     return getattr(target, "__name__", str(target))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import operator
 import os
 import re
 import sys
@@ -22,7 +23,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from gawee.errors import CaptureError
-from gawee.frontend.aten import NodeConverter, recorded_types
+from gawee.frontend.aten import NodeConverter, binding_table, is_check, recorded_types, target_name
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import Sym
 from gawee.ops import OPAQUE
@@ -35,7 +36,8 @@ class CaptureStats:
     export_s: float = 0.0
     """torch.export.export."""
     decompose_s: float = 0.0
-    """run_decompositions({}): functionalization only (no op is decomposed)."""
+    """run_decompositions({}): functionalization (0 when the exported program needed none:
+    :func:`needs_functionalization`)."""
     convert_s: float = 0.0
     """gawee's own conversion of the exported graph."""
     opaque_ops: dict[str, int] = field(default_factory=dict)
@@ -86,12 +88,86 @@ def _export_logged(model: torch.nn.Module, example_inputs: Sequence, log: Path, 
     except Exception as e:  # torch.export raises many unrelated types; all mean "cannot capture"
         raise _capture_error(e, model, log, "torch.export could not capture the model") from e
     t1 = time.perf_counter()
+    if not needs_functionalization(ep):
+        ep.graph.eliminate_dead_code()  # as functionalization would (export keeps e.g. BERT's unused pooler)
+        return ep, t1 - t0, 0.0
     try:
         with _torch_output_to(log):
             ep = ep.run_decompositions({})
     except Exception as e:  # same: any failure here is a capture failure of this model
         raise _capture_error(e, model, log, "functionalization failed") from e
     return ep, t1 - t0, time.perf_counter() - t1
+
+
+def needs_functionalization(ep: ExportedProgram) -> bool:
+    """Whether export's program must be re-traced by ``run_decompositions({})`` (0.6-1 s on a transformer)
+    before gawee converts it. It need not when, after :func:`_in_place_to_functional`, nothing in it
+    mutates anything and every op binds to the registry as exported: functionalization would not change
+    what it computes, and a composite op it would decompose (``reshape``, ``dropout``, ``to``) has an
+    OpDef of its own. A program with an op the registry lacks is functionalized, which may spell the op
+    in ones it has."""
+    if any(s.kind != OutputKind.USER_OUTPUT for s in ep.graph_signature.output_specs):
+        return True
+    if not _in_place_to_functional(ep.graph):
+        return True
+    table = binding_table()
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem or is_check(node.target):
+            continue
+        if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            continue  # a size computation: converted to an expression
+        if not isinstance(node.target, torch._ops.OpOverload) or target_name(node.target) not in table:
+            return True
+    return False
+
+
+def _in_place_to_functional(graph: torch.fx.Graph) -> bool:
+    """Each in-place op (``relu_``, ``add_``...) becomes its functional overload where no one can observe
+    the write: it writes its first operand only, and that operand is a fresh result of an earlier op (no
+    input, no view) that nothing else reads. False, with every op rewritten so far still equivalent, when
+    some mutation is not of that kind."""
+    for node in graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        written = [
+            i for i, a in enumerate(target._schema.arguments) if a.alias_info is not None and a.alias_info.is_write
+        ]
+        if not written:
+            continue
+        functional = _functional_overload(target)
+        base = node.args[0] if node.args else None
+        if functional is None or written != [0] or not isinstance(base, torch.fx.Node) or not _fresh(base):
+            return False
+        if [u for u in base.users if not is_check(u.target)] != [node]:
+            return False
+        node.target = functional
+    return True
+
+
+def _functional_overload(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """``aten.add.Tensor`` for ``aten.add_.Tensor``: same overload, same arguments, no write (else None)."""
+    name = target._schema.name.split("::")[-1]
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    packet = getattr(getattr(torch.ops, target.namespace), name[:-1], None)
+    functional = getattr(packet, target._overloadname, None) if packet is not None else None
+    if functional is None:
+        return None
+    ins, outs = target._schema.arguments, functional._schema.arguments
+    if len(ins) != len(outs) or any(a.type != b.type for a, b in zip(ins, outs)):
+        return None
+    return functional
+
+
+def _fresh(node: torch.fx.Node) -> bool:
+    """A result of an op that returns new memory (no alias annotation on its returns)."""
+    target = node.target
+    return (
+        node.op == "call_function"
+        and isinstance(target, torch._ops.OpOverload)
+        and all(r.alias_info is None for r in target._schema.returns)
+    )
 
 
 def capture(

@@ -689,7 +689,14 @@ register(
             [S.same_as_input(d, sl, a)],
             {"dtype": d.choice(["f32", "f16", "bf16", "f64", "i32", "i64"]), **a},
         ),
-        aten=(AtenBinding("aten._to_copy.default", convert=_cast_args),),
+        aten=(
+            AtenBinding("aten._to_copy.default", convert=_cast_args),
+            # the training IR's spellings (a capture that needs no functionalization keeps them): without
+            # mutation, a result that may alias its input is the same values as a copy
+            AtenBinding("aten.to.dtype", convert=_cast_args),
+            AtenBinding("aten.to.dtype_layout", convert=_cast_args),
+            AtenBinding("aten.to.device", convert=_cast_args),
+        ),
         onnx=lambda c: c.cast(c.x(0), c.out.dtype),
         mlir=lambda c: c.convert(c.x(0), c.out.dtype),
         doc="element type conversion (a copy, also when the dtype does not change)",

@@ -539,6 +539,14 @@ def _cat_sample(draw, slots, attrs):
 
 SELF = (Operand("self"),)
 
+
+def _unflatten_args(args, types):
+    """``unflatten(self, dim, sizes)`` as the reshape to ``shape[:dim] + sizes + shape[dim + 1:]``."""
+    shape = list(types["self"].shape)
+    d = _norm_dim(args["dim"], max(len(shape), 1))
+    return {"self": args["self"], "shape": [*shape[:d], *args["sizes"], *shape[d + 1 :]]}
+
+
 # -- views (no data moves; they cost nothing) ----------------------------------------
 view_op(
     "reshape",
@@ -553,6 +561,7 @@ view_op(
         AtenBinding("aten.view.default", rename={"size": "shape"}),
         "aten.reshape.default",
         AtenBinding("aten._unsafe_view.default", rename={"size": "shape"}),
+        AtenBinding("aten.unflatten.int", convert=_unflatten_args),
     ),
     doc="same elements in row-major order, new shape (-1 resolved at creation)",
 )

@@ -88,6 +88,52 @@ def test_no_in_place_op_reaches_the_ir():
     torch.testing.assert_close(gawee.run(g, x)[0], InPlace()(x))
 
 
+class FreshInPlace(torch.nn.Module):
+    """In-place ops that write only fresh results nothing else reads (ResNet's ``relu_``, ``add_``), and
+    composite ops of the training IR (``unflatten``, ``to``, eval ``dropout``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.nn.functional.relu(self.conv(x), inplace=True)
+        y = (y + 1.0).add_(x.mean(1, keepdim=True))
+        z = torch.nn.functional.dropout(y.flatten(2), 0.5, training=False).unflatten(2, (4, -1))
+        return z.to(torch.float64).sum(-1)
+
+
+class ObservedInPlace(torch.nn.Module):
+    """``relu_`` writes ``a`` after a view of it was taken: the view sees the write, and only
+    functionalization keeps that right."""
+
+    def forward(self, x):
+        a = x * 2
+        v = a.view(-1)
+        a.relu_()
+        return v + 1
+
+
+def test_a_program_without_observable_mutation_is_not_functionalized_again():
+    x, model = torch.randn(2, 3, 8, 8), FreshInPlace()
+    stats = gawee.CaptureStats()
+    g = gawee.capture(model, (x,), stats=stats)
+    assert stats.decompose_s == 0.0, "run_decompositions is skipped"
+    assert not stats.opaque_ops
+    assert not [n for n in g if n.source.split(".")[1].endswith("_")]
+    with torch.no_grad():
+        torch.testing.assert_close(gawee.run(g, x)[0], model(x))
+
+
+def test_a_mutation_someone_can_observe_is_functionalized():
+    x = torch.randn(3, 4)
+    for model in (ObservedInPlace(), InPlace()):  # an other reader; a write into a view (y[:, 0] = 0)
+        stats = gawee.CaptureStats()
+        g = gawee.capture(model, (x,), stats=stats)
+        assert stats.decompose_s > 0.0
+        torch.testing.assert_close(gawee.run(g, x)[0], model(x.clone()))
+
+
 class Branchy(torch.nn.Module):
     def forward(self, x):
         if x.sum() > 0:  # data-dependent control flow: torch.export cannot capture it

@@ -108,7 +108,7 @@ def test_the_report_is_self_contained_and_complete(resnet18_report):
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)|@import|url\(\s*["']?https?:""", text)
     assert "<script" not in text and "<link" not in text
     assert text.count("<svg ") == 2
-    assert text.count('<td class="rule">') == len(report.trace) == 45
+    assert text.count('<td class="rule">') == len(report.trace) == 46
     for cell in ("bytes read", "peak memory", "batch_norm", "verification", "fold_conv_bn x20"):
         assert cell in text
     assert "```" not in text and "| metric | before | after | change |" in text  # the Markdown, for copying
