@@ -160,14 +160,24 @@ def _functional_overload(target: torch._ops.OpOverload) -> torch._ops.OpOverload
     return functional
 
 
+FRESH_COMPOSITES = frozenset(
+    {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::linear", "aten::batch_norm", "aten::layer_norm"}
+)
+"""Composite ops (CompositeImplicitAutograd) whose result is always new memory. A composite's schema does not
+promise that: eval ``dropout``, ``type_as`` and ``einsum("ij->ij", x)`` return their input or a view of it."""
+
+
 def _fresh(node: torch.fx.Node) -> bool:
-    """A result of an op that returns new memory (no alias annotation on its returns)."""
+    """A result of an op that returns new memory: an op with a kernel of its own, whose returns carry no alias
+    annotation (kernels keep their schema's), or one of FRESH_COMPOSITES."""
     target = node.target
-    return (
-        node.op == "call_function"
-        and isinstance(target, torch._ops.OpOverload)
-        and all(r.alias_info is None for r in target._schema.returns)
-    )
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return False
+    if any(r.alias_info is not None for r in target._schema.returns):
+        return False
+    name = target._schema.name
+    composite = torch._C._dispatch_has_kernel_for_dispatch_key(target.name(), "CompositeImplicitAutograd")
+    return not composite or name in FRESH_COMPOSITES
 
 
 def capture(

@@ -114,6 +114,17 @@ class ObservedInPlace(torch.nn.Module):
         return v + 1
 
 
+class AliasedByComposite(torch.nn.Module):
+    """Eval ``dropout`` returns its input itself: ``add_`` on its result writes ``x * 2``, which the view
+    ``v`` shows."""
+
+    def forward(self, x):
+        a = x * 2
+        v = a.view(-1)
+        torch.nn.functional.dropout(a, 0.5, training=False).add_(1.0)
+        return v + 0
+
+
 def test_a_program_without_observable_mutation_is_not_functionalized_again():
     x, model = torch.randn(2, 3, 8, 8), FreshInPlace()
     stats = gawee.CaptureStats()
@@ -127,7 +138,8 @@ def test_a_program_without_observable_mutation_is_not_functionalized_again():
 
 def test_a_mutation_someone_can_observe_is_functionalized():
     x = torch.randn(3, 4)
-    for model in (ObservedInPlace(), InPlace()):  # an other reader; a write into a view (y[:, 0] = 0)
+    # a view taken before the write; a write into a view (y[:, 0] = 0); a write through a composite's alias
+    for model in (ObservedInPlace(), InPlace(), AliasedByComposite()):
         stats = gawee.CaptureStats()
         g = gawee.capture(model, (x,), stats=stats)
         assert stats.decompose_s > 0.0
