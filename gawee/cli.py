@@ -223,9 +223,8 @@ def cmd_show(args, console: Console) -> int:
         console.print(str(graph), markup=False, highlight=False)
     extra = {}
     if stats.total_s:
-        extra["capture"] = (
-            f"export {stats.export_s:.2f}s + functionalize {stats.decompose_s:.2f}s + gawee {stats.convert_s:.3f}s"
-        )
+        functionalize = f"functionalize {stats.decompose_s:.2f}s" if stats.decompose_s else "no functionalization"
+        extra["capture"] = f"export {stats.export_s:.2f}s + {functionalize} + gawee {stats.convert_s:.3f}s"
     extra["peak at"] = report.peak_at
     console.print(rich_report(f"{graph.name}: {len(graph)} nodes", [Column("value", report, extra)]))
     if stats.opaque_ops:

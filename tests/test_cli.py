@@ -18,6 +18,7 @@ def test_show_resnet18(capsys):
     assert code == 0
     for text in ["resnet18: 69 nodes", "FLOPs", "3.64 G", "peak memory", "batch_norm", "opaque ops: none"]:
         assert text in out
+    assert "no functionalization" in out  # its relu_ and add_ write fresh results only
 
 
 def test_show_json_and_saved_graph(capsys, tmp_path):
