@@ -182,7 +182,7 @@ def compile(
     else:
         module = to_torch(optimized, options, output_structure=structure)
         if backend == "auto":
-            module, choice = _choose_runtime(optimized, module, structure)
+            module, choice = _choose_runtime(optimized, module, structure, list(example_inputs))
     seconds["lower"] = time.perf_counter() - t0
     kernels = list(getattr(module, "gawee_kernels", []))
 
@@ -222,9 +222,11 @@ def compile(
     return module
 
 
-def _choose_runtime(graph: Graph, torch_module, structure) -> tuple[object, BackendChoice]:
+def _choose_runtime(graph: Graph, torch_module, structure, xs: list) -> tuple[object, BackendChoice]:
     """``backend="auto"``: the torch lowering, or ONNX Runtime on the same graph when it is installed,
-    can run the graph, and measures more than 5% faster here (:func:`gawee.backend.measure.fastest`)."""
+    can run the graph, and measures more than 5% faster here (:func:`gawee.backend.measure.fastest`).
+    Both are compared and timed on the example inputs ``xs``: inputs in the model's domain (random ones
+    need not be: an attention mask of 0-3 with fully masked rows made GPT-2's outputs undefined)."""
     from gawee.backend import ort
     from gawee.backend.measure import SETTLE_S, fastest
 
@@ -235,7 +237,6 @@ def _choose_runtime(graph: Graph, torch_module, structure) -> tuple[object, Back
         except GaweeError as e:  # an op without an ONNX lowering, say: the torch lowering runs it
             why = e.message
     if why is None:
-        xs = random_inputs([v.type for v in graph.inputs], seed=0)
         why = _disagreement(graph.name, torch_module, ort_module, xs)
     if why is not None:
         return torch_module, BackendChoice("torch", {}, why)

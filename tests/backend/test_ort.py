@@ -95,6 +95,26 @@ def test_auto_keeps_the_torch_lowering_when_ort_disagrees_or_fails(monkeypatch):
     assert choice.chosen == "torch" and "fails to run it: [ONNXRuntimeError]" in choice.only_candidate_because
 
 
+class Lookup(torch.nn.Module):
+    """Indices into a table of 2 rows: an input drawn at random (0-3) is outside its domain."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(2, 4)
+
+    def forward(self, ids):
+        return self.table(ids) * 2
+
+
+def test_auto_compares_and_times_the_runtimes_on_the_example_inputs():
+    ids, model = torch.tensor([[0, 1, 1, 0, 1]]), Lookup()
+    module = gawee.compile(model, (ids,), backend="auto")
+    choice = module.gawee_report.backend
+    assert choice.only_candidate_because is None and set(choice.seconds) == {"torch", "onnxruntime"}
+    with torch.no_grad():
+        torch.testing.assert_close(module(ids), model(ids))
+
+
 def test_unknown_backend_names_the_choices():
     net, x = _net()
     with pytest.raises(GaweeError, match="unknown backend") as e:
