@@ -141,3 +141,8 @@ def test_fastest_keeps_the_default_on_a_tie_and_takes_a_clear_winner():
     before = dict(calls)
     fastest({"default": slow, "other": fast}, [], settle_s=0.01)
     assert calls["b"] - before["b"] >= 2 + 2 * (2 + 2)  # first calls, then two rounds of (untimed + timed)
+    # calls of 50 ms or more: one untimed call per round
+    long_a, long_b = sleeper("a", 0.06), sleeper("b", 0.05)
+    before = dict(calls)
+    fastest({"default": long_a, "other": long_b}, [], settle_s=0.01, budget_s=0.0)
+    assert calls["b"] - before["b"] == 2 + 2 * (1 + 2)
