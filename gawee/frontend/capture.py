@@ -136,6 +136,9 @@ def _in_place_to_functional(graph: torch.fx.Graph) -> bool:
         if not written:
             continue
         functional = _functional_overload(target)
+        if functional is not None and _writes_nothing(node):
+            node.target = functional
+            continue
         base = node.args[0] if node.args else None
         if functional is None or written != [0] or not isinstance(base, torch.fx.Node) or not _fresh(base):
             return False
@@ -143,6 +146,21 @@ def _in_place_to_functional(graph: torch.fx.Graph) -> bool:
             return False
         node.target = functional
     return True
+
+
+EVAL_IDENTITIES = frozenset(
+    {"aten::dropout_", "aten::feature_dropout_", "aten::alpha_dropout_", "aten::feature_alpha_dropout_"}
+)
+"""In-place ops that write nothing when their ``train`` argument is False (EfficientNet's classifier runs
+``Dropout(inplace=True)`` on a flatten view)."""
+
+
+def _writes_nothing(node: torch.fx.Node) -> bool:
+    """An in-place op that leaves its operand as it is here: an eval-mode in-place dropout."""
+    if node.target._schema.name not in EVAL_IDENTITIES:
+        return False
+    train = node.kwargs.get("train", node.args[2] if len(node.args) > 2 else None)
+    return train is False
 
 
 def _functional_overload(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:

@@ -89,8 +89,9 @@ def test_no_in_place_op_reaches_the_ir():
 
 
 class FreshInPlace(torch.nn.Module):
-    """In-place ops that write only fresh results nothing else reads (ResNet's ``relu_``, ``add_``), and
-    composite ops of the training IR (``unflatten``, ``to``, eval ``dropout``)."""
+    """In-place ops that write only fresh results nothing else reads (ResNet's ``relu_``, ``add_``) or write
+    nothing (eval ``dropout_`` on a view), and composite ops of the training IR (``unflatten``, ``to``, eval
+    ``dropout``)."""
 
     def __init__(self):
         super().__init__()
@@ -100,6 +101,7 @@ class FreshInPlace(torch.nn.Module):
         y = torch.nn.functional.relu(self.conv(x), inplace=True)
         y = (y + 1.0).add_(x.mean(1, keepdim=True))
         z = torch.nn.functional.dropout(y.flatten(2), 0.5, training=False).unflatten(2, (4, -1))
+        z = torch.nn.functional.dropout(z.flatten(1), 0.5, training=False, inplace=True)  # a view: writes nothing
         return z.to(torch.float64).sum(-1)
 
 
