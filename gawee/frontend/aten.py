@@ -50,6 +50,13 @@ def symbolic_scalar(fx_node: torch.fx.Node, symbols: dict | None) -> Any:
     return None
 
 
+def written_operands(target) -> list[int]:
+    """The positions of the arguments an ATen overload writes (``relu_``: ``[0]``; a functional op: ``[]``)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return []
+    return [i for i, a in enumerate(target._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
 def is_check(target) -> bool:
     """An ATen op that returns nothing and writes nothing: a runtime check export emits
     (``_assert_tensor_metadata`` next to every ``.to(dtype)``, ``_assert_scalar``,
@@ -57,8 +64,7 @@ def is_check(target) -> bool:
     The shapes and dtypes it asserts are already static in the captured graph."""
     if not isinstance(target, torch._ops.OpOverload):
         return False
-    schema = target._schema
-    return not schema.returns and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    return not target._schema.returns and not written_operands(target)
 
 
 class NodeConverter:

@@ -23,7 +23,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from gawee.errors import CaptureError
-from gawee.frontend.aten import NodeConverter, binding_table, is_check, recorded_types, target_name
+from gawee.frontend.aten import NodeConverter, binding_table, is_check, recorded_types, target_name, written_operands
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import Sym
 from gawee.ops import OPAQUE
@@ -37,7 +37,7 @@ class CaptureStats:
     """torch.export.export."""
     decompose_s: float = 0.0
     """run_decompositions({}): functionalization (0 when the exported program needed none:
-    :func:`needs_functionalization`)."""
+    :func:`functional_without_retrace`)."""
     convert_s: float = 0.0
     """gawee's own conversion of the exported graph."""
     opaque_ops: dict[str, int] = field(default_factory=dict)
@@ -88,7 +88,7 @@ def _export_logged(model: torch.nn.Module, example_inputs: Sequence, log: Path, 
     except Exception as e:  # torch.export raises many unrelated types; all mean "cannot capture"
         raise _capture_error(e, model, log, "torch.export could not capture the model") from e
     t1 = time.perf_counter()
-    if not needs_functionalization(ep):
+    if functional_without_retrace(ep):
         ep.graph.eliminate_dead_code()  # as functionalization would (export keeps e.g. BERT's unused pooler)
         return ep, t1 - t0, 0.0
     try:
@@ -99,17 +99,17 @@ def _export_logged(model: torch.nn.Module, example_inputs: Sequence, log: Path, 
     return ep, t1 - t0, time.perf_counter() - t1
 
 
-def needs_functionalization(ep: ExportedProgram) -> bool:
-    """Whether export's program must be re-traced by ``run_decompositions({})`` (0.6-1 s on a transformer)
-    before gawee converts it. It need not when, after :func:`_in_place_to_functional`, nothing in it
-    mutates anything and every op binds to the registry as exported: functionalization would not change
+def functional_without_retrace(ep: ExportedProgram) -> bool:
+    """Make export's program functional in place (:func:`_in_place_to_functional`) when that can be done
+    without re-tracing it through ``run_decompositions({})`` (0.6-1 s on a transformer). True when it then
+    mutates nothing and every op binds to the registry as exported: functionalization would not change
     what it computes, and a composite op it would decompose (``reshape``, ``dropout``, ``to``) has an
-    OpDef of its own. A program with an op the registry lacks is functionalized, which may spell the op
-    in ones it has."""
+    OpDef of its own. False when the program must still be functionalized (an op the registry lacks may
+    then be spelled in ones it has); the in-place rewrites made so far keep it equivalent."""
     if any(s.kind != OutputKind.USER_OUTPUT for s in ep.graph_signature.output_specs):
-        return True
+        return False
     if not _in_place_to_functional(ep.graph):
-        return True
+        return False
     table = binding_table()
     for node in ep.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem or is_check(node.target):
@@ -117,8 +117,8 @@ def needs_functionalization(ep: ExportedProgram) -> bool:
         if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat)):
             continue  # a size computation: converted to an expression
         if not isinstance(node.target, torch._ops.OpOverload) or target_name(node.target) not in table:
-            return True
-    return False
+            return False
+    return True
 
 
 def _in_place_to_functional(graph: torch.fx.Graph) -> bool:
@@ -130,9 +130,7 @@ def _in_place_to_functional(graph: torch.fx.Graph) -> bool:
         target = node.target
         if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
             continue
-        written = [
-            i for i, a in enumerate(target._schema.arguments) if a.alias_info is not None and a.alias_info.is_write
-        ]
+        written = written_operands(target)
         if not written:
             continue
         functional = _functional_overload(target)
