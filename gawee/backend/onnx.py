@@ -13,7 +13,7 @@ raise :class:`ExportError` naming them.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -152,6 +152,21 @@ class OnnxLowering:
         opdef = get_op(op)
         full = opdef.complete_attrs(dict(attrs), where=self.node.name)
         return self._exporter.lower(OnnxLowering(self._exporter, self.node, opdef, inputs, full, in_types))
+
+    def on_vector(self, emit: Callable[[str], str]) -> str:
+        """``emit(x)`` on operand 0, made 1-D first when it is 0-d (ONNX's Softmax, CumSum, ArgMax... need an axis
+        to act along; torch's take dim 0 of a 0-d tensor), the result made 0-d again."""
+        if self.type(0).rank:
+            return emit(self.x(0))
+        return self.emit("Reshape", emit(self.emit("Reshape", self.x(0), self.ints([1]))), self.ints([]))
+
+    def on_batched(self, spatial: int, emit: Callable[[str], str]) -> str:
+        """``emit(x)`` on operand 0 given a batch dimension when it has none (torch's pools and convolutions take
+        ``[C, *spatial]``; ONNX's want ``[N, C, *spatial]``), which is removed again from the result."""
+        if self.type(0).rank != spatial + 1:
+            return emit(self.x(0))
+        zero = self.ints([0])
+        return self.emit("Squeeze", emit(self.emit("Unsqueeze", self.x(0), zero)), zero)
 
     def fail(self, why: str):
         """Raise ExportError: this node has no ONNX form (usable inside a lambda)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import operator
@@ -12,9 +13,10 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import sympy
 import torch
@@ -36,8 +38,9 @@ class CaptureStats:
     export_s: float = 0.0
     """torch.export.export."""
     decompose_s: float = 0.0
-    """run_decompositions({}): functionalization (0 when the exported program needed none:
-    :func:`functional_without_retrace`)."""
+    """run_decompositions: functionalization, and the decomposition of ops the registry lacks
+    (:func:`unbound_decompositions`); 0 when the exported program needed neither
+    (:func:`functional_without_retrace`)."""
     convert_s: float = 0.0
     """gawee's own conversion of the exported graph."""
     opaque_ops: dict[str, int] = field(default_factory=dict)
@@ -66,11 +69,17 @@ def export_program(
     error (with torch's full message and traceback appended) after a failure.
     """
     model = model.eval()
+    return _logged(lambda log: _export_logged(model, example_inputs, log, dynamic_shapes))
+
+
+def _logged(fn: Callable[[Path], Any]) -> Any:
+    """``fn(log)`` with a fresh log file for torch's output: deleted after a success, kept after a failure (the
+    CaptureError names it)."""
     fd, log_name = tempfile.mkstemp(prefix="gawee-export-", suffix=".log")
     log = Path(log_name)
     os.close(fd)
     try:
-        result = _export_logged(model, example_inputs, log, dynamic_shapes)
+        result = fn(log)
     except CaptureError:
         raise  # the message names the log: keep it
     except BaseException:
@@ -91,12 +100,73 @@ def _export_logged(model: torch.nn.Module, example_inputs: Sequence, log: Path, 
     if functional_without_retrace(ep):
         ep.graph.eliminate_dead_code()  # as functionalization would (export keeps e.g. BERT's unused pooler)
         return ep, t1 - t0, 0.0
+    ep = _decompose_logged(ep, unbound_decompositions(ep), model, log, "functionalization failed")
+    for _ in range(DECOMPOSE_ROUNDS - 1):  # a decomposition may emit ops the registry lacks in turn
+        table = unbound_decompositions(ep)
+        if not table:
+            break
+        ep = _decompose_logged(ep, table, model, log, "decomposition failed")
+    return ep, t1 - t0, time.perf_counter() - t1
+
+
+def _decompose_logged(ep: ExportedProgram, table: dict, model: torch.nn.Module, log: Path, what: str):
+    """``ep.run_decompositions(table)`` (functionalization, and the decompositions in ``table``)."""
     try:
         with _torch_output_to(log):
-            ep = ep.run_decompositions({})
+            return ep.run_decompositions(table)
     except Exception as e:  # same: any failure here is a capture failure of this model
-        raise _capture_error(e, model, log, "functionalization failed") from e
-    return ep, t1 - t0, time.perf_counter() - t1
+        raise _capture_error(e, model, log, what) from e
+
+
+DECOMPOSE_ROUNDS = 3
+"""Re-traces at most that decompose ops the registry lacks (each round those the previous one emitted)."""
+
+
+def _unbound_ops(ep: ExportedProgram) -> list[torch.fx.Node]:
+    """The call nodes whose target has no registry binding (checks and size computations aside): they
+    would become opaque ``aten`` nodes."""
+    table = binding_table()
+    unbound = []
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem or is_check(node.target):
+            continue
+        if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            continue  # a size computation: converted to an expression
+        if not isinstance(node.target, torch._ops.OpOverload) or target_name(node.target) not in table:
+            unbound.append(node)
+    return unbound
+
+
+@functools.cache
+def _torch_decompositions() -> dict:
+    """torch.export's default table: every composite (CompositeImplicitAutograd) op's own decomposition, and
+    the core ATen decompositions."""
+    return dict(torch.export.default_decompositions().items())
+
+
+def unbound_decompositions(ep: ExportedProgram) -> dict:
+    """The decomposition table for ``run_decompositions``: torch's decomposition of each op in ``ep`` that the
+    registry lacks and torch can decompose (``type_as``, ``multiply``, ``repeat_interleave``: composites that
+    ``run_decompositions({})`` keeps as they are), so that op reaches the registry as ops it binds rather than as
+    an opaque node. Ops the registry binds are kept whole (``linear``, ``layer_norm``: one OpDef each)."""
+    torch_table = _torch_decompositions()
+    targets = {n.target for n in _unbound_ops(ep)}
+    return {t: torch_table[t] for t in sorted(targets, key=str) if t in torch_table}
+
+
+def _opaque_decompositions(ep: ExportedProgram, opaque: dict[str, int]) -> dict:
+    """torch's decomposition of each op that stayed opaque and has one: ops whose binding refused the call as
+    made (``softmax`` with a ``dtype``, which its OpDef does not take) reach the registry as ``_softmax`` and a
+    cast instead."""
+    if not opaque:
+        return {}
+    torch_table = _torch_decompositions()
+    targets = {
+        n.target
+        for n in ep.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and target_name(n.target) in opaque
+    }
+    return {t: torch_table[t] for t in sorted(targets, key=str) if t in torch_table}
 
 
 def functional_without_retrace(ep: ExportedProgram) -> bool:
@@ -110,15 +180,7 @@ def functional_without_retrace(ep: ExportedProgram) -> bool:
         return False
     if not _in_place_to_functional(ep.graph):
         return False
-    table = binding_table()
-    for node in ep.graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem or is_check(node.target):
-            continue
-        if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat)):
-            continue  # a size computation: converted to an expression
-        if not isinstance(node.target, torch._ops.OpOverload) or target_name(node.target) not in table:
-            return False
-    return True
+    return not _unbound_ops(ep)
 
 
 def _in_place_to_functional(graph: torch.fx.Graph) -> bool:
@@ -220,6 +282,17 @@ def capture(
     t0 = time.perf_counter()
     graph = from_exported_program(ep, name or type(model).__name__, stats)
     stats.convert_s = time.perf_counter() - t0
+    table = _opaque_decompositions(ep, stats.opaque_ops)
+    if table:  # ops bound only as other calls spell them (softmax with a dtype): decomposed, converted again
+        t1 = time.perf_counter()
+        ep = _logged(lambda log: _decompose_logged(ep, table, model, log, "decomposition failed"))
+        t2 = time.perf_counter()
+        stats.decompose_s += t2 - t1
+        stats.opaque_ops.clear()
+        stats.dropped_checks.clear()
+        stats.warnings.clear()
+        graph = from_exported_program(ep, name or type(model).__name__, stats)
+        stats.convert_s += time.perf_counter() - t2
     # Timings go to ``stats`` (the CLI reports them), never into the graph: a saved graph is a pure function
     # of the model (and rules), byte for byte.
     return graph

@@ -257,7 +257,15 @@ class OpDef:
                 args = [None if t is None else meta_tensor(t) for t in in_types]
                 result = [TensorType.of(t) for t in self.run(args, attrs)]
             result = _with_layouts(self, in_types, attrs, result)
-        except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError) as e:
+        except (
+            RuntimeError,
+            ValueError,
+            TypeError,
+            IndexError,
+            NotImplementedError,
+            AssertionError,
+            ArithmeticError,
+        ) as e:
             sig = ", ".join("_" if t is None else str(t) for t in in_types)
             raise InferenceError(f"{self.name}({sig}) with {dict(attrs)} is invalid: {first_line(e)}") from None
         if key is not None:

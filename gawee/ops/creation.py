@@ -52,6 +52,11 @@ def _given_dtype(args, types):
     return args.get("dtype")
 
 
+def _given_or_default_dtype(args, types):
+    """zeros, ones, empty, scalar_tensor: no dtype is torch's default float dtype, whatever the value."""
+    return args.get("dtype") if args.get("dtype") is not None else torch.get_default_dtype()
+
+
 register(
     OpDef(
         "full",
@@ -70,13 +75,19 @@ register(
             AtenBinding(
                 "aten.full.default", convert=_full_from(lambda a, t: a["size"], lambda a: a["fill_value"], _given_dtype)
             ),
-            AtenBinding("aten.zeros.default", convert=_full_from(lambda a, t: a["size"], lambda a: 0, _given_dtype)),
-            AtenBinding("aten.ones.default", convert=_full_from(lambda a, t: a["size"], lambda a: 1, _given_dtype)),
             AtenBinding(
-                "aten.empty.memory_format", convert=_full_from(lambda a, t: a["size"], lambda a: 0, _given_dtype)
+                "aten.zeros.default", convert=_full_from(lambda a, t: a["size"], lambda a: 0, _given_or_default_dtype)
             ),
             AtenBinding(
-                "aten.scalar_tensor.default", convert=_full_from(lambda a, t: [], lambda a: a["s"], _given_dtype)
+                "aten.ones.default", convert=_full_from(lambda a, t: a["size"], lambda a: 1, _given_or_default_dtype)
+            ),
+            AtenBinding(
+                "aten.empty.memory_format",
+                convert=_full_from(lambda a, t: a["size"], lambda a: 0, _given_or_default_dtype),
+            ),
+            AtenBinding(
+                "aten.scalar_tensor.default",
+                convert=_full_from(lambda a, t: [], lambda a: a["s"], _given_or_default_dtype),
             ),
             AtenBinding("aten.new_zeros.default", convert=_full_from(lambda a, t: a["size"], lambda a: 0, _self_dtype)),
             AtenBinding("aten.new_ones.default", convert=_full_from(lambda a, t: a["size"], lambda a: 1, _self_dtype)),

@@ -43,6 +43,7 @@ def unary(
     attrs: tuple = (),
     keeps_dtype: bool = True,
     draw_attrs=None,
+    sample=None,
     onnx=None,
     mlir=None,
     doc: str = "",
@@ -50,7 +51,8 @@ def unary(
     """An elementwise op of one tensor; ``aten`` defaults to ``aten.<name>.default``.
 
     ``keeps_dtype``: a float operand gives the same type (else inference evaluates on meta).
-    ``draw_attrs(draw)`` draws valid attributes for the soundness harness. ``onnx``, ``mlir``:
+    ``draw_attrs(draw)`` draws valid attributes for the soundness harness (``sample``: operand types too, for
+    an op not defined on floats). ``onnx``, ``mlir``:
     see OpDef.onnx and OpDef.mlir.
     """
     return register(
@@ -62,7 +64,7 @@ def unary(
             traits=EW,
             infer=_same_type_if_float(fn) if keeps_dtype else None,
             flops=out_numel,
-            sample=_unary_sample(draw_attrs),
+            sample=sample or _unary_sample(draw_attrs),
             aten=aten or (f"aten.{name}.default",),
             onnx=onnx,
             mlir=mlir,
@@ -99,12 +101,17 @@ def _binary_onnx(op_type: str, compare: bool, negate: bool = False):
 
 def _mod_onnx(c, fmod: bool):
     """ONNX Mod: ``fmod=1`` is C's fmod (the sign of the dividend, torch.fmod); ``fmod=0`` takes the sign
-    of the divisor (torch.remainder), which ONNX defines for integers only, so float remainder is
-    a - floor(a / b) * b."""
+    of the divisor (torch.remainder), which ONNX defines for integers only, so float remainder is fmod moved
+    by b where the signs differ: exact, where a - floor(a / b) * b is off by b when a / b rounds to an integer."""
     a, b = c.x_as(0, c.out.dtype), c.x_as(1, c.out.dtype)
     if fmod or not c.out.dtype.is_float:
         return c.emit("Mod", a, b, fmod=int(fmod))
-    return c.emit("Sub", a, c.emit("Mul", c.emit("Floor", c.emit("Div", a, b)), b))
+    r = c.emit("Mod", a, b, fmod=1)  # exact; then moved by b where its sign differs from b's (as torch computes it)
+    zero = c.scalar(0, c.out.dtype)
+    moved = c.emit(
+        "And", c.emit("Not", c.emit("Equal", r, zero)), c.emit("Xor", c.emit("Less", r, zero), c.emit("Less", b, zero))
+    )
+    return c.emit("Where", moved, c.emit("Add", r, b), r)
 
 
 # -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) -----------------------------------
@@ -285,7 +292,7 @@ unary(
     "leaky_relu",
     lambda self, negative_slope=0.01: F.leaky_relu(self, negative_slope),
     attrs=(Attr("negative_slope", "float", 0.01),),
-    onnx=lambda c: c.emit("LeakyRelu", c.x(0), alpha=c.attrs["negative_slope"]),
+    onnx=lambda c: c.emit("LeakyRelu", c.x(0), alpha=float(c.attrs["negative_slope"])),
     mlir=lambda c: c.select(c.compare("GT", c.x(0), 0), c.x(0), c.mul(c.x(0), c.attrs["negative_slope"])),
     draw_attrs=lambda d: {"negative_slope": d.floats(-1, 1)},
 )
@@ -326,7 +333,9 @@ unary(
         "Clip", c.x(0), *("" if c.attrs[k] is None else c.scalar(c.attrs[k], c.out.dtype) for k in ("min", "max"))
     ),
     mlir=lambda c: c.clamp(c.convert(c.x(0), c.out.dtype), c.attrs["min"], c.attrs["max"]),
-    draw_attrs=lambda d: {"min": d.choice([None, d.floats(-2, 1)]), "max": d.choice([None, d.floats(-1, 3)])},
+    draw_attrs=lambda d: (
+        lambda lo: {"min": lo, "max": d.choice([None, d.floats(-1, 3)]) if lo is not None else d.floats(-1, 3)}
+    )(d.choice([None, d.floats(-2, 1)])),  # one bound at least: torch refuses clamp(x, None, None)
     aten=("aten.clamp.default", AtenBinding("aten.clamp_min.default"), AtenBinding("aten.clamp_max.default")),
     doc="min(max(x, min), max); either bound may be absent",
 )
@@ -344,10 +353,14 @@ _MATH_ONNX = {
     "erf": "Erf",
     "floor": "Floor",
     "ceil": "Ceil",
-    "sign": "Sign",
     "rsqrt": lambda c: c.emit("Reciprocal", c.emit("Sqrt", c.x(0))),
-    "logical_not": "Not",
-    "bitwise_not": "BitwiseNot",
+    "sign": lambda c: (  # torch's sign of nan is 0, ONNX's nan
+        c.emit("Where", c.emit("IsNaN", c.x(0)), c.scalar(0, c.out.dtype), c.emit("Sign", c.x(0)))
+        if c.out.dtype.is_float
+        else c.emit("Sign", c.x(0))
+    ),
+    "logical_not": lambda c: c.emit("Not", c.x_as(0, DType.bool)),
+    "bitwise_not": lambda c: c.emit("Not" if c.type(0).dtype is DType.bool else "BitwiseNot", c.x(0)),
     "isnan": "IsNaN",
     "isinf": "IsInf",
     "exp2": lambda c: c.emit("Pow", c.scalar(2.0, c.out.dtype), c.x_as(0, c.out.dtype)),
@@ -383,7 +396,11 @@ _MATH_MLIR = {
     "floor": "stablehlo.floor",
     "ceil": "stablehlo.ceil",
     "trunc": lambda c: _trunc_mlir(c, c.x(0)),
-    "sign": "stablehlo.sign",
+    "sign": lambda c: (  # torch's sign of nan is 0, StableHLO's nan
+        c.select(c.compare("NE", c.x(0), c.x(0)), 0, c.unary("stablehlo.sign", c.x(0)))
+        if c.out.dtype.is_float
+        else c.unary("stablehlo.sign", c.x(0))
+    ),
     "logical_not": lambda c: c.unary("stablehlo.not", c.convert(c.x(0), DType.bool)),
     "bitwise_not": "stablehlo.not",
     "isnan": lambda c: c.compare("NE", c.x(0), c.x(0)),
@@ -419,7 +436,14 @@ for _name, _fn in [
     ("isnan", torch.isnan),
     ("isinf", torch.isinf),
 ]:
-    unary(_name, _fn, keeps_dtype=False, onnx=_MATH_ONNX[_name], mlir=_MATH_MLIR[_name])
+    unary(
+        _name,
+        _fn,
+        keeps_dtype=False,
+        sample=_int_sample if _name == "bitwise_not" else None,
+        onnx=_MATH_ONNX[_name],
+        mlir=_MATH_MLIR[_name],
+    )
 unary(
     "round",
     lambda self, decimals=0: torch.round(self, decimals=decimals),
@@ -520,7 +544,27 @@ binary(
     mlir=lambda c: _floor_div_mlir(c, c.x(0), c.x(1)),
     aten=("aten.floor_divide.default", "aten.floor_divide.Scalar"),
 )
-binary("atan2", torch.atan2, to_float=True, mlir="stablehlo.atan2", aten=("aten.atan2.default",))
+
+
+def _atan2_onnx(c):
+    """atan(y / x), moved by ±pi (the sign of y) where x is negative or -0; 0 or ±pi where y is ±0 (ONNX has no
+    Atan2; atan2(±0, -0) is ±pi as torch's, though ONNX Runtime's Where returns -0 as 0)."""
+    dtype = c.out.dtype
+    y, x = c.x_as(0, dtype), c.x_as(1, dtype)
+    zero, pi = c.scalar(0, dtype), c.scalar(math.pi, dtype)
+
+    def negative(v: str) -> str:  # v < 0, or v is -0
+        return c.emit("Or", c.emit("Less", v, zero), c.emit("IsInf", c.emit("Reciprocal", v), detect_positive=0))
+
+    base = c.emit("Atan", c.emit("Div", y, x))
+    shift = c.emit("Where", negative(y), c.emit("Neg", pi), pi)
+    x_negative = negative(x)
+    on_x_axis = c.emit("Where", x_negative, shift, y)
+    off_axis = c.emit("Where", x_negative, c.emit("Add", base, shift), base)
+    return c.emit("Where", c.emit("Equal", y, zero), on_x_axis, off_axis)
+
+
+binary("atan2", torch.atan2, to_float=True, onnx=_atan2_onnx, mlir="stablehlo.atan2", aten=("aten.atan2.default",))
 for _name, _fn in [("eq", torch.eq), ("ne", torch.ne)]:
     binary(
         _name,
@@ -549,7 +593,9 @@ for _name, _fn in [
         compare=True,
         aten=(f"aten.{_name}.default",),
         sample=_int_sample,
-        onnx={"logical_and": "And", "logical_or": "Or", "logical_xor": "Xor"}[_name],
+        onnx=(lambda op_type: lambda c: c.emit(op_type, c.x_as(0, DType.bool), c.x_as(1, DType.bool)))(
+            {"logical_and": "And", "logical_or": "Or", "logical_xor": "Xor"}[_name]
+        ),
         mlir=_logical_mlir("stablehlo." + _name[len("logical_") :]),
     )
 

@@ -179,14 +179,17 @@ def _pool_onnx(op_type: str):
         )
         if a.get("divisor_override") is not None:
             c.fail("divisor_override")
-        return c.emit(
-            op_type,
-            c.x(0),
-            kernel_shape=list(a["kernel_size"]),
-            strides=list(a["stride"]),
-            pads=list(a["padding"]) * 2,
-            ceil_mode=int(a["ceil_mode"]),
-            **extra,
+        return c.on_batched(
+            len(a["kernel_size"]),
+            lambda x: c.emit(
+                op_type,
+                x,
+                kernel_shape=list(a["kernel_size"]),
+                strides=list(a["stride"]),
+                pads=list(a["padding"]) * 2,
+                ceil_mode=int(a["ceil_mode"]),
+                **extra,
+            ),
         )
 
     return lower
@@ -201,7 +204,7 @@ def _adaptive_pool_onnx(reduce_op: str, window_op: str):
         if any(s % o for s, o in zip(size, out)):
             c.fail(f"output size {list(out)} does not divide the input's {list(size)}")
         kernel = [s // o for s, o in zip(size, out)]
-        return c.emit(window_op, c.x(0), kernel_shape=kernel, strides=kernel)
+        return c.on_batched(len(out), lambda x: c.emit(window_op, x, kernel_shape=kernel, strides=kernel))
 
     return lower
 
@@ -228,13 +231,77 @@ def _sdpa_onnx(c):
         scores = c.emit(
             "Add", scores, c.constant(torch.zeros(length, source, dtype=dtype.torch).masked_fill(~allowed, -math.inf))
         )
-    if c.arity > 3 and c.x(3):
-        if c.type(3).dtype.name == "bool":
-            bias = c.emit("Where", c.x(3), c.scalar(0.0, dtype), c.scalar(-math.inf, dtype))
-        else:
-            bias = c.x_as(3, dtype)
-        scores = c.emit("Add", scores, bias)
-    return c.emit("MatMul", c.emit("Softmax", scores, axis=-1), value)
+    if not (c.arity > 3 and c.x(3)):
+        return c.emit("MatMul", c.emit("Softmax", scores, axis=-1), value)
+    if c.type(3).dtype.name == "bool":
+        bias = c.emit("Where", c.x(3), c.scalar(0.0, dtype), c.scalar(-math.inf, dtype))
+    else:
+        bias = c.x_as(3, dtype)
+    scores = c.emit("Add", scores, bias)
+    probs = c.emit("Softmax", scores, axis=-1)
+    mask = c.const(3)
+    if mask is None or _masks_a_whole_row(mask):  # torch gives such a row 0, ONNX's Softmax nan
+        none = c.emit("Equal", c.emit("ReduceMax", scores, c.ints([-1]), keepdims=1), c.scalar(-math.inf, dtype))
+        probs = c.emit("Where", none, c.scalar(0.0, dtype), probs)
+    return c.emit("MatMul", probs, value)
+
+
+def _masks_a_whole_row(mask: torch.Tensor) -> bool:
+    """Whether an attention mask (bool: True attends; float: added to the scores) shuts a query out of every key."""
+    shut = ~mask if mask.dtype == torch.bool else mask == -math.inf
+    return mask.numel() > 0 and bool(shut.all(dim=-1).any())
+
+
+def _group_norm_onnx(c):
+    """[N, C, *] as [N, G, -1]: normalized by each group's mean and biased variance, back to [N, C, *], then the
+    per-channel weight and bias."""
+    t, g = c.type(0), c.attrs["num_groups"]
+    if has_symbols(t.shape):
+        c.fail("group norm of a symbolic shape")
+    n, ch = t.shape[0], t.shape[1]
+    x = c.emit("Reshape", c.x(0), c.ints([n, g, -1]))
+    d = c.emit("Sub", x, c.emit("ReduceMean", x, c.ints([2]), keepdims=1))
+    var = c.emit("ReduceMean", c.emit("Mul", d, d), c.ints([2]), keepdims=1)
+    y = c.emit("Div", d, c.emit("Sqrt", c.emit("Add", var, c.scalar(c.attrs["eps"], t.dtype))))
+    y = c.emit("Reshape", y, c.ints(list(t.shape)))
+    per_channel = c.ints([ch] + [1] * (t.rank - 2))
+    if c.arity > 1 and c.x(1):
+        y = c.emit("Mul", y, c.emit("Reshape", c.x_as(1, t.dtype), per_channel))
+    if c.arity > 2 and c.x(2):
+        y = c.emit("Add", y, c.emit("Reshape", c.x_as(2, t.dtype), per_channel))
+    return y
+
+
+def _baddbmm_onnx(c):
+    """beta * self + alpha * (batch1 @ batch2); self is not read when beta is 0 (torch ignores its nan and inf)."""
+    dtype, alpha, beta = c.out.dtype, c.attrs["alpha"], c.attrs["beta"]
+    y = c.emit("MatMul", c.x_as(1, dtype), c.x_as(2, dtype))
+    if alpha != 1:
+        y = c.emit("Mul", y, c.scalar(alpha, dtype))
+    if beta == 0:
+        return y
+    x = c.x_as(0, dtype)
+    return c.emit("Add", y, x if beta == 1 else c.emit("Mul", x, c.scalar(beta, dtype)))
+
+
+def _resize_onnx(mode: str):
+    """ONNX Resize of the two spatial dims, to the output's sizes, or by the scale factors when torch was given
+    them (its source index is then dst / factor, not dst * in / out)."""
+
+    def lower(c):
+        t, out, factors = c.type(0), c.out, c.attrs["scale_factors"]
+        if t.rank != 4:
+            c.fail(f"a {t.rank}-D input")
+        extra = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+        if mode == "linear":
+            align = c.attrs["align_corners"]
+            extra = {"mode": "linear", "coordinate_transformation_mode": "align_corners" if align else "half_pixel"}
+        if factors and not c.attrs.get("align_corners"):
+            scales = c.constant(torch.tensor([1.0, 1.0, *factors], dtype=torch.float32))
+            return c.emit("Resize", c.x(0), "", scales, **extra)
+        return c.emit("Resize", c.x(0), "", "", c.ints(list(out.shape)), **extra)
+
+    return lower
 
 
 def _repeat_heads(c, x: str, t: TensorType, n: int) -> str:
@@ -516,6 +583,12 @@ def _sdpa_mlir(c):
     if mask is not None:
         scores = c.select(mask, scores, -math.inf) if mask.dtype is DType.bool else c.add(scores, mask, dtype)
     probs = _softmax_v(c, scores, scores.rank - 1)
+    data = c.const(3) if mask is not None else None
+    if mask is not None and (
+        data is None or _masks_a_whole_row(data)
+    ):  # torch gives such a row 0, exp(-inf - -inf) nan
+        none = c.compare("EQ", c.reduce(scores, [scores.rank - 1], "max", keepdim=True), -math.inf)
+        probs = c.select(c.broadcast(none, probs.shape), 0.0, probs, dtype)
     return _matmul_v(c, probs, v, c.out)
 
 
@@ -1174,6 +1247,7 @@ register(
         sample=_mm_sample(True, True),
         flops=lambda ins, outs, a: 2 * outs[0].numel * ins[1].shape[-1],
         mlir=_addmm_mlir,
+        onnx=_baddbmm_onnx,
         aten=("aten.baddbmm.default",),
     )
 )
@@ -1225,6 +1299,19 @@ def _bn_sample(draw, slots, attrs):
         for s, opt in zip(slots[1:], (True, True, False, False))
     ]
     return types, {"eps": draw.choice([1e-5, 1e-3, 0.1]), **attrs}
+
+
+def _gn_sample(draw, slots, attrs):
+    """[N, C, *] with num_groups dividing C; per-channel weight and bias, each maybe absent."""
+    x = slots[0]
+    if not isinstance(x, TensorType):
+        x = S.tensor(draw, draw.integers(2, 4))
+    if x.rank < 2 or has_symbols(x.shape[1:2]) or not x.shape[1]:
+        raise S.Reject("group_norm needs rank >= 2 and a known, nonzero channel count")
+    groups = attrs.get("num_groups") or draw.choice([g for g in range(1, x.shape[1] + 1) if x.shape[1] % g == 0])
+    c = TensorType((x.shape[1],), x.dtype)
+    types = [x] + [None if s is S.ABSENT or (s is S.FREE and draw.boolean(0.2)) else c for s in slots[1:]]
+    return types, {"eps": draw.choice([1e-5, 1e-3, 0.1]), **attrs, "num_groups": groups}
 
 
 def _ln_sample(draw, slots, attrs):
@@ -1314,6 +1401,8 @@ register(
         traits=PURE,
         flops=per_element(5),
         mlir=_group_norm_mlir,
+        onnx=_group_norm_onnx,
+        sample=_gn_sample,
         aten=(AtenBinding("aten.group_norm.default", drop=frozenset({"cudnn_enabled"})),),
     )
 )
@@ -1636,7 +1725,7 @@ for _name, _fn in [("softmax", F.softmax), ("log_softmax", F.log_softmax)]:
             attrs=(Attr("dim", "int"),),
             traits=PURE,
             flops=per_element(5),
-            onnx=(lambda op_type: lambda c: c.emit(op_type, c.x(0), axis=c.attrs["dim"]))(
+            onnx=(lambda op_type: lambda c: c.on_vector(lambda x: c.emit(op_type, x, axis=c.attrs["dim"])))(
                 "Softmax" if _name == "softmax" else "LogSoftmax"
             ),
             mlir=(lambda log: lambda c: _softmax_v(c, c.x(0), c.attrs["dim"] % max(c.x(0).rank, 1), log))(
@@ -1696,6 +1785,7 @@ register(
         traits=PURE,
         flops=zero_flops,
         mlir=_upsample_nearest_mlir,
+        onnx=_resize_onnx("nearest"),
         aten=("aten.upsample_nearest2d.vec",),
     )
 )
@@ -1714,6 +1804,7 @@ register(
         traits=PURE,
         flops=per_element(4),
         mlir=_upsample_bilinear_mlir,
+        onnx=_resize_onnx("linear"),
         aten=("aten.upsample_bilinear2d.vec",),
     )
 )

@@ -206,7 +206,7 @@ def _triangle_mlir(lower_part: bool):
 def reduction(name, fn, *, extra=(), aten=(), onnx=None, mlir=None, doc="") -> OpDef:
     """A reduction over ``dim`` (None: all dims) with ``keepdim``; ``fn(self, dim, keepdim, **extra)``.
 
-    ``onnx``: the ONNX Reduce* op type computing it; ``mlir``: see OpDef.mlir.
+    ``onnx``: the ONNX Reduce* op type computing it (or a lowering of its own); ``mlir``: see OpDef.mlir.
     """
     attrs = (Attr("dim", "ints?", None), Attr("keepdim", "bool", False), *extra)
     return register(
@@ -220,11 +220,66 @@ def reduction(name, fn, *, extra=(), aten=(), onnx=None, mlir=None, doc="") -> O
             canonicalize=_dims_canon,
             sample=_reduction_sample,
             aten=aten,
-            onnx=onnx and _reduce_onnx(onnx),
+            onnx=_reduce_onnx(onnx) if isinstance(onnx, str) else onnx,
             mlir=mlir,
             doc=doc,
         )
     )
+
+
+def _axes(c) -> str:
+    """The reduced axes as an ONNX axes input ("": all of them)."""
+    return c.ints(c.attrs["dim"]) if c.attrs["dim"] else ""
+
+
+def _truth_reduce_onnx(op_type: str):
+    """any/all: ReduceMax/ReduceMin of the operand's truth as int32 (ONNX Runtime reduces no bool), back to bool."""
+
+    def lower(c):
+        t = c.type(0)
+        truth = c.x(0) if t.dtype is DType.bool else c.emit("Not", c.emit("Equal", c.x(0), c.scalar(0, t.dtype)))
+        y = c.emit(op_type, c.cast(truth, DType.i32), _axes(c), keepdims=int(c.attrs["keepdim"]))
+        return c.cast(y, DType.bool)
+
+    return lower
+
+
+def _reduced_count(c) -> int:
+    t = c.type(0)
+    dims = c.attrs["dim"] or range(t.rank)
+    sizes = [t.shape[d] for d in dims]
+    if has_symbols(tuple(sizes)):
+        c.fail("a variance over a symbolic number of elements")
+    return math.prod(sizes)
+
+
+def _var_onnx(std: bool):
+    """sum((x - mean)^2) / max(0, n - correction), as torch's var/std (a non-positive count gives inf or nan)."""
+
+    def lower(c):
+        x, axes = c.x(0), _axes(c)
+        d = c.emit("Sub", x, c.emit("ReduceMean", x, axes, keepdims=1))
+        total = c.emit("ReduceSum", c.emit("Mul", d, d), axes, keepdims=int(c.attrs["keepdim"]))
+        y = c.emit("Div", total, c.scalar(max(0.0, _reduced_count(c) - c.attrs["correction"]), c.out.dtype))
+        return c.emit("Sqrt", y) if std else y
+
+    return lower
+
+
+def _vector_norm_onnx(c):
+    """The ord-norm: ReduceL2/ReduceL1, max/min of |x| for ±inf, the count of nonzeros for 0, else (sum |x|^p)^(1/p)."""
+    x, axes, keep, p = c.x_as(0, c.out.dtype), _axes(c), int(c.attrs["keepdim"]), float(c.attrs["ord"])
+    if p == 2:
+        return c.emit("ReduceL2", x, axes, keepdims=keep)
+    if p == 1:
+        return c.emit("ReduceL1", x, axes, keepdims=keep)
+    if math.isinf(p):
+        return c.emit("ReduceMax" if p > 0 else "ReduceMin", c.emit("Abs", x), axes, keepdims=keep)
+    if p == 0:
+        nonzero = c.cast(c.emit("Not", c.emit("Equal", x, c.scalar(0, c.out.dtype))), c.out.dtype)
+        return c.emit("ReduceSum", nonzero, axes, keepdims=keep)
+    powered = c.emit("Pow", c.emit("Abs", x), c.scalar(p, c.out.dtype))
+    return c.emit("Pow", c.emit("ReduceSum", powered, axes, keepdims=keep), c.scalar(1 / p, c.out.dtype))
 
 
 def _all_dims(self, dim):
@@ -265,6 +320,7 @@ reduction(
     "prod",
     lambda self, *, dim, keepdim: _prod(self, dim, keepdim),
     mlir=_reduce_mlir("mul"),
+    onnx=lambda c: c.emit("ReduceProd", c.x_as(0, c.out.dtype), _axes(c), keepdims=int(c.attrs["keepdim"])),
     aten=(
         AtenBinding(
             "aten.prod.dim_int",
@@ -279,6 +335,7 @@ reduction(
     "any",
     lambda self, *, dim, keepdim: torch.any(self, _all_dims(self, dim), keepdim) if self.dim() else torch.any(self),
     mlir=_reduce_mlir("or"),
+    onnx=_truth_reduce_onnx("ReduceMax"),
     aten=(
         "aten.any.dims",
         AtenBinding("aten.any.dim", convert=lambda a, t: {**a, "dim": [a["dim"]]}),
@@ -289,6 +346,7 @@ reduction(
     "all",
     lambda self, *, dim, keepdim: torch.all(self, _all_dims(self, dim), keepdim) if self.dim() else torch.all(self),
     mlir=_reduce_mlir("and"),
+    onnx=_truth_reduce_onnx("ReduceMin"),
     aten=(
         "aten.all.dims",
         AtenBinding("aten.all.dim", convert=lambda a, t: {**a, "dim": [a["dim"]]}),
@@ -302,6 +360,7 @@ reduction(
     ),
     extra=(Attr("correction", "float", 1.0),),
     aten=("aten.var.correction",),
+    onnx=_var_onnx(False),
     mlir=_var_mlir(False),
 )
 reduction(
@@ -311,6 +370,7 @@ reduction(
     ),
     extra=(Attr("correction", "float", 1.0),),
     aten=("aten.std.correction",),
+    onnx=_var_onnx(True),
     mlir=_var_mlir(True),
 )
 reduction(
@@ -327,6 +387,7 @@ reduction(
     ),
     extra=(Attr("ord", "float", 2.0), Attr("dtype", "dtype?", None)),
     aten=("aten.linalg_vector_norm.default",),
+    onnx=_vector_norm_onnx,
     mlir=_vector_norm_mlir,
     doc="the ord-norm over dim (None: all elements)",
 )
@@ -337,6 +398,21 @@ def _prod(self, dim, keepdim):
     for d in sorted(_all_dims(self, dim), reverse=True):
         out = torch.prod(out, d, keepdim)
     return out
+
+
+def _arg_onnx(c, op_type: str) -> str:
+    """ArgMax/ArgMin along ``dim``; over all elements (``dim=None``) along the flattened tensor, kept as a shape of
+    ones with ``keepdim``."""
+    keep = c.attrs["keepdim"]
+    widen = c.type(0).dtype in (DType.bool, DType.i16)  # ONNX Runtime has no ArgMax/ArgMin of these: int32 orders alike
+
+    def arg(x: str, **attrs) -> str:
+        return c.emit(op_type, c.cast(x, DType.i32) if widen else x, **attrs)
+
+    if c.attrs["dim"] is not None:
+        return c.on_vector(lambda x: arg(x, axis=c.attrs["dim"], keepdims=int(keep)))
+    flat = arg(c.emit("Reshape", c.x(0), c.ints([-1])), axis=0, keepdims=0)
+    return c.emit("Reshape", flat, c.ints([1] * c.type(0).rank)) if keep else flat
 
 
 def _arg_reduction(name, fn):
@@ -350,16 +426,7 @@ def _arg_reduction(name, fn):
             flops=_in_numel,
             aten=(f"aten.{name}.default",),
             mlir=_arg_mlir("max" if name == "argmax" else "min"),
-            onnx=lambda c: (
-                c.emit(
-                    "ArgMax" if name == "argmax" else "ArgMin",
-                    c.x(0),
-                    axis=c.attrs["dim"],
-                    keepdims=int(c.attrs["keepdim"]),
-                )
-                if c.attrs["dim"] is not None
-                else c.fail("arg reduction over all elements")
-            ),
+            onnx=lambda c: _arg_onnx(c, "ArgMax" if name == "argmax" else "ArgMin"),
         )
     )
 
@@ -407,7 +474,13 @@ register(
         attrs=(Attr("dim", "int"), Attr("dtype", "dtype?", None)),
         traits=PURE,
         flops=_in_numel,
-        onnx=lambda c: c.emit("CumSum", c.x_as(0, c.out.dtype), c.constant(torch.tensor(c.attrs["dim"]))),
+        onnx=lambda c: c.on_vector(
+            lambda x: c.emit(
+                "CumSum",
+                x if c.type(0).dtype is c.out.dtype else c.cast(x, c.out.dtype),
+                c.constant(torch.tensor(c.attrs["dim"])),
+            )
+        ),
         mlir=_cumsum_mlir,
         aten=("aten.cumsum.default",),
     )

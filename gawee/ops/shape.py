@@ -302,6 +302,28 @@ def _index_put_mlir(c):
     return c.transpose(y, [perm.index(d) for d in range(x.rank)])
 
 
+def _slice_scatter_onnx(c, src: str, src_shape: tuple, dim: int, start: int, step: int) -> str:
+    """``src`` (of ``src_shape``, in the output's dtype) written over x[start::step] along ``dim``: with step 1 the
+    parts of x before and after it concatenated around it; else ScatterElements at start, start + step, ..."""
+    if has_symbols(src_shape) or has_symbols(c.out.shape):
+        c.fail("a scatter of a symbolic shape")
+    k = src_shape[dim]
+    if not k:
+        return c.emit("Identity", c.x(0))
+    if step == 1:
+        axis, parts = c.ints([dim]), []
+        if start:
+            parts.append(c.emit("Slice", c.x(0), c.ints([0]), c.ints([start]), axis))
+        parts.append(src)
+        if start + k < c.out.shape[dim]:
+            parts.append(c.emit("Slice", c.x(0), c.ints([start + k]), c.ints([c.out.shape[dim]]), axis))
+        return c.emit("Concat", *parts, axis=dim) if len(parts) > 1 else c.emit("Identity", src)
+    shape = [1] * len(src_shape)
+    shape[dim] = k
+    index = torch.arange(start, start + step * k, step, dtype=torch.int64).reshape(shape).expand(src_shape)
+    return c.emit("ScatterElements", c.x(0), c.constant(index.contiguous()), src, axis=dim)
+
+
 def _slice_scatter_v(c, x, src, dim: int, start: int, step: int):
     """``x`` with ``x[start::step]`` along ``dim`` (as many as ``src`` has) replaced by ``src``: src
     padded into place (interior padding step - 1) and a mask of where it lands."""
@@ -314,6 +336,13 @@ def _slice_scatter_v(c, x, src, dim: int, start: int, step: int):
     placed = c.pad(c.convert(src, x.dtype), c.splat(0, x.dtype), low, high, interior)
     mask = c.pad(c.splat(True, DType.bool, src.shape), c.splat(False, DType.bool), low, high, interior)
     return c.select(mask, placed, x)
+
+
+def _select_scatter_onnx(c):
+    d = c.attrs["dim"] % c.out.rank
+    src = c.emit("Unsqueeze", c.x_as(1, c.out.dtype), c.ints([d]))
+    shape = (*c.out.shape[:d], 1, *c.out.shape[d + 1 :])
+    return _slice_scatter_onnx(c, src, shape, d, c.attrs["index"] % c.out.shape[d], 1)
 
 
 def _select_scatter_mlir(c):
@@ -587,7 +616,9 @@ view_op(
     sample=unary_sample(lambda d, x, a: {"dims": S.permutation(d, x.rank)}, free=_free_for_dims),
     canonicalize=lambda a, t: {"dims": tuple(_norm_dim(d, t[0].rank) for d in a["dims"])},
     aten=("aten.permute.default",),
-    onnx=lambda c: c.emit("Transpose", c.x(0), perm=list(c.attrs["dims"])),
+    onnx=lambda c: (
+        c.emit("Transpose", c.x(0), perm=list(c.attrs["dims"])) if c.attrs["dims"] else c.emit("Identity", c.x(0))
+    ),
     mlir=lambda c: c.transpose(c.x(0), c.attrs["dims"]),
     doc="output dim i is input dim dims[i]",
 )
@@ -807,6 +838,24 @@ move_op(
     ),
     doc="a copy with the same values",
 )
+
+
+def _legacy_empty(arg) -> bool:
+    """An operand torch.cat skips: a 1-D tensor with no elements (``torch.empty(0)``), beside operands of any rank."""
+    val = getattr(arg, "meta", {}).get("val")
+    return isinstance(val, torch.Tensor) and val.dim() == 1 and isinstance(val.shape[0], int) and val.shape[0] == 0
+
+
+def _cat_without_legacy_empty(args, _types):
+    """torch.cat ignores 1-D empty operands whatever the others' rank (Hugging Face's attention concatenates
+    onto an empty cache). gawee's ``cat`` takes operands of one rank: those are dropped (one is kept when
+    they are all there is)."""
+    kept = [t for t in args["tensors"] if not _legacy_empty(t)]
+    if kept and len(kept) < len(args["tensors"]):
+        args["tensors"] = kept
+    return args
+
+
 move_op(
     "cat",
     (Operand("tensors", variadic=True),),
@@ -816,7 +865,7 @@ move_op(
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], next(x for x in t if x is not None).rank)},
     onnx=lambda c: c.emit("Concat", *(c.x_as(i, c.out.dtype) for i in range(c.arity)), axis=c.attrs["dim"]),
     mlir=_cat_mlir,
-    aten=("aten.cat.default",),
+    aten=(AtenBinding("aten.cat.default", convert=_cat_without_legacy_empty),),
 )
 move_op(
     "stack",
@@ -984,6 +1033,7 @@ move_op(
     lambda self, src: src.to(self.dtype).expand(self.shape).clone(),
     aten=(AtenBinding("aten.copy.default", drop=frozenset({"non_blocking"})),),
     mlir=lambda c: c.broadcast(c.convert(c.x(1), c.out.dtype), c.out.shape),
+    onnx=lambda c: c.emit("Expand", c.x_as(1, c.out.dtype), c.ints(list(c.out.shape))),
     doc="src broadcast to self's shape and cast to its dtype (self's values are not read)",
 )
 move_op(
@@ -994,6 +1044,9 @@ move_op(
     canonicalize=_slice_canon,
     aten=("aten.slice_scatter.default",),
     mlir=lambda c: _slice_scatter_v(c, c.x(0), c.x(1), c.attrs["dim"], c.attrs["start"], c.attrs["step"]),
+    onnx=lambda c: _slice_scatter_onnx(
+        c, c.x_as(1, c.out.dtype), c.type(1).shape, c.attrs["dim"] % c.out.rank, c.attrs["start"], c.attrs["step"]
+    ),
     doc="self with self[start:end:step] along dim replaced by src",
 )
 move_op(
@@ -1003,6 +1056,7 @@ move_op(
     attrs=(Attr("dim", "int"), Attr("index", "int")),
     aten=("aten.select_scatter.default",),
     mlir=_select_scatter_mlir,
+    onnx=_select_scatter_onnx,
 )
 move_op(
     "index_put",

@@ -597,3 +597,19 @@ def test_the_text_is_written_even_when_iree_rejects_it(tmp_path, monkeypatch):
             model, (torch.randn(3, 4),), backend="iree", mlir_path=tmp_path / "m.mlir", vmfb_path=tmp_path / "m.vmfb"
         )
     assert (tmp_path / "m.mlir").read_text().startswith("module @") and not (tmp_path / "m.vmfb").exists()
+
+
+def test_attention_rows_masked_whole_are_zero_and_sign_of_nan_is_zero():
+    """torch gives a query its mask shuts out of every key 0 (bool or -inf float mask, given or constant), and
+    sign(nan) 0; exp(-inf - -inf) and StableHLO's sign give nan."""
+    b = GraphBuilder("masked")
+    q, mask, x = b.input("q", "f32[1,2,3,4]"), b.input("mask", "bool[3,3]"), b.input("x", "f32[4]")
+    shut = torch.zeros(3, 3).index_fill(0, torch.tensor([2]), -torch.inf)
+    graph = b.output(
+        b.scaled_dot_product_attention(q, q, q, mask), b.scaled_dot_product_attention(q, q, q, b.const(shut)), b.sign(x)
+    )
+    rows = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
+    xs = [torch.randn(1, 2, 3, 4), rows, torch.tensor([torch.nan, -2.0, 0.0, 3.0])]
+    for e, g in zip(gawee.run(graph, *xs), run_iree(graph, xs)):
+        assert not e.isnan().any()
+        torch.testing.assert_close(g, e)

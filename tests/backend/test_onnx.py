@@ -156,8 +156,9 @@ def test_math_sorting_and_triangle_ops(tmp_path):
 def test_ops_without_an_onnx_form_are_named():
     b = GraphBuilder("scatter")
     x = b.input("x", "f32[4]")
-    with pytest.raises(ExportError, match="op select_scatter has no ONNX lowering"):
-        gawee.to_onnx(b.output(b.select_scatter(x, b.const(torch.tensor(1.0)), dim=0, index=1)))
+    index = b.const(torch.tensor([1]))
+    with pytest.raises(ExportError, match="op index_put has no ONNX lowering"):
+        gawee.to_onnx(b.output(b.index_put(x, b.const(torch.tensor(1.0)), index, accumulate=False)))
     b = GraphBuilder("opaque")
     x = b.input("x", "f32[4]")
     node = b.graph.create_node(
@@ -211,3 +212,38 @@ def test_mobilenet_v3_export_lets_onnx_runtime_fuse_everything(tmp_path):
     convs = [op for op in ops if op.split("[")[0].endswith("Conv")]
     assert len(convs) == exported.count("Conv")
     assert sum("[HardSigmoid]" in op for op in convs) == 3  # the SE gates: fused into their 1×1 convolution
+
+
+def test_attention_rows_masked_whole_are_zero_and_sign_of_nan_is_zero(tmp_path):
+    """torch gives a query its mask shuts out of every key 0 (bool or -inf float mask, given or constant), and
+    sign(nan) 0; ONNX's Softmax and Sign give nan."""
+    b = GraphBuilder("masked")
+    q, mask, x = b.input("q", "f32[1,2,3,4]"), b.input("mask", "bool[3,3]"), b.input("x", "f32[4]")
+    shut = torch.zeros(3, 3).index_fill(0, torch.tensor([2]), -torch.inf)
+    graph = b.output(
+        b.scaled_dot_product_attention(q, q, q, mask), b.scaled_dot_product_attention(q, q, q, b.const(shut)), b.sign(x)
+    )
+    rows = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
+    xs = [torch.randn(1, 2, 3, 4), rows, torch.tensor([torch.nan, -2.0, 0.0, 3.0])]
+    for e, g in zip(gawee.run(graph, *xs), run_ort(graph, tmp_path / "masked.onnx", xs)):
+        assert not e.isnan().any()
+        np.testing.assert_allclose(g, e.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_scatters_and_resizes(tmp_path):
+    """select_scatter, slice_scatter (step 1: slices concatenated around src; step 2: ScatterElements), and
+    upsample_nearest2d / upsample_bilinear2d as Resize, by output size and by scale factors."""
+    b = GraphBuilder("scatter")
+    x, src, img = b.input("x", "f32[4,6]"), b.input("src", "f32[4,2]"), b.input("img", "f32[1,2,5,7]")
+    graph = b.output(
+        b.select_scatter(x, b.select(src, dim=1, index=0), dim=1, index=-2),
+        b.slice_scatter(x, src, dim=1, start=1, end=3, step=1),
+        b.slice_scatter(x, src, dim=1, start=4, end=6, step=1),
+        b.slice_scatter(x, src, dim=1, start=1, end=5, step=2),
+        b.upsample_nearest2d(img, output_size=[9, 16], scale_factors=None),
+        b.upsample_nearest2d(img, output_size=None, scale_factors=[2.0, 3.0]),
+        b.upsample_bilinear2d(img, output_size=[9, 16], align_corners=False, scale_factors=None),
+        b.upsample_bilinear2d(img, output_size=[9, 16], align_corners=True, scale_factors=None),
+        b.upsample_bilinear2d(img, output_size=None, align_corners=False, scale_factors=[2.0, 1.5]),
+    )
+    assert_ort_matches_reference(graph, tmp_path / "scatter.onnx")

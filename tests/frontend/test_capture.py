@@ -40,23 +40,61 @@ def test_model_captures_and_reproduces_eager(name):
 
 
 class Unknown(torch.nn.Module):
-    """cosh and aminmax have no OpDef (deliberately): they must be captured opaque and still run."""
+    """cosh and cummax have no OpDef (deliberately) and torch no decomposition of them: they must be captured
+    opaque and still run."""
 
     def forward(self, x):
-        lo, hi = torch.aminmax(torch.cosh(x), dim=1)
-        return torch.relu(hi - lo) * 2
+        values, indices = torch.cummax(torch.cosh(x), dim=1)
+        return torch.relu(values - indices) * 2
 
 
 def test_unknown_ops_become_opaque_and_execute():
     x = torch.randn(3, 5)
     stats = gawee.CaptureStats()
     g = gawee.capture(Unknown(), (x,), stats=stats)
-    assert stats.opaque_ops == {"aten.cosh.default": 1, "aten.aminmax.default": 1}
+    assert stats.opaque_ops == {"aten.cosh.default": 1, "aten.cummax.default": 1}
     opaque = [n for n in g if n.op == OPAQUE]
-    assert [n.attrs["target"] for n in opaque] == ["aten.cosh.default", "aten.aminmax.default"]
+    assert [n.attrs["target"] for n in opaque] == ["aten.cosh.default", "aten.cummax.default"]
     assert len(opaque[1].outputs) == 2
     torch.testing.assert_close(gawee.run(g, x)[0], Unknown()(x))
-    assert gawee.cost(g).uncounted == {"aten.aminmax.default": 1, "aten.cosh.default": 1}
+    assert gawee.cost(g).uncounted == {"aten.cummax.default": 1, "aten.cosh.default": 1}
+
+
+class Composites(torch.nn.Module):
+    """Ops the registry lacks that torch decomposes (``type_as``, ``multiply``, ``repeat_interleave`` are composites
+    ``run_decompositions({})`` keeps; ``aminmax`` has a core decomposition), and ``torch.cat`` onto a legacy empty
+    1-D tensor (Hugging Face's attention cache)."""
+
+    def forward(self, x, y):
+        lo, hi = torch.aminmax(torch.multiply(x.type_as(y), 2.0), dim=-1, keepdim=True)
+        z = torch.cat([torch.empty(0), (hi - lo).repeat_interleave(2, dim=1)], dim=-1)
+        return torch.cat([x, torch.empty(0), z.expand(-1, -1, 4)], dim=1)
+
+
+def test_ops_the_registry_lacks_are_decomposed_into_ops_it_has():
+    x, y = torch.randn(2, 3, 4), torch.randn(2, 3, 4, dtype=torch.float64)
+    stats = gawee.CaptureStats()
+    g = gawee.capture(Composites(), (x, y), stats=stats)
+    assert not stats.opaque_ops
+    assert stats.decompose_s > 0.0
+    assert all(len({v.type.rank for v in n.inputs}) == 1 for n in g if n.op == "cat")  # the empty operands dropped
+    torch.testing.assert_close(gawee.run(g, x, y)[0], Composites()(x, y))
+
+
+class SoftmaxTo(torch.nn.Module):
+    """``softmax`` with a ``dtype``: bound (``softmax.int``) but refused as called, the OpDef takes no dtype."""
+
+    def forward(self, x):
+        return torch.softmax(x, -1, dtype=torch.float32) + torch.softmax(x.float(), -1)
+
+
+def test_an_op_its_binding_refuses_as_called_is_decomposed_and_converted_again():
+    x = torch.randn(2, 5, dtype=torch.float16)
+    stats = gawee.CaptureStats()
+    g = gawee.capture(SoftmaxTo(), (x,), stats=stats)
+    assert not stats.opaque_ops and stats.decompose_s > 0.0
+    assert [n.op for n in g].count("softmax") == 2
+    torch.testing.assert_close(gawee.run(g, x)[0], SoftmaxTo()(x))
 
 
 def test_opaque_nodes_survive_save_and_load(tmp_path):
