@@ -39,7 +39,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model",
         metavar="MODEL",
-        help="a torchvision model name, hf:FAMILY (bert, gpt2, t5-encoder, llama, vit, whisper-encoder), "
+        help="a torchvision model name, hf:FAMILY (bert, gpt2, t5-encoder, llama, vit, whisper-encoder, or any "
+        "transformers model type: mistral, bart...), "
         "timm:NAME (all with random weights), path/to/file.py:factory, or a saved .json",
     )
     p.add_argument("--batch", type=int, default=1, help="batch size of the default input (default 1)")

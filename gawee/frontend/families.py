@@ -4,7 +4,9 @@
   token ids and an attention mask (the last quarter of the sequence is padding) and returning
   ``last_hidden_state``. Families: bert, gpt2, t5-encoder, llama (grouped-query attention, RoPE),
   vit, whisper-encoder. Overrides follow a colon: ``hf:llama:layers=4,hidden=128,seq=32``
-  (keys: layers, hidden, heads, kv_heads, seq, vocab).
+  (keys: layers, hidden, heads, kv_heads, seq, vocab). Any other ``transformers`` model type works too
+  (``hf:mistral``, ``hf:roberta``, ``hf:deit``): its default config with those sizes, its base model, called
+  with token ids and a mask or with images.
 * ``timm:NAME`` — ``timm.create_model(NAME, pretrained=False)`` on its configured input size.
 
 ``transformers`` and ``timm`` are optional: ``pip install 'gawee[transformers]'`` brings both.
@@ -12,7 +14,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -153,6 +157,64 @@ HF_FAMILIES: dict[str, Callable] = {
 }
 
 
+AUTO_SIZES = (
+    ("vocab_size", "vocab"),
+    ("hidden_size", "hidden"),
+    ("embedding_size", "hidden"),
+    ("num_hidden_layers", "layers"),
+    ("encoder_layers", "layers"),
+    ("decoder_layers", "layers"),
+    ("num_attention_heads", "heads"),
+    ("encoder_attention_heads", "heads"),
+    ("decoder_attention_heads", "heads"),
+    ("num_key_value_heads", "kv_heads"),
+)
+"""Config attributes (or their aliases, through a config's ``attribute_map``) the small sizes set on any family."""
+
+
+def _auto(T, model_type: str, s: dict, batch: int, device: str):
+    """Any other ``transformers`` model type: its default config with the small sizes set where it has them as
+    integers (head_dim and the MLP widths follow), its base model (``AutoModel``, in eval mode) called as its
+    main input says: token ids and an attention mask, or a batch of 32x32 images. One call checks that the
+    sizes fit the family."""
+    cfg = T.AutoConfig.for_model(model_type)
+    derived = {
+        "head_dim": s["hidden"] // s["heads"],
+        "intermediate_size": 4 * s["hidden"],
+        "encoder_ffn_dim": 4 * s["hidden"],
+        "decoder_ffn_dim": 4 * s["hidden"],
+        "max_position_embeddings": max(64, s["seq"]),
+        "image_size": 32,
+        "patch_size": 8,
+    }
+    for attr, value in [*((a, s[k]) for a, k in AUTO_SIZES), *derived.items()]:
+        if isinstance(getattr(cfg, attr, None), int) and not isinstance(getattr(cfg, attr), bool):
+            with contextlib.suppress(AttributeError):  # a derived property without a setter (Falcon's head_dim)
+                setattr(cfg, attr, value)
+    for attr in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+        if isinstance(getattr(cfg, attr, None), int) and getattr(cfg, attr) >= s["vocab"]:
+            setattr(cfg, attr, 0)
+    model = T.AutoModel.from_config(cfg).eval()
+    params = inspect.signature(model.forward).parameters
+    fixed = {"use_cache": False} if "use_cache" in params else {}
+    if model.main_input_name == "input_ids":
+        names = ("input_ids", "attention_mask") if "attention_mask" in params else ("input_ids",)
+        inputs = _text_inputs(s, batch, device)[: len(names)]
+    elif model.main_input_name == "pixel_values":
+        size = getattr(cfg, "image_size", 32)
+        size = size if isinstance(size, int) else 32
+        names, inputs = ("pixel_values",), (torch.randn(batch, getattr(cfg, "num_channels", 3), size, size),)
+    else:
+        raise ModelSpecError(
+            f"hf:{model_type} takes {model.main_input_name}, which gawee cannot make up",
+            hint="build the model and its inputs in a file (MODEL as file.py:factory)",
+        )
+    wrapped = HFTensors(model, names, **fixed)
+    with torch.no_grad():
+        wrapped(*inputs)  # raises here, named as the spec's fault, when the small sizes do not fit the family
+    return wrapped, inputs
+
+
 def _sizes(overrides: str) -> dict[str, int]:
     sizes = dict(SIZES)
     for item in filter(None, overrides.split(",")):
@@ -175,22 +237,33 @@ def hugging_face(spec: str, batch: int, device: str) -> tuple[torch.nn.Module, t
     """``hf:FAMILY[:k=v,...]`` → (module, example inputs)."""
     _, _, rest = spec.partition(":")
     family, _, overrides = rest.partition(":")
-    if family not in HF_FAMILIES:
+    sizes = _sizes(overrides)
+    T = require("transformers")
+    types = T.CONFIG_MAPPING.keys()
+    if family not in HF_FAMILIES and family not in types:
         import difflib
 
-        close = difflib.get_close_matches(family, HF_FAMILIES, n=2)
+        close = difflib.get_close_matches(family, [*HF_FAMILIES, *types], n=2)
         raise ModelSpecError(
             f"no Hugging Face family {family!r}",
             hint=(f"did you mean hf:{close[0]}? " if close else "")
-            + "known: "
-            + ", ".join(f"hf:{f}" for f in HF_FAMILIES),
+            + "built in: "
+            + ", ".join(f"hf:{f}" for f in HF_FAMILIES)
+            + "; any other transformers model type too (hf:mistral, hf:roberta...)",
         )
-    sizes = _sizes(overrides)
-    T = require("transformers")
     T.logging.set_verbosity_error()  # config warnings about token ids outside the small vocabulary
     with torch.device(device):
-        model, inputs = HF_FAMILIES[family](T, sizes, batch, device)
-    return model, inputs
+        if family in HF_FAMILIES:
+            return HF_FAMILIES[family](T, sizes, batch, device)
+        try:
+            return _auto(T, family, sizes, batch, device)
+        except ModelSpecError:
+            raise
+        except Exception as e:  # a config the small sizes do not fit, a model that needs more than ids or images
+            raise ModelSpecError(
+                f"hf:{family} could not be built from its default config with small sizes: {type(e).__name__}: {e}",
+                hint="try other sizes (hf:FAMILY:hidden=128,heads=4), or build it in a file (MODEL as file.py:factory)",
+            ) from None
 
 
 def timm_model(spec: str, batch: int, device: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:

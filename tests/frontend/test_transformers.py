@@ -17,6 +17,24 @@ from gawee.ops import OPAQUE
 SMALL = "layers=2,hidden=32,heads=4,kv_heads=2,seq=12,vocab=128"
 
 
+@pytest.mark.parametrize("family", ["mistral", "roberta", "bart", "bloom", "gemma2", "deit", "segformer"])
+def test_any_transformers_model_type_captures_and_optimizes_with_no_opaque_op(family):
+    """Families beyond the built-in ones, from their default configs with the small sizes: the decoders' RoPE,
+    sliding windows and ALiBi (bloom's ``baddbmm``), gemma2's softmax in float32, an encoder-decoder, images."""
+    pytest.importorskip("transformers")
+    src = resolve(f"hf:{family}:{SMALL}", batch=2)
+    stats = gawee.CaptureStats()
+    g = gawee.capture(src.module, src.example_inputs, name=family, stats=stats)
+    assert stats.opaque_ops == {}
+    with torch.no_grad():
+        ref = src.module(*src.example_inputs)
+    (out,) = gawee.run(g, *src.example_inputs)
+    assert (out - ref).abs().max().item() <= 1e-4 * max(1.0, ref.abs().max().item())
+    opt, _ = gawee.rewrite(g)
+    report = gawee.verify_equivalent(g, opt, list(src.example_inputs))
+    assert report.ok, str(report)
+
+
 @pytest.mark.parametrize("family", ["bert", "gpt2", "t5-encoder", "llama"])
 def test_hugging_face_family_captures_runs_and_optimizes(family):
     pytest.importorskip("transformers")
@@ -155,8 +173,13 @@ def test_a_successful_capture_leaves_no_log_behind(tmp_path, monkeypatch):
 def test_hf_and_timm_specs_report_bad_names():
     pytest.importorskip("transformers")
     with pytest.raises(ModelSpecError, match="no Hugging Face family") as info:
-        resolve("hf:bart")
-    assert "hf:bert" in info.value.hint
+        resolve("hf:bertt")
+    assert "did you mean hf:bert" in info.value.hint
+    with pytest.raises(ModelSpecError, match="takes input_features, which gawee cannot make up"):
+        resolve("hf:whisper")  # hf:whisper-encoder is the built-in family for it
+    with pytest.raises(ModelSpecError, match=r"could not be built .* with small sizes") as info:
+        resolve("hf:convnext")  # its stages' widths are a list the small sizes leave as they are
+    assert "file.py:factory" in info.value.hint
     with pytest.raises(ModelSpecError, match="bad override"):
         resolve("hf:bert:depth=3")
     pytest.importorskip("timm")
