@@ -47,6 +47,13 @@ TRANSFORMER_MODELS = [
     "hf:llama",
     "hf:vit",
     "hf:whisper-encoder",
+    "hf:mistral",
+    "hf:qwen2",
+    "hf:gemma2",
+    "hf:bloom",
+    "hf:bart",
+    "hf:roberta",
+    "hf:segformer",
     "timm:deit_tiny_patch16_224",
     "timm:mixer_b16_224",
     "timm:levit_128s",
@@ -54,7 +61,8 @@ TRANSFORMER_MODELS = [
     "timm:coatnet_0_rw_224",
     "r3d_18",
 ]
-"""The second table: the hf: families (small built-in configs), timm models, a torchvision video model."""
+"""The second table: the hf: families (small built-in configs, and model types from their default configs with
+the same sizes), timm models, a torchvision video model."""
 SECTIONS = ("torchvision", "transformers")
 CAPTURE_TOLERANCE = 1e-4
 """Interpreter vs eager: max|out - ref| <= tol * max(1, max|ref|)."""
