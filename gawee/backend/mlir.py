@@ -994,7 +994,8 @@ def compile_flags(target_cpu: str = "host", input_type: str = "stablehlo") -> li
     znver4, measured) got code tuned for AVX-512 that ran 4× slower than AVX2 code. Any other
     value is an LLVM CPU name (``"generic"``: portable). im2col
     (``--iree-global-opt-use-im2col-for-convs``) makes convolutions matmuls, IREE's fast path on
-    CPU: resnet18 ran 7× faster with it (docs/mlir.md, "Compiling and running")."""
+    CPU: resnet18 ran 7× faster with it (docs/mlir.md, "Compiling and running"). float64 stays float64
+    (IREE demotes it to float32 by default: a float64 model's module then refused its own inputs)."""
     if target_cpu == "host":
         features = host_cpu_features()
         target = [f"--iree-llvmcpu-target-cpu-features={features}" if features else "--iree-llvmcpu-target-cpu=host"]
@@ -1006,6 +1007,7 @@ def compile_flags(target_cpu: str = "host", input_type: str = "stablehlo") -> li
         "--iree-hal-local-target-device-backends=llvm-cpu",
         *target,
         "--iree-global-opt-use-im2col-for-convs",
+        "--iree-input-demote-f64-to-f32=false",
     ]
 
 

@@ -1301,6 +1301,16 @@ def _bn_sample(draw, slots, attrs):
     return types, {"eps": draw.choice([1e-5, 1e-3, 0.1]), **attrs}
 
 
+def _embedding_sample(draw, slots, attrs):
+    """A [rows, width] table with rows to spare for the drawn ids; padding_idx none or a row."""
+    weight = slots[0] if isinstance(slots[0], TensorType) else TensorType((S.INDEXED, draw.integers(1, 4)), draw.dtype)
+    if weight.rank != 2:
+        raise S.Reject("embedding takes a 2-D table")
+    ids = slots[1] if isinstance(slots[1], TensorType) else S.indices(draw)
+    rows = weight.shape[0] if isinstance(weight.shape[0], int) else S.INDEXED
+    return [weight, ids], {"padding_idx": draw.choice([-1, draw.integers(0, rows - 1)]), **attrs}
+
+
 def _gn_sample(draw, slots, attrs):
     """[N, C, *] with num_groups dividing C; per-channel weight and bias, each maybe absent."""
     x = slots[0]
@@ -1763,11 +1773,12 @@ register(
 register(
     OpDef(
         "embedding",
-        (Operand("weight"), Operand("indices")),
+        (Operand("weight"), Operand("indices", domain="nonnegative")),
         lambda weight, indices, *, padding_idx: F.embedding(indices, weight, padding_idx if padding_idx >= 0 else None),
         attrs=(Attr("padding_idx", "int", -1),),
         traits=PURE,
         flops=zero_flops,
+        sample=_embedding_sample,
         onnx=lambda c: c.emit("Gather", c.x(0), c.x(1), axis=0),
         mlir=lambda c: c.index_select(c.x(0), c.x(1), 0),
         aten=(AtenBinding("aten.embedding.default", fixed={"scale_grad_by_freq": False, "sparse": False}),),

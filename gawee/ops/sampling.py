@@ -188,3 +188,21 @@ def attr_value(draw: Draw, kind: str, rank: int) -> Any:
     if base == "str":
         raise Reject("a free str attribute: the op needs a sampler")
     raise Reject(f"cannot draw a {kind} attribute")
+
+
+INDEXED = 4
+"""The smallest size of a dim that index operands pick from: their data is drawn in [0, 3] (ints of the
+``nonnegative`` domain), so every index is in range."""
+
+
+def indices(draw: Draw, rank: int | None = None) -> TensorType:
+    """An int64 index tensor (its values are drawn in range of an INDEXED-sized dim)."""
+    return TensorType(shape(draw, draw.integers(0, 2) if rank is None else rank), DType.i64)
+
+
+def indexed(draw: Draw, slots: Sequence[Slot]) -> TensorType:
+    """The indexed operand: slot 0's type if fixed, else drawn with INDEXED or more elements along every dim."""
+    fixed = slots[0]
+    if isinstance(fixed, TensorType):
+        return fixed
+    return TensorType(shape(draw, draw.integers(1, 3), INDEXED, INDEXED + 2), draw.dtype)

@@ -1007,20 +1007,48 @@ move_op(
     mlir=_index_mlir,
     doc="advanced indexing self[i0, i1, ...]; absent indices take a whole dim",
 )
+
+
+def _index_select_sample(draw, slots, attrs):
+    x = S.indexed(draw, slots)
+    if not x.rank:
+        raise S.Reject("index_select needs a dim")
+    index = slots[1] if isinstance(slots[1], TensorType) else S.indices(draw, draw.integers(0, 1))
+    return [x, index], {"dim": S.dim(draw, x.rank), **attrs}
+
+
+def _gather_sample(draw, slots, attrs):
+    """An index of self's rank, no larger than self off ``dim``."""
+    x = S.indexed(draw, slots)
+    if not x.rank:
+        raise S.Reject("gather needs a dim")
+    dim = attrs.get("dim", S.dim(draw, x.rank))
+    d = dim % x.rank
+    shape = tuple(draw.integers(1, 4) if i == d else draw.integers(1, max(1, n)) for i, n in enumerate(x.shape))
+    index = slots[1] if isinstance(slots[1], TensorType) else TensorType(shape, DType.i64)
+    return [x, index], {**attrs, "dim": dim}
+
+
 move_op(
     "index_select",
-    (Operand("self"), Operand("index")),
+    (Operand("self"), Operand("index", domain="nonnegative")),
     lambda self, index, *, dim: torch.index_select(self, dim, index),
     attrs=(Attr("dim", "int"),),
+    sample=_index_select_sample,
     aten=("aten.index_select.default",),
-    onnx=lambda c: c.emit("Gather", c.x(0), c.x(1), axis=c.attrs["dim"]),
-    mlir=lambda c: c.index_select(c.x(0), c.x(1), c.attrs["dim"] % c.x(0).rank),
+    onnx=lambda c: c.emit(  # a 0-d index selects as a 1-element one (ONNX's Gather would drop the dim)
+        "Gather", c.x(0), c.x(1) if c.type(1).rank else c.emit("Reshape", c.x(1), c.ints([1])), axis=c.attrs["dim"]
+    ),
+    mlir=lambda c: c.index_select(
+        c.x(0), c.x(1) if c.x(1).rank else c.reshape(c.x(1), (1,)), c.attrs["dim"] % c.x(0).rank
+    ),
 )
 move_op(
     "gather",
-    (Operand("self"), Operand("index")),
+    (Operand("self"), Operand("index", domain="nonnegative")),
     lambda self, index, *, dim: torch.gather(self, dim, index),
     attrs=(Attr("dim", "int"),),
+    sample=_gather_sample,
     aten=(AtenBinding("aten.gather.default", fixed={"sparse_grad": False}),),
     onnx=lambda c: c.emit("GatherElements", c.x(0), c.x(1), axis=c.attrs["dim"]),
     mlir=_gather_mlir,

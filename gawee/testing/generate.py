@@ -121,8 +121,9 @@ def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = Fals
     """Random data of type ``t`` in a style (see Leaf.style); ``nonfinite`` adds inf/nan to awkward values."""
     if t.dtype is DType.bool:
         return torch.rand(t.shape, generator=gen) > 0.5
-    if not (t.dtype.is_float or t.dtype.is_complex):
-        return torch.randint(-3, 4, t.shape, generator=gen).to(t.dtype.torch)
+    if not (t.dtype.is_float or t.dtype.is_complex):  # small ints; in [0, 3] for a nonnegative operand (indices)
+        low = 0 if style.startswith("abs-") else -3
+        return torch.randint(low, 4, t.shape, generator=gen).to(t.dtype.torch)
     if style.startswith("abs-"):
         return fill(t, style[4:], gen, nonfinite).abs()
     if style.startswith("cancel:"):

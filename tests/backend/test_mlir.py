@@ -613,3 +613,14 @@ def test_attention_rows_masked_whole_are_zero_and_sign_of_nan_is_zero():
     for e, g in zip(gawee.run(graph, *xs), run_iree(graph, xs)):
         assert not e.isnan().any()
         torch.testing.assert_close(g, e)
+
+
+def test_float64_stays_float64():
+    """IREE demotes float64 to float32 unless told not to: the module then refused its own float64 inputs."""
+    b = GraphBuilder("f64")
+    x = b.input("x", "f64[2,3]")
+    graph = b.output(b.add(b.mul(x, b.const(torch.tensor(1.5, dtype=torch.float64))), b.const(torch.randn(3).double())))
+    xs = [torch.randn(2, 3, dtype=torch.float64)]
+    (got,) = run_iree(graph, xs)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, gawee.run(graph, *xs)[0])

@@ -32,10 +32,7 @@ NOT_DRAWN = frozenset(
     {
         "conv_transpose2d",
         "einsum",
-        "embedding",
-        "gather",
         "index",
-        "index_select",
         "max_dim",
         "min_dim",
         "select_scatter",
