@@ -1039,10 +1039,10 @@ def compile_iree(
     except compiler.CompilerToolError as e:
         text = str(e)
         first = next((line for line in text.splitlines() if "error:" in line), text.strip().splitlines()[0])
-        raise LoweringError(
-            f"iree-compile rejected the module: {first.strip()}",
-            hint="write the module with to_mlir and run iree-compile on it to see the whole diagnostic",
-        ) from None
+        hint = "write the module with to_mlir and run iree-compile on it to see the whole diagnostic"
+        if "undefined symbol" in first and "xf64>" in mlir:  # a libm call IREE's CPU runtime has in float32 only
+            hint = "IREE's CPU code has no float64 form of that math function: run the model in float32 (model.float())"
+        raise LoweringError(f"iree-compile rejected the module: {first.strip()}", hint=hint) from None
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:

@@ -624,3 +624,11 @@ def test_float64_stays_float64():
     (got,) = run_iree(graph, xs)
     assert got.dtype == torch.float64
     torch.testing.assert_close(got, gawee.run(graph, *xs)[0])
+
+
+def test_float64_math_iree_lacks_says_so():
+    b = GraphBuilder("f64_tanh")
+    graph = b.output(b.tanh(b.input("x", "f64[3]")))
+    with pytest.raises(gawee.GaweeError, match="undefined symbol") as info:
+        run_iree(graph, [torch.randn(3, dtype=torch.float64)])
+    assert "float32" in info.value.hint
