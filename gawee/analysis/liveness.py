@@ -30,9 +30,9 @@ def peak_memory(graph: Graph) -> tuple[int, str]:
         is_view = get_op(node.op).has_trait("view")
         base = node.inputs[0] if is_view and node.inputs and node.inputs[0] is not None else None
         for out in node.outputs:
-            if base is not None and base.data is None:
+            if base is not None and base in buffer_of:
                 buffer_of[out] = buffer_of[base]
-            elif base is not None:  # a view of a constant is a constant: no activation
+            elif base is not None:  # a view of a constant (or of a view of one) is a constant: no activation
                 continue
             else:
                 buffer_of[out] = out

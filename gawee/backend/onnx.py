@@ -272,7 +272,13 @@ class _Exporter:
             self.names[value] = self.fresh(value.name)
             inputs.append(self._value_info(self.names[value], value.type))
         for node in self.graph:
-            result = self.lower(OnnxLowering(self, node, get_op(node.op)))
+            outs = [v.type for v in node.outputs]
+            if outs and all(not has_symbols(t.shape) and 0 in t.shape for t in outs):
+                # no elements to compute: ONNX Runtime refuses some ops an empty result (a transposed convolution)
+                ctx = OnnxLowering(self, node, get_op(node.op))
+                result = [ctx.constant(torch.empty(t.shape, dtype=t.dtype.torch)) for t in outs]
+            else:
+                result = self.lower(OnnxLowering(self, node, get_op(node.op)))
             results = [result] if isinstance(result, str) else list(result)
             if len(results) != len(node.outputs):
                 raise ExportError(

@@ -180,6 +180,7 @@ def _auto(T, model_type: str, s: dict, batch: int, device: str):
     cfg = T.AutoConfig.for_model(model_type)
     derived = {
         "head_dim": s["hidden"] // s["heads"],
+        "rotary_dim": s["hidden"] // s["heads"],  # GPT-J's rotary part of each head: at most the head
         "intermediate_size": 4 * s["hidden"],
         "encoder_ffn_dim": 4 * s["hidden"],
         "decoder_ffn_dim": 4 * s["hidden"],

@@ -89,7 +89,13 @@ def _conv_onnx(c):
 
 
 def _conv_transpose_onnx(c):
+    """ConvTranspose. torch's output_padding (below stride or dilation) adds rows at the end: rows the end padding
+    would crop are kept by cropping less, the rest are ONNX's output_padding, which must be below the stride."""
     a = c.attrs
+    ends = [max(p - o, 0) for p, o in zip(a["padding"], a["output_padding"])]
+    extra = [max(o - p, 0) for p, o in zip(a["padding"], a["output_padding"])]
+    if any(e >= s for e, s in zip(extra, a["stride"])):
+        c.fail(f"output_padding {list(a['output_padding'])} beyond padding {list(a['padding'])} by the stride or more")
     return c.emit(
         "ConvTranspose",
         c.x(0),
@@ -97,8 +103,8 @@ def _conv_transpose_onnx(c):
         c.x(2),
         kernel_shape=list(c.type(1).shape[2:]),
         strides=list(a["stride"]),
-        pads=list(a["padding"]) * 2,
-        output_padding=list(a["output_padding"]),
+        pads=[*a["padding"], *ends],
+        output_padding=extra,
         dilations=list(a["dilation"]),
         group=a["groups"],
     )
@@ -981,6 +987,40 @@ def _convt_flops(ins, outs, attrs):
     return 2 * x.shape[0] * math.prod(x.shape[2:]) * math.prod(w.shape)
 
 
+def _conv_transpose_sample(draw, slots, attrs):
+    """[N, C_in, H, W] and a [C_in, C_out / groups, kh, kw] weight; output_padding below stride or dilation, as
+    torch requires."""
+    x, w = slots[0], slots[1]
+    attrs = dict(attrs)
+    groups = attrs.setdefault("groups", draw.choice([1, 2]) if not isinstance(w, TensorType) else 1)
+    if isinstance(w, TensorType):
+        if w.rank != 4:
+            raise S.Reject("weight rank")
+        cin, cout_g, kernel = w.shape[0], w.shape[1], w.shape[2:]
+    else:
+        cin, cout_g, kernel = (
+            groups * draw.integers(1, 2),
+            draw.integers(1, 2),
+            (draw.integers(1, 3), draw.integers(1, 3)),
+        )
+    if isinstance(x, TensorType) and (x.rank != 4 or x.shape[1] != cin):
+        raise S.Reject("input channels")
+    if groups < 1 or cin % groups:
+        raise S.Reject("groups")
+    for k, lo, hi in (("stride", 1, 2), ("padding", 0, 1), ("dilation", 1, 2)):
+        attrs.setdefault(k, (draw.integers(lo, hi), draw.integers(lo, hi)))
+    stride, dilation = _pair(attrs["stride"]), _pair(attrs["dilation"])
+    attrs.setdefault("output_padding", tuple(draw.integers(0, max(s, d) - 1) for s, d in zip(stride, dilation)))
+    if not isinstance(x, TensorType):
+        x = TensorType((draw.integers(1, 2), cin, draw.integers(1, 4), draw.integers(1, 4)), draw.dtype)
+    if not isinstance(w, TensorType):
+        w = TensorType((cin, cout_g, *kernel), x.dtype)
+    bias = (
+        slots[2] if slots[2] is not S.FREE else (None if draw.boolean(0.3) else TensorType((cout_g * groups,), x.dtype))
+    )
+    return [x, w, None if bias is S.ABSENT else bias], attrs
+
+
 register(
     OpDef(
         "conv_transpose2d",
@@ -997,6 +1037,7 @@ register(
         ),
         traits=PURE,
         flops=_convt_flops,
+        sample=_conv_transpose_sample,
         onnx=_conv_transpose_onnx,
         mlir=_conv_transpose_mlir,
         canonicalize=lambda a, t: {

@@ -1077,11 +1077,26 @@ move_op(
     ),
     doc="self with self[start:end:step] along dim replaced by src",
 )
+
+
+def _select_scatter_sample(draw, slots, attrs):
+    """self, and src of its shape without ``dim``."""
+    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(1, 3))
+    if not x.rank or has_symbols(x.shape):
+        raise S.Reject("select_scatter needs a dim of known size")
+    dim = attrs.get("dim", S.dim(draw, x.rank))
+    d = dim % x.rank
+    src = TensorType(x.shape[:d] + x.shape[d + 1 :], x.dtype)
+    index = attrs.get("index", draw.integers(-x.shape[d], x.shape[d] - 1))
+    return [x, slots[1] if isinstance(slots[1], TensorType) else src], {"dim": dim, "index": index}
+
+
 move_op(
     "select_scatter",
     (Operand("self"), Operand("src")),
     lambda self, src, *, dim, index: torch.select_scatter(self, src, dim, index),
     attrs=(Attr("dim", "int"), Attr("index", "int")),
+    sample=_select_scatter_sample,
     aten=("aten.select_scatter.default",),
     mlir=_select_scatter_mlir,
     onnx=_select_scatter_onnx,

@@ -123,3 +123,12 @@ def test_attention_flops_use_flop_counter_formula():
     attrs = op.complete_attrs({})
     (out,) = op.infer_types([q, k, v, None], attrs)
     assert op.flops([q, k, v, None], [out], attrs) == sdpa_flop_count(q.shape, k.shape, v.shape)
+
+
+def test_a_view_of_a_view_of_a_constant_is_no_activation():
+    """ConvBERT slices a slice of its position-id buffer: neither is an activation (it raised KeyError)."""
+    b = GraphBuilder()
+    x = b.input("x", "f32[4,16]")  # 256 B
+    ids = b.slice(b.slice(b.const(torch.arange(32.0).reshape(1, 32)), dim=1, start=0, end=16), dim=0, start=0, end=1)
+    b.output(b.add(x, ids))
+    assert gawee.peak_memory(b.graph) == (2 * 256, b.graph.nodes[-1].name)

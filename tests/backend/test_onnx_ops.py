@@ -30,12 +30,10 @@ LOWERED = sorted(name for name, op in all_ops().items() if op.onnx is not None a
 
 NOT_DRAWN = frozenset(
     {
-        "conv_transpose2d",
         "einsum",
         "index",
         "max_dim",
         "min_dim",
-        "select_scatter",
         "sort",
         "topk",
     }
