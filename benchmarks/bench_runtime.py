@@ -76,6 +76,7 @@ METHODS = {
     "ort_all_gawee": "ONNX Runtime all optimizations, gawee graph",
     "gawee": "gawee.compile",
     "gawee_auto": 'gawee.compile(backend="auto")',
+    "gawee_onednn_graph": 'gawee.compile(backend="onednn_graph")',
     "gawee_dynamic": "gawee.compile, dynamic batch (one module for every batch size)",
     "gawee_dynamo": 'torch.compile(backend="gawee")',
     "gawee_iree": 'gawee.compile(backend="iree")',
@@ -208,6 +209,13 @@ def build_gawee_auto(model, xs):
     return module, seconds
 
 
+def build_gawee_onednn_graph(model, xs):
+    """gawee.compile on oneDNN Graph: the rewritten graph traced and compiled into fused partitions."""
+    module, seconds = _timed(lambda: gawee.compile(model, xs, backend="onednn_graph"))
+    log.info("  gawee oneDNN Graph: %d fused partitions", module.partitions)
+    return module, seconds
+
+
 def build_gawee_dynamic(model, xs):
     """gawee.compile with dimension 0 of every input dynamic (``--dynamic batch``; a batch of 1 is captured
     at 2, which torch.export would otherwise specialize), then run at this row's batch."""
@@ -263,6 +271,7 @@ BUILDERS: dict[str, Callable] = {
     "ort_all_gawee": build_ort_all_gawee,
     "gawee": build_gawee,
     "gawee_auto": build_gawee_auto,
+    "gawee_onednn_graph": build_gawee_onednn_graph,
     "gawee_dynamic": build_gawee_dynamic,
     "gawee_dynamo": build_gawee_dynamo,
     "gawee_iree": build_gawee_iree,
@@ -659,7 +668,7 @@ def rival_targets(results: list[Result], models: list[str] | None = None, compil
     """Per row: gawee.compile at least as fast as the faster of Inductor (freezing) and ONNX Runtime (all
     optimizations), outputs equal to eager and, with ``compile_ratio``, compile time at most that fraction
     of Inductor's. ``models``: the rows to check (default: all)."""
-    methods = [m for m in ("gawee", "gawee_auto") if any(r.method == m for r in results)]
+    methods = [m for m in ("gawee", "gawee_onednn_graph", "gawee_auto") if any(r.method == m for r in results)]
     return "".join(_rival_targets(results, m, models, compile_ratio) for m in methods)
 
 
@@ -798,9 +807,12 @@ def readme_section(table: str, checks: str, command: str) -> str:
         "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
         "with weights prepacked for the input size, activations NCHW or channels-last as measured faster "
         "at compile time).\n"
-        '- **gawee.compile(backend="auto")**: the same, then ONNX Runtime (all optimizations) on '
-        "`gawee.to_onnx` of the rewritten graph is built too, both are timed at compile time, and the "
-        "module keeps the torch lowering unless ORT measures more than 5% faster (`gawee.backend.ort`).\n"
+        '- **gawee.compile(backend="auto")**: the same, then oneDNN Graph on the traced rewritten graph and '
+        "ONNX Runtime (all optimizations) on `gawee.to_onnx` of it are built too, all are timed at compile "
+        "time, and the module keeps the torch lowering unless another measures more than 5% faster "
+        "(`gawee.backend.onednn_graph`, `gawee.backend.ort`).\n"
+        '- **gawee.compile(backend="onednn_graph")**: the rewritten graph traced into TorchScript, frozen, and '
+        "compiled by oneDNN Graph into fused partitions (`gawee.backend.onednn_graph`).\n"
         '- **torch.compile(backend="gawee")**: the same pipeline behind dynamo (parameters frozen, the '
         "graph re-exported with torch.export).\n"
         "- **gawee.compile, dynamic batch**: the same, captured with dimension 0 dynamic "

@@ -27,25 +27,28 @@ from gawee.ir.types import DType, TensorType
 from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet
 
-BACKENDS = ("torch", "onnxruntime", "auto", "iree")
+BACKENDS = ("torch", "onnxruntime", "onednn_graph", "auto", "iree")
 """gawee.compile's backends: the torch lowering (oneDNN/MKL kernels chosen per shape), ONNX Runtime on
-gawee's ONNX export, the faster of the two as measured here, and IREE on gawee's StableHLO."""
+gawee's ONNX export, oneDNN Graph's compiled partitions of the traced graph, the fastest of those as
+measured here, and IREE on gawee's StableHLO."""
 
 
 @dataclass(frozen=True)
 class BackendChoice:
-    """The runtime ``backend="auto"`` picked, with each candidate's median seconds per call, or why only
-    the torch lowering was a candidate."""
+    """The runtime ``backend="auto"`` picked, with each candidate's median seconds per call, and why the
+    runtimes that were no candidate were not."""
 
     chosen: str
     seconds: dict[str, float]
-    only_candidate_because: str | None = None
+    not_candidates: dict[str, str] = field(default_factory=dict)
+    """Runtime → why it was not measured (not installed, an op it cannot run, outputs that differ)."""
 
     def __str__(self) -> str:
-        if self.only_candidate_because:
-            return f"{self.chosen} ({self.only_candidate_because})"
         times = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in self.seconds.items())
-        return f"{self.chosen} ({times} per call)"
+        text = f"{self.chosen} ({times} per call)" if times else self.chosen
+        if self.not_candidates:
+            text += "; not measured: " + "; ".join(f"{k}: {v}" for k, v in self.not_candidates.items())
+        return text
 
 
 @dataclass
@@ -179,6 +182,10 @@ def compile(
         from gawee.backend.ort import OrtModule
 
         module = OrtModule(optimized, output_structure=structure)
+    elif backend == "onednn_graph":
+        from gawee.backend.onednn_graph import OneDNNGraphModule
+
+        module = OneDNNGraphModule(optimized, list(example_inputs), output_structure=structure)
     else:
         module = to_torch(optimized, options, output_structure=structure)
         if backend == "auto":
@@ -223,40 +230,57 @@ def compile(
 
 
 def _choose_runtime(graph: Graph, torch_module, structure, xs: list) -> tuple[object, BackendChoice]:
-    """``backend="auto"``: the torch lowering, or ONNX Runtime on the same graph when it is installed,
-    can run the graph, and measures more than 5% faster here (:func:`gawee.backend.measure.fastest`).
-    Both are compared and timed on the example inputs ``xs``: inputs in the model's domain (random ones
-    need not be: an attention mask of 0-3 with fully masked rows made GPT-2's outputs undefined)."""
-    from gawee.backend import ort
+    """``backend="auto"``: the fastest of the torch lowering, oneDNN Graph's compiled partitions and ONNX
+    Runtime on the same graph, each where it is installed, can run the graph and agrees with the torch
+    lowering; another runtime wins only when it measures more than 5% faster here
+    (:func:`gawee.backend.measure.fastest`). All are compared and timed on the example inputs ``xs``: inputs
+    in the model's domain (random ones need not be: an attention mask of 0-3 with fully masked rows made
+    GPT-2's outputs undefined)."""
+    from gawee.backend import onednn_graph, ort
     from gawee.backend.measure import SETTLE_S, fastest
 
-    why = "onnxruntime is not installed" if not ort.available() else ort.supports(graph)
-    if why is None:
-        try:
-            ort_module = ort.OrtModule(graph, output_structure=structure)
-        except GaweeError as e:  # an op without an ONNX lowering, say: the torch lowering runs it
-            why = e.message
-    if why is None:
-        why = _disagreement(graph.name, torch_module, ort_module, xs)
-    if why is not None:
-        return torch_module, BackendChoice("torch", {}, why)
-    timed = fastest({"torch": torch_module, "onnxruntime": ort_module}, xs, settle_s=SETTLE_S)
-    return (ort_module if timed.chosen == "onnxruntime" else torch_module), BackendChoice(timed.chosen, timed.seconds)
+    builders = {
+        "onednn_graph": (
+            onednn_graph.supports(graph),
+            lambda: onednn_graph.OneDNNGraphModule(graph, xs, output_structure=structure),
+        ),
+        "onnxruntime": (
+            "onnxruntime is not installed" if not ort.available() else ort.supports(graph),
+            lambda: ort.OrtModule(graph, output_structure=structure),
+        ),
+    }
+    candidates, not_candidates = {"torch": torch_module}, {}
+    for name, (why, build) in builders.items():
+        if why is None:
+            try:
+                module = build()
+            except Exception as e:  # an op without an ONNX lowering, a trace TorchScript refuses: torch runs it
+                why = e.message if isinstance(e, GaweeError) else first_line(e)
+        if why is None:
+            why = _disagreement(graph.name, name, torch_module, module, xs)
+        if why is None:
+            candidates[name] = module
+        else:
+            not_candidates[name] = why
+    if len(candidates) == 1:
+        return torch_module, BackendChoice("torch", {}, not_candidates)
+    timed = fastest(candidates, xs, settle_s=SETTLE_S)
+    return candidates[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates)
 
 
-def _disagreement(name: str, torch_module, ort_module, xs) -> str | None:
-    """Why ORT is no candidate on these inputs: it fails to run them, or its outputs differ from the torch
-    lowering's beyond the dtype tolerance (None when they agree)."""
+def _disagreement(name: str, runtime: str, torch_module, module, xs) -> str | None:
+    """Why ``runtime`` is no candidate on these inputs: it fails to run them, or its outputs differ from the
+    torch lowering's beyond the dtype tolerance (None when they agree)."""
     with torch.no_grad():
         want = pytree.tree_leaves(torch_module(*xs))
         try:
-            got = pytree.tree_leaves(ort_module(*xs))
-        except Exception as e:  # ORT's run-time errors have ORT's own types
-            return f"ONNX Runtime fails to run it: {first_line(e)}"
+            got = pytree.tree_leaves(module(*xs))
+        except Exception as e:  # the runtimes' errors have their own types
+            return f"it fails to run it: {first_line(e)}"
     try:
-        _check_backend(name, want, got, "onnxruntime")
+        _check_backend(name, want, got, runtime)
     except EquivalenceError as e:
-        return f"ONNX Runtime's outputs differ from the torch lowering's: {e.message}"
+        return f"its outputs differ from the torch lowering's: {e.message}"
     return None
 
 
@@ -324,6 +348,7 @@ def _check_backend(
                     "torch": "compile with options=TorchOptions(fused_kernels=False) to rule out the fused "
                     "kernels, and report the model",
                     "onnxruntime": 'compile with backend="torch", and report the model',
+                    "onednn_graph": 'compile with backend="torch", and report the model',
                 }.get(backend, "write the module with mlir_path= and report the model with it"),
             )
         t = TensorType.of(ref)

@@ -8,6 +8,7 @@ import torch
 import gawee
 from gawee.backend.compiler import BackendChoice
 from gawee.backend.measure import fastest
+from gawee.backend.onednn_graph import OneDNNGraphModule
 from gawee.backend.ort import OrtModule
 from gawee.errors import GaweeError
 
@@ -58,11 +59,13 @@ def test_auto_measures_both_runtimes_and_returns_the_chosen_one():
     net, x = _net()
     module = gawee.compile(net, (x,), backend="auto")
     choice = module.gawee_report.backend
-    assert isinstance(choice, BackendChoice) and choice.only_candidate_because is None
-    assert set(choice.seconds) == {"torch", "onnxruntime"} and all(s > 0 for s in choice.seconds.values())
+    assert isinstance(choice, BackendChoice) and not choice.not_candidates
+    assert set(choice.seconds) == {"torch", "onednn_graph", "onnxruntime"}
+    assert all(s > 0 for s in choice.seconds.values())
     assert isinstance(module, OrtModule) == (choice.chosen == "onnxruntime")
-    if choice.chosen == "onnxruntime":  # only when ORT measured more than 5% faster
-        assert choice.seconds["onnxruntime"] < 0.95 * choice.seconds["torch"]
+    assert isinstance(module, OneDNNGraphModule) == (choice.chosen == "onednn_graph")
+    if choice.chosen != "torch":  # only when another runtime measured more than 5% faster
+        assert choice.seconds[choice.chosen] < 0.95 * choice.seconds["torch"]
     assert f"runtime: {choice.chosen} (" in str(module.gawee_report)
     torch.testing.assert_close(module(x)["logits"], net(x)["logits"], rtol=1e-4, atol=1e-4)
 
@@ -72,7 +75,9 @@ def test_auto_keeps_the_torch_lowering_for_symbolic_shapes_and_says_why():
     batch = torch.export.Dim("batch", min=1, max=8)
     module = gawee.compile(net, (x,), backend="auto", dynamic_shapes={"x": {0: batch}})
     choice = module.gawee_report.backend
-    assert choice.chosen == "torch" and "symbolic input shapes" in choice.only_candidate_because
+    assert choice.chosen == "torch" and not choice.seconds
+    assert "symbolic input shapes" in choice.not_candidates["onnxruntime"]
+    assert "static shapes only" in choice.not_candidates["onednn_graph"]
     assert module(torch.randn(3, 3, 16, 16))["logits"].shape == (3, 4)
     with pytest.raises(GaweeError, match="symbolic input shapes"):
         gawee.compile(net, (x,), backend="onnxruntime", dynamic_shapes={"x": {0: batch}})
@@ -85,14 +90,14 @@ def test_auto_keeps_the_torch_lowering_when_ort_disagrees_or_fails(monkeypatch):
     )
     module = gawee.compile(net, (x,), backend="auto")
     choice = module.gawee_report.backend
-    assert choice.chosen == "torch" and "differ from the torch lowering's" in choice.only_candidate_because
+    assert choice.chosen != "onnxruntime" and "differ from the torch lowering's" in choice.not_candidates["onnxruntime"]
 
     def broken(self, *xs):
         raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : no kernel")
 
     monkeypatch.setattr(OrtModule, "forward", broken)
     choice = gawee.compile(net, (x,), backend="auto").gawee_report.backend
-    assert choice.chosen == "torch" and "fails to run it: [ONNXRuntimeError]" in choice.only_candidate_because
+    assert "fails to run it: [ONNXRuntimeError]" in choice.not_candidates["onnxruntime"]
 
 
 class Lookup(torch.nn.Module):
@@ -110,7 +115,7 @@ def test_auto_compares_and_times_the_runtimes_on_the_example_inputs():
     ids, model = torch.tensor([[0, 1, 1, 0, 1]]), Lookup()
     module = gawee.compile(model, (ids,), backend="auto")
     choice = module.gawee_report.backend
-    assert choice.only_candidate_because is None and set(choice.seconds) == {"torch", "onnxruntime"}
+    assert not choice.not_candidates and set(choice.seconds) == {"torch", "onednn_graph", "onnxruntime"}
     with torch.no_grad():
         torch.testing.assert_close(module(ids), model(ids))
 

@@ -1,0 +1,52 @@
+"""oneDNN Graph as a runtime: the rewritten graph traced, frozen and compiled into fused partitions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gawee
+from gawee.backend import onednn_graph
+from gawee.backend.onednn_graph import OneDNNGraphModule
+from gawee.errors import GaweeError
+from gawee.ir.builder import GraphBuilder
+from tests.backend.test_ort import _net
+
+pytestmark = pytest.mark.skipif(not onednn_graph.available(), reason="this torch has no oneDNN Graph fuser")
+
+
+def test_backend_compiles_fused_partitions_equal_to_the_model_and_restores_the_fuser_flag():
+    net, x = _net()
+    before = torch.jit.onednn_fusion_enabled()
+    module = gawee.compile(net, (x,), backend="onednn_graph")
+    assert torch.jit.onednn_fusion_enabled() == before
+    assert isinstance(module, OneDNNGraphModule) and module.partitions > 0
+    x2 = torch.randn(2, 3, 16, 16)
+    got, want = module(x2), net(x2)
+    assert set(got) == {"logits", "feats"}
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-4)
+    with pytest.raises(TypeError, match="input 0 must be"):
+        module(torch.randn(1, 3, 16, 16))
+
+
+def test_static_float32_graphs_only():
+    b = GraphBuilder("half")
+    half = b.output(b.relu(b.input("x", "f16[2,3]")))
+    assert "float32" in onednn_graph.supports(half)
+    with pytest.raises(GaweeError, match="float32 graphs only"):
+        OneDNNGraphModule(half, [torch.randn(2, 3).half()])
+    net, x = _net()
+    graph = gawee.capture(net, (x,), dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=8)}})
+    assert "static shapes" in onednn_graph.supports(graph)
+
+
+def test_auto_names_a_runtime_it_could_not_build(monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("tracer: something torch.jit cannot record")
+
+    monkeypatch.setattr(OneDNNGraphModule, "__init__", refuse)
+    net, x = _net()
+    choice = gawee.compile(net, (x,), backend="auto").gawee_report.backend
+    assert "torch.jit cannot record" in choice.not_candidates["onednn_graph"]
+    assert "onednn_graph" not in choice.seconds
