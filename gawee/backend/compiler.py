@@ -114,10 +114,12 @@ def compile(
 
     ``backend="onnxruntime"`` runs the rewritten graph, exported by :func:`gawee.to_onnx`, on an ONNX
     Runtime session with all of ORT's optimizations (:class:`gawee.backend.ort.OrtModule`; static
-    shapes). ``backend="auto"`` builds the torch lowering and, where ONNX Runtime is installed and can
-    run the graph, that session too, times both on this machine and keeps the torch lowering unless ORT
-    is more than 5% faster (the measurement is ``module.gawee_report.backend``): which kernels win
-    depends on the CPU (:mod:`gawee.backend.ort`).
+    shapes). ``backend="onednn_graph"`` traces the rewritten graph and lets oneDNN Graph compile it into
+    fused partitions (:class:`gawee.backend.onednn_graph.OneDNNGraphModule`; static float32 shapes).
+    ``backend="auto"`` builds the torch lowering and, where they are available and can run the graph,
+    those two as well, times them on this machine and keeps the torch lowering unless another is more
+    than 5% faster (the measurement is ``module.gawee_report.backend``): which kernels win depends on the
+    CPU (:mod:`gawee.backend.ort`, :mod:`gawee.backend.onednn_graph`).
 
     ``backend="iree"`` lowers the rewritten graph to StableHLO instead (:func:`gawee.to_mlir`) and
     compiles it with IREE for the host CPU: the result is a :class:`gawee.backend.mlir.IreeModule`,
