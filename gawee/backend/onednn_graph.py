@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from gawee.backend.host import arrange
+from gawee.backend.host import arrange, check_inputs
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph
 from gawee.ir.types import DType, TensorType
@@ -98,10 +98,6 @@ class OneDNNGraphModule(torch.nn.Module):
         self.gawee_report = None
 
     def forward(self, *inputs: torch.Tensor):
-        if len(inputs) != len(self.input_types):
-            raise TypeError(f"the compiled module takes {len(self.input_types)} inputs, got {len(inputs)}")
-        for i, (x, t) in enumerate(zip(inputs, self.input_types)):
-            if tuple(x.shape) != t.shape or x.dtype != t.dtype.torch:
-                raise TypeError(f"input {i} must be {t}, got {x.dtype}{list(x.shape)}")
+        check_inputs(inputs, self.input_types)
         with torch.no_grad():
             return arrange(list(self.scripted(*inputs)), self.output_structure)

@@ -28,7 +28,7 @@ from gawee.equivalence import TOLERANCE, output_error, random_inputs
 from gawee.ir.builder import GraphBuilder
 from gawee.ir.types import DType
 from gawee.ops.nn import ACTIVATIONS
-from tests.backend.test_torch_backend import fused_conv_graph
+from tests.backend.test_torch_backend import fused_conv_graph, masked_rows_and_nan_sign
 
 iree_compiler = pytest.importorskip("iree.compiler", reason="the IREE extra: pip install 'gawee[iree]'")
 pytest.importorskip("iree.runtime")
@@ -600,16 +600,7 @@ def test_the_text_is_written_even_when_iree_rejects_it(tmp_path, monkeypatch):
 
 
 def test_attention_rows_masked_whole_are_zero_and_sign_of_nan_is_zero():
-    """torch gives a query its mask shuts out of every key 0 (bool or -inf float mask, given or constant), and
-    sign(nan) 0; exp(-inf - -inf) and StableHLO's sign give nan."""
-    b = GraphBuilder("masked")
-    q, mask, x = b.input("q", "f32[1,2,3,4]"), b.input("mask", "bool[3,3]"), b.input("x", "f32[4]")
-    shut = torch.zeros(3, 3).index_fill(0, torch.tensor([2]), -torch.inf)
-    graph = b.output(
-        b.scaled_dot_product_attention(q, q, q, mask), b.scaled_dot_product_attention(q, q, q, b.const(shut)), b.sign(x)
-    )
-    rows = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
-    xs = [torch.randn(1, 2, 3, 4), rows, torch.tensor([torch.nan, -2.0, 0.0, 3.0])]
+    graph, xs = masked_rows_and_nan_sign()
     for e, g in zip(gawee.run(graph, *xs), run_iree(graph, xs)):
         assert not e.isnan().any()
         torch.testing.assert_close(g, e)

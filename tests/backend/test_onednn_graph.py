@@ -10,7 +10,7 @@ from gawee.backend import onednn_graph
 from gawee.backend.onednn_graph import OneDNNGraphModule
 from gawee.errors import GaweeError
 from gawee.ir.builder import GraphBuilder
-from tests.backend.test_ort import _net
+from tests.backend.test_ort import _net, assert_runs_like_the_net
 
 pytestmark = pytest.mark.skipif(not onednn_graph.available(), reason="this torch has no oneDNN Graph fuser")
 
@@ -21,13 +21,7 @@ def test_backend_compiles_fused_partitions_equal_to_the_model_and_restores_the_f
     module = gawee.compile(net, (x,), backend="onednn_graph")
     assert torch.jit.onednn_fusion_enabled() == before
     assert isinstance(module, OneDNNGraphModule) and module.partitions > 0
-    x2 = torch.randn(2, 3, 16, 16)
-    got, want = module(x2), net(x2)
-    assert set(got) == {"logits", "feats"}
-    for k in want:
-        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-4)
-    with pytest.raises(TypeError, match="input 0 must be"):
-        module(torch.randn(1, 3, 16, 16))
+    assert_runs_like_the_net(module, net)
 
 
 def test_static_float32_graphs_only():

@@ -10,7 +10,7 @@ import gawee
 from gawee.backend.onnx import ExportError
 from gawee.equivalence import random_inputs
 from gawee.ir.builder import GraphBuilder
-from tests.backend.test_torch_backend import fused_conv_graph, optimized
+from tests.backend.test_torch_backend import fused_conv_graph, masked_rows_and_nan_sign, optimized
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -215,16 +215,7 @@ def test_mobilenet_v3_export_lets_onnx_runtime_fuse_everything(tmp_path):
 
 
 def test_attention_rows_masked_whole_are_zero_and_sign_of_nan_is_zero(tmp_path):
-    """torch gives a query its mask shuts out of every key 0 (bool or -inf float mask, given or constant), and
-    sign(nan) 0; ONNX's Softmax and Sign give nan."""
-    b = GraphBuilder("masked")
-    q, mask, x = b.input("q", "f32[1,2,3,4]"), b.input("mask", "bool[3,3]"), b.input("x", "f32[4]")
-    shut = torch.zeros(3, 3).index_fill(0, torch.tensor([2]), -torch.inf)
-    graph = b.output(
-        b.scaled_dot_product_attention(q, q, q, mask), b.scaled_dot_product_attention(q, q, q, b.const(shut)), b.sign(x)
-    )
-    rows = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
-    xs = [torch.randn(1, 2, 3, 4), rows, torch.tensor([torch.nan, -2.0, 0.0, 3.0])]
+    graph, xs = masked_rows_and_nan_sign()
     for e, g in zip(gawee.run(graph, *xs), run_ort(graph, tmp_path / "masked.onnx", xs)):
         assert not e.isnan().any()
         np.testing.assert_allclose(g, e.numpy(), rtol=1e-5, atol=1e-6)

@@ -162,3 +162,17 @@ def test_a_graph_read_out_of_order_is_refused():
     b.graph.create_node("relu", [orphan])
     with pytest.raises(IRError, match="read before it is computed"):
         to_torch(b.output(x))
+
+
+def masked_rows_and_nan_sign() -> tuple[gawee.Graph, list[torch.Tensor]]:
+    """Attention whose masks shut a query out of every key (a given bool mask, a constant -inf float one), and
+    sign of nan, with inputs that hit both: torch gives 0 for each (ONNX's Softmax and Sign, and StableHLO's
+    exp(-inf - -inf) and sign, nan)."""
+    b = GraphBuilder("masked")
+    q, mask, x = b.input("q", "f32[1,2,3,4]"), b.input("mask", "bool[3,3]"), b.input("x", "f32[4]")
+    shut = torch.zeros(3, 3).index_fill(0, torch.tensor([2]), -torch.inf)
+    graph = b.output(
+        b.scaled_dot_product_attention(q, q, q, mask), b.scaled_dot_product_attention(q, q, q, b.const(shut)), b.sign(x)
+    )
+    rows = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
+    return graph, [torch.randn(1, 2, 3, 4), rows, torch.tensor([torch.nan, -2.0, 0.0, 3.0])]
