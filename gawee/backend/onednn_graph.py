@@ -16,6 +16,8 @@ the torch lowering and ONNX Runtime (:func:`gawee.backend.compiler.compile`).
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import warnings
 from collections.abc import Sequence
 from functools import cache
@@ -33,16 +35,43 @@ PROFILING_RUNS = 3
 compiles the fused partitions on the next."""
 
 
+TRIAL = """
+import torch
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 1)).eval()
+x = torch.randn(1, 3, 8, 8)
+with torch.no_grad():
+    ref = net(x)
+    torch.jit.enable_onednn_fusion(True)
+    scripted = torch.jit.freeze(torch.jit.trace(net, x))
+    for _ in range(3):
+        scripted(x)
+    torch.testing.assert_close(scripted(x), ref, rtol=1e-4, atol=1e-4)
+print("ok")
+"""
+"""A small traced network compiled and run by the fuser, in a child process."""
+
+
 @cache
 def available() -> bool:
-    """Whether this torch has TorchScript's oneDNN Graph fuser (x86 and Arm builds with MKLDNN)."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.jit, "enable_onednn_fusion")
+    """Whether this torch has TorchScript's oneDNN Graph fuser (x86 and Arm builds with MKLDNN) and it runs here.
+
+    The fuser is native code on a path torch itself no longer exercises much: it is first tried on a small
+    network in a child process (about 2 s, once per process), so that a CPU on which it crashes or computes
+    wrongly loses a candidate runtime instead of the process."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.jit, "enable_onednn_fusion")):
+        return False
+    try:
+        trial = subprocess.run([sys.executable, "-c", TRIAL], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return trial.returncode == 0 and trial.stdout.strip().endswith("ok")
 
 
 def supports(graph: Graph) -> str | None:
     """Why ``graph`` cannot run on oneDNN Graph here, or None: static shapes, float32 tensors only."""
     if not available():
-        return "this torch has no oneDNN Graph fuser"
+        return "this torch has no oneDNN Graph fuser, or it failed its trial run on this machine"
     values = [*graph.inputs, *(o for n in graph for o in n.outputs)]
     if any(v.type.symbolic for v in values):
         return "oneDNN Graph compiles static shapes only"

@@ -12,9 +12,10 @@ from gawee.errors import GaweeError
 from gawee.ir.builder import GraphBuilder
 from tests.backend.test_ort import _net, assert_runs_like_the_net
 
-pytestmark = pytest.mark.skipif(not onednn_graph.available(), reason="this torch has no oneDNN Graph fuser")
+needs_fuser = pytest.mark.skipif(not onednn_graph.available(), reason="no working oneDNN Graph fuser here")
 
 
+@needs_fuser
 def test_backend_compiles_fused_partitions_equal_to_the_model_and_restores_the_fuser_flag():
     net, x = _net()
     before = torch.jit.onednn_fusion_enabled()
@@ -24,6 +25,7 @@ def test_backend_compiles_fused_partitions_equal_to_the_model_and_restores_the_f
     assert_runs_like_the_net(module, net)
 
 
+@needs_fuser
 def test_static_float32_graphs_only():
     b = GraphBuilder("half")
     half = b.output(b.relu(b.input("x", "f16[2,3]")))
@@ -35,6 +37,7 @@ def test_static_float32_graphs_only():
     assert "static shapes" in onednn_graph.supports(graph)
 
 
+@needs_fuser
 def test_auto_names_a_runtime_it_could_not_build(monkeypatch):
     def refuse(self, *args, **kwargs):
         raise RuntimeError("tracer: something torch.jit cannot record")
@@ -44,3 +47,16 @@ def test_auto_names_a_runtime_it_could_not_build(monkeypatch):
     choice = gawee.compile(net, (x,), backend="auto").gawee_report.backend
     assert "torch.jit cannot record" in choice.not_candidates["onednn_graph"]
     assert "onednn_graph" not in choice.seconds
+
+
+def test_a_fuser_that_crashes_its_trial_is_no_candidate(monkeypatch):
+    """The trial runs in a child process: a fuser that aborts there leaves this process running, unavailable."""
+    monkeypatch.setattr(onednn_graph, "TRIAL", "import os; os.abort()")
+    onednn_graph.available.cache_clear()
+    try:
+        assert not onednn_graph.available()
+        b = GraphBuilder("relu")
+        assert "failed its trial run" in onednn_graph.supports(b.output(b.relu(b.input("x", "f32[2]"))))
+    finally:
+        monkeypatch.undo()
+        onednn_graph.available.cache_clear()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import gawee
+from gawee.backend import onednn_graph
 from gawee.backend.compiler import BackendChoice
 from gawee.backend.measure import fastest
 from gawee.backend.onednn_graph import OneDNNGraphModule
@@ -30,6 +31,10 @@ class Net(torch.nn.Module):
         y = torch.relu(self.conv2(y) + y)
         feats = torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1)
         return {"logits": self.head(feats), "feats": feats}
+
+
+RUNTIMES = {"torch", "onnxruntime"} | ({"onednn_graph"} if onednn_graph.available() else set())
+"""What auto measures here (oneDNN Graph where it passes its trial)."""
 
 
 def _net():
@@ -64,9 +69,8 @@ def test_auto_measures_both_runtimes_and_returns_the_chosen_one():
     net, x = _net()
     module = gawee.compile(net, (x,), backend="auto")
     choice = module.gawee_report.backend
-    assert isinstance(choice, BackendChoice) and not choice.not_candidates
-    assert set(choice.seconds) == {"torch", "onednn_graph", "onnxruntime"}
-    assert all(s > 0 for s in choice.seconds.values())
+    assert isinstance(choice, BackendChoice) and set(choice.not_candidates) <= {"onednn_graph"}
+    assert set(choice.seconds) == RUNTIMES and all(s > 0 for s in choice.seconds.values())
     assert isinstance(module, OrtModule) == (choice.chosen == "onnxruntime")
     assert isinstance(module, OneDNNGraphModule) == (choice.chosen == "onednn_graph")
     if choice.chosen != "torch":  # only when another runtime measured more than 5% faster
@@ -82,7 +86,7 @@ def test_auto_keeps_the_torch_lowering_for_symbolic_shapes_and_says_why():
     choice = module.gawee_report.backend
     assert choice.chosen == "torch" and not choice.seconds
     assert "symbolic input shapes" in choice.not_candidates["onnxruntime"]
-    assert "static shapes only" in choice.not_candidates["onednn_graph"]
+    assert "static shapes only" in choice.not_candidates["onednn_graph"] or not onednn_graph.available()
     assert module(torch.randn(3, 3, 16, 16))["logits"].shape == (3, 4)
     with pytest.raises(GaweeError, match="symbolic input shapes"):
         gawee.compile(net, (x,), backend="onnxruntime", dynamic_shapes={"x": {0: batch}})
@@ -120,7 +124,7 @@ def test_auto_compares_and_times_the_runtimes_on_the_example_inputs():
     ids, model = torch.tensor([[0, 1, 1, 0, 1]]), Lookup()
     module = gawee.compile(model, (ids,), backend="auto")
     choice = module.gawee_report.backend
-    assert not choice.not_candidates and set(choice.seconds) == {"torch", "onednn_graph", "onnxruntime"}
+    assert set(choice.seconds) == RUNTIMES
     with torch.no_grad():
         torch.testing.assert_close(module(ids), model(ids))
 
