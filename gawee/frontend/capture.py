@@ -149,8 +149,14 @@ def unbound_decompositions(ep: ExportedProgram) -> dict:
     registry lacks and torch can decompose (``type_as``, ``multiply``, ``repeat_interleave``: composites that
     ``run_decompositions({})`` keeps as they are), so that op reaches the registry as ops it binds rather than as
     an opaque node. Ops the registry binds are kept whole (``linear``, ``layer_norm``: one OpDef each)."""
+    return _decompositions_of({n.target for n in _unbound_ops(ep)})
+
+
+def _decompositions_of(targets: set) -> dict:
+    """torch's decomposition of each of ``targets`` that has one (a table for ``run_decompositions``)."""
+    if not targets:
+        return {}
     torch_table = _torch_decompositions()
-    targets = {n.target for n in _unbound_ops(ep)}
     return {t: torch_table[t] for t in sorted(targets, key=str) if t in torch_table}
 
 
@@ -158,15 +164,15 @@ def _opaque_decompositions(ep: ExportedProgram, opaque: dict[str, int]) -> dict:
     """torch's decomposition of each op that stayed opaque and has one: ops whose binding refused the call as
     made (``softmax`` with a ``dtype``, which its OpDef does not take) reach the registry as ``_softmax`` and a
     cast instead."""
-    if not opaque:
-        return {}
-    torch_table = _torch_decompositions()
-    targets = {
-        n.target
-        for n in ep.graph.nodes
-        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) and target_name(n.target) in opaque
-    }
-    return {t: torch_table[t] for t in sorted(targets, key=str) if t in torch_table}
+    return _decompositions_of(
+        {
+            n.target
+            for n in ep.graph.nodes
+            if n.op == "call_function"
+            and isinstance(n.target, torch._ops.OpOverload)
+            and target_name(n.target) in opaque
+        }
+    )
 
 
 def functional_without_retrace(ep: ExportedProgram) -> bool:
