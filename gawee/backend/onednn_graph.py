@@ -11,11 +11,19 @@ to ONNX Runtime. gawee traces its reference interpreter over the rewritten graph
 semantics), freezes it, and runs the profiling calls with the fuser on (the flag is restored afterwards: the
 compiled plan stays with the module). Static shapes and float32 only; ``backend="auto"`` measures it against
 the torch lowering and ONNX Runtime (:func:`gawee.backend.compiler.compile`).
+
+The fuser maps a fixed set of ATen ops onto oneDNN Graph ops (``torch/csrc/jit/codegen/onednn/graph_helper.cpp``);
+any other op is a "wildcard" that splits the graph, runs unfused, and makes the partitions around it convert their
+blocked outputs back to strided tensors. While tracing, :data:`SPELLINGS` writes the ops gawee's graphs commonly
+hold that the fuser lacks (``hardsigmoid``, ``adaptive_avg_pool2d`` to a size dividing the input's, spatial
+``mean``) in ops it maps, with torch's semantics; what still runs outside a partition is ``module.unfused``.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import re
 import subprocess
 import sys
 import warnings
@@ -24,6 +32,8 @@ from functools import cache
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from gawee.backend.host import arrange, check_inputs
 from gawee.errors import GaweeError
@@ -80,6 +90,81 @@ def supports(graph: Graph) -> str | None:
     return None
 
 
+_THREE, _SIX = torch.tensor([3.0]), torch.tensor([6.0])
+"""Constants of the trace: a Python number would become a tensor again on every call, outside the partition."""
+
+
+def _hardsigmoid(x, inplace=False):
+    """torch's own formula, ``min(max(x + 3, 0), 6) / 6``, as Add, Clamp and Divide."""
+    if x.dim() == 0 or x.dtype != torch.float32:
+        return NotImplemented
+    return torch.clamp(x + _THREE, 0.0, 6.0) / _SIX
+
+
+def _pool_window(x: torch.Tensor, output_size) -> list[int] | None:
+    """The kernel (= stride) of the plain average pool equal to adaptive pooling of ``x`` to ``output_size``: each
+    spatial size a multiple of its output size; None otherwise."""
+    sizes = [int(s) for s in x.shape[-2:]]  # constants in the trace: the module is compiled for static shapes
+    outs = [output_size] * 2 if isinstance(output_size, int) else list(output_size)
+    outs = [size if o is None else int(o) for o, size in zip(outs, sizes)]
+    if x.dim() != 4 or any(o <= 0 or size % o for o, size in zip(outs, sizes)):
+        return None
+    return [size // o for o, size in zip(outs, sizes)]
+
+
+def _adaptive_avg_pool2d(x, output_size):
+    window = _pool_window(x, output_size)
+    return NotImplemented if window is None else F.avg_pool2d(x, window, window, 0)
+
+
+def _mean(x, dim=None, keepdim=False, *, dtype=None):
+    """The mean over the two spatial dims of an NCHW tensor, kept as 1 x 1, is a global average pool."""
+    dims = (dim,) if isinstance(dim, int) else tuple(dim or ())
+    if dtype is not None or not keepdim or x.dim() != 4 or sorted(d % 4 for d in dims) != [2, 3]:
+        return NotImplemented
+    return _adaptive_avg_pool2d(x, 1)
+
+
+def _on_vectors(func):
+    """``func`` on two 0-d tensors computed on 1-element vectors: oneDNN Graph fails to compile a partition in
+    which a binary op joins two 0-d tensors ("partition compile failed"); the reshapes keep it out of one."""
+
+    def spelled(a, b, *args, **kwargs):
+        if not all(isinstance(t, torch.Tensor) and t.dim() == 0 for t in (a, b)):
+            return NotImplemented
+        return func(a.reshape(1), b.reshape(1), *args, **kwargs).reshape(())
+
+    return spelled
+
+
+SPELLINGS = {
+    torch.add: _on_vectors(torch.add),
+    torch.mul: _on_vectors(torch.mul),
+    torch.div: _on_vectors(torch.div),
+    F.hardsigmoid: _hardsigmoid,
+    F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
+    torch.mean: _mean,
+}
+"""Torch functions the fuser does not map → the same computation in ops it does (NotImplemented: leave the call
+as it is). Without them the squeeze-and-excitation blocks' pool and gate ran outside oneDNN's partitions (25 ops
+on mobilenet_v3_large, 17 on efficientnet_b0), and each partition next to one converted its output to a strided
+tensor (benchmarks/README.md, "Runtime" → Notes). ``mean`` is that pool as timm writes it. The binary ops on 0-d
+tensors avoid a fuser failure."""
+
+
+class _Spelled(TorchFunctionMode):
+    """Active while tracing: :data:`SPELLINGS` replaces the calls it knows (the mode is off inside a replacement)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        spelling = SPELLINGS.get(func)
+        if spelling is not None:
+            out = spelling(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        return func(*args, **kwargs)
+
+
 class _Interpreted(torch.nn.Module):
     """The reference interpreter over ``graph``: what torch.jit.trace records, op by op, as ATen calls."""
 
@@ -115,13 +200,24 @@ class OneDNNGraphModule(torch.nn.Module):
         xs = tuple(example_inputs)
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the tracer's notes on constants it records: the graph's weights
-            self.scripted = torch.jit.freeze(torch.jit.trace(_Interpreted(graph).eval(), xs, check_trace=False))
+            with _Spelled():
+                traced = torch.jit.trace(_Interpreted(graph).eval(), xs, check_trace=False)
+            self.scripted = torch.jit.freeze(traced)
             with _fusion(True):
-                for _ in range(PROFILING_RUNS):
-                    self.scripted(*xs)
+                try:
+                    for _ in range(PROFILING_RUNS):
+                        self.scripted(*xs)
+                except RuntimeError as e:  # the fuser compiles partitions on the last profiling call
+                    raise GaweeError(
+                        f"oneDNN Graph could not compile {graph.name}: {str(e).strip().splitlines()[-1]}",
+                        hint='use backend="torch" (or "auto", which measures the runtimes that build)',
+                    ) from e
                 plan = str(torch.jit.last_executed_optimized_graph())
-        self.partitions = plan.count("prim::oneDNNFusionGroup")
+        top = plan.split("\nwith ")[0]  # the graph itself, before the partitions' and fallbacks' bodies
+        self.partitions = len(re.findall(r"prim::oneDNNFusionGroup_\d+\[", top))
         """How many fused partitions oneDNN Graph compiled (0: it fused nothing; the module runs op by op)."""
+        self.unfused = collections.Counter(re.findall(r"^  %\S+ : \S+ = (aten::\w+)", top, re.MULTILINE))
+        """The ATen ops that run outside every partition, and how many times (shape arithmetic included)."""
         self.input_types: list[TensorType] = [v.type for v in graph.inputs]
         self.output_structure = output_structure
         self.gawee_report = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import gawee
 from gawee.backend import onednn_graph
@@ -60,3 +61,53 @@ def test_a_fuser_that_crashes_its_trial_is_no_candidate(monkeypatch):
     finally:
         monkeypatch.undo()
         onednn_graph.available.cache_clear()
+
+
+class _Excite(torch.nn.Module):
+    """Squeeze-and-excitation gates in the spellings models use: adaptive pool + hardsigmoid, spatial mean +
+    sigmoid; adaptive pools to a size that divides the input's (a plain pool) and to one that does not (left)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        y = y * F.hardsigmoid(self.fc(F.adaptive_avg_pool2d(y, 1)))
+        y = y * torch.sigmoid(self.fc(y.mean((2, 3), keepdim=True)))
+        pools = F.adaptive_avg_pool2d(y, 3).sum() + F.adaptive_avg_pool2d(y, 5).sum()
+        return y + pools
+
+
+@needs_fuser
+def test_ops_the_fuser_lacks_are_spelled_in_ops_it_maps(monkeypatch):
+    net, x = _Excite().eval(), torch.randn(1, 3, 12, 12)
+    with torch.no_grad():
+        expected = net(x)
+    module = gawee.compile(net, (x,), backend="onednn_graph")
+    torch.testing.assert_close(module(x), expected, rtol=1e-5, atol=1e-5)
+    lacking = {"aten::hardsigmoid", "aten::mean"}
+    assert not lacking & set(module.unfused)
+    assert module.unfused["aten::adaptive_avg_pool2d"] == 1  # to 5 x 5; to 3 x 3 is a 4 x 4 pool, spelled
+    unspelled = {f: s for f, s in onednn_graph.SPELLINGS.items() if f not in (F.hardsigmoid, torch.mean)}
+    monkeypatch.setattr(onednn_graph, "SPELLINGS", unspelled)
+    assert lacking <= set(gawee.compile(net, (x,), backend="onednn_graph").unfused)
+
+
+class _Scalars(torch.nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        return y * (y.sum() + y.amax())
+
+
+@needs_fuser
+def test_binary_ops_on_0d_tensors_stay_out_of_partitions_the_fuser_cannot_compile(monkeypatch):
+    net, x = _Scalars(), torch.randn(2, 3, 4, 4)
+    torch.testing.assert_close(gawee.compile(net, (x,), backend="onednn_graph")(x), net(x))
+    monkeypatch.setattr(onednn_graph, "SPELLINGS", {})
+    try:  # the oneDNN builds measured (AMD EPYC Zen 5) fail here; a CPU whose build compiles it has nothing to show
+        gawee.compile(net, (x,), backend="onednn_graph")
+    except GaweeError as e:
+        assert "could not compile _Scalars: RuntimeError: partition compile failed" in e.message
+        assert 'backend="torch"' in e.hint
