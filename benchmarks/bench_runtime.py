@@ -112,6 +112,8 @@ class Result:
     """CPU cores that other processes used while this configuration was timed."""
     flops: int | None = None
     """FLOPs of one call (gawee's cost model on the captured graph; gawee rows only)."""
+    choice: str = ""
+    """The runtime ``backend="auto"`` chose, in the process its compile was timed in (gawee_auto rows only)."""
 
     @property
     def label(self) -> str:
@@ -202,8 +204,12 @@ def build_gawee(model, xs):
     return module, seconds
 
 
-def build_gawee_auto(model, xs):
-    """gawee.compile's measured runtime choice: the torch lowering or ONNX Runtime on gawee's ONNX."""
+def build_gawee_auto(model, xs, choice: str | None = None):
+    """gawee.compile's measured runtime choice: the torch lowering, oneDNN Graph or ONNX Runtime on gawee's
+    ONNX. ``choice``: the runtime auto chose in a process of its own (:func:`isolated_compile`), built here
+    without measuring again: in this process the other methods' runtimes skew the measurement."""
+    if choice:
+        return _timed(lambda: gawee.compile(model, xs, backend=choice))
     module, seconds = _timed(lambda: gawee.compile(model, xs, backend="auto"))
     log.info("  gawee auto: %s", module.gawee_report.backend)
     return module, seconds
@@ -387,12 +393,15 @@ class Quiet:
     attempts: int = 3
 
 
-def isolated_compile_s(name: str, batch: int, method: str) -> float:
+def isolated_compile(name: str, batch: int, method: str) -> tuple[float, str | None]:
     """``method``'s compile time on this row measured in a process of its own, after that process warmed
-    the method's toolchain up (a fresh Inductor cache). In the benchmark's own process every method is
-    built after the ones before it, whose runtimes, threads and memory slow a later compile: gawee's took
-    2.6 s on BERT b8 after eager alone and 3.8-4.5 s after Inductor and ORT were built (0.6-0.8 s more in
-    its kernel measurement and weight packing). A user compiles one model with one method."""
+    the method's toolchain up (a fresh Inductor cache), and for ``gawee_auto`` the runtime it chose there.
+    In the benchmark's own process every method is built after the ones before it, whose runtimes, threads
+    and memory slow a later compile: gawee's took 2.6 s on BERT b8 after eager alone and 3.8-4.5 s after
+    Inductor and ORT were built (0.6-0.8 s more in its kernel measurement and weight packing). They skew
+    auto's timing of its candidates too: on mobilenet_v3_large b1 it measured ORT at 2.73 ms per call there,
+    against 1.69-1.90 ms in a process of its own (three runs) and 1.82 ms in the table's own ORT column,
+    and chose oneDNN Graph. A user compiles one model with one method."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="gawee-bench-inductor-"))
     done = subprocess.run(
         [sys.executable, __file__, "--time-compile", method, "--models", name, "--batches", str(batch)],
@@ -404,15 +413,19 @@ def isolated_compile_s(name: str, batch: int, method: str) -> float:
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         raise RuntimeError(f"compiling {method} in its own process failed: {done.stderr.strip()[-300:]}")
-    return json.loads(lines[-1])["compile_s"]
+    timed = json.loads(lines[-1])
+    return timed["compile_s"], timed["choice"]
 
 
-def time_compile(method: str, name: str, batch: int) -> float:
-    """``--time-compile``: warm the toolchain up, then build ``method`` on the row's model once."""
+def time_compile(method: str, name: str, batch: int) -> dict:
+    """``--time-compile``: warm the toolchain up, then build ``method`` on the row's model once; its compile
+    seconds and, for ``backend="auto"``, the runtime it chose."""
     warm_up_toolchains([method])
     model, x = make_model(name, batch)
     _run(model, x)
-    return BUILDERS[method](model, x)[1]
+    module, seconds = BUILDERS[method](model, x)
+    choice = getattr(getattr(module, "gawee_report", None), "backend", None)
+    return {"compile_s": seconds, "choice": choice.chosen if method == "gawee_auto" and choice else None}
 
 
 def bench_config(
@@ -426,12 +439,13 @@ def bench_config(
     isolated: bool = True,
 ) -> list[Result]:
     wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
-    compile_s = {}
+    compile_s, choice = {}, None
     if isolated:  # before this process holds any method's module: the machine is otherwise idle
         for method in methods:
             if method != "eager":
                 try:
-                    compile_s[method] = isolated_compile_s(name, batch, method)
+                    compile_s[method], made = isolated_compile(name, batch, method)
+                    choice = made or choice
                 except RuntimeError as e:  # reported with the in-process build's result below
                     log.warning("%s b%d %s: %s", name, batch, method, e)
     model, x = make_model(name, batch)
@@ -443,7 +457,12 @@ def bench_config(
         results.append(result)
         log.info("%s b%d: building %s", name, batch, method)
         try:
-            fn, result.compile_s = BUILDERS[method](model, x)
+            if method == "gawee_auto" and choice:
+                fn, result.compile_s = build_gawee_auto(model, x, choice)
+                result.choice = choice
+                log.info("  gawee auto, in a process of its own: %s", choice)
+            else:
+                fn, result.compile_s = BUILDERS[method](model, x)
             result.compile_s = compile_s.get(method, result.compile_s)
             result.flops = getattr(fn, "flops", None)
             out = _run(fn, x)
@@ -544,6 +563,7 @@ def markdown(results: list[Result], meta: dict) -> str:
                 continue
             speed = f" ({eager / r.latency_ms:.2f}×)" if eager else ""
             comp = f"<br>compile {r.compile_s:.1f} s" if r.compile_s else ""
+            comp += f"<br>chose {r.choice}" if r.choice else ""
             flag = "" if r.ok else " ⚠"
             cells.append(f"{r.latency_ms:.1f} ms{speed}{comp}{flag}")
         foreign = index[(model, batch, methods[0])].foreign_load
@@ -752,7 +772,7 @@ def transformers_section(table: str, checks: str, command: str) -> str:
         "runs on the kernel measured fastest at compile time (torch's GEMM, MKL's packed sgemm or oneDNN's "
         "prepacked linear with the activation as a post-op; `gawee.backend.kernels`). Compile time is wall "
         "time from the model to a callable, first call included for Inductor, each method's measured in a "
-        "fresh process after a warm-up of its toolchain (`isolated_compile_s`).\n\n"
+        "fresh process after a warm-up of its toolchain (`isolated_compile`).\n\n"
         f"{table}\n![speedup over eager](runtime.png)\n\n"
         f"### Targets (computed from the table)\n\n{checks}"
     )
@@ -810,7 +830,10 @@ def readme_section(table: str, checks: str, command: str) -> str:
         '- **gawee.compile(backend="auto")**: the same, then oneDNN Graph on the traced rewritten graph and '
         "ONNX Runtime (all optimizations) on `gawee.to_onnx` of it are built too, all are timed at compile "
         "time, and the module keeps the torch lowering unless another measures more than 5% faster "
-        "(`gawee.backend.onednn_graph`, `gawee.backend.ort`).\n"
+        "(`gawee.backend.onednn_graph`, `gawee.backend.ort`). The choice is made where its compile time is "
+        "measured, in a process of its own as a user's would be (the cell says which); the row then times "
+        "that runtime, built in the benchmark's process without measuring again (there, the other methods' "
+        "runtimes skew the candidates' timings).\n"
         '- **gawee.compile(backend="onednn_graph")**: the rewritten graph traced into TorchScript, frozen, and '
         "compiled by oneDNN Graph into fused partitions (`gawee.backend.onednn_graph`).\n"
         '- **torch.compile(backend="gawee")**: the same pipeline behind dynamo (parameters frozen, the '
@@ -819,7 +842,7 @@ def readme_section(table: str, checks: str, command: str) -> str:
         "(`dynamic_shapes`, `--dynamic batch`): one module for every batch size, timed at this row's.\n\n"
         "Compile time is wall time from the model to a callable (for Inductor and TorchScript, including "
         "the first call, where they compile), each method's measured in a fresh process after a warm-up of its "
-        "toolchain (`isolated_compile_s`: built after other methods in one process, a compile runs up to 1.7x "
+        "toolchain (`isolated_compile`: built after other methods in one process, a compile runs up to 1.7x "
         "slower). Outputs of every method are compared with eager "
         "(⚠ marks a mismatch or a failure).\n\n"
         f"{table}\n![speedup over eager](runtime.png)\n\n"
@@ -886,7 +909,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.time_compile:
-        print(json.dumps({"compile_s": time_compile(args.time_compile, args.models, int(args.batches))}))
+        print(json.dumps(time_compile(args.time_compile, args.models, int(args.batches))))
         return 0
     quiet = Quiet(args.max_foreign_load, args.quiet_timeout)
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")

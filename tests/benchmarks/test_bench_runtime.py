@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -11,7 +12,15 @@ import bench_runtime
 
 
 def test_a_compile_is_timed_in_a_fresh_process_and_a_failure_says_why():
-    seconds = bench_runtime.isolated_compile_s("resnet18", 1, "fx_fuse")
-    assert 0.0 < seconds < 60.0
+    seconds, choice = bench_runtime.isolated_compile("resnet18", 1, "fx_fuse")
+    assert 0.0 < seconds < 60.0 and choice is None
     with pytest.raises(RuntimeError, match="compiling no_such_method in its own process failed"):
-        bench_runtime.isolated_compile_s("resnet18", 1, "no_such_method")
+        bench_runtime.isolated_compile("resnet18", 1, "no_such_method")
+
+
+def test_auto_chooses_in_a_process_of_its_own_and_the_row_times_that_runtime():
+    seconds, choice = bench_runtime.isolated_compile("resnet18", 1, "gawee_auto")
+    assert 0.0 < seconds < 120.0 and choice in ("torch", "onednn_graph", "onnxruntime")
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+    module, _ = bench_runtime.build_gawee_auto(net, (torch.randn(2, 4),), "onnxruntime")
+    assert type(module).__name__ == "OrtModule"
