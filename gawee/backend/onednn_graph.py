@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import re
 import subprocess
 import sys
@@ -137,10 +138,57 @@ def _on_vectors(func):
     return spelled
 
 
-SPELLINGS = {
+def _attention(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+    *,
+    finite_masks: frozenset[int] = frozenset(),
+):
+    """``softmax(query @ key^T * scale + attn_mask) @ value``, which oneDNN Graph compiles into one attention
+    partition: 2.2-2.9x faster than aten's CPU kernel on ViT/BERT heads (benchmarks/README.md, "Runtime:
+    transformers" → Notes). Only where that is torch's result: 4-D float32 operands of equal batch and head
+    dims, no dropout, causality or grouped heads, and no mask or a constant one with every value finite
+    (``finite_masks``: their ids) — a row a mask shuts entirely (-inf) is 0 in torch's kernel, NaN in softmax."""
+    operands = (query, key, value)
+    if (
+        dropout_p
+        or is_causal
+        or enable_gqa
+        or any(t.dim() != 4 or t.dtype != torch.float32 for t in operands)
+        or not query.shape[:2] == key.shape[:2] == value.shape[:2]
+        or (attn_mask is not None and id(attn_mask) not in finite_masks)
+    ):
+        return NotImplemented
+    factor = float(scale) if scale is not None else int(query.shape[-1]) ** -0.5
+    scores = torch.matmul(query, key.permute(0, 1, 3, 2)) * factor
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    return torch.matmul(torch.softmax(scores, -1), value)
+
+
+def _finite_masks(graph: Graph) -> frozenset[int]:
+    """The ids of the attention masks of ``graph`` that are constants with every value finite."""
+    masks = (n.inputs[3] for n in graph if n.op == "scaled_dot_product_attention" and len(n.inputs) > 3)
+    return frozenset(
+        id(m.data) for m in masks if m is not None and m.data is not None and bool(m.data.isfinite().all())
+    )
+
+
+REQUIRED = {
     torch.add: _on_vectors(torch.add),
     torch.mul: _on_vectors(torch.mul),
     torch.div: _on_vectors(torch.div),
+}
+"""The spellings without which the fuser fails to compile a graph (they are kept when the others are dropped)."""
+
+SPELLINGS = {
+    **REQUIRED,
     F.hardsigmoid: _hardsigmoid,
     F.adaptive_avg_pool2d: _adaptive_avg_pool2d,
     torch.mean: _mean,
@@ -149,15 +197,23 @@ SPELLINGS = {
 as it is). Without them the squeeze-and-excitation blocks' pool and gate ran outside oneDNN's partitions (25 ops
 on mobilenet_v3_large, 17 on efficientnet_b0), and each partition next to one converted its output to a strided
 tensor (benchmarks/README.md, "Runtime" → Notes). ``mean`` is that pool as timm writes it. The binary ops on 0-d
-tensors avoid a fuser failure."""
+tensors avoid a fuser failure. Attention is spelled per graph (:func:`_attention`, which needs to know its masks)."""
 
 
 class _Spelled(TorchFunctionMode):
-    """Active while tracing: :data:`SPELLINGS` replaces the calls it knows (the mode is off inside a replacement)."""
+    """Active while tracing ``graph``: :data:`SPELLINGS` (only :data:`REQUIRED` when not ``faster``) and attention
+    replace the calls they know (the mode is off inside a replacement)."""
+
+    def __init__(self, graph: Graph, faster: bool = True):
+        super().__init__()
+        self.table = dict(SPELLINGS) if faster else dict(REQUIRED)
+        if faster:
+            attention = functools.partial(_attention, finite_masks=_finite_masks(graph))
+            self.table[F.scaled_dot_product_attention] = attention
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        spelling = SPELLINGS.get(func)
+        spelling = self.table.get(func)
         if spelling is not None:
             out = spelling(*args, **kwargs)
             if out is not NotImplemented:
@@ -188,6 +244,20 @@ def _fusion(enabled: bool):
         torch.jit.enable_onednn_fusion(before)
 
 
+def _compiled(graph: Graph, xs: tuple[torch.Tensor, ...], *, faster: bool) -> tuple[torch.jit.ScriptModule, str]:
+    """``graph`` traced (spelled as :class:`_Spelled` says), frozen, and run with the fuser on until oneDNN Graph
+    compiled its partitions; with the plan TorchScript executes. Raises RuntimeError where the fuser fails."""
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on constants it records: the graph's weights
+        with _Spelled(graph, faster):
+            traced = torch.jit.trace(_Interpreted(graph).eval(), xs, check_trace=False)
+        scripted = torch.jit.freeze(traced)
+        with _fusion(True):
+            for _ in range(PROFILING_RUNS):
+                scripted(*xs)
+            return scripted, str(torch.jit.last_executed_optimized_graph())
+
+
 class OneDNNGraphModule(torch.nn.Module):
     """``graph`` traced, frozen and compiled by oneDNN Graph for ``example_inputs``' shapes: a callable taking
     and returning torch tensors (outputs nested as ``output_structure``, a pytree spec, when given)."""
@@ -198,21 +268,19 @@ class OneDNNGraphModule(torch.nn.Module):
         if why is not None:
             raise GaweeError(f"{graph.name} cannot run on oneDNN Graph: {why}", hint='use backend="torch"')
         xs = tuple(example_inputs)
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the tracer's notes on constants it records: the graph's weights
-            with _Spelled():
-                traced = torch.jit.trace(_Interpreted(graph).eval(), xs, check_trace=False)
-            self.scripted = torch.jit.freeze(traced)
-            with _fusion(True):
-                try:
-                    for _ in range(PROFILING_RUNS):
-                        self.scripted(*xs)
-                except RuntimeError as e:  # the fuser compiles partitions on the last profiling call
-                    raise GaweeError(
-                        f"oneDNN Graph could not compile {graph.name}: {str(e).strip().splitlines()[-1]}",
-                        hint='use backend="torch" (or "auto", which measures the runtimes that build)',
-                    ) from e
-                plan = str(torch.jit.last_executed_optimized_graph())
+        try:
+            self.scripted, plan = _compiled(graph, xs, faster=True)
+            self.spelled = True
+            """Whether the faster spellings are in (False: the fuser failed on them, the graph is traced as written)."""
+        except RuntimeError:
+            try:
+                self.scripted, plan = _compiled(graph, xs, faster=False)
+                self.spelled = False
+            except RuntimeError as e:  # the fuser compiles partitions on the last profiling call
+                raise GaweeError(
+                    f"oneDNN Graph could not compile {graph.name}: {str(e).strip().splitlines()[-1]}",
+                    hint='use backend="torch" (or "auto", which measures the runtimes that build)',
+                ) from e
         top = plan.split("\nwith ")[0]  # the graph itself, before the partitions' and fallbacks' bodies
         self.partitions = len(re.findall(r"prim::oneDNNFusionGroup_\d+\[", top))
         """How many fused partitions oneDNN Graph compiled (0: it fused nothing; the module runs op by op)."""
