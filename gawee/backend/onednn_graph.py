@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import math
 import re
 import subprocess
 import sys
@@ -180,12 +181,33 @@ def _finite_masks(graph: Graph) -> frozenset[int]:
     )
 
 
+def _gelu(x, approximate="none"):
+    """The fuser maps ``aten::gelu`` to oneDNN's GELU without its ``approximate`` argument, so the tanh form would
+    run as the erf form (GPT-2's outputs differed from the model's by 3e-4 of their scale): it is written out,
+    ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, as torch computes it."""
+    if approximate != "tanh" or x.dim() == 0 or x.dtype != torch.float32:
+        return NotImplemented
+    return x * 0.5 * (torch.tanh((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)) + 1.0)
+
+
+def _div(a, b, rounding_mode=None):
+    """The fuser maps ``aten::div`` to oneDNN's Divide without its ``rounding_mode``: a rounded division runs as
+    torch's ``floor_divide`` (the same function) or a division then ``trunc``, which it does not map."""
+    if rounding_mode == "floor":
+        return torch.floor_divide(a, b)
+    if rounding_mode == "trunc":
+        return torch.trunc(torch.div(a, b))
+    return _on_vectors(torch.div)(a, b)
+
+
 REQUIRED = {
     torch.add: _on_vectors(torch.add),
     torch.mul: _on_vectors(torch.mul),
-    torch.div: _on_vectors(torch.div),
+    torch.div: _div,
+    F.gelu: _gelu,
 }
-"""The spellings without which the fuser fails to compile a graph (they are kept when the others are dropped)."""
+"""The spellings without which the fuser fails to compile a graph or computes something else than torch (they are
+kept when the others are dropped)."""
 
 SPELLINGS = {
     **REQUIRED,
@@ -201,13 +223,13 @@ tensors avoid a fuser failure. Attention is spelled per graph (:func:`_attention
 
 
 class _Spelled(TorchFunctionMode):
-    """Active while tracing ``graph``: :data:`SPELLINGS` (only :data:`REQUIRED` when not ``faster``) and attention
-    replace the calls they know (the mode is off inside a replacement)."""
+    """Active while tracing ``graph``: :data:`SPELLINGS` (only :data:`REQUIRED` when not ``faster``) and, with
+    ``attention``, :func:`_attention` replace the calls they know (the mode is off inside a replacement)."""
 
-    def __init__(self, graph: Graph, faster: bool = True):
+    def __init__(self, graph: Graph, faster: bool = True, attention: bool = False):
         super().__init__()
         self.table = dict(SPELLINGS) if faster else dict(REQUIRED)
-        if faster:
+        if attention:
             attention = functools.partial(_attention, finite_masks=_finite_masks(graph))
             self.table[F.scaled_dot_product_attention] = attention
 
@@ -244,18 +266,36 @@ def _fusion(enabled: bool):
         torch.jit.enable_onednn_fusion(before)
 
 
-def _compiled(graph: Graph, xs: tuple[torch.Tensor, ...], *, faster: bool) -> tuple[torch.jit.ScriptModule, str]:
+def _compiled(
+    graph: Graph, xs: tuple[torch.Tensor, ...], *, faster: bool, attention: bool = False
+) -> tuple[torch.jit.ScriptModule, str]:
     """``graph`` traced (spelled as :class:`_Spelled` says), frozen, and run with the fuser on until oneDNN Graph
     compiled its partitions; with the plan TorchScript executes. Raises RuntimeError where the fuser fails."""
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes on constants it records: the graph's weights
-        with _Spelled(graph, faster):
+        with _Spelled(graph, faster, attention):
             traced = torch.jit.trace(_Interpreted(graph).eval(), xs, check_trace=False)
         scripted = torch.jit.freeze(traced)
         with _fusion(True):
             for _ in range(PROFILING_RUNS):
                 scripted(*xs)
             return scripted, str(torch.jit.last_executed_optimized_graph())
+
+
+def _faster_attention(graph: Graph, xs: tuple[torch.Tensor, ...], scripted, plan: str):
+    """The module with attention spelled for oneDNN Graph if it measures faster than ``scripted`` (aten's kernel)
+    here, with its plan and True; else ``scripted``, ``plan`` and False. Spelled, vit_b_16 at batch 1 ran 83 ms
+    against 90 ms, but swin_t (windowed attention, a constant mask) 674 ms against 32 ms (benchmarks/README.md,
+    "Runtime: transformers" → Notes): which one wins depends on the shapes and the CPU, so it is measured."""
+    from gawee.backend.measure import fastest
+
+    try:
+        spelled, spelled_plan = _compiled(graph, xs, faster=True, attention=True)
+    except RuntimeError:
+        return scripted, plan, False
+    if fastest({"aten": scripted, "spelled": spelled}, xs).chosen == "spelled":
+        return spelled, spelled_plan, True
+    return scripted, plan, False
 
 
 class OneDNNGraphModule(torch.nn.Module):
@@ -281,6 +321,10 @@ class OneDNNGraphModule(torch.nn.Module):
                     f"oneDNN Graph could not compile {graph.name}: {str(e).strip().splitlines()[-1]}",
                     hint='use backend="torch" (or "auto", which measures the runtimes that build)',
                 ) from e
+        self.attention = False
+        """Whether attention runs as oneDNN Graph's partition (:func:`_attention`): measured faster here."""
+        if self.spelled and any(n.op == "scaled_dot_product_attention" for n in graph):
+            self.scripted, plan, self.attention = _faster_attention(graph, xs, self.scripted, plan)
         top = plan.split("\nwith ")[0]  # the graph itself, before the partitions' and fallbacks' bodies
         self.partitions = len(re.findall(r"prim::oneDNNFusionGroup_\d+\[", top))
         """How many fused partitions oneDNN Graph compiled (0: it fused nothing; the module runs op by op)."""

@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 import gawee
-from gawee.backend import onednn_graph
+from gawee.backend import measure, onednn_graph
+from gawee.backend.measure import Timings
 from gawee.backend.onednn_graph import OneDNNGraphModule
 from gawee.errors import GaweeError
 from gawee.ir.builder import GraphBuilder
@@ -144,12 +145,40 @@ class _Attend(torch.nn.Module):
 
 
 @needs_fuser
-def test_attention_is_spelled_for_onednn_graph_only_where_that_is_torchs_result():
+@pytest.mark.parametrize("chosen", ["spelled", "aten"])
+def test_attention_is_spelled_only_where_that_is_torchs_result_and_kept_if_measured_faster(monkeypatch, chosen):
+    seen = []
+
+    def measured(candidates, inputs, **kwargs):
+        seen.append(list(candidates))
+        return Timings({name: 1.0 for name in candidates}, chosen)
+
+    monkeypatch.setattr(measure, "fastest", measured)
     net = _Attend().eval()
     q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
     mask = torch.zeros(2, 1, 5, 5)
     mask[0, 0, 1] = float("-inf")  # a row shut at run time: torch's kernel gives 0 there
     module = gawee.compile(net, (q, k, v, mask), backend="onednn_graph")
+    assert seen == [["aten", "spelled"]] and module.attention == (chosen == "spelled")
     torch.testing.assert_close(module(q, k, v, mask), net(q, k, v, mask), rtol=1e-5, atol=1e-5)
-    assert module.unfused["aten::scaled_dot_product_attention"] == 2  # the -inf constant and the run-time mask
-    assert module.unfused["aten::softmax"] == 0  # the two spelled ones are inside partitions
+    # spelled: all but the -inf constant and the run-time mask, inside partitions
+    assert module.unfused["aten::scaled_dot_product_attention"] == (2 if chosen == "spelled" else 4)
+
+
+class _Rounded(torch.nn.Module):
+    def forward(self, x, y):
+        return F.gelu(x, approximate="tanh") + torch.div(x, y, rounding_mode="floor") * torch.div(
+            x, y, rounding_mode="trunc"
+        )
+
+
+@needs_fuser
+def test_arguments_the_fuser_drops_are_kept_by_spelling_the_op(monkeypatch):
+    """The fuser maps gelu and div without their approximate and rounding_mode: tanh GELU ran as erf GELU."""
+    net, x, y = _Rounded(), torch.randn(4, 16) * 3, torch.rand(4, 16) + 0.5
+    graph, _ = gawee.rewrite(gawee.capture(net, (x, y)))
+    module = OneDNNGraphModule(graph, [x, y])
+    torch.testing.assert_close(module(x, y)[0], net(x, y), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(onednn_graph, "REQUIRED", {})
+    monkeypatch.setattr(onednn_graph, "SPELLINGS", {})
+    assert (OneDNNGraphModule(graph, [x, y])(x, y)[0] - net(x, y)).abs().max() > 1e-4
