@@ -184,10 +184,20 @@ def _finite_masks(graph: Graph) -> frozenset[int]:
 def _gelu(x, approximate="none"):
     """The fuser maps ``aten::gelu`` to oneDNN's GELU without its ``approximate`` argument, so the tanh form would
     run as the erf form (GPT-2's outputs differed from the model's by 3e-4 of their scale): it is written out,
-    ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, as torch computes it."""
-    if approximate != "tanh" or x.dim() == 0 or x.dtype != torch.float32:
+    ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, as torch computes it. A 0-d ``x`` (which the fuser's
+    partitions mishandle, see :func:`_on_vectors`) is computed by aten in float64, a dtype the fuser leaves alone."""
+    if approximate != "tanh":
         return NotImplemented
+    if x.dim() == 0:
+        return F.gelu(x.double(), approximate="tanh").to(x.dtype)
     return x * 0.5 * (torch.tanh((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)) + 1.0)
+
+
+def _add(a, b, *, alpha=1):
+    """The fuser maps ``aten::add`` to oneDNN's Add without its ``alpha``: ``a + alpha * b`` is written out."""
+    if alpha != 1:
+        return _add(a, torch.mul(b, alpha))
+    return _on_vectors(torch.add)(a, b)
 
 
 def _div(a, b, rounding_mode=None):
@@ -201,7 +211,7 @@ def _div(a, b, rounding_mode=None):
 
 
 REQUIRED = {
-    torch.add: _on_vectors(torch.add),
+    torch.add: _add,
     torch.mul: _on_vectors(torch.mul),
     torch.div: _div,
     F.gelu: _gelu,

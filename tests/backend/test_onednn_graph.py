@@ -167,9 +167,8 @@ def test_attention_is_spelled_only_where_that_is_torchs_result_and_kept_if_measu
 
 class _Rounded(torch.nn.Module):
     def forward(self, x, y):
-        return F.gelu(x, approximate="tanh") + torch.div(x, y, rounding_mode="floor") * torch.div(
-            x, y, rounding_mode="trunc"
-        )
+        rounded = torch.div(x, y, rounding_mode="floor") * torch.div(x, y, rounding_mode="trunc")
+        return F.gelu(x, approximate="tanh") + rounded
 
 
 @needs_fuser
@@ -182,3 +181,16 @@ def test_arguments_the_fuser_drops_are_kept_by_spelling_the_op(monkeypatch):
     monkeypatch.setattr(onednn_graph, "REQUIRED", {})
     monkeypatch.setattr(onednn_graph, "SPELLINGS", {})
     assert (OneDNNGraphModule(graph, [x, y])(x, y)[0] - net(x, y)).abs().max() > 1e-4
+
+
+class _ScalarGelu(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0, F.gelu(x.amax(), approximate="tanh")
+
+
+@needs_fuser
+def test_a_0d_tanh_gelu_is_computed_outside_the_fuser():
+    net, x = _ScalarGelu(), torch.randn(4, 16) * 0.1 + 1.5  # its max near 1.7, where tanh and erf GELU differ by 1e-4
+    module = gawee.compile(net, (x,), backend="onednn_graph")
+    for got, expected in zip(module(x), net(x)):
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
