@@ -321,7 +321,7 @@ class OneDNNGraphModule(torch.nn.Module):
         try:
             self.scripted, plan = _compiled(graph, xs, faster=True)
             self.spelled = True
-            """Whether the faster spellings are in (False: the fuser failed on them, the graph is traced as written)."""
+            """Whether the faster spellings are in (False: the fuser failed on them; only the REQUIRED ones are)."""
         except RuntimeError:
             try:
                 self.scripted, plan = _compiled(graph, xs, faster=False)
