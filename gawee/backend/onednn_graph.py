@@ -98,7 +98,7 @@ _THREE, _SIX = torch.tensor([3.0]), torch.tensor([6.0])
 
 def _hardsigmoid(x, inplace=False):
     """torch's own formula, ``min(max(x + 3, 0), 6) / 6``, as Add, Clamp and Divide."""
-    if x.dim() == 0 or x.dtype != torch.float32:
+    if inplace or x.dim() == 0 or x.dtype != torch.float32:
         return NotImplemented
     return torch.clamp(x + _THREE, 0.0, 6.0) / _SIX
 
@@ -163,7 +163,7 @@ def _attention(
         or enable_gqa
         or any(t.dim() != 4 or t.dtype != torch.float32 for t in operands)
         or not query.shape[:2] == key.shape[:2] == value.shape[:2]
-        or (attn_mask is not None and id(attn_mask) not in finite_masks)
+        or (attn_mask is not None and (id(attn_mask) not in finite_masks or attn_mask.dtype != torch.float32))
     ):
         return NotImplemented
     factor = float(scale) if scale is not None else int(query.shape[-1]) ** -0.5
@@ -174,11 +174,11 @@ def _attention(
 
 
 def _finite_masks(graph: Graph) -> frozenset[int]:
-    """The ids of the attention masks of ``graph`` that are constants with every value finite."""
+    """The ids of the attention masks of ``graph`` that are float constants with every value finite (a bool mask
+    says where to attend; it is not added)."""
     masks = (n.inputs[3] for n in graph if n.op == "scaled_dot_product_attention" and len(n.inputs) > 3)
-    return frozenset(
-        id(m.data) for m in masks if m is not None and m.data is not None and bool(m.data.isfinite().all())
-    )
+    constants = (m.data for m in masks if m is not None and m.data is not None and m.data.is_floating_point())
+    return frozenset(id(data) for data in constants if bool(data.isfinite().all()))
 
 
 def _gelu(x, approximate="none"):
@@ -196,17 +196,23 @@ def _gelu(x, approximate="none"):
 def _add(a, b, *, alpha=1):
     """The fuser maps ``aten::add`` to oneDNN's Add without its ``alpha``: ``a + alpha * b`` is written out."""
     if alpha != 1:
-        return _add(a, torch.mul(b, alpha))
+        return _add(a, b * alpha)
     return _on_vectors(torch.add)(a, b)
 
 
 def _div(a, b, rounding_mode=None):
     """The fuser maps ``aten::div`` to oneDNN's Divide without its ``rounding_mode``: a rounded division runs as
-    torch's ``floor_divide`` (the same function) or a division then ``trunc``, which it does not map."""
+    torch's ``floor_divide`` (the same function), or, rounded toward zero, as a float division then ``trunc``, and
+    for integers as the floor quotient moved up by one where the remainder is nonzero and the signs differ (ops
+    the fuser does not map)."""
     if rounding_mode == "floor":
         return torch.floor_divide(a, b)
     if rounding_mode == "trunc":
-        return torch.trunc(torch.div(a, b))
+        if torch.result_type(a, b).is_floating_point:
+            return torch.trunc(torch.div(a, b))
+        quotient = torch.floor_divide(a, b)
+        inexact = torch.ne(torch.fmod(a, b), 0) & torch.ne(torch.lt(a, 0), torch.lt(torch.as_tensor(b), 0))
+        return torch.where(inexact, torch.sub(quotient, -1), quotient)
     return _on_vectors(torch.div)(a, b)
 
 

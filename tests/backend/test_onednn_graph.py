@@ -127,8 +127,8 @@ def test_binary_ops_on_0d_tensors_stay_out_of_partitions_the_fuser_cannot_compil
 
 
 class _Attend(torch.nn.Module):
-    """Attention without a mask, with a finite constant mask, with a constant mask that shuts a row (-inf), and
-    with a mask given at run time."""
+    """Attention without a mask, with a finite constant mask, with a constant mask that shuts a row (-inf), with a
+    constant bool mask (where to attend, not a term), and with a mask given at run time."""
 
     def __init__(self):
         super().__init__()
@@ -136,12 +136,14 @@ class _Attend(torch.nn.Module):
         shut = torch.zeros(5, 5)
         shut[2] = float("-inf")
         self.register_buffer("shut", shut)
+        self.register_buffer("where", torch.rand(5, 5) > 0.3)
 
     def forward(self, q, k, v, mask):
         a = F.scaled_dot_product_attention(q, k, v)
         b = F.scaled_dot_product_attention(a, k, v, attn_mask=self.bias)
         c = F.scaled_dot_product_attention(b, k, v, attn_mask=self.shut)
-        return F.scaled_dot_product_attention(c, k, v, attn_mask=mask, scale=0.3)
+        d = F.scaled_dot_product_attention(c, k, v, attn_mask=self.where | torch.eye(5, dtype=torch.bool))
+        return F.scaled_dot_product_attention(d, k, v, attn_mask=mask, scale=0.3)
 
 
 @needs_fuser
@@ -161,8 +163,8 @@ def test_attention_is_spelled_only_where_that_is_torchs_result_and_kept_if_measu
     module = gawee.compile(net, (q, k, v, mask), backend="onednn_graph")
     assert seen == [["aten", "spelled"]] and module.attention == (chosen == "spelled")
     torch.testing.assert_close(module(q, k, v, mask), net(q, k, v, mask), rtol=1e-5, atol=1e-5)
-    # spelled: all but the -inf constant and the run-time mask, inside partitions
-    assert module.unfused["aten::scaled_dot_product_attention"] == (2 if chosen == "spelled" else 4)
+    # spelled: all but the -inf constant, the bool one and the run-time mask, inside partitions
+    assert module.unfused["aten::scaled_dot_product_attention"] == (3 if chosen == "spelled" else 5)
 
 
 class _Rounded(torch.nn.Module):
@@ -194,3 +196,17 @@ def test_a_0d_tanh_gelu_is_computed_outside_the_fuser():
     module = gawee.compile(net, (x,), backend="onednn_graph")
     for got, expected in zip(module(x), net(x)):
         torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+class _IntDiv(torch.nn.Module):
+    def forward(self, x, i, j):
+        return torch.relu(x) * 2.0, torch.div(i, j, rounding_mode="trunc"), torch.div(i, 2, rounding_mode="floor")
+
+
+@needs_fuser
+def test_integer_rounded_division_keeps_torchs_result():
+    x, i, j = torch.randn(4, 4), torch.arange(-8, 8).reshape(4, 4), torch.tensor([3, -3, 2, -2])
+    net = _IntDiv()
+    module = gawee.compile(net, (x, i, j), backend="onednn_graph")
+    for got, expected in zip(module(x, i, j), net(x, i, j)):
+        assert torch.equal(got, expected)
