@@ -518,12 +518,19 @@ def warm_up_toolchains(methods: list[str]) -> float:
         torch.nn.Linear(4, 2),
     ).eval()
     x = torch.randn(1, 3, 8, 8)
+    heads = torch.randn(1, 2, 4, 8)  # attention's first use too: gawee tries oneDNN Graph's fuser once per process
     for method in methods:
-        try:
-            _run(BUILDERS[method](tiny, (x,))[0], (x,))
-        except Exception as e:  # reported again, per model, if it matters
-            log.warning("warm-up of %s failed: %s", method, e)
+        for model, inputs in ((tiny, (x,)), (_TinyAttention().eval(), (heads,))):
+            try:
+                _run(BUILDERS[method](model, inputs)[0], inputs)
+            except Exception as e:  # reported again, per model, if it matters
+                log.warning("warm-up of %s failed: %s", method, e)
     return time.perf_counter() - t0
+
+
+class _TinyAttention(torch.nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.scaled_dot_product_attention(x, x * 0.5, x)
 
 
 # -- reporting ----------------------------------------------------------------------------

@@ -129,6 +129,12 @@ def measuring_seconds() -> float:
     return _SECONDS[0]
 
 
+def add_measuring_seconds(seconds: float) -> None:
+    """Count ``seconds`` spent choosing a kernel elsewhere (:mod:`gawee.backend.attention`) in
+    :func:`measuring_seconds`."""
+    _SECONDS[0] += seconds
+
+
 @cache
 def _has_mkl_linear() -> bool:
     return bool(torch._C.has_mkl) and hasattr(torch.ops.mkl, "_mkl_linear")
@@ -191,7 +197,7 @@ DECISIVE = 1.5
 against torch's GEMM on vit_b_16's linears here is 2.1-2.6x, so one round decides them."""
 
 
-def _best_calls(
+def best_calls(
     runners: dict[str, Callable], args: tuple, min_rounds: int, max_rounds: int, budget_s: float
 ) -> dict[str, float]:
     """Each runner's fastest call on ``args`` in milliseconds: calls interleaved round by round (a burst of
@@ -232,7 +238,7 @@ def measure_linear(
 ) -> KernelChoice:
     """Time every candidate on random ``m x k`` inputs and a random ``n x k`` weight: calls interleaved
     round by round (so a burst of load elsewhere hits them all), each candidate's best call kept, until
-    one is clearly fastest or ``budget_s`` is spent (:func:`_best_calls`). The fastest wins; results are
+    one is clearly fastest or ``budget_s`` is spent (:func:`best_calls`). The fastest wins; results are
     cached per shape for the process. Outputs are checked against the reference first: a candidate that
     computes something else is dropped."""
     key = (m, k, n, bias, act, tuple(params), torch.get_num_threads(), tuple(candidates or ()))
@@ -259,7 +265,7 @@ def measure_linear(
             continue
         if got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=1e-4):
             runners[kernel] = fn
-    best = _best_calls(runners, (x,), min_rounds, max_rounds, budget_s)
+    best = best_calls(runners, (x,), min_rounds, max_rounds, budget_s)
     kernel = min(best, key=lambda c: (best[c], LINEAR_KERNELS.index(c))) if best else "aten"
     choice = KernelChoice("linear", m, k, n, bias, act, kernel, {c: round(t, 4) for c, t in best.items()})
     _MEASURED[key] = choice
@@ -444,7 +450,7 @@ def measure_conv1x1(
             continue
         if got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=1e-4):
             runners[kernel] = fn
-    best = _best_calls(runners, (x, r), min_rounds, max_rounds, budget_s)
+    best = best_calls(runners, (x, r), min_rounds, max_rounds, budget_s)
     kernel = min(best, key=lambda k: (best[k], CONV1X1_KERNELS.index(k))) if best else "onednn"
     ms = {k: round(t, 4) for k, t in best.items()}
     choice = KernelChoice("conv1x1", n * h * w, c, cout, bias, act, kernel, ms, residual=residual)

@@ -149,36 +149,65 @@ def _attention(
     scale=None,
     enable_gqa=False,
     *,
-    finite_masks: frozenset[int] = frozenset(),
+    masks: dict[int, torch.Tensor] | None = None,
 ):
     """``softmax(query @ key^T * scale + attn_mask) @ value``, which oneDNN Graph compiles into one attention
     partition: 2.2-2.9x faster than aten's CPU kernel on ViT/BERT heads (benchmarks/README.md, "Runtime:
     transformers" → Notes). Only where that is torch's result: 4-D float32 operands of equal batch and head
-    dims, no dropout, causality or grouped heads, and no mask or a constant one with every value finite
-    (``finite_masks``: their ids) — a row a mask shuts entirely (-inf) is 0 in torch's kernel, NaN in softmax."""
+    dims, no dropout, causality or grouped heads, and no mask or a constant one :func:`additive_mask` turns into
+    a term of the scores (``masks``: their ids → that term)."""
     operands = (query, key, value)
+    if attn_mask is not None:
+        attn_mask = (masks or {}).get(id(attn_mask))
+        if attn_mask is None:
+            return NotImplemented
     if (
         dropout_p
         or is_causal
         or enable_gqa
         or any(t.dim() != 4 or t.dtype != torch.float32 for t in operands)
         or not query.shape[:2] == key.shape[:2] == value.shape[:2]
-        or (attn_mask is not None and (id(attn_mask) not in finite_masks or attn_mask.dtype != torch.float32))
     ):
         return NotImplemented
+    return written_attention(query, key, value, attn_mask, scale)
+
+
+def written_attention(query, key, value, mask=None, scale=None):
+    """``softmax(query @ key^T * scale + mask) @ value`` in the ops oneDNN Graph compiles into its attention
+    partition (4-D operands, a float ``mask`` added to the scores: a contiguous one, see :func:`additive_mask`)."""
     factor = float(scale) if scale is not None else int(query.shape[-1]) ** -0.5
     scores = torch.matmul(query, key.permute(0, 1, 3, 2)) * factor
-    if attn_mask is not None:
-        scores = scores + attn_mask
+    if mask is not None:
+        scores = scores + mask
     return torch.matmul(torch.softmax(scores, -1), value)
 
 
-def _finite_masks(graph: Graph) -> frozenset[int]:
-    """The ids of the attention masks of ``graph`` that are float constants with every value finite (a bool mask
-    says where to attend; it is not added)."""
+def additive_mask(mask: torch.Tensor) -> torch.Tensor | None:
+    """The float32 term :func:`written_attention` adds to the scores to compute what torch's attention computes
+    with ``mask``, or None where it cannot: a bool mask (True attends) becomes 0 / -inf; a float32 one is itself.
+    None where a query row attends to no key (torch's CPU kernel gives 0 there, a softmax NaN) or the mask holds
+    NaN or +inf, and for other dtypes. The term is contiguous and 4-D, as the fuser needs: swin_t's permuted bias
+    (strides 3, 1, 147, 3) made its attention take 137 ms against 0.59 ms contiguous (64 windows x 3 heads x 49 x
+    32), and a 3-D mask of 3 x 5 x 5 added to 2 x 3 x 5 x 5 scores gave another result than its 1 x 3 x 5 x 5 view
+    (the partition broadcasts a lower-rank operand otherwise than torch)."""
+    if mask.dim() > 4 or mask.dtype not in (torch.bool, torch.float32):
+        return None
+    if mask.dtype == torch.bool:
+        term = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+    elif bool((mask.isnan() | (mask == float("inf"))).any()):
+        return None
+    else:
+        term = mask
+    if not bool((term > float("-inf")).any(-1).all()):  # a row attends to no key
+        return None
+    return term.contiguous().reshape((1,) * (4 - term.dim()) + tuple(term.shape))
+
+
+def _additive_masks(graph: Graph) -> dict[int, torch.Tensor]:
+    """The constant attention masks of ``graph`` that :func:`additive_mask` turns into a term: their ids → it."""
     masks = (n.inputs[3] for n in graph if n.op == "scaled_dot_product_attention" and len(n.inputs) > 3)
-    constants = (m.data for m in masks if m is not None and m.data is not None and m.data.is_floating_point())
-    return frozenset(id(data) for data in constants if bool(data.isfinite().all()))
+    terms = {id(m.data): additive_mask(m.data) for m in masks if m is not None and m.data is not None}
+    return {key: term for key, term in terms.items() if term is not None}
 
 
 def _gelu(x, approximate="none"):
@@ -246,7 +275,7 @@ class _Spelled(TorchFunctionMode):
         super().__init__()
         self.table = dict(SPELLINGS) if faster else dict(REQUIRED)
         if attention:
-            attention = functools.partial(_attention, finite_masks=_finite_masks(graph))
+            attention = functools.partial(_attention, masks=_additive_masks(graph))
             self.table[F.scaled_dot_product_attention] = attention
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -282,20 +311,27 @@ def _fusion(enabled: bool):
         torch.jit.enable_onednn_fusion(before)
 
 
-def _compiled(
-    graph: Graph, xs: tuple[torch.Tensor, ...], *, faster: bool, attention: bool = False
+def compile_traced(
+    module: torch.nn.Module, xs: tuple[torch.Tensor, ...], spelling: TorchFunctionMode | None = None
 ) -> tuple[torch.jit.ScriptModule, str]:
-    """``graph`` traced (spelled as :class:`_Spelled` says), frozen, and run with the fuser on until oneDNN Graph
+    """``module`` traced on ``xs`` (under ``spelling``), frozen, and run with the fuser on until oneDNN Graph
     compiled its partitions; with the plan TorchScript executes. Raises RuntimeError where the fuser fails."""
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes on constants it records: the graph's weights
-        with _Spelled(graph, faster, attention):
-            traced = torch.jit.trace(_Interpreted(graph).eval(), xs, check_trace=False)
+        with spelling or contextlib.nullcontext():
+            traced = torch.jit.trace(module, xs, check_trace=False)
         scripted = torch.jit.freeze(traced)
         with _fusion(True):
             for _ in range(PROFILING_RUNS):
                 scripted(*xs)
             return scripted, str(torch.jit.last_executed_optimized_graph())
+
+
+def _compiled(
+    graph: Graph, xs: tuple[torch.Tensor, ...], *, faster: bool, attention: bool = False
+) -> tuple[torch.jit.ScriptModule, str]:
+    """``graph`` traced (spelled as :class:`_Spelled` says) and compiled (:func:`compile_traced`)."""
+    return compile_traced(_Interpreted(graph).eval(), xs, _Spelled(graph, faster, attention))
 
 
 def _faster_attention(graph: Graph, xs: tuple[torch.Tensor, ...], scripted, plan: str):

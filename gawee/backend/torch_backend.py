@@ -53,6 +53,11 @@ class TorchOptions:
     convolution against the same product as one GEMM on the activations' own memory
     (``gawee.backend.kernels.measure_conv1x1``) once per distinct shape, and keeps the faster; ``"onednn"``
     or ``"gemm"`` forces one. Listed in ``gawee_kernels`` with the linears'."""
+    attention_kernel: str = "measure"
+    """How each ``scaled_dot_product_attention`` picks its kernel: ``"measure"`` times aten's fused kernel against
+    oneDNN Graph's attention partition (``gawee.backend.attention``) once per distinct shape and mask, where the
+    partition computes torch's result, and keeps the faster; ``"aten"`` or ``"onednn_graph"`` forces one. Listed
+    in ``gawee_kernels``."""
     channels_last: bool | str = "measure"
     """Whether to apply the layout phase (``rules/layout/channels_last.rules``: convolutions on channels-last
     activations, converted at the graph's edges): ``"measure"`` lowers the graph without and with it when it

@@ -1721,6 +1721,14 @@ def _sdpa(query, key, value, attn_mask=None, *, dropout_p, is_causal, scale, ena
     return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs)
 
 
+def _sdpa_lower_torch(ctx):
+    """aten's fused kernel or oneDNN Graph's attention partition, whichever measured faster for the node's shapes
+    (gawee.backend.attention)."""
+    from gawee.backend.attention import lower_attention
+
+    return lower_attention(ctx)
+
+
 def _sdpa_flops(ins, outs, attrs):
     q, k, v = ins[0], ins[1], ins[2]
     batch = math.prod(q.shape[:-2])
@@ -1763,6 +1771,7 @@ register(
         aten=("aten.scaled_dot_product_attention.default",),
         onnx=_sdpa_onnx,
         mlir=_sdpa_mlir,
+        lower_torch=_sdpa_lower_torch,
         doc="softmax(q @ k.T * scale + mask) @ v; FLOPs: the two matrix products (as flop_counter)",
     )
 )

@@ -128,7 +128,7 @@ def test_binary_ops_on_0d_tensors_stay_out_of_partitions_the_fuser_cannot_compil
 
 class _Attend(torch.nn.Module):
     """Attention without a mask, with a finite constant mask, with a constant mask that shuts a row (-inf), with a
-    constant bool mask (where to attend, not a term), and with a mask given at run time."""
+    constant bool mask (where to attend: a 0 / -inf term), and with a mask given at run time."""
 
     def __init__(self):
         super().__init__()
@@ -163,8 +163,9 @@ def test_attention_is_spelled_only_where_that_is_torchs_result_and_kept_if_measu
     module = gawee.compile(net, (q, k, v, mask), backend="onednn_graph")
     assert seen == [["aten", "spelled"]] and module.attention == (chosen == "spelled")
     torch.testing.assert_close(module(q, k, v, mask), net(q, k, v, mask), rtol=1e-5, atol=1e-5)
-    # spelled: all but the -inf constant, the bool one and the run-time mask, inside partitions
-    assert module.unfused["aten::scaled_dot_product_attention"] == (3 if chosen == "spelled" else 5)
+    # spelled: all but the constant that shuts a row and the run-time mask, inside partitions (the bool constant
+    # attends somewhere from every row: it is a 0 / -inf term)
+    assert module.unfused["aten::scaled_dot_product_attention"] == (2 if chosen == "spelled" else 5)
 
 
 class _Rounded(torch.nn.Module):

@@ -1,0 +1,245 @@
+"""Attention chosen by measurement: aten's fused kernel, or oneDNN Graph's attention partition.
+
+``scaled_dot_product_attention`` has two CPU kernels within reach of the torch lowering:
+
+* ``aten``: ``F.scaled_dot_product_attention`` (torch's flash-attention kernel for CPU);
+* ``onednn_graph``: ``softmax(q @ k^T * scale + mask) @ v`` written out, traced into TorchScript and compiled by
+  oneDNN Graph into one attention partition for this node's shapes (:mod:`gawee.backend.onednn_graph`, whose
+  fuser the whole-graph runtime uses too). Alone, on 2 threads of an AMD EPYC, it ran deit_tiny's heads
+  (1×3×197×64) in 105 µs against aten's 231 µs, BERT-base's (1×12×128×64) in 161 against 474 µs
+  (benchmarks/README.md, "Runtime: transformers" → Notes).
+
+Which wins depends on the CPU and the shapes, so the lowering times both on random inputs of the node's shapes
+at compile time, once per distinct shape, scale and mask per process, after checking the partition against aten's
+result, and keeps the faster (an :class:`AttentionChoice` in the compile report). The partition is used only
+where it computes torch's result (:func:`onednn_graph.written_attention`): 4-D float32 operands of static shapes
+with equal batch and head dims, no dropout, causality or grouped heads, and no mask or a bool or float32 one that
+:func:`onednn_graph.additive_mask` makes a term of the scores: a constant one once, at compile time; one computed at
+run time on every call, where a mask it cannot turn into a term (a query row that attends to no key, which is 0 in
+torch's kernel and NaN in a softmax) makes that call run aten's kernel. ``TorchOptions.attention_kernel`` forces
+either. The fuser is first tried in a child process, once per process (:func:`onednn_graph.available`, about 2 s on
+the first graph with an attention).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from gawee.backend import kernels, onednn_graph
+from gawee.errors import GaweeError
+from gawee.ir.symbolic import has_symbols
+from gawee.ir.types import DType
+
+ATTENTION_KERNELS = ("aten", "onednn_graph")
+"""The candidate kernels of an attention, in the order they are preferred on a tie."""
+
+CHOICES = ("measure", *ATTENTION_KERNELS)
+"""Values of ``TorchOptions.attention_kernel``."""
+
+
+@dataclass
+class AttentionChoice:
+    """The kernel picked for one attention shape, and what each candidate measured (best of several calls)."""
+
+    query: tuple[int, ...]
+    key: tuple[int, ...]
+    value: tuple[int, ...]
+    mask: tuple[int, ...] | None
+    kernel: str
+    ms: dict[str, float] = field(default_factory=dict)
+    """Candidate → its fastest call in milliseconds; empty when nothing was measured (see ``why``)."""
+    why: str = ""
+    """Why nothing was measured: the kernel was forced, or oneDNN Graph gave no partition of aten's result."""
+    nodes: int = 0
+    """How many nodes of the graph run with this choice."""
+    op: str = "attention"
+
+    @property
+    def shape(self) -> str:
+        dims = "x".join
+        mask = f"+mask {dims(map(str, self.mask))}" if self.mask is not None else ""
+        return f"q {dims(map(str, self.query))}, k {dims(map(str, self.key))}, v {dims(map(str, self.value))}{mask}"
+
+    def __str__(self) -> str:
+        how = ", ".join(f"{k} {v:.3g} ms" for k, v in self.ms.items()) or self.why
+        return f"{self.op} {self.shape} x{self.nodes}: {self.kernel} ({how})"
+
+
+class _Written(torch.nn.Module):
+    """The written-out attention, its mask a constant of the trace (``mask``) or its fourth operand."""
+
+    def __init__(self, scale: float | None, mask: torch.Tensor | None):
+        super().__init__()
+        self.scale, self.mask = scale, mask
+
+    def forward(self, query, key, value, mask=None):
+        mask = self.mask if mask is None else mask
+        return onednn_graph.written_attention(query, key, value, mask, self.scale)
+
+
+class Partition:
+    """oneDNN Graph's attention partition for one set of shapes: called from the lowered module like a kernel.
+
+    TorchScript guards a compiled partition on its inputs' strides: the operands are made contiguous (a no-op
+    for contiguous ones; heads split from a projection by a permute are copied) so that every call runs the
+    partition it was compiled for. A run-time mask is made a term of the scores on every call
+    (:func:`onednn_graph.additive_mask`); where it cannot be (a row that attends to no key is 0 in torch's kernel,
+    NaN in the written-out softmax) the call runs aten's kernel."""
+
+    __module__ = "gawee"  # fx names a call's target by its module and name
+
+    def __init__(self, scripted: torch.jit.ScriptModule, plan: str, scale: float | None):
+        self.scripted, self.plan, self.scale = scripted, plan, scale
+        self.__name__ = self.__qualname__ = "onednn_graph_attention"
+
+    def __call__(self, query, key, value, mask: torch.Tensor | None = None) -> torch.Tensor:
+        operands = [query.contiguous(), key.contiguous(), value.contiguous()]
+        if mask is not None:
+            term = onednn_graph.additive_mask(mask)
+            if term is None:
+                return F.scaled_dot_product_attention(query, key, value, mask, scale=self.scale)
+            operands.append(term.contiguous())
+        return self.scripted(*operands)
+
+
+Mask = torch.Tensor | tuple[int, ...] | None
+"""An attention's mask as :func:`choose` takes it: the float32 term of a constant mask
+(:func:`onednn_graph.additive_mask`), the shape of a run-time mask, or None."""
+
+
+def _operands(shapes, mask: Mask, seed: int) -> tuple[torch.Tensor, ...]:
+    """Random query, key and value of ``shapes``, and where ``mask`` is a shape, a random float32 mask of it with
+    a quarter of its values -inf but none of its rows (what a bool mask becomes)."""
+    g = torch.Generator().manual_seed(seed)
+    xs = tuple(torch.randn(s, generator=g) for s in shapes)
+    if not isinstance(mask, tuple):
+        return xs
+    term = torch.randn(mask, generator=g).masked_fill_(torch.rand(mask, generator=g) < 0.25, float("-inf"))
+    term[..., 0] = 0.0
+    return (*xs, term)
+
+
+def _partition(shapes, scale: float | None, mask: Mask) -> Partition | None:
+    """The written-out attention for ``shapes`` compiled by oneDNN Graph, or None where the fuser fails or does not
+    make it one partition."""
+    constant = mask if isinstance(mask, torch.Tensor) else None
+    try:
+        scripted, plan = onednn_graph.compile_traced(_Written(scale, constant).eval(), _operands(shapes, mask, 0))
+    except RuntimeError:
+        return None
+    if "prim::oneDNNFusionGroup" not in plan:
+        return None
+    return Partition(scripted, plan, scale)
+
+
+_MEASURED: dict[tuple, tuple[AttentionChoice, Partition | None]] = {}
+"""Per process: (shapes, scale, mask, threads, forced) → the choice and the partition it needs."""
+
+
+def _mask_key(mask: Mask) -> tuple | None:
+    """``mask`` in a cache key: a constant by its shape and a digest of its values."""
+    if isinstance(mask, torch.Tensor):
+        return (tuple(mask.shape), hashlib.sha1(mask.contiguous().numpy().tobytes()).hexdigest())
+    return mask
+
+
+class _Aten:
+    """aten's kernel on :func:`_operands` (a run-time mask last)."""
+
+    def __init__(self, mask: Mask, scale: float | None):
+        self.mask, self.scale = (mask if isinstance(mask, torch.Tensor) else None), scale
+
+    def __call__(self, query, key, value, mask=None):
+        mask = self.mask if mask is None else mask
+        return F.scaled_dot_product_attention(query, key, value, mask, scale=self.scale)
+
+
+def _computes_torchs_result(partition: Partition, shapes, scale: float | None, mask: Mask) -> bool:
+    """Whether ``partition`` gives aten's result on random operands (a run-time mask with -inf terms)."""
+    xs = _operands(shapes, mask, 1)
+    with torch.no_grad():
+        got, expected = partition(*xs), _Aten(mask, scale)(*xs)
+    return got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def choose(
+    shapes: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+    scale: float | None,
+    mask: Mask,
+    forced: str = "measure",
+    *,
+    min_rounds: int = 3,
+    max_rounds: int = 15,
+    budget_s: float = 0.25,
+) -> tuple[AttentionChoice, Partition | None]:
+    """The kernel of an attention of ``shapes`` (query, key, value) with ``scale`` and ``mask`` (:data:`Mask`):
+    timed like :func:`gawee.backend.kernels.measure_linear`, or as ``forced``; either way the partition only if it
+    gives aten's result on random operands. With the partition when the choice is ``onednn_graph``."""
+    key = (shapes, scale, _mask_key(mask), torch.get_num_threads(), forced)
+    hit = _MEASURED.get(key)
+    if hit is not None:
+        return hit
+    t_start = time.perf_counter()
+    mask_shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else mask
+    partition = _partition(shapes, scale, mask) if forced != "aten" and onednn_graph.available() else None
+    ms: dict[str, float] = {}
+    why = "forced"
+    if partition is None:
+        why = "no oneDNN Graph partition" if forced != "aten" else why
+    elif not _computes_torchs_result(partition, shapes, scale, mask):
+        partition, why = None, "oneDNN Graph's partition differs from aten's result"
+    if forced != "measure" or partition is None:
+        kernel = forced if partition is not None or forced == "aten" else "aten"
+    else:
+        xs = _operands(shapes, mask, 1)
+        runners = {"aten": _Aten(mask, scale), "onednn_graph": partition}
+        best = kernels.best_calls(runners, xs, min_rounds, max_rounds, budget_s)
+        kernel = min(best, key=lambda k: (best[k], ATTENTION_KERNELS.index(k)))
+        ms = {k: round(t, 4) for k, t in best.items()}
+    choice = AttentionChoice(*shapes, mask_shape, kernel, ms, why)
+    result = (choice, partition if kernel == "onednn_graph" else None)
+    _MEASURED[key] = result
+    kernels.add_measuring_seconds(time.perf_counter() - t_start)
+    return result
+
+
+def lower_attention(ctx) -> torch.fx.Node:
+    """``OpDef.lower_torch`` of ``scaled_dot_product_attention``: aten's kernel, or oneDNN Graph's partition where
+    it computes torch's result and ``ctx.options.attention_kernel`` forces it or it measured faster."""
+    forced = ctx.options.attention_kernel
+    if forced not in CHOICES:
+        raise GaweeError(
+            f"unknown attention kernel {forced!r}", hint=f"TorchOptions.attention_kernel is one of {', '.join(CHOICES)}"
+        )
+    types = [ctx.type(i) for i in range(3)]
+    mask_type, constant = ctx.type(3), ctx.const(3)
+    a = ctx.attrs
+    if mask_type is None:
+        mask: Mask = None
+    elif constant is not None:
+        mask = onednn_graph.additive_mask(constant)
+    elif mask_type.dtype in (DType.f32, DType.bool) and mask_type.rank <= 4 and not has_symbols(mask_type.shape):
+        mask = tuple(mask_type.shape)  # made a term of the scores on each call (Partition)
+    else:
+        mask = None
+    eligible = (
+        ctx.options.fused_kernels
+        and not (a["dropout_p"] or a["is_causal"] or a["enable_gqa"])
+        and all(t.rank == 4 and t.dtype is DType.f32 and not has_symbols(t.shape) for t in types)
+        and types[0].shape[:2] == types[1].shape[:2] == types[2].shape[:2]
+        and (mask_type is None or mask is not None)
+    )
+    if not eligible or forced == "aten":
+        return ctx.reference()
+    shapes = tuple(tuple(t.shape) for t in types)
+    choice, partition = choose(shapes, a["scale"], mask, forced)
+    ctx.record_kernel(choice)
+    if partition is None:
+        return ctx.reference()
+    runtime_mask = (ctx.arg(3),) if isinstance(mask, tuple) else ()
+    return ctx.call(partition, ctx.arg(0), ctx.arg(1), ctx.arg(2), *runtime_mask)

@@ -1,0 +1,136 @@
+"""Attention's kernel: aten's, or oneDNN Graph's partition, chosen by measurement where the partition is torch's result.
+
+Which kernel wins is CPU-dependent, so the tests force a choice (``TorchOptions.attention_kernel``) or the winner of
+the measurement, and check that the module computes the model's result either way, that the lowering calls the
+partition only where it is sound, and that a partition computing something else is never chosen.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gawee
+from gawee.backend import attention, kernels, onednn_graph
+from gawee.backend.attention import Partition
+from gawee.backend.torch_backend import TorchOptions
+from gawee.errors import GaweeError
+
+needs_fuser = pytest.mark.skipif(not onednn_graph.available(), reason="no working oneDNN Graph fuser here")
+
+
+class _Attend(torch.nn.Module):
+    """Attentions without a mask; with a finite constant mask, a permuted one (swin_t's bias), a constant bool one;
+    a constant mask that shuts a row; run-time float and bool masks; causal."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bias", torch.randn(5, 5))
+        self.register_buffer("permuted", torch.randn(5, 5, 3).permute(2, 0, 1))
+        self.register_buffer("where", (torch.rand(5, 5) > 0.5) | torch.eye(5, dtype=torch.bool))
+        shut = torch.zeros(5, 5)
+        shut[2] = float("-inf")
+        self.register_buffer("shut", shut)
+
+    def forward(self, q, k, v, mask, keep):
+        a = F.scaled_dot_product_attention(q, k, v)
+        b = F.scaled_dot_product_attention(a, k, v, attn_mask=self.bias)
+        c = F.scaled_dot_product_attention(b, k, v, attn_mask=self.permuted)
+        d = F.scaled_dot_product_attention(c, k, v, attn_mask=self.where)
+        e = F.scaled_dot_product_attention(d, k, v, attn_mask=self.shut)
+        f = F.scaled_dot_product_attention(e, k, v, attn_mask=mask, scale=0.3)
+        g = F.scaled_dot_product_attention(f, k, v, attn_mask=keep)
+        return F.scaled_dot_product_attention(g, k, v, is_causal=True)
+
+
+def _inputs(shut_row: bool = False):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, generator=g) for _ in range(3))
+    mask = torch.randn(2, 1, 5, 5, generator=g)
+    keep = (torch.rand(2, 1, 5, 5, generator=g) > 0.5) | torch.eye(5, dtype=torch.bool)
+    if shut_row:  # rows no key is attended from, at run time: torch's kernel gives 0 there, a softmax NaN
+        mask[0, 0, 1] = float("-inf")
+        keep[1, 0, 3] = False
+    return q, k, v, mask, keep
+
+
+def _targets(module) -> list:
+    return [n.target for n in module.graph.nodes if n.op == "call_function"]
+
+
+@needs_fuser
+def test_the_partition_runs_only_where_it_is_torchs_result_and_equals_the_model():
+    net, xs = _Attend().eval(), _inputs()
+    module = gawee.compile(net, xs, options=TorchOptions(attention_kernel="onednn_graph"))
+    partitions = [t for t in _targets(module) if isinstance(t, Partition)]
+    # all but the constant mask that shuts a row and the causal one
+    assert len(partitions) == 6
+    chosen = [c for c in module.gawee_kernels if c.op == "attention"]
+    assert {c.kernel for c in chosen} == {"onednn_graph"} and sum(c.nodes for c in chosen) == 6
+    assert sum(c.mask is not None for c in chosen) == 5
+    for inputs in (xs, _inputs(shut_row=True)):  # a shut row at run time: that call runs aten's kernel
+        torch.testing.assert_close(module(*inputs), net(*inputs), rtol=1e-5, atol=1e-5)
+
+
+@needs_fuser
+@pytest.mark.parametrize("winner", ["aten", "onednn_graph"])
+def test_the_lowering_calls_the_kernel_that_measured_faster(monkeypatch, winner):
+    measured = []
+
+    def best_calls(runners, args, *rest):
+        measured.append(sorted(runners))
+        return {name: 1.0 if name == winner else 2.0 for name in runners}
+
+    monkeypatch.setattr(kernels, "best_calls", best_calls)
+    monkeypatch.setattr(attention, "_MEASURED", {})
+    net, xs = _Attend().eval(), _inputs()
+    module = gawee.compile(net, xs)
+    assert measured and all(names == ["aten", "onednn_graph"] for names in measured)
+    partitions = [t for t in _targets(module) if isinstance(t, Partition)]
+    assert len(partitions) == (6 if winner == "onednn_graph" else 0)
+    assert {c.kernel for c in module.gawee_kernels if c.op == "attention"} == {winner}
+    torch.testing.assert_close(module(*xs), net(*xs), rtol=1e-5, atol=1e-5)
+
+
+@needs_fuser
+def test_a_partition_that_computes_something_else_is_not_a_candidate(monkeypatch):
+    def wrong(query, key, value, mask=None, scale=None):
+        return torch.matmul(torch.softmax(torch.matmul(query, key.transpose(-1, -2)), -1), value)  # scale lost
+
+    monkeypatch.setattr(onednn_graph, "written_attention", wrong)
+    monkeypatch.setattr(attention, "_MEASURED", {})
+    choice, partition = attention.choose(((1, 2, 6, 16),) * 3, None, None)
+    assert partition is None and choice.kernel == "aten" and not choice.ms
+    assert "partition differs from aten's result" in str(choice)
+    forced, partition = attention.choose(((1, 2, 6, 16),) * 3, None, None, "onednn_graph")
+    assert partition is None and forced.kernel == "aten"
+
+
+def test_without_the_fuser_attention_runs_on_aten(monkeypatch):
+    monkeypatch.setattr(onednn_graph, "available", lambda: False)
+    monkeypatch.setattr(attention, "_MEASURED", {})
+    net, xs = _Attend().eval(), _inputs()
+    module = gawee.compile(net, xs)
+    assert not [t for t in _targets(module) if isinstance(t, Partition)]
+    torch.testing.assert_close(module(*xs), net(*xs), rtol=1e-5, atol=1e-5)
+
+
+def test_additive_mask_is_the_term_that_gives_torchs_result_or_none():
+    where = torch.tensor([[True, False], [False, True]])
+    term = torch.tensor([[[[0.0, -torch.inf], [-torch.inf, 0.0]]]])
+    assert torch.equal(onednn_graph.additive_mask(where), term)
+    assert onednn_graph.additive_mask(torch.tensor([[True, False], [False, False]])) is None  # a row attends nothing
+    partly = torch.tensor([[0.5, -torch.inf], [1.0, 2.0]])
+    assert torch.equal(onednn_graph.additive_mask(partly), partly.view(1, 1, 2, 2))  # 4-D, as the fuser needs
+    assert onednn_graph.additive_mask(torch.zeros(1, 1, 1, 1, 2)) is None
+    for bad in ([[-torch.inf, -torch.inf], [0.0, 0.0]], [[torch.nan, 0.0]], [[torch.inf, 0.0]]):
+        assert onednn_graph.additive_mask(torch.tensor(bad)) is None
+    assert onednn_graph.additive_mask(torch.zeros(2, 2, dtype=torch.float16)) is None
+
+
+def test_unknown_attention_kernel_is_a_typed_error():
+    net, xs = _Attend().eval(), _inputs()
+    with pytest.raises(GaweeError, match="unknown attention kernel 'flash'") as e:
+        gawee.compile(net, xs, options=TorchOptions(attention_kernel="flash"))
+    assert "onednn_graph" in e.value.hint
