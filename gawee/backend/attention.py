@@ -17,8 +17,8 @@ with equal batch and head dims, no dropout, causality or grouped heads, and no m
 :func:`onednn_graph.additive_mask` makes a term of the scores: a constant one once, at compile time; one computed at
 run time on every call, where a mask it cannot turn into a term (a query row that attends to no key, which is 0 in
 torch's kernel and NaN in a softmax) makes that call run aten's kernel. ``TorchOptions.attention_kernel`` forces
-either. The fuser is first tried in a child process, once per process (:func:`onednn_graph.available`, about 2 s on
-the first graph with an attention).
+either. The fuser is first tried on an attention in a child process, once per process (:func:`onednn_graph.available`,
+about 2 s on the first graph with an attention): a CPU on which it crashes loses the candidate, not the process.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def choose(
         return hit
     t_start = time.perf_counter()
     mask_shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else mask
-    partition = _partition(shapes, scale, mask) if forced != "aten" and onednn_graph.available() else None
+    partition = _partition(shapes, scale, mask) if forced != "aten" and onednn_graph.available("attention") else None
     ms: dict[str, float] = {}
     why = "forced"
     if partition is None:

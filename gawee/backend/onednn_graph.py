@@ -52,32 +52,55 @@ import torch
 torch.manual_seed(0)
 net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 1)).eval()
 x = torch.randn(1, 3, 8, 8)
-with torch.no_grad():
-    ref = net(x)
-    torch.jit.enable_onednn_fusion(True)
-    scripted = torch.jit.freeze(torch.jit.trace(net, x))
+
+
+def compiled(module, *xs):
+    scripted = torch.jit.freeze(torch.jit.trace(module.eval(), xs))
     for _ in range(3):
-        scripted(x)
-    torch.testing.assert_close(scripted(x), ref, rtol=1e-4, atol=1e-4)
-print("ok")
+        scripted(*xs)
+    return scripted(*xs)
+
+
+class Attend(torch.nn.Module):
+    def forward(self, q, k, v, m):
+        return torch.matmul(torch.softmax(torch.matmul(q, k.permute(0, 1, 3, 2)) * 0.125 + m, -1), v)
+
+
+torch.jit.enable_onednn_fusion(True)
+with torch.no_grad():
+    torch.testing.assert_close(compiled(net, x), net(x), rtol=1e-4, atol=1e-4)
+    print("partitions ok", flush=True)
+    q, k, v = (torch.randn(2, 3, 16, 8) for _ in range(3))
+    m = torch.zeros(2, 1, 16, 16).masked_fill_(torch.rand(2, 1, 16, 16) < 0.25, float("-inf"))
+    m[..., 0] = 0.0
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, m, scale=0.125)
+    torch.testing.assert_close(compiled(Attend(), q, k, v, m), expected, rtol=1e-4, atol=1e-4)
+    print("attention ok", flush=True)
 """
-"""A small traced network compiled and run by the fuser, in a child process."""
+"""A small traced network, then a masked attention, compiled and run by the fuser in a child process: each part
+prints ``<part> ok`` once it computed torch's result."""
 
 
 @cache
-def available() -> bool:
-    """Whether this torch has TorchScript's oneDNN Graph fuser (x86 and Arm builds with MKLDNN) and it runs here.
-
-    The fuser is native code on a path torch itself no longer exercises much: it is first tried on a small
-    network in a child process (about 2 s, once per process), so that a CPU on which it crashes or computes
-    wrongly loses a candidate runtime instead of the process."""
+def _trial() -> frozenset[str]:
+    """The parts of :data:`TRIAL` that passed here (empty where the fuser is missing, crashed or computed wrongly)."""
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.jit, "enable_onednn_fusion")):
-        return False
+        return frozenset()
     try:
         trial = subprocess.run([sys.executable, "-c", TRIAL], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return trial.returncode == 0 and trial.stdout.strip().endswith("ok")
+        return frozenset()
+    return frozenset(line[: -len(" ok")] for line in trial.stdout.splitlines() if line.endswith(" ok"))
+
+
+def available(part: str = "partitions") -> bool:
+    """Whether this torch has TorchScript's oneDNN Graph fuser (x86 and Arm builds with MKLDNN) and it runs here:
+    ``"partitions"`` for convolutions and elementwise ops, ``"attention"`` for the attention partition too.
+
+    The fuser is native code on a path torch itself no longer exercises much: it is first tried on a small
+    network and a masked attention in a child process (about 2 s, once per process), so that a CPU on which it
+    crashes or computes wrongly loses a candidate kernel or runtime instead of the process."""
+    return part in _trial() and (part == "partitions" or "partitions" in _trial())
 
 
 def supports(graph: Graph) -> str | None:
@@ -375,7 +398,7 @@ class OneDNNGraphModule(torch.nn.Module):
                 ) from e
         self.attention = False
         """Whether attention runs as oneDNN Graph's partition (:func:`_attention`): measured faster here."""
-        if self.spelled and any(n.op == "scaled_dot_product_attention" for n in graph):
+        if self.spelled and available("attention") and any(n.op == "scaled_dot_product_attention" for n in graph):
             self.scripted, plan, self.attention = _faster_attention(graph, xs, self.scripted, plan)
         top = plan.split("\nwith ")[0]  # the graph itself, before the partitions' and fallbacks' bodies
         self.partitions = len(re.findall(r"prim::oneDNNFusionGroup_\d+\[", top))

@@ -17,7 +17,9 @@ from gawee.backend.attention import Partition
 from gawee.backend.torch_backend import TorchOptions
 from gawee.errors import GaweeError
 
-needs_fuser = pytest.mark.skipif(not onednn_graph.available(), reason="no working oneDNN Graph fuser here")
+needs_fuser = pytest.mark.skipif(
+    not onednn_graph.available("attention"), reason="no oneDNN Graph fuser that passes its attention trial here"
+)
 
 
 class _Attend(torch.nn.Module):
@@ -108,12 +110,30 @@ def test_a_partition_that_computes_something_else_is_not_a_candidate(monkeypatch
 
 
 def test_without_the_fuser_attention_runs_on_aten(monkeypatch):
-    monkeypatch.setattr(onednn_graph, "available", lambda: False)
+    monkeypatch.setattr(onednn_graph, "available", lambda part="partitions": part != "attention")
     monkeypatch.setattr(attention, "_MEASURED", {})
     net, xs = _Attend().eval(), _inputs()
     module = gawee.compile(net, xs)
     assert not [t for t in _targets(module) if isinstance(t, Partition)]
     torch.testing.assert_close(module(*xs), net(*xs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_fuser_that_crashes_on_attention_keeps_its_partitions_and_attention_runs_on_aten(monkeypatch):
+    """The trial's attention runs in the child process after its convolutions: an abort there costs the attention
+    candidate only."""
+    monkeypatch.setattr(onednn_graph, "TRIAL", 'print("partitions ok", flush=True); import os; os.abort()')
+    monkeypatch.setattr(attention, "_MEASURED", {})
+    onednn_graph._trial.cache_clear()
+    try:
+        assert onednn_graph.available() and not onednn_graph.available("attention")
+        net, xs = _Attend().eval(), _inputs()
+        module = gawee.compile(net, xs)
+        assert not [t for t in _targets(module) if isinstance(t, Partition)]
+        assert {c.kernel for c in module.gawee_kernels if c.op == "attention"} == {"aten"}
+        torch.testing.assert_close(module(*xs), net(*xs), rtol=1e-5, atol=1e-5)
+    finally:
+        monkeypatch.undo()
+        onednn_graph._trial.cache_clear()
 
 
 def test_additive_mask_is_the_term_that_gives_torchs_result_or_none():

@@ -54,14 +54,14 @@ def test_auto_names_a_runtime_it_could_not_build(monkeypatch):
 def test_a_fuser_that_crashes_its_trial_is_no_candidate(monkeypatch):
     """The trial runs in a child process: a fuser that aborts there leaves this process running, unavailable."""
     monkeypatch.setattr(onednn_graph, "TRIAL", "import os; os.abort()")
-    onednn_graph.available.cache_clear()
+    onednn_graph._trial.cache_clear()
     try:
         assert not onednn_graph.available()
         b = GraphBuilder("relu")
         assert "failed its trial run" in onednn_graph.supports(b.output(b.relu(b.input("x", "f32[2]"))))
     finally:
         monkeypatch.undo()
-        onednn_graph.available.cache_clear()
+        onednn_graph._trial.cache_clear()
 
 
 class _Excite(torch.nn.Module):
