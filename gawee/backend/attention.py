@@ -13,12 +13,13 @@ Which wins depends on the CPU and the shapes, so the lowering times both on rand
 at compile time, once per distinct shape, scale and mask per process, after checking the partition against aten's
 result, and keeps the faster (an :class:`AttentionChoice` in the compile report). The partition is used only
 where it computes torch's result (:func:`onednn_graph.written_attention`): 4-D float32 operands of static shapes
-with equal batch and head dims, no dropout, causality or grouped heads, and no mask or a bool or float32 one that
-:func:`onednn_graph.additive_mask` makes a term of the scores: a constant one once, at compile time; one computed at
-run time on every call, where a mask it cannot turn into a term (a query row that attends to no key, which is 0 in
-torch's kernel and NaN in a softmax) makes that call run aten's kernel. ``TorchOptions.attention_kernel`` forces
-either. The fuser is first tried on an attention in a child process, once per process (:func:`onednn_graph.available`,
-about 2 s on the first graph with an attention): a CPU on which it crashes loses the candidate, not the process.
+with equal batch and head dims, no dropout or grouped heads, and no mask or a bool or float32 one that
+:func:`onednn_graph.additive_mask` makes a term of the scores (a causal attention's is torch's lower-triangular
+mask). A constant mask becomes that term once, at compile time; one computed at run time on every call, where a
+mask it cannot turn into a term (a query row that attends to no key, which is 0 in torch's kernel and NaN in a
+softmax) makes that call run aten's kernel. ``TorchOptions.attention_kernel`` forces either. The fuser is first
+tried on an attention in a child process, once per process (:func:`onednn_graph.available`, about 2 s on the
+first graph with an attention): a CPU on which it crashes loses the candidate, not the process.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ CHOICES = ("measure", *ATTENTION_KERNELS)
 
 @dataclass
 class AttentionChoice:
-    """The kernel picked for one attention shape, and what each candidate measured (best of several calls)."""
+    """The kernel picked for one attention shape, and what each candidate measured (best of several calls). The
+    shapes are those the partition runs: a grouped-query attention's folded ones (:func:`fold_groups`)."""
 
     query: tuple[int, ...]
     key: tuple[int, ...]
@@ -89,22 +91,50 @@ class Partition:
     for contiguous ones; heads split from a projection by a permute are copied) so that every call runs the
     partition it was compiled for. A run-time mask is made a term of the scores on every call
     (:func:`onednn_graph.additive_mask`); where it cannot be (a row that attends to no key is 0 in torch's kernel,
-    NaN in the written-out softmax) the call runs aten's kernel."""
+    NaN in the written-out softmax) the call runs aten's kernel. With ``groups`` > 1 (grouped-query attention:
+    ``groups`` query heads per key/value head) the query heads of a group are folded into its rows
+    (:func:`fold_groups`) and the partition runs an attention of as many heads as the keys have."""
 
     __module__ = "gawee"  # fx names a call's target by its module and name
 
-    def __init__(self, scripted: torch.jit.ScriptModule, plan: str, scale: float | None):
-        self.scripted, self.plan, self.scale = scripted, plan, scale
+    def __init__(self, scripted: torch.jit.ScriptModule, plan: str, scale: float | None, groups: int = 1):
+        self.scripted, self.plan, self.scale, self.groups = scripted, plan, scale, groups
         self.__name__ = self.__qualname__ = "onednn_graph_attention"
 
+    def grouped(self, groups: int) -> Partition:
+        """This partition called on grouped-query attentions of ``groups`` query heads per key/value head."""
+        return self if groups == 1 else Partition(self.scripted, self.plan, self.scale, groups)
+
     def __call__(self, query, key, value, mask: torch.Tensor | None = None) -> torch.Tensor:
-        operands = [query.contiguous(), key.contiguous(), value.contiguous()]
+        term = None
         if mask is not None:
             term = onednn_graph.additive_mask(mask)
             if term is None:
-                return F.scaled_dot_product_attention(query, key, value, mask, scale=self.scale)
-            operands.append(term.contiguous())
-        return self.scripted(*operands)
+                gqa = {"enable_gqa": True} if self.groups > 1 else {}
+                return F.scaled_dot_product_attention(query, key, value, mask, scale=self.scale, **gqa)
+        batch, heads, rows, _ = query.shape
+        query, term = fold_groups(query.contiguous(), term, self.groups)
+        operands = [query, key.contiguous(), value.contiguous()] + ([term.contiguous()] if term is not None else [])
+        out = self.scripted(*operands)
+        return out if self.groups == 1 else out.reshape(batch, heads, rows, out.shape[-1])
+
+
+def fold_groups(query: torch.Tensor, term: torch.Tensor | None, groups: int):
+    """Grouped-query attention as attention of as many heads as the keys have: query head ``h`` uses key/value head
+    ``h // groups`` (torch's ``enable_gqa``), so a contiguous B x H x L x D query is, as a view, B x H/groups x
+    groups·L x D, row ``g·L + l`` of head ``k`` being row ``l`` of query head ``k·groups + g``; the 4-D mask term
+    is repeated or regrouped to match. The output, B x H/groups x groups·L x Dv, is B x H x L x Dv as a view."""
+    if groups == 1:
+        return query, term
+    batch, heads, rows, dim = query.shape
+    folded = query.reshape(batch, heads // groups, groups * rows, dim)
+    if term is not None:
+        mb, mh, _, keys = term.shape
+        if mh == 1:
+            term = term.expand(mb, 1, rows, keys).repeat(1, 1, groups, 1)
+        else:
+            term = term.expand(mb, heads, rows, keys).reshape(mb, heads // groups, groups * rows, keys)
+    return folded, term
 
 
 Mask = torch.Tensor | tuple[int, ...] | None
@@ -221,25 +251,45 @@ def lower_attention(ctx) -> torch.fx.Node:
     a = ctx.attrs
     if mask_type is None:
         mask: Mask = None
+        if a["is_causal"]:  # torch's causal mask: query row i attends to keys 0..i
+            rows, keys = types[0].shape[-2], types[1].shape[-2]
+            mask = onednn_graph.additive_mask(torch.ones(rows, keys, dtype=torch.bool).tril())
     elif constant is not None:
         mask = onednn_graph.additive_mask(constant)
     elif mask_type.dtype in (DType.f32, DType.bool) and mask_type.rank <= 4 and not has_symbols(mask_type.shape):
-        mask = tuple(mask_type.shape)  # made a term of the scores on each call (Partition)
+        mask = _four_d(tuple(mask_type.shape))  # made a term of the scores on each call (Partition), 4-D
     else:
         mask = None
+    q, k, v = types
+    heads, kv_heads = q.shape[1] if q.rank == 4 else 0, k.shape[1] if k.rank == 4 else 0
+    groups = heads // kv_heads if a["enable_gqa"] and kv_heads and heads % kv_heads == 0 else 1
     eligible = (
         ctx.options.fused_kernels
-        and not (a["dropout_p"] or a["is_causal"] or a["enable_gqa"])
+        and not a["dropout_p"]
+        and (mask is not None or not a["is_causal"])
         and all(t.rank == 4 and t.dtype is DType.f32 and not has_symbols(t.shape) for t in types)
-        and types[0].shape[:2] == types[1].shape[:2] == types[2].shape[:2]
+        and q.shape[0] == k.shape[0] == v.shape[0]
+        and heads == groups * kv_heads
+        and k.shape[1] == v.shape[1]
         and (mask_type is None or mask is not None)
     )
     if not eligible or forced == "aten":
         return ctx.reference()
-    shapes = tuple(tuple(t.shape) for t in types)
+    shapes = (tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    if groups > 1:  # timed and compiled as the attention it folds into
+        shapes = ((q.shape[0], kv_heads, groups * q.shape[2], q.shape[3]), *shapes[1:])
+        query = torch.empty(q.shape, device="meta")
+        if isinstance(mask, torch.Tensor):
+            mask = fold_groups(query, mask, groups)[1].contiguous()
+        elif isinstance(mask, tuple):
+            mask = tuple(fold_groups(query, torch.empty(mask, device="meta"), groups)[1].shape)
     choice, partition = choose(shapes, a["scale"], mask, forced)
     ctx.record_kernel(choice)
     if partition is None:
         return ctx.reference()
     runtime_mask = (ctx.arg(3),) if isinstance(mask, tuple) else ()
-    return ctx.call(partition, ctx.arg(0), ctx.arg(1), ctx.arg(2), *runtime_mask)
+    return ctx.call(partition.grouped(groups), ctx.arg(0), ctx.arg(1), ctx.arg(2), *runtime_mask)
+
+
+def _four_d(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return (1,) * (4 - len(shape)) + shape

@@ -177,16 +177,17 @@ def _attention(
     """``softmax(query @ key^T * scale + attn_mask) @ value``, which oneDNN Graph compiles into one attention
     partition: 2.2-2.9x faster than aten's CPU kernel on ViT/BERT heads (benchmarks/README.md, "Runtime:
     transformers" → Notes). Only where that is torch's result: 4-D float32 operands of equal batch and head
-    dims, no dropout, causality or grouped heads, and no mask or a constant one :func:`additive_mask` turns into
-    a term of the scores (``masks``: their ids → that term)."""
+    dims, no dropout or grouped heads, and no mask, a constant one :func:`additive_mask` turns into a term of the
+    scores (``masks``: their ids → that term), or causality (torch's lower-triangular mask, as such a term)."""
     operands = (query, key, value)
     if attn_mask is not None:
         attn_mask = (masks or {}).get(id(attn_mask))
         if attn_mask is None:
             return NotImplemented
+    elif is_causal:  # torch's causal mask: query row i attends to keys 0..i
+        attn_mask = additive_mask(torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril())
     if (
         dropout_p
-        or is_causal
         or enable_gqa
         or any(t.dim() != 4 or t.dtype != torch.float32 for t in operands)
         or not query.shape[:2] == key.shape[:2] == value.shape[:2]

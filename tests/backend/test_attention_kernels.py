@@ -24,7 +24,7 @@ needs_fuser = pytest.mark.skipif(
 
 class _Attend(torch.nn.Module):
     """Attentions without a mask; with a finite constant mask, a permuted one (swin_t's bias), a constant bool one;
-    a constant mask that shuts a row; run-time float and bool masks; causal."""
+    a constant mask that shuts a row; run-time float and bool masks; causal, on as many keys as queries and on more."""
 
     def __init__(self):
         super().__init__()
@@ -43,7 +43,9 @@ class _Attend(torch.nn.Module):
         e = F.scaled_dot_product_attention(d, k, v, attn_mask=self.shut)
         f = F.scaled_dot_product_attention(e, k, v, attn_mask=mask, scale=0.3)
         g = F.scaled_dot_product_attention(f, k, v, attn_mask=keep)
-        return F.scaled_dot_product_attention(g, k, v, is_causal=True)
+        h = F.scaled_dot_product_attention(g, k, v, is_causal=True)
+        longer = torch.cat([k, v], dim=2)
+        return F.scaled_dot_product_attention(h, longer, longer, is_causal=True)
 
 
 def _inputs(shut_row: bool = False):
@@ -66,11 +68,11 @@ def test_the_partition_runs_only_where_it_is_torchs_result_and_equals_the_model(
     net, xs = _Attend().eval(), _inputs()
     module = gawee.compile(net, xs, options=TorchOptions(attention_kernel="onednn_graph"))
     partitions = [t for t in _targets(module) if isinstance(t, Partition)]
-    # all but the constant mask that shuts a row and the causal one
-    assert len(partitions) == 6
+    # all but the constant mask that shuts a row
+    assert len(partitions) == 8
     chosen = [c for c in module.gawee_kernels if c.op == "attention"]
-    assert {c.kernel for c in chosen} == {"onednn_graph"} and sum(c.nodes for c in chosen) == 6
-    assert sum(c.mask is not None for c in chosen) == 5
+    assert {c.kernel for c in chosen} == {"onednn_graph"} and sum(c.nodes for c in chosen) == 8
+    assert sum(c.mask is not None for c in chosen) == 7
     for inputs in (xs, _inputs(shut_row=True)):  # a shut row at run time: that call runs aten's kernel
         torch.testing.assert_close(module(*inputs), net(*inputs), rtol=1e-5, atol=1e-5)
 
@@ -90,12 +92,44 @@ def test_the_lowering_calls_the_kernel_that_measured_faster(monkeypatch, winner)
     module = gawee.compile(net, xs)
     assert measured and all(names == ["aten", "onednn_graph"] for names in measured)
     partitions = [t for t in _targets(module) if isinstance(t, Partition)]
-    assert len(partitions) == (6 if winner == "onednn_graph" else 0)
+    assert len(partitions) == (8 if winner == "onednn_graph" else 0)
     assert {c.kernel for c in module.gawee_kernels if c.op == "attention"} == {winner}
     torch.testing.assert_close(module(*xs), net(*xs), rtol=1e-5, atol=1e-5)
 
 
 @needs_fuser
+class _Grouped(torch.nn.Module):
+    """Grouped-query attention (4 query heads per key/value head): causal, with a constant bool mask, with a run-time
+    mask over heads and one over the query heads, and with a mask that shuts a row at run time."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("where", (torch.rand(1, 1, 6, 6) > 0.5) | torch.eye(6, dtype=torch.bool))
+
+    def forward(self, q, k, v, mask, per_head):
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        b = F.scaled_dot_product_attention(a, k, v, attn_mask=self.where, enable_gqa=True)
+        c = F.scaled_dot_product_attention(b, k, v, attn_mask=mask, enable_gqa=True)
+        return F.scaled_dot_product_attention(c, k, v, attn_mask=per_head, enable_gqa=True, scale=0.2)
+
+
+@needs_fuser
+def test_grouped_query_attention_runs_folded_into_as_many_heads_as_the_keys_have():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(2, 8, 6, 16, generator=g), torch.randn(2, 2, 6, 16, generator=g), torch.randn(2, 2, 6, 16)
+    mask = torch.randn(2, 1, 6, 6, generator=g)
+    per_head = torch.randn(2, 8, 6, 6, generator=g)
+    net = _Grouped().eval()
+    module = gawee.compile(net, (q, k, v, mask, per_head), options=TorchOptions(attention_kernel="onednn_graph"))
+    partitions = [t for t in _targets(module) if isinstance(t, Partition)]
+    assert len(partitions) == 4 and {p.groups for p in partitions} == {4}
+    # timed and compiled as 2 heads of 4 x 6 rows
+    assert {c.query for c in module.gawee_kernels if c.op == "attention"} == {(2, 2, 24, 16)}
+    torch.testing.assert_close(module(q, k, v, mask, per_head), net(q, k, v, mask, per_head), rtol=1e-5, atol=1e-5)
+    mask[1, 0, 2] = float("-inf")  # a row shut at run time: aten's grouped kernel runs that call
+    torch.testing.assert_close(module(q, k, v, mask, per_head), net(q, k, v, mask, per_head), rtol=1e-5, atol=1e-5)
+
+
 def test_a_partition_that_computes_something_else_is_not_a_candidate(monkeypatch):
     def wrong(query, key, value, mask=None, scale=None):
         return torch.matmul(torch.softmax(torch.matmul(query, key.transpose(-1, -2)), -1), value)  # scale lost

@@ -128,7 +128,7 @@ def test_binary_ops_on_0d_tensors_stay_out_of_partitions_the_fuser_cannot_compil
 
 class _Attend(torch.nn.Module):
     """Attention without a mask, with a finite constant mask, with a constant mask that shuts a row (-inf), with a
-    constant bool mask (where to attend: a 0 / -inf term), and with a mask given at run time."""
+    constant bool mask (where to attend: a 0 / -inf term), with a mask given at run time, and causal."""
 
     def __init__(self):
         super().__init__()
@@ -143,7 +143,8 @@ class _Attend(torch.nn.Module):
         b = F.scaled_dot_product_attention(a, k, v, attn_mask=self.bias)
         c = F.scaled_dot_product_attention(b, k, v, attn_mask=self.shut)
         d = F.scaled_dot_product_attention(c, k, v, attn_mask=self.where | torch.eye(5, dtype=torch.bool))
-        return F.scaled_dot_product_attention(d, k, v, attn_mask=mask, scale=0.3)
+        e = F.scaled_dot_product_attention(d, k, v, attn_mask=mask, scale=0.3)
+        return F.scaled_dot_product_attention(e, k, v, is_causal=True)
 
 
 @needs_fuser
@@ -165,7 +166,7 @@ def test_attention_is_spelled_only_where_that_is_torchs_result_and_kept_if_measu
     torch.testing.assert_close(module(q, k, v, mask), net(q, k, v, mask), rtol=1e-5, atol=1e-5)
     # spelled: all but the constant that shuts a row and the run-time mask, inside partitions (the bool constant
     # attends somewhere from every row: it is a 0 / -inf term)
-    assert module.unfused["aten::scaled_dot_product_attention"] == (2 if chosen == "spelled" else 5)
+    assert module.unfused["aten::scaled_dot_product_attention"] == (2 if chosen == "spelled" else 6)
 
 
 class _Rounded(torch.nn.Module):
