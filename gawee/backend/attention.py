@@ -238,20 +238,27 @@ def choose(
     return result
 
 
-def lower_attention(ctx) -> torch.fx.Node:
-    """``OpDef.lower_torch`` of ``scaled_dot_product_attention``: aten's kernel, or oneDNN Graph's partition where
-    it computes torch's result and ``ctx.options.attention_kernel`` forces it or it measured faster."""
-    forced = ctx.options.attention_kernel
-    if forced not in CHOICES:
-        raise GaweeError(
-            f"unknown attention kernel {forced!r}", hint=f"TorchOptions.attention_kernel is one of {', '.join(CHOICES)}"
-        )
-    types = [ctx.type(i) for i in range(3)]
-    mask_type, constant = ctx.type(3), ctx.const(3)
-    a = ctx.attrs
+@dataclass(frozen=True)
+class Problem:
+    """A node's attention as the partition computes it."""
+
+    shapes: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+    """Query, key and value: a grouped-query attention's folded (:func:`fold_groups`)."""
+    scale: float | None
+    mask: Mask
+    groups: int
+    """Query heads per key/value head (1: plain attention)."""
+
+
+def problem(types, mask_type, constant: torch.Tensor | None, attrs) -> Problem | None:
+    """The attention of a ``scaled_dot_product_attention`` node with operand ``types`` (query, key, value), mask
+    type ``mask_type`` (None: no mask) of value ``constant`` (None: computed at run time) and attributes ``attrs``
+    as the partition computes it; None where the partition would not give torch's result: not 4-D float32 of
+    static shapes, dropout, key and value heads that differ or do not divide the query's, or a mask
+    :func:`onednn_graph.additive_mask` cannot make a term (a run-time one is made one on each call)."""
     if mask_type is None:
         mask: Mask = None
-        if a["is_causal"]:  # torch's causal mask: query row i attends to keys 0..i
+        if attrs["is_causal"]:  # torch's causal mask: query row i attends to keys 0..i
             rows, keys = types[0].shape[-2], types[1].shape[-2]
             mask = onednn_graph.additive_mask(torch.ones(rows, keys, dtype=torch.bool).tril())
     elif constant is not None:
@@ -261,20 +268,14 @@ def lower_attention(ctx) -> torch.fx.Node:
     else:
         mask = None
     q, k, v = types
-    heads, kv_heads = q.shape[1] if q.rank == 4 else 0, k.shape[1] if k.rank == 4 else 0
-    groups = heads // kv_heads if a["enable_gqa"] and kv_heads and heads % kv_heads == 0 else 1
-    eligible = (
-        ctx.options.fused_kernels
-        and not a["dropout_p"]
-        and (mask is not None or not a["is_causal"])
-        and all(t.rank == 4 and t.dtype is DType.f32 and not has_symbols(t.shape) for t in types)
-        and q.shape[0] == k.shape[0] == v.shape[0]
-        and heads == groups * kv_heads
-        and k.shape[1] == v.shape[1]
-        and (mask_type is None or mask is not None)
-    )
-    if not eligible or forced == "aten":
-        return ctx.reference()
+    if attrs["dropout_p"] or (mask is None and (mask_type is not None or attrs["is_causal"])):
+        return None
+    if not all(t.rank == 4 and t.dtype is DType.f32 and not has_symbols(t.shape) and 0 not in t.shape for t in types):
+        return None
+    heads, kv_heads = q.shape[1], k.shape[1]
+    groups = heads // kv_heads if attrs["enable_gqa"] and heads % kv_heads == 0 else 1
+    if not (q.shape[0] == k.shape[0] == v.shape[0] and heads == groups * kv_heads and kv_heads == v.shape[1]):
+        return None
     shapes = (tuple(q.shape), tuple(k.shape), tuple(v.shape))
     if groups > 1:  # timed and compiled as the attention it folds into
         shapes = ((q.shape[0], kv_heads, groups * q.shape[2], q.shape[3]), *shapes[1:])
@@ -283,12 +284,27 @@ def lower_attention(ctx) -> torch.fx.Node:
             mask = fold_groups(query, mask, groups)[1].contiguous()
         elif isinstance(mask, tuple):
             mask = tuple(fold_groups(query, torch.empty(mask, device="meta"), groups)[1].shape)
-    choice, partition = choose(shapes, a["scale"], mask, forced)
+    return Problem(shapes, attrs["scale"], mask, groups)
+
+
+def lower_attention(ctx) -> torch.fx.Node:
+    """``OpDef.lower_torch`` of ``scaled_dot_product_attention``: aten's kernel, or oneDNN Graph's partition where
+    it computes torch's result (:func:`problem`) and ``ctx.options.attention_kernel`` forces it or it measured
+    faster."""
+    forced = ctx.options.attention_kernel
+    if forced not in CHOICES:
+        raise GaweeError(
+            f"unknown attention kernel {forced!r}", hint=f"TorchOptions.attention_kernel is one of {', '.join(CHOICES)}"
+        )
+    found = problem([ctx.type(i) for i in range(3)], ctx.type(3), ctx.const(3), ctx.attrs)
+    if found is None or not ctx.options.fused_kernels or forced == "aten":
+        return ctx.reference()
+    choice, partition = choose(found.shapes, found.scale, found.mask, forced)
     ctx.record_kernel(choice)
     if partition is None:
         return ctx.reference()
-    runtime_mask = (ctx.arg(3),) if isinstance(mask, tuple) else ()
-    return ctx.call(partition.grouped(groups), ctx.arg(0), ctx.arg(1), ctx.arg(2), *runtime_mask)
+    runtime_mask = (ctx.arg(3),) if isinstance(found.mask, tuple) else ()
+    return ctx.call(partition.grouped(found.groups), ctx.arg(0), ctx.arg(1), ctx.arg(2), *runtime_mask)
 
 
 def _four_d(shape: tuple[int, ...]) -> tuple[int, ...]:

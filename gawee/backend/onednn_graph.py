@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import math
 import re
@@ -172,28 +173,52 @@ def _attention(
     scale=None,
     enable_gqa=False,
     *,
-    masks: dict[int, torch.Tensor] | None = None,
+    plan: dict[tuple, torch.Tensor | None],
 ):
     """``softmax(query @ key^T * scale + attn_mask) @ value``, which oneDNN Graph compiles into one attention
-    partition: 2.2-2.9x faster than aten's CPU kernel on ViT/BERT heads (benchmarks/README.md, "Runtime:
-    transformers" → Notes). Only where that is torch's result: 4-D float32 operands of equal batch and head
-    dims, no dropout or grouped heads, and no mask, a constant one :func:`additive_mask` turns into a term of the
-    scores (``masks``: their ids → that term), or causality (torch's lower-triangular mask, as such a term)."""
-    operands = (query, key, value)
-    if attn_mask is not None:
-        attn_mask = (masks or {}).get(id(attn_mask))
-        if attn_mask is None:
-            return NotImplemented
-    elif is_causal:  # torch's causal mask: query row i attends to keys 0..i
-        attn_mask = additive_mask(torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool).tril())
-    if (
-        dropout_p
-        or enable_gqa
-        or any(t.dim() != 4 or t.dtype != torch.float32 for t in operands)
-        or not query.shape[:2] == key.shape[:2] == value.shape[:2]
-    ):
+    partition, for the calls :func:`_attention_plan` chose it for (their key → the mask's term); NotImplemented
+    (aten's kernel) for the others."""
+    key_ = _call_key((query.shape, key.shape, value.shape), scale, attn_mask, is_causal)
+    if dropout_p or enable_gqa or key_ not in plan:
         return NotImplemented
-    return written_attention(query, key, value, attn_mask, scale)
+    return written_attention(query, key, value, plan[key_], scale)
+
+
+def _call_key(shapes, scale, constant, is_causal) -> tuple:
+    """What tells an attention call of the traced graph apart: shapes, scale, its constant mask (by identity: the
+    interpreter passes the value's own tensor) and causality."""
+    dims = tuple(tuple(int(d) for d in s) for s in shapes)  # a traced call's sizes are 0-d tensors
+    return (dims, scale, None if constant is None else id(constant), is_causal)
+
+
+def _attention_plan(graph: Graph) -> tuple[dict[tuple, torch.Tensor | None], list]:
+    """The attentions of ``graph`` oneDNN Graph's partition runs faster than aten's kernel here, measured per shape
+    as the torch lowering measures them (:func:`gawee.backend.attention.choose`), where it is torch's result and
+    the mask is none or constant (a run-time mask needs a check per call, which a trace cannot hold; grouped-query
+    attention is folded by the torch lowering only): each call's key → its mask's term; and every choice made.
+    Measuring each shape alone replaces compiling and timing the whole graph twice, with and without the
+    written-out attention (swin_t's 674 ms written out, the reason for that, was its strided mask:
+    :func:`additive_mask`)."""
+    from gawee.backend import attention
+
+    plan, choices, nodes = {}, {}, collections.Counter()
+    for node in graph:
+        if node.op != "scaled_dot_product_attention":
+            continue
+        mask = node.inputs[3] if len(node.inputs) > 3 else None
+        constant = mask.data if mask is not None else None
+        types = [v.type for v in node.inputs[:3]]
+        found = attention.problem(types, mask.type if mask is not None else None, constant, node.attrs)
+        if found is None or found.groups > 1 or isinstance(found.mask, tuple):
+            continue
+        choice, partition = attention.choose(found.shapes, found.scale, found.mask)
+        choices[id(choice)] = dataclasses.replace(
+            choice, nodes=choices[id(choice)].nodes + 1 if id(choice) in choices else 1
+        )
+        if partition is not None:
+            key = _call_key(found.shapes, found.scale, constant, node.attrs["is_causal"])
+            plan[key] = found.mask
+    return plan, [dataclasses.replace(c, nodes=nodes[key]) for key, c in choices.items()]
 
 
 def written_attention(query, key, value, mask=None, scale=None):
@@ -225,13 +250,6 @@ def additive_mask(mask: torch.Tensor) -> torch.Tensor | None:
     if not bool((term > float("-inf")).any(-1).all()):  # a row attends to no key
         return None
     return term.contiguous().reshape((1,) * (4 - term.dim()) + tuple(term.shape))
-
-
-def _additive_masks(graph: Graph) -> dict[int, torch.Tensor]:
-    """The constant attention masks of ``graph`` that :func:`additive_mask` turns into a term: their ids → it."""
-    masks = (n.inputs[3] for n in graph if n.op == "scaled_dot_product_attention" and len(n.inputs) > 3)
-    terms = {id(m.data): additive_mask(m.data) for m in masks if m is not None and m.data is not None}
-    return {key: term for key, term in terms.items() if term is not None}
 
 
 def _gelu(x, approximate="none"):
@@ -292,15 +310,15 @@ tensors avoid a fuser failure. Attention is spelled per graph (:func:`_attention
 
 
 class _Spelled(TorchFunctionMode):
-    """Active while tracing ``graph``: :data:`SPELLINGS` (only :data:`REQUIRED` when not ``faster``) and, with
-    ``attention``, :func:`_attention` replace the calls they know (the mode is off inside a replacement)."""
+    """Active while tracing: :data:`SPELLINGS` (only :data:`REQUIRED` when not ``faster``) and, for the calls in
+    ``attention`` (:func:`_attention_plan`), :func:`_attention` replace the calls they know (the mode is off inside
+    a replacement)."""
 
-    def __init__(self, graph: Graph, faster: bool = True, attention: bool = False):
+    def __init__(self, faster: bool = True, attention: dict[tuple, torch.Tensor | None] | None = None):
         super().__init__()
         self.table = dict(SPELLINGS) if faster else dict(REQUIRED)
         if attention:
-            attention = functools.partial(_attention, masks=_additive_masks(graph))
-            self.table[F.scaled_dot_product_attention] = attention
+            self.table[F.scaled_dot_product_attention] = functools.partial(_attention, plan=attention)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -352,26 +370,10 @@ def compile_traced(
 
 
 def _compiled(
-    graph: Graph, xs: tuple[torch.Tensor, ...], *, faster: bool, attention: bool = False
+    graph: Graph, xs: tuple[torch.Tensor, ...], *, faster: bool, attention: dict | None = None
 ) -> tuple[torch.jit.ScriptModule, str]:
     """``graph`` traced (spelled as :class:`_Spelled` says) and compiled (:func:`compile_traced`)."""
-    return compile_traced(_Interpreted(graph).eval(), xs, _Spelled(graph, faster, attention))
-
-
-def _faster_attention(graph: Graph, xs: tuple[torch.Tensor, ...], scripted, plan: str):
-    """The module with attention spelled for oneDNN Graph if it measures faster than ``scripted`` (aten's kernel)
-    here, with its plan and True; else ``scripted``, ``plan`` and False. Spelled, vit_b_16 at batch 1 ran 83 ms
-    against 90 ms, but swin_t (windowed attention, a constant mask) 674 ms against 32 ms (benchmarks/README.md,
-    "Runtime: transformers" → Notes): which one wins depends on the shapes and the CPU, so it is measured."""
-    from gawee.backend.measure import fastest
-
-    try:
-        spelled, spelled_plan = _compiled(graph, xs, faster=True, attention=True)
-    except RuntimeError:
-        return scripted, plan, False
-    if fastest({"aten": scripted, "spelled": spelled}, xs).chosen == "spelled":
-        return spelled, spelled_plan, True
-    return scripted, plan, False
+    return compile_traced(_Interpreted(graph).eval(), xs, _Spelled(faster, attention))
 
 
 class OneDNNGraphModule(torch.nn.Module):
@@ -384,8 +386,10 @@ class OneDNNGraphModule(torch.nn.Module):
         if why is not None:
             raise GaweeError(f"{graph.name} cannot run on oneDNN Graph: {why}", hint='use backend="torch"')
         xs = tuple(example_inputs)
+        attention, self.attention_kernels = _attention_plan(graph) if available("attention") else ({}, [])
+        """Each attention's kernel as measured per shape (:func:`_attention_plan`), listed like the torch lowering's."""
         try:
-            self.scripted, plan = _compiled(graph, xs, faster=True)
+            self.scripted, plan = _compiled(graph, xs, faster=True, attention=attention)
             self.spelled = True
             """Whether the faster spellings are in (False: the fuser failed on them; only the REQUIRED ones are)."""
         except RuntimeError:
@@ -397,10 +401,8 @@ class OneDNNGraphModule(torch.nn.Module):
                     f"oneDNN Graph could not compile {graph.name}: {str(e).strip().splitlines()[-1]}",
                     hint='use backend="torch" (or "auto", which measures the runtimes that build)',
                 ) from e
-        self.attention = False
-        """Whether attention runs as oneDNN Graph's partition (:func:`_attention`): measured faster here."""
-        if self.spelled and available("attention") and any(n.op == "scaled_dot_product_attention" for n in graph):
-            self.scripted, plan, self.attention = _faster_attention(graph, xs, self.scripted, plan)
+        self.attention = self.spelled and bool(attention)
+        """Whether some attention runs as oneDNN Graph's partition (:func:`_attention`): measured faster here."""
         top = plan.split("\nwith ")[0]  # the graph itself, before the partitions' and fallbacks' bodies
         self.partitions = len(re.findall(r"prim::oneDNNFusionGroup_\d+\[", top))
         """How many fused partitions oneDNN Graph compiled (0: it fused nothing; the module runs op by op)."""

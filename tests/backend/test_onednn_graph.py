@@ -7,8 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import gawee
-from gawee.backend import measure, onednn_graph
-from gawee.backend.measure import Timings
+from gawee.backend import attention, kernels, onednn_graph
 from gawee.backend.onednn_graph import OneDNNGraphModule
 from gawee.errors import GaweeError
 from gawee.ir.builder import GraphBuilder
@@ -148,25 +147,28 @@ class _Attend(torch.nn.Module):
 
 
 @needs_fuser
-@pytest.mark.parametrize("chosen", ["spelled", "aten"])
-def test_attention_is_spelled_only_where_that_is_torchs_result_and_kept_if_measured_faster(monkeypatch, chosen):
-    seen = []
+@pytest.mark.parametrize("winner", ["onednn_graph", "aten"])
+def test_attention_is_spelled_only_where_that_is_torchs_result_and_measured_faster(monkeypatch, winner):
+    measured = []
 
-    def measured(candidates, inputs, **kwargs):
-        seen.append(list(candidates))
-        return Timings({name: 1.0 for name in candidates}, chosen)
+    def best_calls(runners, args, *rest):
+        measured.append(sorted(runners))
+        return {name: 1.0 if name == winner else 2.0 for name in runners}
 
-    monkeypatch.setattr(measure, "fastest", measured)
+    monkeypatch.setattr(kernels, "best_calls", best_calls)
+    monkeypatch.setattr(attention, "_MEASURED", {})
     net = _Attend().eval()
     q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
     mask = torch.zeros(2, 1, 5, 5)
     mask[0, 0, 1] = float("-inf")  # a row shut at run time: torch's kernel gives 0 there
     module = gawee.compile(net, (q, k, v, mask), backend="onednn_graph")
-    assert seen == [["aten", "spelled"]] and module.attention == (chosen == "spelled")
+    # measured per shape: no mask, the finite and the bool constants, causal (not the shut row, not at run time)
+    assert measured == [["aten", "onednn_graph"]] * 4 and len(module.attention_kernels) == 4
+    assert module.attention == (winner == "onednn_graph")
     torch.testing.assert_close(module(q, k, v, mask), net(q, k, v, mask), rtol=1e-5, atol=1e-5)
     # spelled: all but the constant that shuts a row and the run-time mask, inside partitions (the bool constant
     # attends somewhere from every row: it is a 0 / -inf term)
-    assert module.unfused["aten::scaled_dot_product_attention"] == (2 if chosen == "spelled" else 6)
+    assert module.unfused["aten::scaled_dot_product_attention"] == (2 if winner == "onednn_graph" else 6)
 
 
 class _Rounded(torch.nn.Module):
