@@ -48,6 +48,19 @@ class _Attend(torch.nn.Module):
         return F.scaled_dot_product_attention(h, longer, longer, is_causal=True)
 
 
+def measuring_wins(monkeypatch, winner: str) -> list[list[str]]:
+    """Every attention measured from now on picks ``winner``; the list of the candidates each measurement had."""
+    measured = []
+
+    def best_calls(runners, args, *rest):
+        measured.append(sorted(runners))
+        return {name: 1.0 if name == winner else 2.0 for name in runners}
+
+    monkeypatch.setattr(kernels, "best_calls", best_calls)
+    monkeypatch.setattr(attention, "_MEASURED", {})
+    return measured
+
+
 def _inputs(shut_row: bool = False):
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 3, 5, 8, generator=g) for _ in range(3))
@@ -80,14 +93,7 @@ def test_the_partition_runs_only_where_it_is_torchs_result_and_equals_the_model(
 @needs_fuser
 @pytest.mark.parametrize("winner", ["aten", "onednn_graph"])
 def test_the_lowering_calls_the_kernel_that_measured_faster(monkeypatch, winner):
-    measured = []
-
-    def best_calls(runners, args, *rest):
-        measured.append(sorted(runners))
-        return {name: 1.0 if name == winner else 2.0 for name in runners}
-
-    monkeypatch.setattr(kernels, "best_calls", best_calls)
-    monkeypatch.setattr(attention, "_MEASURED", {})
+    measured = measuring_wins(monkeypatch, winner)
     net, xs = _Attend().eval(), _inputs()
     module = gawee.compile(net, xs)
     assert measured and all(names == ["aten", "onednn_graph"] for names in measured)

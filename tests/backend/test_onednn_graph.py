@@ -7,10 +7,11 @@ import torch
 import torch.nn.functional as F
 
 import gawee
-from gawee.backend import attention, kernels, onednn_graph
+from gawee.backend import onednn_graph
 from gawee.backend.onednn_graph import OneDNNGraphModule
 from gawee.errors import GaweeError
 from gawee.ir.builder import GraphBuilder
+from tests.backend.test_attention_kernels import measuring_wins
 from tests.backend.test_ort import _net, assert_runs_like_the_net
 
 needs_fuser = pytest.mark.skipif(not onednn_graph.available(), reason="no working oneDNN Graph fuser here")
@@ -149,14 +150,7 @@ class _Attend(torch.nn.Module):
 @needs_fuser
 @pytest.mark.parametrize("winner", ["onednn_graph", "aten"])
 def test_attention_is_spelled_only_where_that_is_torchs_result_and_measured_faster(monkeypatch, winner):
-    measured = []
-
-    def best_calls(runners, args, *rest):
-        measured.append(sorted(runners))
-        return {name: 1.0 if name == winner else 2.0 for name in runners}
-
-    monkeypatch.setattr(kernels, "best_calls", best_calls)
-    monkeypatch.setattr(attention, "_MEASURED", {})
+    measured = measuring_wins(monkeypatch, winner)
     net = _Attend().eval()
     q, k, v = (torch.randn(2, 3, 5, 8) for _ in range(3))
     mask = torch.zeros(2, 1, 5, 5)
