@@ -212,9 +212,8 @@ def _attention_plan(graph: Graph) -> tuple[dict[tuple, torch.Tensor | None], lis
         if found is None or found.groups > 1 or isinstance(found.mask, tuple):
             continue
         choice, partition = attention.choose(found.shapes, found.scale, found.mask)
-        choices[id(choice)] = dataclasses.replace(
-            choice, nodes=choices[id(choice)].nodes + 1 if id(choice) in choices else 1
-        )
+        choices[id(choice)] = choice
+        nodes[id(choice)] += 1
         if partition is not None:
             key = _call_key(found.shapes, found.scale, constant, node.attrs["is_causal"])
             plan[key] = found.mask

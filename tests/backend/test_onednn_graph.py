@@ -158,6 +158,7 @@ def test_attention_is_spelled_only_where_that_is_torchs_result_and_measured_fast
     module = gawee.compile(net, (q, k, v, mask), backend="onednn_graph")
     # measured per shape: no mask, the finite and the bool constants, causal (not the shut row, not at run time)
     assert measured == [["aten", "onednn_graph"]] * 4 and len(module.attention_kernels) == 4
+    assert [c.nodes for c in module.attention_kernels] == [1, 1, 1, 1]
     assert module.attention == (winner == "onednn_graph")
     torch.testing.assert_close(module(q, k, v, mask), net(q, k, v, mask), rtol=1e-5, atol=1e-5)
     # spelled: all but the constant that shuts a row and the run-time mask, inside partitions (the bool constant
