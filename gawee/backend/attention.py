@@ -89,29 +89,27 @@ class Partition:
 
     TorchScript guards a compiled partition on its inputs' strides: the operands are made contiguous (a no-op
     for contiguous ones; heads split from a projection by a permute are copied) so that every call runs the
-    partition it was compiled for. A run-time mask is made a term of the scores on every call
-    (:func:`onednn_graph.additive_mask`); where it cannot be (a row that attends to no key is 0 in torch's kernel,
-    NaN in the written-out softmax) the call runs aten's kernel. With ``groups`` > 1 (grouped-query attention:
-    ``groups`` query heads per key/value head) the query heads of a group are folded into its rows
-    (:func:`fold_groups`) and the partition runs an attention of as many heads as the keys have."""
+    partition it was compiled for. A run-time mask comes with its term (:func:`onednn_graph.additive_mask`,
+    computed once per call of the module for every layer that reads the mask); where it has none (a row that
+    attends to no key is 0 in torch's kernel, NaN in the written-out softmax) the call runs aten's kernel on the
+    mask. With ``groups`` > 1 (grouped-query attention: ``groups`` query heads per key/value head) the query heads
+    of a group are folded into its rows (:func:`fold_groups`) and the partition runs an attention of as many heads
+    as the keys have."""
 
     __module__ = "gawee"  # fx names a call's target by its module and name
 
-    def __init__(self, scripted: torch.jit.ScriptModule, plan: str, scale: float | None, groups: int = 1):
-        self.scripted, self.plan, self.scale, self.groups = scripted, plan, scale, groups
+    def __init__(self, scripted: torch.jit.ScriptModule, scale: float | None, groups: int = 1):
+        self.scripted, self.scale, self.groups = scripted, scale, groups
         self.__name__ = self.__qualname__ = "onednn_graph_attention"
 
     def grouped(self, groups: int) -> Partition:
         """This partition called on grouped-query attentions of ``groups`` query heads per key/value head."""
-        return self if groups == 1 else Partition(self.scripted, self.plan, self.scale, groups)
+        return self if groups == 1 else Partition(self.scripted, self.scale, groups)
 
-    def __call__(self, query, key, value, mask: torch.Tensor | None = None) -> torch.Tensor:
-        term = None
-        if mask is not None:
-            term = onednn_graph.additive_mask(mask)
-            if term is None:
-                gqa = {"enable_gqa": True} if self.groups > 1 else {}
-                return F.scaled_dot_product_attention(query, key, value, mask, scale=self.scale, **gqa)
+    def __call__(self, query, key, value, mask: torch.Tensor | None = None, term: torch.Tensor | None = None):
+        if mask is not None and term is None:
+            gqa = {"enable_gqa": True} if self.groups > 1 else {}
+            return F.scaled_dot_product_attention(query, key, value, mask, scale=self.scale, **gqa)
         batch, heads, rows, _ = query.shape
         query, term = fold_groups(query.contiguous(), term, self.groups)
         operands = [query, key.contiguous(), value.contiguous()] + ([term.contiguous()] if term is not None else [])
@@ -164,7 +162,7 @@ def _partition(shapes, scale: float | None, mask: Mask) -> Partition | None:
         return None
     if "prim::oneDNNFusionGroup" not in plan:
         return None
-    return Partition(scripted, plan, scale)
+    return Partition(scripted, scale)
 
 
 _MEASURED: dict[tuple, tuple[AttentionChoice, Partition | None]] = {}
@@ -189,11 +187,16 @@ class _Aten:
         return F.scaled_dot_product_attention(query, key, value, mask, scale=self.scale)
 
 
+def _on_operands(partition: Partition, mask: Mask):
+    """``partition`` called like :class:`_Aten` on :func:`_operands`: a run-time mask there is already a term."""
+    return partition if not isinstance(mask, tuple) else lambda q, k, v, term: partition(q, k, v, term, term)
+
+
 def _computes_torchs_result(partition: Partition, shapes, scale: float | None, mask: Mask) -> bool:
     """Whether ``partition`` gives aten's result on random operands (a run-time mask with -inf terms)."""
     xs = _operands(shapes, mask, 1)
     with torch.no_grad():
-        got, expected = partition(*xs), _Aten(mask, scale)(*xs)
+        got, expected = _on_operands(partition, mask)(*xs), _Aten(mask, scale)(*xs)
     return got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
@@ -227,7 +230,7 @@ def choose(
         kernel = forced if partition is not None or forced == "aten" else "aten"
     else:
         xs = _operands(shapes, mask, 1)
-        runners = {"aten": _Aten(mask, scale), "onednn_graph": partition}
+        runners = {"aten": _Aten(mask, scale), "onednn_graph": _on_operands(partition, mask)}
         best = kernels.best_calls(runners, xs, min_rounds, max_rounds, budget_s)
         kernel = min(best, key=lambda k: (best[k], ATTENTION_KERNELS.index(k)))
         ms = {k: round(t, 4) for k, t in best.items()}
@@ -303,7 +306,7 @@ def lower_attention(ctx) -> torch.fx.Node:
     ctx.record_kernel(choice)
     if partition is None:
         return ctx.reference()
-    runtime_mask = (ctx.arg(3),) if isinstance(found.mask, tuple) else ()
+    runtime_mask = (ctx.arg(3), ctx.derived(3, onednn_graph.additive_mask)) if isinstance(found.mask, tuple) else ()
     return ctx.call(partition.grouped(found.groups), ctx.arg(0), ctx.arg(1), ctx.arg(2), *runtime_mask)
 
 

@@ -305,7 +305,7 @@ SPELLINGS = {
 as it is). Without them the squeeze-and-excitation blocks' pool and gate ran outside oneDNN's partitions (25 ops
 on mobilenet_v3_large, 17 on efficientnet_b0), and each partition next to one converted its output to a strided
 tensor (benchmarks/README.md, "Runtime" → Notes). ``mean`` is that pool as timm writes it. The binary ops on 0-d
-tensors avoid a fuser failure. Attention is spelled per graph (:func:`_attention`, which needs to know its masks)."""
+tensors avoid a fuser failure. Attention is spelled per call, where :func:`_attention_plan` chose it."""
 
 
 class _Spelled(TorchFunctionMode):

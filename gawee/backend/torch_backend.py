@@ -163,6 +163,15 @@ class TorchLowering:
             "call_function", target, args, kwargs, name=self._builder.fx_name(self.node.name)
         )
 
+    def derived(self, index: int, fn: Callable) -> torch.fx.Node:
+        """``fn`` of operand ``index``, computed once per call of the module however many nodes ask for it (in the
+        code of the first node that does): e.g. one attention mask's form that every layer's kernel reads."""
+        value = self.node.inputs[index]
+        key = (value, fn)
+        if key not in self._builder.derived:
+            self._builder.derived[key] = self.call(fn, self.arg(index))
+        return self._builder.derived[key]
+
     def call_method(self, method: str, *args: Any, **kwargs: Any) -> torch.fx.Node:
         return self._builder.fx.create_node("call_method", method, args, kwargs)
 
@@ -234,6 +243,7 @@ class _Builder:
                 if v is not None:
                     self.last_reader[v] = node
         self.kernels: dict[int, list] = {}  # id(choice) -> [choice, nodes using it]
+        self.derived: dict[tuple[Value, Callable], torch.fx.Node] = {}  # TorchLowering.derived
 
     def record_kernel(self, choice) -> None:
         self.kernels.setdefault(id(choice), [choice, 0])[1] += 1

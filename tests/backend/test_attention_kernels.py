@@ -104,6 +104,26 @@ def test_the_lowering_calls_the_kernel_that_measured_faster(monkeypatch, winner)
 
 
 @needs_fuser
+class _Layers(torch.nn.Module):
+    """Three attention layers reading one run-time mask, as a transformer's do."""
+
+    def forward(self, q, k, v, keep):
+        for _ in range(3):
+            q = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        return q
+
+
+@needs_fuser
+def test_a_run_time_mask_is_made_a_term_once_per_call_for_every_layer_that_reads_it():
+    net, (q, k, v, _, keep) = _Layers().eval(), _inputs()
+    module = gawee.compile(net, (q, k, v, keep), options=TorchOptions(attention_kernel="onednn_graph"))
+    targets = _targets(module)
+    assert targets.count(onednn_graph.additive_mask) == 1
+    assert len([t for t in targets if isinstance(t, Partition)]) == 3
+    for inputs in ((q, k, v, keep), _inputs(shut_row=True)[:3] + _inputs(shut_row=True)[4:]):
+        torch.testing.assert_close(module(*inputs), net(*inputs), rtol=1e-5, atol=1e-5)
+
+
 class _Grouped(torch.nn.Module):
     """Grouped-query attention (4 query heads per key/value head): causal, with a constant bool mask, with a run-time
     mask over heads and one over the query heads, and with a mask that shuts a row at run time."""
