@@ -38,9 +38,12 @@ LOW_HIT_RATE = {
     "linear_unflattened": 0.1,
     "attention_written_biased_q_scaled": 0.3,
     "attention_written_biased_twice_q_scaled": 0.3,
+    "attention_windowed_q_scaled": 0.3,
 }
 """Known gaps of the guard steering (rule -> the hit rate it does reach). linear_unflattened needs an inner
 reshape to exactly [numel // last, last] and an outer one back to x's shape with a new last dim: the
 reshape sampler draws both kinds, but their conjunction stays near 20% of the draws. The q-scaled biased
 attention rules draw q inside `mul(q, c)` before the product that fixes its shape; `same_type(q, k)` steers
-it to k's, and the bias that must only broadcast over the scores leaves about 40% of the draws."""
+it to k's, and the bias that must only broadcast over the scores leaves about 40% of the draws. The windowed one
+also needs its inner reshape to split the scores' batch dim into [n, w] (the steered shape holds only where the
+drawn n divides it) and a 5-D window mask with a leading 1: 30%."""

@@ -201,6 +201,8 @@ class Hints:
     zeros: set[str] = field(default_factory=set)
     ranks: dict[str, int] = field(default_factory=dict)
     """leaf -> the rank the guard asks for (`w.rank == 1`)."""
+    unit_dims: dict[str, set[int]] = field(default_factory=dict)
+    """leaf -> dims the guard wants of size 1 (`m.shape[0] == 1`: a bias the same for every batch)."""
     """list attribute variables the guard wants all zero (`all_zero(p)`)."""
     """c -> numbers the guard compares c's elements with (`all_equal(c, 0.5)`, `value(c) == 1`)."""
     ops: dict[str, list[str]] = field(default_factory=dict)
@@ -306,9 +308,21 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
                 h.lengths.setdefault(_names(a.args)[0], []).append(int(n))
             elif isinstance(a, A.EAttr) and a.name == "rank" and isinstance(a.obj, A.EName) and op == "==":
                 h.ranks[a.obj.name] = int(n)
+            elif n == 1 and op == "==" and _shape_index(a) is not None:
+                name, i = _shape_index(a)
+                h.unit_dims.setdefault(name, set()).add(i)
             elif isinstance(a, A.EName) and op != "!=":
                 step = {"==": [0], "<=": [0, -1], ">=": [0, 1], "<": [-1, -2], ">": [1, 2]}[op]
                 h.attr_values.setdefault(a.name, []).extend(n + k for k in step)
+
+
+def _shape_index(e: A.Expr) -> tuple[str, int] | None:
+    """``(x, i)`` of ``x.shape[i]`` with a literal ``i``, else None."""
+    if isinstance(e, A.EIndex) and isinstance(e.obj, A.EAttr) and e.obj.name == "shape":
+        i = _number(e.index)
+        if isinstance(e.obj.obj, A.EName) and i is not None and i == int(i):
+            return e.obj.obj.name, int(i)
+    return None
 
 
 def _layout_of(e: A.Expr) -> str | None:
@@ -618,6 +632,13 @@ class Generator:
                 like = next((t for k, t in enumerate(types) if k != i and t is not None and t.rank >= want), None)
                 if like is not None:
                     types[i] = TensorType(like.shape[like.rank - want :], types[i].dtype)
+            unit = self.hints.unit_dims.get(name, set())
+            if unit and name not in self.env and self.draw.boolean(0.8):  # `m.shape[0] == 1`: it broadcasts there
+                shape = list(types[i].shape)
+                for d in unit:
+                    if -len(shape) <= d < len(shape):
+                        shape[d] = 1
+                types[i] = TensorType(tuple(shape), types[i].dtype)
             if name in self.hints.along and self.draw.boolean(0.8):
                 partner, d = self.hints.along[name]
                 y = self._partner_type(partner, types, matchers)

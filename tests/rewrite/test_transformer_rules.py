@@ -159,26 +159,32 @@ def test_attention_written_out_becomes_sdpa(scaled):
     assert verify_equivalent(graph, after).ok
 
 
-@pytest.mark.parametrize("shift", [0, 2])
-def test_swin_window_attention_with_its_bias_and_shifted_mask_becomes_sdpa(shift):
+@pytest.mark.parametrize("shift,batch", [(0, 1), (2, 1), (0, 3), (2, 3)])
+def test_swin_window_attention_with_its_bias_and_shifted_mask_becomes_sdpa(shift, batch):
     """torchvision's Swin attention scales q before the product, adds the relative-position bias and, in shifted
     windows, the window mask through a [batch, windows, ...] view: one sdpa with the biases summed, and the
-    model's output unchanged (the interpreter and the compiled module against eager)."""
+    model's output unchanged (the interpreter and the compiled module against eager). At batch > 1 the mask
+    differs per window but not per image: the sdpa runs over [batch, windows * heads] with a bias of batch 1."""
     from torchvision.models.swin_transformer import ShiftedWindowAttention
 
     torch.manual_seed(0)
     model = ShiftedWindowAttention(dim=16, window_size=[4, 4], shift_size=[shift, shift], num_heads=2).eval()
     with torch.no_grad():
         model.relative_position_bias_table.normal_(0, 1.0)  # zeros at initialization would hide the bias
-    x = torch.randn(1, 8, 8, 16)
+    x = torch.randn(batch, 8, 8, 16)
     graph = gawee.capture(model, (x,))
     after, report = rewrite(graph)
     ops = Counter(n.op for n in after)
     assert ops["scaled_dot_product_attention"] == 1 and "softmax" not in ops and "matmul" not in ops
-    rule = "attention_written_biased_twice_q_scaled" if shift else "attention_written_biased_q_scaled"
+    if not shift:
+        rule = "attention_written_biased_q_scaled"
+    else:
+        rule = "attention_written_biased_twice_q_scaled" if batch == 1 else "attention_windowed_q_scaled"
     assert report.firings[rule] == 1
     sdpa = next(n for n in after if n.op == "scaled_dot_product_attention")
     assert sdpa.inputs[3].is_const and sdpa.attrs["scale"] == pytest.approx(8**-0.5)
+    if rule == "attention_windowed_q_scaled":  # 4 windows of 4x4 in an 8x8 image, 2 heads each
+        assert sdpa.inputs[0].type.shape == (batch, 4 * 2, 16, 8) and sdpa.inputs[3].type.shape == (1, 4 * 2, 16, 16)
     assert verify_equivalent(graph, after).ok
     with torch.no_grad():
         torch.testing.assert_close(gawee.compile(model, (x,))(x), model(x), rtol=1e-4, atol=1e-5)
