@@ -38,7 +38,7 @@ LOW_HIT_RATE = {
     "linear_unflattened": 0.1,
     "attention_written_biased_q_scaled": 0.3,
     "attention_written_biased_twice_q_scaled": 0.3,
-    "attention_windowed_q_scaled": 0.3,
+    "attention_windowed": 0.3,
 }
 """Known gaps of the guard steering (rule -> the hit rate it does reach). linear_unflattened needs an inner
 reshape to exactly [numel // last, last] and an outer one back to x's shape with a new last dim: the

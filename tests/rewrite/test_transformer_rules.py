@@ -179,11 +179,11 @@ def test_swin_window_attention_with_its_bias_and_shifted_mask_becomes_sdpa(shift
     if not shift:
         rule = "attention_written_biased_q_scaled"
     else:
-        rule = "attention_written_biased_twice_q_scaled" if batch == 1 else "attention_windowed_q_scaled"
+        rule = "attention_written_biased_twice_q_scaled" if batch == 1 else "attention_windowed"
     assert report.firings[rule] == 1
     sdpa = next(n for n in after if n.op == "scaled_dot_product_attention")
     assert sdpa.inputs[3].is_const and sdpa.attrs["scale"] == pytest.approx(8**-0.5)
-    if rule == "attention_windowed_q_scaled":  # 4 windows of 4x4 in an 8x8 image, 2 heads each
+    if rule == "attention_windowed":  # 4 windows of 4x4 in an 8x8 image, 2 heads each
         assert sdpa.inputs[0].type.shape == (batch, 4 * 2, 16, 8) and sdpa.inputs[3].type.shape == (1, 4 * 2, 16, 16)
     assert verify_equivalent(graph, after).ok
     with torch.no_grad():
