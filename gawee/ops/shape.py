@@ -414,7 +414,7 @@ def _draw_reshape(draw, x, attrs):
         return {"shape": (*dims[:i], 1, *dims[i:])}
     i = draw.integers(0, len(dims) - 1)  # split: dim i as two factors (a batch of windows seen as [n, w])
     f = draw.choice([k for k in range(1, dims[i] + 1) if dims[i] % k == 0]) if dims[i] else 1
-    return {"shape": (*dims[:i], f, dims[i] // f if f else 0, *dims[i + 1 :])}
+    return {"shape": (*dims[:i], f, dims[i] // f, *dims[i + 1 :])}
 
 
 def _draw_flatten(draw, x, attrs):

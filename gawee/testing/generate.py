@@ -194,17 +194,17 @@ class Hints:
     small: set[str] = field(default_factory=set)
     """constants the guard wants of small magnitude (`reassociable(a, b)`)."""
     values: dict[str, list[float]] = field(default_factory=dict)
+    """c -> numbers the guard compares c's elements with (`all_equal(c, 0.5)`, `value(c) == 1`)."""
     attr_values: dict[str, list[float]] = field(default_factory=dict)
     """attribute variable -> values that satisfy a comparison with a literal (`lo <= -1`, `s < 0`)."""
     lengths: dict[str, list[int]] = field(default_factory=dict)
     """list attribute variable -> lengths the guard asks for (`len(s) == 3`)."""
     zeros: set[str] = field(default_factory=set)
+    """list attribute variables the guard wants all zero (`all_zero(p)`)."""
     ranks: dict[str, int] = field(default_factory=dict)
     """leaf -> the rank the guard asks for (`w.rank == 1`)."""
     unit_dims: dict[str, set[int]] = field(default_factory=dict)
     """leaf -> dims the guard wants of size 1 (`m.shape[0] == 1`: a bias the same for every batch)."""
-    """list attribute variables the guard wants all zero (`all_zero(p)`)."""
-    """c -> numbers the guard compares c's elements with (`all_equal(c, 0.5)`, `value(c) == 1`)."""
     ops: dict[str, list[str]] = field(default_factory=dict)
     """y -> ops to pick for the `_(...)` bound to y (from `op(y) in {...}`)."""
     dtypes: list[str] = field(default_factory=list)
