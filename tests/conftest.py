@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
+import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -24,6 +28,11 @@ settings.register_profile(
 settings.load_profile("ci")  # `pytest --hypothesis-profile=thorough` for the long run
 
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+os.environ["XDG_CACHE_HOME"] = _CACHE = tempfile.mkdtemp(prefix="gawee-test-cache-")
+"""The suite's answers about this machine (gawee.cache) start empty and are its own (its CLI runs share them):
+nothing a developer's or an earlier run's cache holds decides a test."""
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 
 HARNESS: dict[str, float] = {

@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import math
 import re
+import signal
 import subprocess
 import sys
 import warnings
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from gawee import cache as gawee_cache
 from gawee.backend.host import arrange, check_inputs
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph
@@ -84,14 +86,23 @@ prints ``<part> ok`` once it computed torch's result."""
 
 @cache
 def _trial() -> frozenset[str]:
-    """The parts of :data:`TRIAL` that passed here (empty where the fuser is missing, crashed or computed wrongly)."""
+    """The parts of :data:`TRIAL` that passed here (empty where the fuser is missing, crashed or computed wrongly),
+    kept for later processes on this machine and torch (:mod:`gawee.cache`): the trial takes about 2 s. A trial
+    that did not finish (timed out, could not start, was killed from outside) is not kept: the next process tries
+    again. A crash is kept: native code that crashes on this CPU does so every time."""
     if not (torch.backends.mkldnn.is_available() and hasattr(torch.jit, "enable_onednn_fusion")):
         return frozenset()
+    kept = gawee_cache.recall("onednn-graph-trial", TRIAL)
+    if kept is not None:
+        return frozenset(kept.split())
     try:
         trial = subprocess.run([sys.executable, "-c", TRIAL], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return frozenset()
-    return frozenset(line[: -len(" ok")] for line in trial.stdout.splitlines() if line.endswith(" ok"))
+    passed = frozenset(line[: -len(" ok")] for line in trial.stdout.splitlines() if line.endswith(" ok"))
+    if trial.returncode not in (-signal.SIGKILL, -signal.SIGTERM):  # killed from outside (OOM): say nothing
+        gawee_cache.keep("onednn-graph-trial", TRIAL, " ".join(sorted(passed)))
+    return passed
 
 
 def available(part: str = "partitions") -> bool:
@@ -99,8 +110,9 @@ def available(part: str = "partitions") -> bool:
     ``"partitions"`` for convolutions and elementwise ops, ``"attention"`` for the attention partition too.
 
     The fuser is native code on a path torch itself no longer exercises much: it is first tried on a small
-    network and a masked attention in a child process (about 2 s, once per process), so that a CPU on which it
-    crashes or computes wrongly loses a candidate kernel or runtime instead of the process."""
+    network and a masked attention in a child process (about 2 s, once per machine and torch: the answer is
+    kept, :mod:`gawee.cache`), so that a CPU on which it crashes or computes wrongly loses a candidate kernel or
+    runtime instead of the process."""
     return part in _trial() and (part == "partitions" or "partitions" in _trial())
 
 
