@@ -189,6 +189,21 @@ class _Linear:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, *self.post)
 
 
+def gemm_flops_per_s(n: int = 1024, repeats: int = 5) -> dict[str, float]:
+    """Each linear kernel's float32 FLOP/s on an ``n x n x n`` product (its fastest of ``repeats`` calls, after two
+    untimed ones; torch's current threads): what the machine's GEMMs reach here."""
+    from gawee.profile import time_call
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    rates = {}
+    with torch.no_grad():
+        for kernel in linear_candidates(None, DType.f32):
+            fn = _Linear(kernel, w, None, n, None, ())
+            rates[kernel] = 2 * n**3 / min(time_call(lambda fn=fn: fn(x), warmup=2, repeats=repeats).samples)
+    return rates
+
+
 CLEAR_WIN = 1.25
 """After ``min_rounds``, a kernel whose fastest call is this many times slower than the leader's slowest
 cannot win: it is timed no more, and measuring ends when one kernel is left."""
