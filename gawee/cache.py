@@ -35,19 +35,13 @@ def cache_dir() -> Path:
 def machine() -> str:
     """This machine and torch as an answer depends on them: CPU model and flags, torch's version and build,
     the Python executable."""
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            fields = {}
-            for line in f:
-                if not line.strip():
-                    break  # the first processor's block describes them all
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-        cpu = f"{fields.get('model name', cpu)} | {fields.get('flags', fields.get('Features', ''))}"
-    except OSError:  # not Linux
-        pass
-    return "\n".join([platform.machine(), cpu, torch.__version__, str(torch.version.git_version), sys.executable])
+    from gawee.profile import cpu_info, cpu_name
+
+    info = cpu_info()
+    flags = info.get("flags", info.get("Features", ""))  # x86, Arm
+    return "\n".join(
+        [platform.machine(), cpu_name(), flags, torch.__version__, str(torch.version.git_version), sys.executable]
+    )
 
 
 def _path(name: str, question: str) -> Path:

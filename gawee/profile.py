@@ -195,18 +195,27 @@ def _stamp(i: int, *_after) -> None:
     _STAMPS[-1](i)
 
 
-def cpu_name() -> str:
-    """The CPU's model name (the figures depend on it), or the platform's processor string."""
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (``model name``, ``flags``...; they describe them all);
+    empty where there is none (not Linux)."""
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo") as f:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
     except OSError:
         pass
+    return fields
+
+
+def cpu_name() -> str:
+    """The CPU's model name (the figures depend on it), or the platform's processor string."""
     import platform
 
-    return platform.processor() or "unknown CPU"
+    return cpu_info().get("model name") or platform.processor() or "unknown CPU"
 
 
 @dataclass

@@ -103,7 +103,6 @@ def test_the_lowering_calls_the_kernel_that_measured_faster(monkeypatch, winner)
     torch.testing.assert_close(module(*xs), net(*xs), rtol=1e-5, atol=1e-5)
 
 
-@needs_fuser
 class _Layers(torch.nn.Module):
     """Three attention layers reading one run-time mask, as a transformer's do."""
 
