@@ -198,8 +198,15 @@ def build_ort_all_gawee(model, xs):
     return _build_ort_gawee(model, xs, "ORT_ENABLE_ALL")
 
 
-def build_gawee(model, xs):
-    module, seconds = _timed(lambda: gawee.compile(model, xs))
+def build_gawee(model, xs, choice: str | None = None):
+    """gawee.compile as a user calls it. ``choice``: the runtime its whole-graph measurement chose in a process of
+    its own (:func:`isolated_compile`; ``TorchOptions.whole_graph``), built here without measuring again, like
+    :func:`build_gawee_auto`'s."""
+    if choice == "onednn_graph":
+        module, seconds = _timed(lambda: gawee.compile(model, xs, backend="onednn_graph"))
+    else:
+        options = gawee.TorchOptions(whole_graph=False) if choice == "torch" else None
+        module, seconds = _timed(lambda: gawee.compile(model, xs, options=options))
     log.info("  gawee: %s", module.gawee_report)
     module.flops = gawee.cost(module.gawee_report.graph).flops
     return module, seconds
@@ -396,7 +403,8 @@ class Quiet:
 
 def isolated_compile(name: str, batch: int, method: str) -> tuple[float, str | None]:
     """``method``'s compile time on this row measured in a process of its own, after that process warmed
-    the method's toolchain up (a fresh Inductor cache), and for ``gawee_auto`` the runtime it chose there.
+    the method's toolchain up (a fresh Inductor cache), and for ``gawee_auto`` (and ``gawee``, where it measured
+    oneDNN Graph's whole-graph runtime) the runtime it chose there.
     In the benchmark's own process every method is built after the ones before it, whose runtimes, threads
     and memory slow a later compile: gawee's took 2.6 s on BERT b8 after eager alone and 3.8-4.5 s after
     Inductor and ORT were built (0.6-0.8 s more in its kernel measurement and weight packing). They skew
@@ -418,12 +426,13 @@ def isolated_compile(name: str, batch: int, method: str) -> tuple[float, str | N
     return timed["compile_s"], timed["choice"]
 
 
-def fastest_compiles(name: str, batch: int, methods: list[str], runs: int) -> tuple[dict[str, float], str | None]:
+def fastest_compiles(name: str, batch: int, methods: list[str], runs: int) -> tuple[dict[str, float], dict[str, str]]:
     """Each method's compile seconds on this row, the fastest of ``runs`` fresh processes (:func:`isolated_compile`,
-    in rounds over the methods, so a slow stretch of the machine hits them alike), and the runtime auto chose in
-    its fastest one. A method whose compile fails is left out (reported with the in-process build's result)."""
+    in rounds over the methods, so a slow stretch of the machine hits them alike), and the runtime each method that
+    measures runtimes chose in its fastest one. A method whose compile fails is left out (reported with the
+    in-process build's result)."""
     compile_s: dict[str, float] = {}
-    choice = None
+    choices: dict[str, str] = {}
     for _ in range(runs):
         for method in methods:
             if method == "eager":
@@ -435,19 +444,22 @@ def fastest_compiles(name: str, batch: int, methods: list[str], runs: int) -> tu
                 continue
             if seconds < compile_s.get(method, math.inf):
                 compile_s[method] = seconds
-                choice = made or choice
-    return compile_s, choice
+                if made:
+                    choices[method] = made
+    return compile_s, choices
 
 
 def time_compile(method: str, name: str, batch: int) -> dict:
     """``--time-compile``: warm the toolchain up, then build ``method`` on the row's model once; its compile
-    seconds and, for ``backend="auto"``, the runtime it chose."""
+    seconds and, for ``backend="auto"`` and where the default measured oneDNN Graph's whole-graph runtime, the
+    runtime it chose."""
     warm_up_toolchains([method])
     model, x = make_model(name, batch)
     _run(model, x)
     module, seconds = BUILDERS[method](model, x)
     choice = getattr(getattr(module, "gawee_report", None), "backend", None)
-    return {"compile_s": seconds, "choice": choice.chosen if method == "gawee_auto" and choice else None}
+    measured = method == "gawee_auto" or (method == "gawee" and choice is not None and choice.seconds)
+    return {"compile_s": seconds, "choice": choice.chosen if measured and choice else None}
 
 
 def bench_config(
@@ -462,9 +474,10 @@ def bench_config(
     compile_runs: int = 2,
 ) -> list[Result]:
     wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
-    compile_s, choice = {}, None
+    compile_s: dict[str, float] = {}
+    choices: dict[str, str] = {}
     if isolated:  # before this process holds any method's module: the machine is otherwise idle
-        compile_s, choice = fastest_compiles(name, batch, methods, compile_runs)
+        compile_s, choices = fastest_compiles(name, batch, methods, compile_runs)
     model, x = make_model(name, batch)
     reference = _run(model, x)
     scale = reference.abs().max().item() or 1.0
@@ -474,10 +487,11 @@ def bench_config(
         results.append(result)
         log.info("%s b%d: building %s", name, batch, method)
         try:
-            if method == "gawee_auto" and choice:
-                fn, result.compile_s = build_gawee_auto(model, x, choice)
+            choice = choices.get(method)
+            if method in ("gawee", "gawee_auto") and choice:
+                fn, result.compile_s = BUILDERS[method](model, x, choice)
                 result.choice = choice
-                log.info("  gawee auto, in a process of its own: %s", choice)
+                log.info("  %s, in a process of its own, chose %s", method, choice)
             else:
                 fn, result.compile_s = BUILDERS[method](model, x)
             result.compile_s = compile_s.get(method, result.compile_s)
@@ -801,7 +815,10 @@ def transformers_section(table: str, checks: str, command: str) -> str:
         "runs on the kernel measured fastest at compile time (torch's GEMM, MKL's packed sgemm or oneDNN's "
         "prepacked linear with the activation as a post-op; `gawee.backend.kernels`) and each attention on "
         "aten's fused kernel or oneDNN Graph's attention partition, whichever measured faster "
-        '(`gawee.backend.attention`); **gawee.compile(backend="onednn_graph")**: the rewritten graph traced '
+        "(`gawee.backend.attention`); where that module's first call takes at most 50 ms, oneDNN Graph's "
+        "whole-graph runtime of the same graph is built and timed against it too, and kept where it measures "
+        "more than 5% faster (`TorchOptions.whole_graph`; the cell says which ran); "
+        '**gawee.compile(backend="onednn_graph")**: the rewritten graph traced '
         "into TorchScript and compiled by oneDNN Graph into fused partitions. Compile time is wall "
         "time from the model to a callable, first call included for Inductor, each method's measured in a "
         "fresh process after a warm-up of its toolchain (`isolated_compile`: a tiny CNN and a tiny attention "
@@ -859,7 +876,9 @@ def readme_section(table: str, checks: str, command: str) -> str:
         "`ORT_ENABLE_ALL` (what a user exporting with gawee gets).\n"
         "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
         "with weights prepacked for the input size, activations NCHW or channels-last as measured faster "
-        "at compile time).\n"
+        "at compile time); where that module's first call takes at most 50 ms, oneDNN Graph's whole-graph "
+        "runtime of the same graph is built and timed against it too, and kept where it measures more than "
+        "5% faster (`TorchOptions.whole_graph`; the cell says which ran).\n"
         '- **gawee.compile(backend="auto")**: the same, then oneDNN Graph on the traced rewritten graph and '
         "ONNX Runtime (all optimizations) on `gawee.to_onnx` of it are built too, all are timed at compile "
         "time, and the module keeps the torch lowering unless another measures more than 5% faster "

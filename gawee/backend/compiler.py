@@ -77,7 +77,9 @@ class CompileReport:
     """The part of ``lower`` spent timing candidate kernels (a shape measured earlier in the process is
     not measured again)."""
     backend: BackendChoice | None = None
-    """What ``backend="auto"`` measured and chose (None for an explicit backend)."""
+    """What ``backend="auto"`` measured and chose, or for ``backend="torch"`` whether oneDNN Graph's whole-graph
+    runtime was measured against the lowering and which ran faster (``TorchOptions.whole_graph``; None when off
+    and for the other backends)."""
 
     @property
     def total_s(self) -> float:
@@ -111,6 +113,10 @@ def compile(
 ):
     """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
+    Where the lowered module's call is short (:data:`WHOLE_GRAPH_MAX_CALL_S`), oneDNN Graph's whole-graph runtime
+    of the same graph is built and timed against it too, and returned instead where it computes the model's
+    outputs and measures more than 5% faster (``TorchOptions.whole_graph``; the measurement is
+    ``module.gawee_report.backend``).
 
     ``backend="onnxruntime"`` runs the rewritten graph, exported by :func:`gawee.to_onnx`, on an ONNX
     Runtime session with all of ORT's optimizations (:class:`gawee.backend.ort.OrtModule`; static
@@ -144,6 +150,12 @@ def compile(
     """
     if backend not in BACKENDS:
         raise GaweeError(f"unknown backend {backend!r}", hint="backend is one of " + ", ".join(map(repr, BACKENDS)))
+    options = options or TorchOptions()
+    if options.whole_graph not in ("measure", False):
+        raise GaweeError(
+            f"TorchOptions.whole_graph is {options.whole_graph!r}",
+            hint='pass "measure" or False (backend="onednn_graph" runs oneDNN Graph\'s runtime always)',
+        )
     if backend != "iree" and (mlir_path is not None or vmfb_path is not None):
         raise GaweeError("mlir_path and vmfb_path are artifacts of the IREE backend", hint='pass backend="iree"')
     if backend == "iree":
@@ -193,7 +205,6 @@ def compile(
         if backend == "auto":
             module, choice = _choose_runtime(optimized, module, structure, list(example_inputs))
     seconds["lower"] = time.perf_counter() - t0
-    kernels = list(getattr(module, "gawee_kernels", []))
 
     # One end-to-end check on the example inputs: the compiled rewritten graph against the model itself.
     # The captured and rewritten graphs are interpreted only to say which step is at fault when it fails,
@@ -201,20 +212,26 @@ def compile(
     t0 = time.perf_counter()
     with torch.no_grad():
         got = module(*example_inputs)
-    if structure is not None:
-        flat_got = pytree.tree_leaves(got)
-    else:
-        flat_got = [got] if isinstance(got, torch.Tensor) else list(got)
+    first_call_s = time.perf_counter() - t0
     try:
-        checks = _check_backend(graph.name, flat_expected, flat_got, backend)
+        checks = _check_backend(graph.name, flat_expected, _flat(got, structure), backend)
     except EquivalenceError:
         _check_rewrite(graph, optimized, list(example_inputs))
         raise
     equivalence = EquivalenceReport(checks)
     if any(v.type.symbolic for v in graph.inputs):
         equivalence = _check_rewrite(graph, optimized, None)
-    backend_error = max((c.max_error for c in checks), default=0.0)
     seconds["verify"] += time.perf_counter() - t0
+
+    if backend == "torch" and options.whole_graph == "measure" and options.fused_kernels:
+        t0 = time.perf_counter()
+        module, choice, whole_checks = _whole_graph(
+            optimized, module, structure, list(example_inputs), flat_expected, first_call_s
+        )
+        checks = whole_checks or checks
+        seconds["lower"] += time.perf_counter() - t0
+    backend_error = max((c.max_error for c in checks), default=0.0)
+    kernels = list(getattr(module, "gawee_kernels", []))
 
     module.gawee_report = CompileReport(
         graph,
@@ -268,6 +285,58 @@ def _choose_runtime(graph: Graph, torch_module, structure, xs: list) -> tuple[ob
         return torch_module, BackendChoice("torch", {}, not_candidates)
     timed = fastest(candidates, xs, settle_s=SETTLE_S)
     return candidates[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates)
+
+
+WHOLE_GRAPH_MAX_CALL_S = 0.05
+"""``TorchOptions.whole_graph="measure"`` measures oneDNN Graph's whole-graph runtime against the torch lowering
+only when the lowering's first call on the example inputs took at most this long. Building that runtime runs the
+model about four times (three profiling calls, one check) and timing the two takes a dozen calls more, so the
+measurement costs about 16 calls of the model: at most about a second here. It pays where a call is short: the
+torch lowering calls one kernel per op from Python, and per-op costs that are nothing beside a long kernel are a
+tenth of a small model's call. On deit_tiny at batch 1 (8.6 ms per call here) the lowering spent 6.6 ms in
+oneDNN's primitives and 2.0 ms around them, oneDNN Graph's runtime 6.5 and 0.9 ms with the same primitives
+(``ONEDNN_VERBOSE``; benchmarks/README.md, "Runtime: transformers" → Notes). On long calls the measurement would
+cost seconds for a difference of a few percent; ``backend="auto"`` measures every runtime whatever it costs."""
+
+
+def _whole_graph(
+    graph: Graph, torch_module, structure, xs: list, expected: list, first_call_s: float
+) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
+    """``TorchOptions.whole_graph="measure"``: the torch lowering, or oneDNN Graph's runtime on the same graph
+    where it can run it, computes the model's outputs (``expected``) within the tolerance and measures more than
+    5% faster (:func:`gawee.backend.measure.fastest`); measured only when the lowering's first call took at most
+    :data:`WHOLE_GRAPH_MAX_CALL_S`. With the choice and, when it is oneDNN Graph's, its checks against the model."""
+    from gawee.backend import onednn_graph
+    from gawee.backend.measure import fastest
+
+    why = onednn_graph.supports(graph)
+    if why is None and first_call_s > WHOLE_GRAPH_MAX_CALL_S:
+        why = (
+            f"a call takes {first_call_s * 1e3:.0f} ms, over {WHOLE_GRAPH_MAX_CALL_S * 1e3:.0f} ms: measuring would "
+            'cost seconds (backend="auto" measures it anyway)'
+        )
+    module = None
+    if why is None:
+        try:
+            module = onednn_graph.OneDNNGraphModule(graph, xs, output_structure=structure)
+            with torch.no_grad():
+                checks = _check_backend(graph.name, expected, _flat(module(*xs), structure), "onednn_graph")
+        except GaweeError as e:
+            why = e.message
+        except Exception as e:  # the fuser's and TorchScript's errors have their own types
+            why = f"it fails to run it: {first_line(e)}"
+    if why is not None:
+        return torch_module, BackendChoice("torch", {}, {"onednn_graph": why}), None
+    timed = fastest({"torch": torch_module, "onednn_graph": module}, xs)
+    choice = BackendChoice(timed.chosen, timed.seconds)
+    return (module, choice, checks) if timed.chosen == "onednn_graph" else (torch_module, choice, None)
+
+
+def _flat(got, structure) -> list:
+    """A module's outputs as the flat list :func:`_check_backend` compares."""
+    if structure is not None:
+        return pytree.tree_leaves(got)
+    return [got] if isinstance(got, torch.Tensor) else list(got)
 
 
 def _disagreement(name: str, runtime: str, torch_module, module, xs) -> str | None:

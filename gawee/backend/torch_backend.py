@@ -65,6 +65,11 @@ class TorchOptions:
     (``gawee.backend.layout``; the choice is the module's ``gawee_layout``); True applies it, False does not.
     oneDNN reorders NCHW activations into its blocked layout inside each fused convolution, channels-last
     ones it takes as they are; which wins depends on the CPU and the model."""
+    whole_graph: bool | str = "measure"
+    """:func:`gawee.compile` only (it measures on the example inputs; ``to_torch`` has none and ignores this):
+    ``"measure"`` also builds oneDNN Graph's whole-graph runtime of the rewritten graph when the lowering's call is
+    short (``gawee.backend.compiler.WHOLE_GRAPH_MAX_CALL_S``), and returns it instead where it computes the model's
+    outputs and measures more than 5% faster (the choice is ``module.gawee_report.backend``); False never does."""
 
 
 class BoundOp:

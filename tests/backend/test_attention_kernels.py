@@ -17,6 +17,9 @@ from gawee.backend.attention import Partition
 from gawee.backend.torch_backend import TorchOptions
 from gawee.errors import GaweeError
 
+LOWERING = TorchOptions(whole_graph=False)
+"""The torch lowering itself: these tests look at its kernels (oneDNN Graph's whole-graph runtime is not measured)."""
+
 needs_fuser = pytest.mark.skipif(
     not onednn_graph.available("attention"), reason="no oneDNN Graph fuser that passes its attention trial here"
 )
@@ -79,7 +82,7 @@ def _targets(module) -> list:
 @needs_fuser
 def test_the_partition_runs_only_where_it_is_torchs_result_and_equals_the_model():
     net, xs = _Attend().eval(), _inputs()
-    module = gawee.compile(net, xs, options=TorchOptions(attention_kernel="onednn_graph"))
+    module = gawee.compile(net, xs, options=TorchOptions(attention_kernel="onednn_graph", whole_graph=False))
     partitions = [t for t in _targets(module) if isinstance(t, Partition)]
     # all but the constant mask that shuts a row
     assert len(partitions) == 8
@@ -95,7 +98,7 @@ def test_the_partition_runs_only_where_it_is_torchs_result_and_equals_the_model(
 def test_the_lowering_calls_the_kernel_that_measured_faster(monkeypatch, winner):
     measured = measuring_wins(monkeypatch, winner)
     net, xs = _Attend().eval(), _inputs()
-    module = gawee.compile(net, xs)
+    module = gawee.compile(net, xs, options=LOWERING)
     assert measured and all(names == ["aten", "onednn_graph"] for names in measured)
     partitions = [t for t in _targets(module) if isinstance(t, Partition)]
     assert len(partitions) == (8 if winner == "onednn_graph" else 0)
@@ -115,7 +118,9 @@ class _Layers(torch.nn.Module):
 @needs_fuser
 def test_a_run_time_mask_is_made_a_term_once_per_call_for_every_layer_that_reads_it():
     net, (q, k, v, _, keep) = _Layers().eval(), _inputs()
-    module = gawee.compile(net, (q, k, v, keep), options=TorchOptions(attention_kernel="onednn_graph"))
+    module = gawee.compile(
+        net, (q, k, v, keep), options=TorchOptions(attention_kernel="onednn_graph", whole_graph=False)
+    )
     targets = _targets(module)
     assert targets.count(onednn_graph.additive_mask) == 1
     assert len([t for t in targets if isinstance(t, Partition)]) == 3
@@ -145,7 +150,9 @@ def test_grouped_query_attention_runs_folded_into_as_many_heads_as_the_keys_have
     mask = torch.randn(2, 1, 6, 6, generator=g)
     per_head = torch.randn(2, 8, 6, 6, generator=g)
     net = _Grouped().eval()
-    module = gawee.compile(net, (q, k, v, mask, per_head), options=TorchOptions(attention_kernel="onednn_graph"))
+    module = gawee.compile(
+        net, (q, k, v, mask, per_head), options=TorchOptions(attention_kernel="onednn_graph", whole_graph=False)
+    )
     partitions = [t for t in _targets(module) if isinstance(t, Partition)]
     assert len(partitions) == 4 and {p.groups for p in partitions} == {4}
     # timed and compiled as 2 heads of 4 x 6 rows
@@ -172,7 +179,7 @@ def test_without_the_fuser_attention_runs_on_aten(monkeypatch):
     monkeypatch.setattr(onednn_graph, "available", lambda part="partitions": part != "attention")
     monkeypatch.setattr(attention, "_MEASURED", {})
     net, xs = _Attend().eval(), _inputs()
-    module = gawee.compile(net, xs)
+    module = gawee.compile(net, xs, options=LOWERING)
     assert not [t for t in _targets(module) if isinstance(t, Partition)]
     torch.testing.assert_close(module(*xs), net(*xs), rtol=1e-5, atol=1e-5)
 
@@ -186,7 +193,7 @@ def test_a_fuser_that_crashes_on_attention_keeps_its_partitions_and_attention_ru
     try:
         assert onednn_graph.available() and not onednn_graph.available("attention")
         net, xs = _Attend().eval(), _inputs()
-        module = gawee.compile(net, xs)
+        module = gawee.compile(net, xs, options=LOWERING)
         assert not [t for t in _targets(module) if isinstance(t, Partition)]
         assert {c.kernel for c in module.gawee_kernels if c.op == "attention"} == {"aten"}
         torch.testing.assert_close(module(*xs), net(*xs), rtol=1e-5, atol=1e-5)

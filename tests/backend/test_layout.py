@@ -115,6 +115,6 @@ def test_a_tie_keeps_nchw():
 
 def test_compile_report_lists_the_layout():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
-    module = gawee.compile(model, (torch.randn(1, 3, 16, 16),))
+    module = gawee.compile(model, (torch.randn(1, 3, 16, 16),), options=TorchOptions(whole_graph=False))
     assert module.gawee_report.layout is module.gawee_layout is not None
     assert "layout: activations" in str(module.gawee_report)

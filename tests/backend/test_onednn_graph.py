@@ -51,6 +51,85 @@ def test_auto_names_a_runtime_it_could_not_build(monkeypatch):
     assert "onednn_graph" not in choice.seconds
 
 
+def _wins(monkeypatch, winner: str) -> list:
+    """``measure.fastest`` with ``winner`` chosen: the candidates it was given are recorded."""
+    from gawee.backend import measure
+
+    given = []
+
+    def fastest(candidates, inputs, **kwargs):
+        given.append(list(candidates))
+        return measure.Timings({name: 0.001 for name in candidates}, winner)
+
+    monkeypatch.setattr(measure, "fastest", fastest)
+    return given
+
+
+@needs_fuser
+@pytest.mark.parametrize("winner", ["torch", "onednn_graph"])
+def test_the_default_compile_keeps_the_runtime_that_measured_faster(monkeypatch, winner):
+    given = _wins(monkeypatch, winner)
+    net, x = _net()
+    module = gawee.compile(net, (x,))
+    assert given == [["torch", "onednn_graph"]]
+    report = module.gawee_report
+    assert report.backend.chosen == winner and f"runtime: {winner}" in str(report)
+    assert isinstance(module, OneDNNGraphModule) == (winner == "onednn_graph")
+    assert isinstance(module, torch.fx.GraphModule) == (winner == "torch")
+    assert report.backend_error < 1e-4
+    x2 = torch.randn(2, 3, 16, 16)
+    got, want = module(x2), net(x2)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-4)
+
+
+@needs_fuser
+def test_the_default_compile_measures_the_whole_graph_runtime_only_on_short_calls(monkeypatch):
+    from gawee.backend import compiler
+
+    given = _wins(monkeypatch, "onednn_graph")
+    monkeypatch.setattr(compiler, "WHOLE_GRAPH_MAX_CALL_S", 0.0)
+    net, x = _net()
+    module = gawee.compile(net, (x,))
+    assert given == [] and isinstance(module, torch.fx.GraphModule)
+    assert "measuring would cost seconds" in module.gawee_report.backend.not_candidates["onednn_graph"]
+
+
+@needs_fuser
+def test_whole_graph_false_keeps_the_lowering_without_measuring(monkeypatch):
+    given = _wins(monkeypatch, "onednn_graph")
+    net, x = _net()
+    module = gawee.compile(net, (x,), options=gawee.TorchOptions(whole_graph=False))
+    assert given == [] and module.gawee_report.backend is None and isinstance(module, torch.fx.GraphModule)
+    with pytest.raises(GaweeError, match="whole_graph"):
+        gawee.compile(net, (x,), options=gawee.TorchOptions(whole_graph=True))
+
+
+@needs_fuser
+def test_a_whole_graph_runtime_that_computes_something_else_is_not_chosen(monkeypatch):
+    given = _wins(monkeypatch, "onednn_graph")
+    forward = OneDNNGraphModule.forward
+
+    def off(self, *inputs):
+        out = forward(self, *inputs)
+        return {k: v + 1.0 for k, v in out.items()}
+
+    monkeypatch.setattr(OneDNNGraphModule, "forward", off)
+    net, x = _net()
+    module = gawee.compile(net, (x,))
+    assert given == [] and isinstance(module, torch.fx.GraphModule)
+    assert "differ" in module.gawee_report.backend.not_candidates["onednn_graph"]
+
+
+def test_without_the_fuser_the_default_compile_keeps_the_lowering(monkeypatch):
+    monkeypatch.setattr(onednn_graph, "available", lambda part="partitions": False)
+    given = _wins(monkeypatch, "onednn_graph")
+    net, x = _net()
+    module = gawee.compile(net, (x,))
+    assert given == [] and isinstance(module, torch.fx.GraphModule)
+    assert "trial run" in module.gawee_report.backend.not_candidates["onednn_graph"]
+
+
 def test_a_fuser_that_crashes_its_trial_is_no_candidate(monkeypatch):
     """The trial runs in a child process: a fuser that aborts there leaves this process running, unavailable."""
     monkeypatch.setattr(onednn_graph, "TRIAL", "import os; os.abort()")

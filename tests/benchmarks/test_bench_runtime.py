@@ -24,22 +24,26 @@ def test_auto_chooses_in_a_process_of_its_own_and_the_row_times_that_runtime():
     net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
     module, _ = bench_runtime.build_gawee_auto(net, (torch.randn(2, 4),), "onnxruntime")
     assert type(module).__name__ == "OrtModule"
+    module, _ = bench_runtime.build_gawee(net, (torch.randn(2, 4),), "torch")  # the default's choice, not measured
+    assert isinstance(module, torch.fx.GraphModule) and module.gawee_report.backend is None
 
 
 def test_each_method_keeps_its_fastest_compile_of_the_rounds(monkeypatch):
     """One compile is one sample of a noisy machine: the rounds run every method again, and each keeps its fastest;
     a failing compile is left out, not fatal."""
     seconds = {"inductor": iter([9.0, 8.0]), "gawee": iter([3.0, 3.5]), "gawee_auto": iter([4.0, 2.0])}
+    chosen = {"gawee": iter(["torch", "onednn_graph"]), "gawee_auto": iter(["torch", "onnxruntime"])}
     order = []
 
     def fake(name, batch, method):
         order.append(method)
         if method == "broken":
             raise RuntimeError("compiling broken in its own process failed")
-        return next(seconds[method]), ("onnxruntime" if method == "gawee_auto" else None)
+        return next(seconds[method]), (next(chosen[method]) if method in chosen else None)
 
     monkeypatch.setattr(bench_runtime, "isolated_compile", fake)
     methods = ["eager", "inductor", "gawee", "gawee_auto", "broken"]
-    compile_s, choice = bench_runtime.fastest_compiles("resnet18", 1, methods, runs=2)
-    assert compile_s == {"inductor": 8.0, "gawee": 3.0, "gawee_auto": 2.0} and choice == "onnxruntime"
+    compile_s, choices = bench_runtime.fastest_compiles("resnet18", 1, methods, runs=2)
+    assert compile_s == {"inductor": 8.0, "gawee": 3.0, "gawee_auto": 2.0}
+    assert choices == {"gawee": "torch", "gawee_auto": "onnxruntime"}  # each from its fastest compile
     assert order == ["inductor", "gawee", "gawee_auto", "broken"] * 2  # rounds over the methods, eager never
