@@ -458,8 +458,8 @@ def time_compile(method: str, name: str, batch: int) -> dict:
     _run(model, x)
     module, seconds = BUILDERS[method](model, x)
     choice = getattr(getattr(module, "gawee_report", None), "backend", None)
-    measured = method == "gawee_auto" or (method == "gawee" and choice is not None and choice.seconds)
-    return {"compile_s": seconds, "choice": choice.chosen if measured and choice else None}
+    measured = choice is not None and (method == "gawee_auto" or bool(choice.seconds))  # auto, or the default timed
+    return {"compile_s": seconds, "choice": choice.chosen if measured else None}
 
 
 def bench_config(

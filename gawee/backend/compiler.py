@@ -203,7 +203,7 @@ def compile(
     else:
         module = to_torch(optimized, options, output_structure=structure)
         if backend == "auto":
-            module, choice = _choose_runtime(optimized, module, structure, list(example_inputs))
+            module, choice = _choose_runtime(optimized, module, structure, list(example_inputs), flat_expected)
     seconds["lower"] = time.perf_counter() - t0
 
     # One end-to-end check on the example inputs: the compiled rewritten graph against the model itself.
@@ -214,7 +214,7 @@ def compile(
         got = module(*example_inputs)
     first_call_s = time.perf_counter() - t0
     try:
-        checks = _check_backend(graph.name, flat_expected, _flat(got, structure), backend)
+        checks = _check_backend(graph.name, flat_expected, pytree.tree_leaves(got), backend)
     except EquivalenceError:
         _check_rewrite(graph, optimized, list(example_inputs))
         raise
@@ -248,10 +248,10 @@ def compile(
     return module
 
 
-def _choose_runtime(graph: Graph, torch_module, structure, xs: list) -> tuple[object, BackendChoice]:
+def _choose_runtime(graph: Graph, torch_module, structure, xs: list, expected: list) -> tuple[object, BackendChoice]:
     """``backend="auto"``: the fastest of the torch lowering, oneDNN Graph's compiled partitions and ONNX
-    Runtime on the same graph, each where it is installed, can run the graph and agrees with the torch
-    lowering; another runtime wins only when it measures more than 5% faster here
+    Runtime on the same graph, each where it is installed, can run the graph and computes the model's outputs
+    (``expected``, :func:`_candidate`); another runtime wins only when it measures more than 5% faster here
     (:func:`gawee.backend.measure.fastest`). All are compared and timed on the example inputs ``xs``: inputs
     in the model's domain (random ones need not be: an attention mask of 0-3 with fully masked rows made
     GPT-2's outputs undefined)."""
@@ -271,12 +271,7 @@ def _choose_runtime(graph: Graph, torch_module, structure, xs: list) -> tuple[ob
     candidates, not_candidates = {"torch": torch_module}, {}
     for name, (why, build) in builders.items():
         if why is None:
-            try:
-                module = build()
-            except Exception as e:  # an op without an ONNX lowering, a trace TorchScript refuses: torch runs it
-                why = e.message if isinstance(e, GaweeError) else first_line(e)
-        if why is None:
-            why = _disagreement(graph.name, name, torch_module, module, xs)
+            module, _, why = _candidate(graph.name, name, build, expected, xs)
         if why is None:
             candidates[name] = module
         else:
@@ -309,22 +304,19 @@ def _whole_graph(
     from gawee.backend import onednn_graph
     from gawee.backend.measure import fastest
 
-    why = onednn_graph.supports(graph)
-    if why is None and first_call_s > WHOLE_GRAPH_MAX_CALL_S:
+    why = None
+    if first_call_s > WHOLE_GRAPH_MAX_CALL_S:  # first: a long call is not measured, whatever the fuser can do
         why = (
             f"a call takes {first_call_s * 1e3:.0f} ms, over {WHOLE_GRAPH_MAX_CALL_S * 1e3:.0f} ms: measuring would "
             'cost seconds (backend="auto" measures it anyway)'
         )
-    module = None
+    why = why or onednn_graph.supports(graph)
     if why is None:
-        try:
-            module = onednn_graph.OneDNNGraphModule(graph, xs, output_structure=structure)
-            with torch.no_grad():
-                checks = _check_backend(graph.name, expected, _flat(module(*xs), structure), "onednn_graph")
-        except GaweeError as e:
-            why = e.message
-        except Exception as e:  # the fuser's and TorchScript's errors have their own types
-            why = f"it fails to run it: {first_line(e)}"
+
+        def build():
+            return onednn_graph.OneDNNGraphModule(graph, xs, output_structure=structure)
+
+        module, checks, why = _candidate(graph.name, "onednn_graph", build, expected, xs)
     if why is not None:
         return torch_module, BackendChoice("torch", {}, {"onednn_graph": why}), None
     timed = fastest({"torch": torch_module, "onednn_graph": module}, xs)
@@ -332,27 +324,25 @@ def _whole_graph(
     return (module, choice, checks) if timed.chosen == "onednn_graph" else (torch_module, choice, None)
 
 
-def _flat(got, structure) -> list:
-    """A module's outputs as the flat list :func:`_check_backend` compares."""
-    if structure is not None:
-        return pytree.tree_leaves(got)
-    return [got] if isinstance(got, torch.Tensor) else list(got)
-
-
-def _disagreement(name: str, runtime: str, torch_module, module, xs) -> str | None:
-    """Why ``runtime`` is no candidate on these inputs: it fails to run them, or its outputs differ from the
-    torch lowering's beyond the dtype tolerance (None when they agree)."""
+def _candidate(
+    name: str, runtime: str, build, expected: list, xs: list
+) -> tuple[object, list[OutputCheck], str | None]:
+    """``runtime``'s module from ``build()`` with its outputs' checks against the model's (``expected``) on the
+    example inputs ``xs``; or why it is no candidate: it cannot be built (an op without an ONNX lowering, a trace
+    TorchScript refuses), fails to run ``xs``, or computes other outputs (beyond the dtype's tolerance)."""
+    try:
+        module = build()
+    except Exception as e:  # the runtimes' errors have their own types
+        return None, [], e.message if isinstance(e, GaweeError) else first_line(e)
     with torch.no_grad():
-        want = pytree.tree_leaves(torch_module(*xs))
         try:
             got = pytree.tree_leaves(module(*xs))
-        except Exception as e:  # the runtimes' errors have their own types
-            return f"it fails to run it: {first_line(e)}"
+        except Exception as e:
+            return None, [], f"it fails to run it: {first_line(e)}"
     try:
-        _check_backend(name, want, got, runtime)
+        return module, _check_backend(name, expected, got, runtime), None
     except EquivalenceError as e:
-        return f"its outputs differ from the torch lowering's: {e.message}"
-    return None
+        return None, [], f"its outputs differ from the model's: {e.message}"
 
 
 def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path):

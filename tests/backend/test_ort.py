@@ -99,7 +99,7 @@ def test_auto_keeps_the_torch_lowering_when_ort_disagrees_or_fails(monkeypatch):
     )
     module = gawee.compile(net, (x,), backend="auto")
     choice = module.gawee_report.backend
-    assert choice.chosen != "onnxruntime" and "differ from the torch lowering's" in choice.not_candidates["onnxruntime"]
+    assert choice.chosen != "onnxruntime" and "differ from the model's" in choice.not_candidates["onnxruntime"]
 
     def broken(self, *xs):
         raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : no kernel")
