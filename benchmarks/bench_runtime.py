@@ -444,6 +444,7 @@ def fastest_compiles(name: str, batch: int, methods: list[str], runs: int) -> tu
                 continue
             if seconds < compile_s.get(method, math.inf):
                 compile_s[method] = seconds
+                choices.pop(method, None)  # the choice of this, the fastest, compile: none if it measured nothing
                 if made:
                     choices[method] = made
     return compile_s, choices

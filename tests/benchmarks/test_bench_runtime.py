@@ -31,8 +31,17 @@ def test_auto_chooses_in_a_process_of_its_own_and_the_row_times_that_runtime():
 def test_each_method_keeps_its_fastest_compile_of_the_rounds(monkeypatch):
     """One compile is one sample of a noisy machine: the rounds run every method again, and each keeps its fastest;
     a failing compile is left out, not fatal."""
-    seconds = {"inductor": iter([9.0, 8.0]), "gawee": iter([3.0, 3.5]), "gawee_auto": iter([4.0, 2.0])}
-    chosen = {"gawee": iter(["torch", "onednn_graph"]), "gawee_auto": iter(["torch", "onnxruntime"])}
+    seconds = {
+        "inductor": iter([9.0, 8.0]),
+        "gawee": iter([3.0, 3.5]),
+        "gawee_auto": iter([4.0, 2.0]),
+        "gawee_dynamic": iter([5.0, 4.0]),
+    }
+    chosen = {
+        "gawee": iter(["torch", "onednn_graph"]),
+        "gawee_auto": iter(["torch", "onnxruntime"]),
+        "gawee_dynamic": iter(["onednn_graph", None]),  # its fastest compile measured nothing: no choice
+    }
     order = []
 
     def fake(name, batch, method):
@@ -42,8 +51,8 @@ def test_each_method_keeps_its_fastest_compile_of_the_rounds(monkeypatch):
         return next(seconds[method]), (next(chosen[method]) if method in chosen else None)
 
     monkeypatch.setattr(bench_runtime, "isolated_compile", fake)
-    methods = ["eager", "inductor", "gawee", "gawee_auto", "broken"]
+    methods = ["eager", "inductor", "gawee", "gawee_auto", "gawee_dynamic", "broken"]
     compile_s, choices = bench_runtime.fastest_compiles("resnet18", 1, methods, runs=2)
-    assert compile_s == {"inductor": 8.0, "gawee": 3.0, "gawee_auto": 2.0}
+    assert compile_s == {"inductor": 8.0, "gawee": 3.0, "gawee_auto": 2.0, "gawee_dynamic": 4.0}
     assert choices == {"gawee": "torch", "gawee_auto": "onnxruntime"}  # each from its fastest compile
-    assert order == ["inductor", "gawee", "gawee_auto", "broken"] * 2  # rounds over the methods, eager never
+    assert order == ["inductor", "gawee", "gawee_auto", "gawee_dynamic", "broken"] * 2  # rounds; eager never
