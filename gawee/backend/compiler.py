@@ -113,10 +113,10 @@ def compile(
 ):
     """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
-    Where the lowered module's call is short (:data:`WHOLE_GRAPH_MAX_CALL_S`), oneDNN Graph's whole-graph runtime
-    of the same graph is built and timed against it too, and returned instead where it computes the model's
-    outputs and measures more than 5% faster (``TorchOptions.whole_graph``; the measurement is
-    ``module.gawee_report.backend``).
+    oneDNN Graph's whole-graph runtime of the same graph is built and timed against the lowered module too, where
+    measuring it costs at most as long as the compile took so far (:data:`WHOLE_GRAPH_MIN_BUDGET_S`), and returned
+    instead where it computes the model's outputs and measures more than 5% faster (``TorchOptions.whole_graph``;
+    the measurement is ``module.gawee_report.backend``).
 
     ``backend="onnxruntime"`` runs the rewritten graph, exported by :func:`gawee.to_onnx`, on an ONNX
     Runtime session with all of ORT's optimizations (:class:`gawee.backend.ort.OrtModule`; static
@@ -226,7 +226,7 @@ def compile(
     if backend == "torch" and options.whole_graph == "measure" and options.fused_kernels:
         t0 = time.perf_counter()
         module, choice, whole_checks = _whole_graph(
-            optimized, module, structure, list(example_inputs), flat_expected, first_call_s
+            optimized, module, structure, list(example_inputs), flat_expected, first_call_s, sum(seconds.values())
         )
         checks = whole_checks or checks
         seconds["lower"] += time.perf_counter() - t0
@@ -282,33 +282,43 @@ def _choose_runtime(graph: Graph, torch_module, structure, xs: list, expected: l
     return candidates[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates)
 
 
-WHOLE_GRAPH_MAX_CALL_S = 0.05
-"""``TorchOptions.whole_graph="measure"`` measures oneDNN Graph's whole-graph runtime against the torch lowering
-only when the lowering's first call on the example inputs took at most this long. Building that runtime runs the
-model about four times (three profiling calls, one check) and timing the two takes a dozen calls more, so the
-measurement costs about 16 calls of the model: at most about a second here. It pays where a call is short: the
-torch lowering calls one kernel per op from Python, and per-op costs that are nothing beside a long kernel are a
-tenth of a small model's call. On deit_tiny at batch 1 (8.6 ms per call here) the lowering spent 6.6 ms in
-oneDNN's primitives and 2.0 ms around them, oneDNN Graph's runtime 6.5 and 0.9 ms with the same primitives
-(``ONEDNN_VERBOSE``; benchmarks/README.md, "Runtime: transformers" → Notes). On long calls the measurement would
-cost seconds for a difference of a few percent; ``backend="auto"`` measures every runtime whatever it costs."""
+WHOLE_GRAPH_CALLS = 16
+"""What measuring oneDNN Graph's whole-graph runtime against the torch lowering costs, in calls of the model:
+building it runs the model about four times (three profiling calls, one check) and timing the two takes a dozen
+calls more."""
+
+WHOLE_GRAPH_MIN_BUDGET_S = 0.8
+"""``TorchOptions.whole_graph="measure"`` measures when that cost (:data:`WHOLE_GRAPH_CALLS` times the lowering's
+first call on the example inputs) is at most the time the compile has taken so far, or at most this: measuring
+at most doubles a compile, and a model whose call takes up to 50 ms is always measured. Which runtime wins is not
+a matter of call length. On short calls the torch lowering's per-op costs are a large share: on deit_tiny at
+batch 1 (8.6 ms per call here) the lowering spent 6.6 ms in oneDNN's primitives and 2.0 ms around them, oneDNN
+Graph's runtime 6.5 and 0.9 ms with the same primitives (``ONEDNN_VERBOSE``). On long calls of CNNs whose
+normalizations cannot be folded, the fused partitions save passes over memory: densenet121 at batch 8 ran
+165-190 ms on the lowering and 131 ms on oneDNN Graph's runtime (benchmarks/README.md, "Runtime" → Notes). Where a
+call is long beside the compile (a transformer at batch 8: 0.4-0.7 s per call, 3-4 s of compile), its time is in
+GEMMs both runtimes run alike, and measuring would cost more than the compile; ``backend="auto"`` measures every
+runtime whatever it costs."""
 
 
 def _whole_graph(
-    graph: Graph, torch_module, structure, xs: list, expected: list, first_call_s: float
+    graph: Graph, torch_module, structure, xs: list, expected: list, first_call_s: float, compile_s: float
 ) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
     """``TorchOptions.whole_graph="measure"``: the torch lowering, or oneDNN Graph's runtime on the same graph
     where it can run it, computes the model's outputs (``expected``) within the tolerance and measures more than
-    5% faster (:func:`gawee.backend.measure.fastest`); measured only when the lowering's first call took at most
-    :data:`WHOLE_GRAPH_MAX_CALL_S`. With the choice and, when it is oneDNN Graph's, its checks against the model."""
+    5% faster (:func:`gawee.backend.measure.fastest`); measured only when that costs at most the ``compile_s``
+    seconds the compile has taken so far, or :data:`WHOLE_GRAPH_MIN_BUDGET_S` (the cost is :data:`WHOLE_GRAPH_CALLS`
+    times the lowering's first call, ``first_call_s``). With the choice and, when it is oneDNN Graph's, its checks
+    against the model."""
     from gawee.backend import onednn_graph
     from gawee.backend.measure import fastest
 
     why = None
-    if first_call_s > WHOLE_GRAPH_MAX_CALL_S:  # first: a long call is not measured, whatever the fuser can do
+    cost_s, budget_s = WHOLE_GRAPH_CALLS * first_call_s, max(WHOLE_GRAPH_MIN_BUDGET_S, compile_s)
+    if cost_s > budget_s:  # first: too long a call is not measured, whatever the fuser can do
         why = (
-            f"a call takes {first_call_s * 1e3:.0f} ms, over {WHOLE_GRAPH_MAX_CALL_S * 1e3:.0f} ms: measuring would "
-            'cost seconds (backend="auto" measures it anyway)'
+            f"a call takes {first_call_s * 1e3:.0f} ms: measuring would cost about {cost_s:.1f} s, more than the "
+            f'{budget_s:.1f} s the compile took (backend="auto" measures it anyway)'
         )
     why = why or onednn_graph.supports(graph)
     if why is None:

@@ -67,9 +67,10 @@ class TorchOptions:
     ones it takes as they are; which wins depends on the CPU and the model."""
     whole_graph: bool | str = "measure"
     """:func:`gawee.compile` only (it measures on the example inputs; ``to_torch`` has none and ignores this):
-    ``"measure"`` also builds oneDNN Graph's whole-graph runtime of the rewritten graph when the lowering's call is
-    short (``gawee.backend.compiler.WHOLE_GRAPH_MAX_CALL_S``), and returns it instead where it computes the model's
-    outputs and measures more than 5% faster (the choice is ``module.gawee_report.backend``); False never does."""
+    ``"measure"`` also builds oneDNN Graph's whole-graph runtime of the rewritten graph where measuring it costs at
+    most as long as the compile took so far (``gawee.backend.compiler.WHOLE_GRAPH_MIN_BUDGET_S``), and returns it
+    instead where it computes the model's outputs and measures more than 5% faster (the choice is
+    ``module.gawee_report.backend``); False never does."""
 
 
 class BoundOp:
@@ -94,6 +95,12 @@ class BoundOp:
 
     def __repr__(self) -> str:
         return f"<{self.__name__} {self.attrs}>"
+
+
+_ALLOCATING = frozenset({"conv2d", "linear", "batch_norm", "layer_norm", "cat"})
+"""Ops whose torch lowering always returns a tensor of its own, which a later op may overwrite once it is dead (a
+linear's N-d result is a view of the matrix its GEMM allocated, which nothing else holds; ``torch.cat`` copies even
+one tensor)."""
 
 
 class TorchLowering:
@@ -150,16 +157,16 @@ class TorchLowering:
     def can_overwrite(self, index: int) -> bool:
         """Whether this node may write its result into operand ``index``'s storage: the operand is dead
         after this node (:meth:`is_last_use`), has the result's shape and dtype, is no other operand of
-        this node, and owns its memory — it was computed by an elementwise op, a convolution or a linear,
-        whose lowerings always allocate (a view, or an op that may return its input, could alias a live
-        tensor; a linear's N-d result is a view of the matrix its GEMM allocated, which nothing else holds)."""
+        this node, and owns its memory — it was computed by an elementwise op (which allocates, or writes into
+        a dead operand that did) or by an op whose lowering always allocates (:data:`_ALLOCATING`; a view, or an
+        op that may return its input, could alias a live tensor)."""
         value = self.node.inputs[index]
         if not self.is_last_use(index) or not value.type.same_shape_dtype(self.node.outputs[0].type):
             return False
         if any(v is value for i, v in enumerate(self.node.inputs) if i != index):
             return False
         producer = value.producer
-        return producer.op in ("conv2d", "linear") or get_op(producer.op).has_trait("elementwise")
+        return producer.op in _ALLOCATING or get_op(producer.op).has_trait("elementwise")
 
     # -- emitting code -------------------------------------------------------------
     def call(self, target: Callable, *args: Any, **kwargs: Any) -> torch.fx.Node:

@@ -53,14 +53,17 @@ def unary(
     ``keeps_dtype``: a float operand gives the same type (else inference evaluates on meta).
     ``draw_attrs(draw)`` draws valid attributes for the soundness harness (``sample``: operand types too, for
     an op not defined on floats). ``onnx``, ``mlir``:
-    see OpDef.onnx and OpDef.mlir.
+    see OpDef.onnx and OpDef.mlir. Without attributes, an op torch has an in-place method for (``relu_``) runs in
+    place in the torch backend where its operand is dead and owns its memory (:func:`_in_place_lower_torch`).
     """
+    in_place = getattr(torch.Tensor, f"{name}_", None) if not attrs else None
     return register(
         OpDef(
             name,
             (Operand("self"),),
             fn,
             attrs=attrs,
+            lower_torch=_in_place_lower_torch(in_place) if in_place is not None else None,
             traits=EW,
             infer=_same_type_if_float(fn) if keeps_dtype else None,
             flops=out_numel,
@@ -71,6 +74,17 @@ def unary(
             doc=doc,
         )
     )
+
+
+def _in_place_lower_torch(method):
+    """Lowering of a unary op whose torch method ``method`` writes in place: into its dead operand when that
+    owns its memory and has the result's type (``can_overwrite``: no allocation; on densenet121 at batch 8 the
+    ReLUs after its 62 unfoldable batch norms), else the op itself."""
+
+    def lower(ctx):
+        return ctx.call(method, ctx.arg(0)) if ctx.can_overwrite(0) else ctx.reference()
+
+    return lower
 
 
 def _binary_infer(ins, attrs):

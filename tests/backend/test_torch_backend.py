@@ -105,6 +105,25 @@ def test_add_writes_into_a_dead_operand_that_owns_its_memory(case):
     assert_matches_reference(graph, module)
 
 
+@pytest.mark.parametrize("case", ["batch_norm", "cat", "read_later", "input"])
+def test_a_unary_op_runs_in_place_on_a_dead_operand_that_owns_its_memory(case):
+    torch.manual_seed(0)
+    b = GraphBuilder("unary")
+    x = b.input("x", "f32[2,3,4,4]")
+    if case == "cat":
+        y = b.cat(x, b.neg(x), dim=1)
+    elif case == "input":
+        y = x
+    else:
+        y = b.batch_norm(x, *(b.const(torch.rand(3) + 0.5) for _ in range(4)), eps=1e-5)
+    z = b.relu(y)
+    graph = b.output(b.add(z, y) if case == "read_later" else z)
+    module = to_torch(graph)
+    in_place = torch.Tensor.relu_ in [n.target for n in module.graph.nodes]
+    assert in_place is (case in ("batch_norm", "cat"))
+    assert_matches_reference(graph, module)
+
+
 def test_fallback_without_fused_kernels_is_the_reference_semantics():
     graph = fused_conv_graph()
     module = to_torch(graph, TorchOptions(fused_kernels=False))
