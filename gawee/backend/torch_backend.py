@@ -68,7 +68,7 @@ class TorchOptions:
     whole_graph: bool | str = "measure"
     """:func:`gawee.compile` only (it measures on the example inputs; ``to_torch`` has none and ignores this):
     ``"measure"`` also builds oneDNN Graph's whole-graph runtime of the rewritten graph where measuring it costs at
-    most as long as the compile took so far (``gawee.backend.compiler.WHOLE_GRAPH_MIN_BUDGET_S``), and returns it
+    most half as long as the compile took so far (``gawee.backend.compiler.WHOLE_GRAPH_SHARE``), and returns it
     instead where it computes the model's outputs and measures more than 5% faster (the choice is
     ``module.gawee_report.backend``); False never does."""
 
