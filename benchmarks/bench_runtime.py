@@ -21,8 +21,10 @@ from __future__ import annotations
 import os
 import tempfile
 
-# Cold compile times: Inductor must not reuse kernels compiled by an earlier run.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="gawee-bench-inductor-"))
+# Cold compile times: Inductor must not reuse kernels compiled by an earlier run. The directory goes at exit.
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", (_INDUCTOR_CACHE := tempfile.TemporaryDirectory(prefix="gawee-bench-inductor-")).name
+)
 
 import argparse
 import json
@@ -156,11 +158,12 @@ def _build_ort_export(model, xs, level: str):
     import onnxruntime as ort
 
     def make():
-        path = Path(tempfile.mkdtemp(prefix="gawee-bench-")) / "model.onnx"
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(model, xs, str(path), verbose=False)
-        return _ort_session(ort, path, getattr(ort.GraphOptimizationLevel, level))
+        with tempfile.TemporaryDirectory(prefix="gawee-bench-") as folder:  # the session holds what it read
+            path = Path(folder) / "model.onnx"
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(model, xs, str(path), verbose=False)
+            return _ort_session(ort, path, getattr(ort.GraphOptimizationLevel, level))
 
     return _timed(make)
 
@@ -180,9 +183,10 @@ def _build_ort_gawee(model, xs, level: str):
 
     def make():
         graph, _ = gawee.rewrite(gawee.capture(model, xs))
-        path = Path(tempfile.mkdtemp(prefix="gawee-bench-")) / "model.onnx"
-        gawee.to_onnx(graph, path)
-        return _ort_session(ort, path, getattr(ort.GraphOptimizationLevel, level))
+        with tempfile.TemporaryDirectory(prefix="gawee-bench-") as folder:  # the session holds what it read
+            path = Path(folder) / "model.onnx"
+            gawee.to_onnx(graph, path)
+            return _ort_session(ort, path, getattr(ort.GraphOptimizationLevel, level))
 
     return _timed(make)
 
@@ -411,14 +415,14 @@ def isolated_compile(name: str, batch: int, method: str) -> tuple[float, str | N
     auto's timing of its candidates too: on mobilenet_v3_large b1 it measured ORT at 2.73 ms per call there,
     against 1.69-1.90 ms in a process of its own (three runs) and 1.82 ms in the table's own ORT column,
     and chose oneDNN Graph. A user compiles one model with one method."""
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="gawee-bench-inductor-"))
-    done = subprocess.run(
-        [sys.executable, __file__, "--time-compile", method, "--models", name, "--batches", str(batch)],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory(prefix="gawee-bench-inductor-") as cache:
+        done = subprocess.run(
+            [sys.executable, __file__, "--time-compile", method, "--models", name, "--batches", str(batch)],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache),
+            check=False,
+        )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         raise RuntimeError(f"compiling {method} in its own process failed: {done.stderr.strip()[-300:]}")

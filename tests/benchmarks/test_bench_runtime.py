@@ -1,6 +1,7 @@
 """benchmarks/bench_runtime.py: each method's compile time measured in a process of its own."""
 
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_runtime
 
 
-def test_a_compile_is_timed_in_a_fresh_process_and_a_failure_says_why():
+def test_a_compile_is_timed_in_a_fresh_process_and_a_failure_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     seconds, choice = bench_runtime.isolated_compile("resnet18", 1, "fx_fuse")
     assert 0.0 < seconds < 60.0 and choice is None
     with pytest.raises(RuntimeError, match="compiling no_such_method in its own process failed"):
         bench_runtime.isolated_compile("resnet18", 1, "no_such_method")
+    assert list(tmp_path.iterdir()) == []  # each process's fresh Inductor cache is removed after it
+
+
+@pytest.mark.parametrize("method", ["ort_all", "ort_all_gawee"])
+def test_an_ort_method_leaves_no_files_behind(tmp_path, monkeypatch, method):
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    run, _ = getattr(bench_runtime, f"build_{method}")(net, (x,))
+    assert list(tmp_path.iterdir()) == []  # the exported model was removed once the session had read it
+    torch.testing.assert_close(run(x), net(x), rtol=1e-4, atol=1e-4)
 
 
 def test_auto_chooses_in_a_process_of_its_own_and_the_row_times_that_runtime():
