@@ -124,6 +124,20 @@ def test_a_unary_op_runs_in_place_on_a_dead_operand_that_owns_its_memory(case):
     assert_matches_reference(graph, module)
 
 
+def test_every_in_place_lowering_computes_its_op():
+    """The in-place method a unary op is lowered to (``relu_`` for relu) computes what the op's reference does."""
+    from gawee.ops.base import all_ops
+
+    lowered = {n: o for n, o in all_ops().items() if getattr(o.lower_torch, "__qualname__", "").startswith("_in_place")}
+    assert "relu" in lowered and "sigmoid" in lowered
+    torch.manual_seed(0)
+    for name, op in lowered.items():
+        x = {"bitwise_not": torch.randint(0, 5, (3, 4)), "logical_not": torch.rand(3, 4) > 0.5}.get(name)
+        x = torch.rand(3, 4) + 0.5 if x is None else x  # in place only where the result has the operand's type
+        method = getattr(torch.Tensor, f"{name}_")
+        torch.testing.assert_close(method(x.clone()), op.evaluate(x), msg=name)
+
+
 def test_fallback_without_fused_kernels_is_the_reference_semantics():
     graph = fused_conv_graph()
     module = to_torch(graph, TorchOptions(fused_kernels=False))
