@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gawee.analysis.cost import node_cost
+from gawee.backend.allocator import keep_freed_memory, minor_faults
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import at_example
 
@@ -31,6 +32,9 @@ class Timing:
     """Seconds per call over ``samples`` timed calls."""
 
     samples: list[float]
+    page_faults: float | None = None
+    """Minor page faults of the process per timed call (None where not counted): memory the allocator gave back
+    to the OS and the call faulted in again (``gawee.backend.allocator``)."""
 
     @property
     def median(self) -> float:
@@ -44,11 +48,18 @@ class Timing:
 
     def __str__(self) -> str:
         lo, hi = self.spread
-        return f"{self.median * 1e3:.2f} ms (p10 {lo * 1e3:.2f}, p90 {hi * 1e3:.2f}, n={len(self.samples)})"
+        faults = "" if self.page_faults is None else f", {self.page_faults:.0f} page faults per call"
+        return f"{self.median * 1e3:.2f} ms (p10 {lo * 1e3:.2f}, p90 {hi * 1e3:.2f}, n={len(self.samples)}{faults})"
 
     def as_dict(self) -> dict:
         lo, hi = self.spread
-        return {"median_s": self.median, "p10_s": lo, "p90_s": hi, "samples": len(self.samples)}
+        return {
+            "median_s": self.median,
+            "p10_s": lo,
+            "p90_s": hi,
+            "samples": len(self.samples),
+            "page_faults_per_call": self.page_faults,
+        }
 
 
 def time_call(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, budget_s: float = 10.0) -> Timing:
@@ -58,12 +69,13 @@ def time_call(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, b
         for _ in range(warmup):
             fn()
         samples: list[float] = []
+        faults = minor_faults()
         start = time.perf_counter()
         while len(samples) < repeats and (len(samples) < 3 or time.perf_counter() - start < budget_s):
             t0 = time.perf_counter()
             fn()
             samples.append(time.perf_counter() - t0)
-    return Timing(samples)
+    return Timing(samples, (minor_faults() - faults) / len(samples))
 
 
 def peak_flops(n: int = 1024, repeats: int = 5) -> float:
@@ -232,6 +244,8 @@ class RuntimeReport:
     layout: str = ""
     """The activation layout the compiled module's convolutions run in and what it was chosen over
     (``gawee.backend.layout.LayoutChoice``; empty without convolutions)."""
+    allocator: str = ""
+    """What was done to the process's allocator before timing (``gawee.backend.allocator``), as gawee.compile does."""
 
     @property
     def speedup(self) -> float:
@@ -251,6 +265,8 @@ class RuntimeReport:
         ]
         if self.layout:
             out.insert(1, f"layout: {self.layout}")
+        if self.allocator:
+            out.insert(1, f"allocator: {self.allocator}")
         total = p.node_sum or 1.0
         out.append(
             "  by op: "
@@ -274,6 +290,7 @@ class RuntimeReport:
             "after": self.after.as_dict(),
             "speedup": self.speedup,
             "layout": self.layout,
+            "allocator": self.allocator,
             "profile": self.profile.as_dict(),
         }
 
@@ -289,9 +306,10 @@ def measure(
     """Time ``baseline()`` and the compiled ``optimized`` graph on ``inputs``, and profile the latter."""
     from gawee.backend.torch_backend import to_torch
 
+    allocator = keep_freed_memory()  # both timed with what gawee.compile does to the allocator
     module = to_torch(optimized)
     before = time_call(baseline, repeats=repeats)
     after = time_call(lambda: module(*inputs), repeats=repeats)
     prof = profile(module, optimized, inputs, repeats=max(5, repeats // 2))
     layout = str(module.gawee_layout or "")
-    return RuntimeReport(baseline_name, before, after, prof, cpu_name(), torch.get_num_threads(), layout)
+    return RuntimeReport(baseline_name, before, after, prof, cpu_name(), torch.get_num_threads(), layout, allocator)

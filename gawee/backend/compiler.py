@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils import _pytree as pytree
 
+from gawee.backend.allocator import keep_freed_memory
 from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.equivalence import (
     TOLERANCE,
@@ -80,6 +81,9 @@ class CompileReport:
     """What ``backend="auto"`` measured and chose, or for ``backend="torch"`` whether oneDNN Graph's whole-graph
     runtime was measured against the lowering and which ran faster (``TorchOptions.whole_graph``; None when off
     and for the other backends)."""
+    allocator: str = ""
+    """What was done to the process's memory allocator (``gawee.backend.allocator``; empty when
+    ``TorchOptions.keep_freed_memory`` is False)."""
 
     @property
     def total_s(self) -> float:
@@ -97,6 +101,8 @@ class CompileReport:
             text += f"; layout: {self.layout}"
         if self.backend is not None:
             text += f"; runtime: {self.backend}"
+        if self.allocator:
+            text += f"; {self.allocator}"
         return text
 
 
@@ -116,7 +122,9 @@ def compile(
     oneDNN Graph's whole-graph runtime of the same graph is built and timed against the lowered module too, where
     measuring it costs at most half as long as the compile took so far (:data:`WHOLE_GRAPH_SHARE`), and returned
     instead where it computes the model's outputs and measures more than 5% faster (``TorchOptions.whole_graph``;
-    the measurement is ``module.gawee_report.backend``).
+    the measurement is ``module.gawee_report.backend``). Before anything is measured, the process's allocator is
+    set to keep the memory a call frees for the next call (``TorchOptions.keep_freed_memory``,
+    :mod:`gawee.backend.allocator`: process-wide, so the next call's writes do not fault fresh pages in).
 
     ``backend="onnxruntime"`` runs the rewritten graph, exported by :func:`gawee.to_onnx`, on an ONNX
     Runtime session with all of ORT's optimizations (:class:`gawee.backend.ort.OrtModule`; static
@@ -166,6 +174,7 @@ def compile(
         from gawee.backend.ort import _import_ort
 
         _import_ort()
+    allocator = keep_freed_memory() if options.keep_freed_memory else ""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     graph = capture(model, example_inputs, dynamic_shapes=dynamic_shapes)
@@ -244,6 +253,7 @@ def compile(
         getattr(module, "gawee_layout", None),
         getattr(module, "gawee_kernel_seconds", 0.0),
         choice,
+        allocator,
     )
     return module
 

@@ -71,6 +71,11 @@ class TorchOptions:
     most half as long as the compile took so far (``gawee.backend.compiler.WHOLE_GRAPH_SHARE``), and returns it
     instead where it computes the model's outputs and measures more than 5% faster (the choice is
     ``module.gawee_report.backend``); False never does."""
+    keep_freed_memory: bool = True
+    """:func:`gawee.compile` only: keep the memory a call frees in the process for the next call instead of letting
+    glibc give it back to the OS, so the next call's writes do not fault the pages in again (process-wide, before
+    anything is measured; ``gawee.backend.allocator``; the report's ``allocator`` says what was done). False leaves
+    the allocator as it is."""
 
 
 class BoundOp:
