@@ -885,7 +885,10 @@ def readme_section(table: str, checks: str, command: str) -> str:
         "at compile time); where measuring it costs at most half as long as the compile took so far (about 16 "
         "calls of the model; at most 0.8 s always), oneDNN Graph's whole-graph runtime of the same graph is "
         "built and timed against that module too, and kept where it measures more than 5% faster "
-        "(`TorchOptions.whole_graph`; the cell says which ran).\n"
+        "(`TorchOptions.whole_graph`; the cell says which ran). Before it measures anything, it sets glibc's "
+        "allocator to keep the memory a call frees for the next call (`TorchOptions.keep_freed_memory`). The "
+        "setting is process-wide, so every column is timed with it: this process builds gawee.compile before "
+        "it times any method.\n"
         '- **gawee.compile(backend="auto")**: the same, then oneDNN Graph on the traced rewritten graph and '
         "ONNX Runtime (all optimizations) on `gawee.to_onnx` of it are built too, all are timed at compile "
         "time, and the module keeps the torch lowering unless another measures more than 5% faster "
