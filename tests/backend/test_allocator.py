@@ -59,6 +59,7 @@ def test_compile_keeps_freed_memory_unless_told_not_to_and_says_so():
     assert off.allocator == "" and "freed memory" not in str(off)
 
 
+@glibc  # another allocator may keep a large block instead of mapping it afresh
 def test_a_timing_counts_the_page_faults_of_its_calls():
     big = 48 << 20  # above any mmap threshold: mapped afresh, and faulted in, on every call
 
