@@ -7,13 +7,13 @@ the sizes freed so far, and on a graph whose activations come in many sizes they
 first writes to the returned pages fault again, one minor page fault per 4 KiB page. ONNX Runtime never pays for
 this, as its arena keeps the memory of one run for the next.
 
-Measured on densenet121 under oneDNN Graph's runtime (AMD EPYC, 2 cores; benchmarks/README.md, "Runtime" → Notes),
-plain glibc against the settings below, each in a process of its own:
+Measured on densenet121 under oneDNN Graph's runtime (AMD EPYC, 2 cores; ``benchmarks/bench_allocator.py``,
+figures in benchmarks/README.md, "Runtime" → Notes), plain glibc against the settings below, two processes each:
 
-- batch 1: 4,000-5,400 page faults per call, 26.8-28.4 ms, against none and 21.5-21.8 ms;
-- batch 8: 13,600-16,700 page faults per call, 140-152 ms, against none and 123 ms.
+- batch 1: 4,086 and 5,447 page faults per call, 22.1 and 24.3 ms, against none and 18.5-18.7 ms;
+- batch 8: 6,882 and 12,512 page faults per call, 130.9 and 135.5 ms, against none and 120.8-124.0 ms.
 
-Models whose calls did not fault ran the same either way.
+Models whose calls did not fault ran within the spread between processes either way.
 
 :func:`keep_freed_memory` fixes both thresholds (``mallopt``): blocks up to 32 MiB, the largest glibc allows
 for the mmap threshold, come from the heap, and the heap's top is kept up to 1 GiB. The process then holds on
