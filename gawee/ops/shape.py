@@ -1087,8 +1087,10 @@ def _select_scatter_sample(draw, slots, attrs):
         raise S.Reject("select_scatter needs a dim of known size")
     dim = attrs.get("dim", S.dim(draw, x.rank))
     d = dim % x.rank
+    if not x.shape[d]:
+        raise S.Reject("select_scatter needs an index into dim, which has size 0")
     src = TensorType(x.shape[:d] + x.shape[d + 1 :], x.dtype)
-    index = attrs.get("index", draw.integers(-x.shape[d], x.shape[d] - 1))
+    index = attrs["index"] if "index" in attrs else draw.integers(-x.shape[d], x.shape[d] - 1)
     return [x, slots[1] if isinstance(slots[1], TensorType) else src], {"dim": dim, "index": index}
 
 
