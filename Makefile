@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/gawee-rewrite optimize resnet18 --bench
 
+# pytest-xdist: one worker per core (the soundness harness is Python-bound); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # Model zoo (benchmarks/README.md, ## Model zoo and ## Model zoo: transformers); e.g. make zoo ZOO_ARGS="--section transformers"
 # With the IREE column when IREE is installed (the dev extra has it): ZOO_ARGS="--no-iree" skips it.

@@ -49,6 +49,19 @@ HARNESS: dict[str, float] = {
 """Soundness-harness figures gathered by the tests, printed at the end of the run."""
 
 
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)  # a pytest-xdist worker: hand the figures back
+    if workeroutput is not None:
+        workeroutput["harness"] = dict(HARNESS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: each worker's harness figures add up to the run's."""
+    for key, value in getattr(node, "workeroutput", {}).get("harness", {}).items():
+        HARNESS[key] += value
+
+
 def pytest_terminal_summary(terminalreporter):
     if any(HARNESS.values()):
         terminalreporter.section("soundness harness")
