@@ -21,8 +21,13 @@ class Draw(Protocol):
     dtype: DType
     """The floating dtype this example prefers for free operands."""
 
-    def integers(self, lo: int, hi: int) -> int: ...
-    def choice(self, options: Sequence[Any]) -> Any: ...
+    def integers(self, lo: int, hi: int) -> int:
+        """An integer in [lo, hi]; raises :class:`Reject` when the range is empty (the fixed part of the draw,
+        a dim of size 0 say, leaves no valid value)."""
+
+    def choice(self, options: Sequence[Any]) -> Any:
+        """One of ``options``; raises :class:`Reject` when there are none."""
+
     def boolean(self, p: float = 0.5) -> bool: ...
     def floats(self, lo: float, hi: float) -> float: ...
 

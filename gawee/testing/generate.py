@@ -67,10 +67,15 @@ class DataDraw:
         """Shapes of the example's tensors so far (a reshape may draw one of them: unflattening)."""
 
     def integers(self, lo: int, hi: int) -> int:
+        if hi < lo:
+            raise S.Reject(f"no integer in [{lo}, {hi}]")
         return self._data.draw(self._st.integers(lo, hi))
 
     def choice(self, options: Sequence[Any]) -> Any:
-        return self._data.draw(self._st.sampled_from(list(options)))
+        options = list(options)
+        if not options:
+            raise S.Reject("nothing to choose from")
+        return self._data.draw(self._st.sampled_from(options))
 
     def boolean(self, p: float = 0.5) -> bool:
         # True with probability p, as an integer threshold placed so that shrinking the integer
