@@ -16,19 +16,18 @@ import sys
 
 
 def measure(name: str, batch: int, backend: str, keep: bool) -> dict:
-    """One process's figures: compile ``name`` at ``batch`` for ``backend`` with the setting ``keep``, time the
-    module."""
+    """One process's figures: compile ``name`` at ``batch`` (``bench_runtime.make_model``: a torchvision classifier
+    or one of its transformer specs, e.g. bert) for ``backend`` with the setting ``keep``, time the module."""
     import torch
-    import torchvision
+    from bench_runtime import make_model
 
     import gawee
     from gawee.profile import time_call
 
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None).eval()
-    x = torch.randn(batch, 3, 224, 224)
-    module = gawee.compile(model, (x,), backend=backend, options=gawee.TorchOptions(keep_freed_memory=keep))
-    timing = time_call(lambda: module(x), warmup=5, repeats=40 if batch == 1 else 15, budget_s=20.0)
+    model, xs = make_model(name, batch)
+    module = gawee.compile(model, xs, backend=backend, options=gawee.TorchOptions(keep_freed_memory=keep))
+    with torch.no_grad():
+        timing = time_call(lambda: module(*xs), warmup=5, repeats=40 if batch == 1 else 15, budget_s=20.0)
     return {"median_ms": timing.median * 1e3, "page_faults": timing.page_faults}
 
 
