@@ -268,7 +268,7 @@ def test_every_sampler_draws_or_rejects():
     from gawee.ops import sampling as S
     from gawee.testing.generate import DataDraw
 
-    # by name: the draws are the same whichever tests ran before in this process and registered ops of their own
+    # by name: the draws do not hang on the order the op modules registered their ops in
     ops = sorted((op for op in all_ops().values() if op.sample is not None), key=lambda op: op.name)
     shapes = st.lists(st.integers(0, 4), max_size=5).map(tuple)
     slot = st.one_of(st.just(S.FREE), st.just(S.ABSENT), shapes.map(lambda s: TensorType(s, DType.f32)))
