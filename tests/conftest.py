@@ -27,7 +27,12 @@ settings.register_profile(
 )
 settings.load_profile("ci")  # `pytest --hypothesis-profile=thorough` for the long run
 
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, torch.get_num_threads() // _WORKERS)))
+"""Threads per process: the cores shared out among pytest-xdist's workers. Two workers of two threads each on two
+cores oversubscribe them, and a parallel region then waits a time slice for a descheduled thread: oneDNN's
+1x512x1000 linear measured 0.12 ms alone and 8 ms (median) beside another busy two-thread process (AMD EPYC
+Zen 3), which once made it the slowest op of ResNet-18 in a CI run."""
 
 os.environ["XDG_CACHE_HOME"] = _CACHE = tempfile.mkdtemp(prefix="gawee-test-cache-")
 """The suite's answers about this machine (gawee.cache) start empty and are its own (its CLI runs share them):
