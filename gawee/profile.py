@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,6 +23,9 @@ from gawee.analysis.cost import node_cost
 from gawee.backend.allocator import keep_freed_memory, minor_faults
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import at_example
+
+if TYPE_CHECKING:
+    from gawee.backend.compiler import BackendChoice
 
 NODE_META = "gawee_node"
 """fx node meta key: the gawee node a kernel was lowered from (set by gawee.backend.torch_backend)."""
@@ -246,13 +250,17 @@ class RuntimeReport:
     (``gawee.backend.layout.LayoutChoice``; empty without convolutions)."""
     allocator: str = ""
     """What was done to the process's allocator before timing (``gawee.backend.allocator``), as gawee.compile does."""
+    backend: BackendChoice | None = None
+    """The runtime timed as "compiled": the torch lowering or oneDNN Graph's, as gawee.compile chooses, with what
+    each measured (the profile is the torch lowering's)."""
 
     @property
     def speedup(self) -> float:
         return self.before.median / self.after.median
 
     def summary(self) -> str:
-        return f"{self.after.median * 1e3:.2f} ms, {self.speedup:.2f}x vs {self.baseline}"
+        on = f" ({self.backend.chosen})" if self.backend is not None and self.backend.chosen != "torch" else ""
+        return f"{self.after.median * 1e3:.2f} ms{on}, {self.speedup:.2f}x vs {self.baseline}"
 
     def lines(self, k: int = 8) -> list[str]:
         """The report as text lines: both timings, then where the compiled module's time goes."""
@@ -261,8 +269,11 @@ class RuntimeReport:
         out = [
             f"runtime on {self.cpu}, {self.threads} thread(s): {self.baseline} {self.before}; "
             f"compiled {self.after}; {self.speedup:.2f}x",
-            f"profile: {p.node_sum * 1e3:.2f} ms in {len(p.nodes)} nodes (measured peak {peak / 1e9:.1f} GFLOP/s)",
+            f"profile{self._of()}: {p.node_sum * 1e3:.2f} ms in {len(p.nodes)} nodes "
+            f"(measured peak {peak / 1e9:.1f} GFLOP/s)",
         ]
+        if self.backend is not None:
+            out.insert(1, f"runtime compiled: {self.backend}")
         if self.layout:
             out.insert(1, f"layout: {self.layout}")
         if self.allocator:
@@ -281,7 +292,12 @@ class RuntimeReport:
             out.append(f"  {n.node} ({n.op}): {n.seconds * 1e3:.3f} ms{speed}")
         return out
 
+    def _of(self) -> str:
+        """Whose profile: the module timed as "compiled" unless oneDNN Graph's runtime won that place."""
+        return " of the torch lowering" if self.backend is not None and self.backend.chosen != "torch" else ""
+
     def as_dict(self) -> dict:
+        choice = self.backend
         return {
             "cpu": self.cpu,
             "threads": self.threads,
@@ -291,6 +307,9 @@ class RuntimeReport:
             "speedup": self.speedup,
             "layout": self.layout,
             "allocator": self.allocator,
+            "backend": None
+            if choice is None
+            else {"chosen": choice.chosen, "seconds": choice.seconds, "not_measured": choice.not_candidates},
             "profile": self.profile.as_dict(),
         }
 
@@ -303,13 +322,22 @@ def measure(
     *,
     repeats: int = 20,
 ) -> RuntimeReport:
-    """Time ``baseline()`` and the compiled ``optimized`` graph on ``inputs``, and profile the latter."""
+    """Time ``baseline()`` and what gawee.compile makes of the ``optimized`` graph on ``inputs`` — its torch
+    lowering, or oneDNN Graph's runtime where that computes ``baseline``'s outputs and measures faster
+    (:func:`gawee.backend.compiler.whole_graph_choice`) — and profile the torch lowering."""
+    from torch.utils import _pytree as pytree
+
+    from gawee.backend.compiler import whole_graph_choice
     from gawee.backend.torch_backend import to_torch
 
     allocator = keep_freed_memory()  # both timed with what gawee.compile does to the allocator
     module = to_torch(optimized)
+    with torch.no_grad():
+        expected = [x for x in pytree.tree_leaves(baseline()) if isinstance(x, torch.Tensor)]
+    compiled, choice, _ = whole_graph_choice(optimized, module, None, list(inputs), expected)
     before = time_call(baseline, repeats=repeats)
-    after = time_call(lambda: module(*inputs), repeats=repeats)
+    after = time_call(lambda: compiled(*inputs), repeats=repeats)
     prof = profile(module, optimized, inputs, repeats=max(5, repeats // 2))
     layout = str(module.gawee_layout or "")
-    return RuntimeReport(baseline_name, before, after, prof, cpu_name(), torch.get_num_threads(), layout, allocator)
+    threads = torch.get_num_threads()
+    return RuntimeReport(baseline_name, before, after, prof, cpu_name(), threads, layout, allocator, choice)

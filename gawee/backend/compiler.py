@@ -318,24 +318,32 @@ WHOLE_GRAPH_MIN_BUDGET_S = 0.8
 def _whole_graph(
     graph: Graph, torch_module, structure, xs: list, expected: list, first_call_s: float, compile_s: float
 ) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
-    """``TorchOptions.whole_graph="measure"``: the torch lowering, or oneDNN Graph's runtime on the same graph
-    where it can run it, computes the model's outputs (``expected``) within the tolerance and measures more than
-    5% faster (:func:`gawee.backend.measure.fastest`); measured only when that costs at most a share
-    (:data:`WHOLE_GRAPH_SHARE`) of the ``compile_s`` seconds the compile has taken so far, or
+    """``TorchOptions.whole_graph="measure"``: :func:`whole_graph_choice`, measured only when that costs at most a
+    share (:data:`WHOLE_GRAPH_SHARE`) of the ``compile_s`` seconds the compile has taken so far, or
     :data:`WHOLE_GRAPH_MIN_BUDGET_S` (the cost is :data:`WHOLE_GRAPH_CALLS` times the lowering's first call,
-    ``first_call_s``). With the choice and, when it is oneDNN Graph's, its checks
-    against the model."""
-    from gawee.backend import onednn_graph
-    from gawee.backend.measure import fastest
-
-    why = None
+    ``first_call_s``)."""
     cost_s, budget_s = WHOLE_GRAPH_CALLS * first_call_s, max(WHOLE_GRAPH_MIN_BUDGET_S, WHOLE_GRAPH_SHARE * compile_s)
-    if cost_s > budget_s:  # first: too long a call is not measured, whatever the fuser can do
+    if cost_s > budget_s:  # too long a call is not measured, whatever the fuser can do
         why = (
             f"a call takes {first_call_s * 1e3:.0f} ms: measuring would cost about {cost_s:.1f} s, over the budget "
             f'of {budget_s:.1f} s (half the compile so far; backend="auto" measures it anyway)'
         )
-    why = why or onednn_graph.supports(graph)
+        return torch_module, BackendChoice("torch", {}, {"onednn_graph": why}), None
+    return whole_graph_choice(graph, torch_module, structure, xs, expected)
+
+
+def whole_graph_choice(
+    graph: Graph, torch_module, structure, xs: list, expected: list
+) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
+    """The torch lowering ``torch_module`` of ``graph``, or oneDNN Graph's runtime on the same graph where it can
+    run it, computes the model's outputs (``expected``) on the example inputs ``xs`` within the tolerance and
+    measures more than 5% faster (:func:`gawee.backend.measure.fastest`): what gawee.compile returns by default
+    (``TorchOptions.whole_graph``). With the choice and, when it is oneDNN Graph's, its checks against the
+    model."""
+    from gawee.backend import onednn_graph
+    from gawee.backend.measure import fastest
+
+    why = onednn_graph.supports(graph)
     if why is None:
 
         def build():
