@@ -17,11 +17,14 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import logging
 from collections.abc import Callable
 
 import torch
 
-from gawee.errors import ModelSpecError
+from gawee.errors import ModelSpecError, first_line
+
+log = logging.getLogger("gawee.models")
 
 INSTALL_HINT = "install them with: pip install 'gawee[transformers]' (transformers and timm)"
 
@@ -172,11 +175,38 @@ AUTO_SIZES = (
 """Config attributes (or their aliases, through a config's ``attribute_map``) the small sizes set on any family."""
 
 
-def _auto(T, model_type: str, s: dict, batch: int, device: str):
+def _auto(T, model_type: str, s: dict, batch: int, device: str, *, explicit: bool = False):
     """Any other ``transformers`` model type: its default config with the small sizes set where it has them as
     integers (head_dim and the MLP widths follow), its base model (``AutoModel``, in eval mode) called as its
     main input says: token ids and an attention mask, or a batch of 32x32 images. One call checks that the
-    sizes fit the family."""
+    sizes fit the family. Where they do not (a hierarchical vision model's stage widths are lists the sizes leave
+    as they are: hf:convnext, hf:swin) and none were asked for (``explicit``), the family's default config is
+    built instead, on 64x64 images and then on its own image size; a warning says so."""
+    try:
+        return _auto_model(T, model_type, _small_config(T, model_type, s), s, batch, device, 32)
+    except ModelSpecError:
+        raise
+    except Exception as e:
+        if explicit:
+            raise
+        first = e
+    cfg = T.AutoConfig.for_model(model_type)
+    for image in (64, None):
+        try:
+            model = _auto_model(T, model_type, cfg, s, batch, device, image)
+        except Exception:  # the next size; the small sizes' error is the one reported
+            continue
+        log.warning(
+            "hf:%s: the small sizes do not fit it (%s: %s); built from its default config instead",
+            model_type,
+            type(first).__name__,
+            first_line(first),
+        )
+        return model
+    raise first
+
+
+def _small_config(T, model_type: str, s: dict):
     cfg = T.AutoConfig.for_model(model_type)
     derived = {
         "head_dim": s["hidden"] // s["heads"],
@@ -195,6 +225,12 @@ def _auto(T, model_type: str, s: dict, batch: int, device: str):
     for attr in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         if isinstance(getattr(cfg, attr, None), int) and getattr(cfg, attr) >= s["vocab"]:
             setattr(cfg, attr, 0)
+    return cfg
+
+
+def _auto_model(T, model_type: str, cfg, s: dict, batch: int, device: str, image: int | None):
+    """``cfg``'s base model and its example inputs, called once: token ids and an attention mask of the small
+    sizes ``s``, or images of ``image`` pixels a side (None: the config's own image size)."""
     model = T.AutoModel.from_config(cfg).eval()
     params = inspect.signature(model.forward).parameters
     fixed = {"use_cache": False} if "use_cache" in params else {}
@@ -202,8 +238,8 @@ def _auto(T, model_type: str, s: dict, batch: int, device: str):
         names = ("input_ids", "attention_mask") if "attention_mask" in params else ("input_ids",)
         inputs = _text_inputs(s, batch, device)[: len(names)]
     elif model.main_input_name == "pixel_values":
-        size = getattr(cfg, "image_size", 32)
-        size = size if isinstance(size, int) else 32
+        size = image or getattr(cfg, "image_size", 224)
+        size = size if isinstance(size, int) else 224
         names, inputs = ("pixel_values",), (torch.randn(batch, getattr(cfg, "num_channels", 3), size, size),)
     else:
         raise ModelSpecError(
@@ -212,7 +248,7 @@ def _auto(T, model_type: str, s: dict, batch: int, device: str):
         )
     wrapped = HFTensors(model, names, **fixed)
     with torch.no_grad():
-        wrapped(*inputs)  # raises here, named as the spec's fault, when the small sizes do not fit the family
+        wrapped(*inputs)  # raises here, named as the spec's fault, when the sizes do not fit the family
     return wrapped, inputs
 
 
@@ -257,7 +293,7 @@ def hugging_face(spec: str, batch: int, device: str) -> tuple[torch.nn.Module, t
         if family in HF_FAMILIES:
             return HF_FAMILIES[family](T, sizes, batch, device)
         try:
-            return _auto(T, family, sizes, batch, device)
+            return _auto(T, family, sizes, batch, device, explicit=bool(overrides))
         except ModelSpecError:
             raise
         except Exception as e:  # a config the small sizes do not fit, a model that needs more than ids or images

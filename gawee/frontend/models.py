@@ -60,8 +60,9 @@ def resolve(
     * ``hf:bert``, ``hf:gpt2``, ``hf:t5-encoder``, ``hf:llama``, ``hf:vit``, ``hf:whisper-encoder`` — a
       Hugging Face model from a small built-in config (``hf:llama:layers=4,hidden=128``), called with
       ids and an attention mask; ``hf:mistral``, ``hf:bart``... any other transformers model type, from its
-      default config with the small sizes; ``timm:deit_tiny_patch16_224`` — a timm model (see gawee.frontend.families;
-      both need ``pip install 'gawee[transformers]'``).
+      default config with the small sizes (or untouched, where they do not fit it);
+      ``timm:deit_tiny_patch16_224`` — a timm model (see gawee.frontend.families; both need
+      ``pip install 'gawee[transformers]'``).
 
     ``meta`` builds the module on the meta device (structure and cost only).
     ``input_shapes`` overrides the example inputs (float32 tensors of those shapes).

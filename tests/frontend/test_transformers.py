@@ -178,7 +178,7 @@ def test_hf_and_timm_specs_report_bad_names():
     with pytest.raises(ModelSpecError, match="takes input_features, which gawee cannot make up"):
         resolve("hf:whisper")  # hf:whisper-encoder is the built-in family for it
     with pytest.raises(ModelSpecError, match=r"could not be built .* with small sizes") as info:
-        resolve("hf:convnext")  # its stages' widths are a list the small sizes leave as they are
+        resolve("hf:convnext:hidden=64")  # asked for: its stages' widths are a list the sizes leave as they are
     assert "file.py:factory" in info.value.hint
     with pytest.raises(ModelSpecError, match="bad override"):
         resolve("hf:bert:depth=3")
@@ -203,3 +203,17 @@ def test_a_torchvision_video_model_resolves_and_captures_without_opaque_ops():
     g = gawee.capture(src.module, src.example_inputs, stats=stats)
     assert stats.opaque_ops == {}
     assert {"conv3d", "adaptive_avg_pool3d"} <= {n.op for n in g}
+
+
+def test_a_family_the_small_sizes_do_not_fit_is_built_from_its_default_config(caplog):
+    """hf:convnext's stage widths are a list the small sizes leave as they are: built as they were, it failed."""
+    pytest.importorskip("transformers")
+    with caplog.at_level("WARNING", logger="gawee.models"):
+        src = resolve("hf:convnext")
+    assert "hf:convnext: the small sizes do not fit it (RuntimeError: " in caplog.text
+    assert "built from its default config instead" in caplog.text
+    assert list(src.module.model.config.hidden_sizes) == [96, 192, 384, 768]  # transformers' default
+    assert [tuple(x.shape) for x in src.example_inputs] == [(1, 3, 64, 64)]
+    graph = gawee.capture(src.module, src.example_inputs)
+    optimized, _ = gawee.rewrite(graph)
+    assert gawee.verify_equivalent(graph, optimized, list(src.example_inputs)).ok
