@@ -14,13 +14,13 @@ on a large one, its kernel. Used for issue 12's analysis (benchmarks/README.md, 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import math
 
 import torch
 
 import gawee
 from gawee.backend.torch_backend import TorchOptions
+from gawee.profile import time_call
 
 CHAINS = ["8x4:alt", "32x28:dw", "32x28:dense", "64x56:dw", "16x112:dw", "128x14:dense"]
 """CHANNELSxSIZE:KIND: a tiny one (fixed costs), then mobilenet's and resnet's shapes."""
@@ -54,15 +54,8 @@ def runtimes(model: torch.nn.Module, x: torch.Tensor) -> dict:
 
 
 def per_conv_us(fn, convs: int, calls: int) -> float:
-    with torch.no_grad():
-        for _ in range(max(3, calls // 20)):
-            fn()
-        samples = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-    return statistics.median(samples) / convs * 1e6
+    timing = time_call(fn, warmup=max(3, calls // 20), repeats=calls, budget_s=math.inf)
+    return timing.median / convs * 1e6
 
 
 def measure(spec: str, convs: int, calls: int) -> dict[str, float]:

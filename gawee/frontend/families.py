@@ -175,13 +175,19 @@ AUTO_SIZES = (
 """Config attributes (or their aliases, through a config's ``attribute_map``) the small sizes set on any family."""
 
 
+DEFAULT_CONFIG_MAX_PARAMS = 500_000_000
+"""A family's default config is built (where the small sizes do not fit it) only up to this many parameters (2 GB
+in float32): hf:convnext's has 28 M, hf:xlnet's 360 M; a language model's default can be billions."""
+
+
 def _auto(T, model_type: str, s: dict, batch: int, device: str, *, explicit: bool = False):
     """Any other ``transformers`` model type: its default config with the small sizes set where it has them as
     integers (head_dim and the MLP widths follow), its base model (``AutoModel``, in eval mode) called as its
     main input says: token ids and an attention mask, or a batch of 32x32 images. One call checks that the
     sizes fit the family. Where they do not (a hierarchical vision model's stage widths are lists the sizes leave
     as they are: hf:convnext, hf:swin) and none were asked for (``explicit``), the family's default config is
-    built instead, on 64x64 images and then on its own image size; a warning says so."""
+    built instead (up to :data:`DEFAULT_CONFIG_MAX_PARAMS`), on 64x64 images and then on its own image size; a
+    warning says so."""
     try:
         return _auto_model(T, model_type, _small_config(T, model_type, s), s, batch, device, 32)
     except ModelSpecError:
@@ -191,6 +197,10 @@ def _auto(T, model_type: str, s: dict, batch: int, device: str, *, explicit: boo
             raise
         first = e
     cfg = T.AutoConfig.for_model(model_type)
+    with torch.device("meta"):  # counted without memory: a language model's default config can be billions
+        params = sum(p.numel() for p in T.AutoModel.from_config(cfg).parameters())
+    if params > DEFAULT_CONFIG_MAX_PARAMS:
+        raise first
     for image in (64, None):
         try:
             model = _auto_model(T, model_type, cfg, s, batch, device, image)

@@ -217,3 +217,13 @@ def test_a_family_the_small_sizes_do_not_fit_is_built_from_its_default_config(ca
     graph = gawee.capture(src.module, src.example_inputs)
     optimized, _ = gawee.rewrite(graph)
     assert gawee.verify_equivalent(graph, optimized, list(src.example_inputs)).ok
+
+
+def test_a_default_config_too_large_to_build_is_not_built(monkeypatch):
+    """A language model's default config can have billions of parameters: counted on the meta device first."""
+    pytest.importorskip("transformers")
+    from gawee.frontend import families
+
+    monkeypatch.setattr(families, "DEFAULT_CONFIG_MAX_PARAMS", 1_000_000)  # hf:convnext's default has 28 M
+    with pytest.raises(ModelSpecError, match=r"could not be built .* with small sizes"):
+        resolve("hf:convnext")
