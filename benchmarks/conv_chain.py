@@ -7,8 +7,10 @@ Each chain is ``--convs`` 3x3 convolutions of one shape (C channels, HxW, paddin
 dense (``dense``), depthwise (``dw``) or alternating (``alt``). It is timed in one process through eager PyTorch,
 gawee's torch lowering with NCHW and with channels-last activations, oneDNN Graph's compiled partitions
 (``gawee.backend.onednn_graph``) and ONNX Runtime with all optimizations, each the median of ``--calls`` calls
-divided by the chain's length. On a tiny shape the figure is the fixed cost of a convolution in that runtime;
-on a large one, its kernel. Used for issue 12's analysis (benchmarks/README.md, "## Runtime" notes).
+divided by the chain's length. ORT runs last: its spin-waiting pool cannot slow the runtimes before it, and
+whatever torch's OpenMP threads leave behind can only slow ORT, so its lead is not overstated. On a tiny
+shape the figure is the fixed cost of a convolution in that runtime; on a large one, its kernel. Used for
+issue 12's analysis (benchmarks/README.md, "## Runtime" notes).
 """
 
 from __future__ import annotations
