@@ -152,7 +152,10 @@ class _Stamps:
 def profile(
     module: torch.fx.GraphModule, graph: Graph, inputs: Sequence[torch.Tensor], *, repeats: int = 10
 ) -> Profile:
-    """Per-node times of ``module`` (built from ``graph`` by gawee.to_torch) on ``inputs``."""
+    """Per-node times of ``module`` (built from ``graph`` by gawee.to_torch) on ``inputs``. The nodes are those of
+    the graph the module was lowered from (``module.gawee_graph``): ``graph`` itself, or its rewrite by the layout
+    phase, whose convolutions and conversions are other nodes."""
+    graph = getattr(module, "gawee_graph", None) or graph
     fx = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     owners: list[str | None] = []

@@ -351,6 +351,7 @@ class _Builder:
         self.fx.lint()
         module = torch.fx.GraphModule(self.root, self.fx, class_name=_class_name(self.graph.name))
         module.gawee_kernels = [dataclasses.replace(c, nodes=n) for c, n in self.kernels.values()]
+        module.gawee_graph = self.graph  # what the kernels' NODE_META names (the layout phase may have rewritten it)
         module.gawee_kernel_seconds = kernels.measuring_seconds() - self.measured_before
         return module
 
