@@ -155,7 +155,8 @@ def profile(
     """Per-node times of ``module`` (built from ``graph`` by gawee.to_torch) on ``inputs``. The nodes are those of
     the graph the module was lowered from (``module.gawee_graph``): ``graph`` itself, or its rewrite by the layout
     phase, whose convolutions and conversions are other nodes."""
-    graph = getattr(module, "gawee_graph", None) or graph
+    lowered = getattr(module, "gawee_graph", None)
+    graph = graph if lowered is None else lowered
     fx = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     owners: list[str | None] = []
@@ -261,8 +262,13 @@ class RuntimeReport:
     def speedup(self) -> float:
         return self.before.median / self.after.median
 
+    @property
+    def other_runtime(self) -> str | None:
+        """The runtime timed as "compiled" when it is not the profiled torch lowering (oneDNN Graph's)."""
+        return None if self.backend is None or self.backend.chosen == "torch" else self.backend.chosen
+
     def summary(self) -> str:
-        on = f" ({self.backend.chosen})" if self.backend is not None and self.backend.chosen != "torch" else ""
+        on = f" ({self.other_runtime})" if self.other_runtime else ""
         return f"{self.after.median * 1e3:.2f} ms{on}, {self.speedup:.2f}x vs {self.baseline}"
 
     def lines(self, k: int = 8) -> list[str]:
@@ -272,7 +278,8 @@ class RuntimeReport:
         out = [
             f"runtime on {self.cpu}, {self.threads} thread(s): {self.baseline} {self.before}; "
             f"compiled {self.after}; {self.speedup:.2f}x",
-            f"profile{self._of()}: {p.node_sum * 1e3:.2f} ms in {len(p.nodes)} nodes "
+            f"profile{' of the torch lowering' if self.other_runtime else ''}: {p.node_sum * 1e3:.2f} ms in "
+            f"{len(p.nodes)} nodes "
             f"(measured peak {peak / 1e9:.1f} GFLOP/s)",
         ]
         if self.backend is not None:
@@ -294,10 +301,6 @@ class RuntimeReport:
             speed = "" if rate is None else f", {rate / 1e9:.1f} GFLOP/s ({rate / peak:.0%} of peak)"
             out.append(f"  {n.node} ({n.op}): {n.seconds * 1e3:.3f} ms{speed}")
         return out
-
-    def _of(self) -> str:
-        """Whose profile: the module timed as "compiled" unless oneDNN Graph's runtime won that place."""
-        return " of the torch lowering" if self.backend is not None and self.backend.chosen != "torch" else ""
 
     def as_dict(self) -> dict:
         choice = self.backend
