@@ -7,7 +7,6 @@ and is the kernel the generated fx code actually calls.
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -145,32 +144,54 @@ def test_measured_choice_is_cached_per_shape():
     assert first.ms[first.kernel] == min(first.ms.values())
 
 
-def _sleeper(seconds: float, calls: list):
+class _Clock:
+    """best_calls' clock, moved on by the fake kernels alone: their times are exact on any machine under any load
+    (real sleeps of 40 ms overslept past the 1.25x verdict with two test workers on two cores)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = _Clock()
+    monkeypatch.setattr(kernels, "time", fake)
+    return fake
+
+
+def _sleeper(seconds: float, calls: list, clock: _Clock):
     def run(*_):
         calls.append(seconds)
-        time.sleep(seconds)
+        clock.now += seconds
 
     return run
 
 
-def test_a_clear_winner_ends_the_measurement_early_and_a_close_call_does_not():
-    """Sleeps, not kernels: their ratio is known on any CPU."""
+def test_a_clear_winner_ends_the_measurement_early_and_a_close_call_does_not(clock):
+    """Fake kernels of known duration, not kernels: their ratio is known on any CPU."""
     calls: list = []
     best = kernels.best_calls(
-        {"fast": _sleeper(0.001, calls), "slow": _sleeper(0.01, calls)}, (), min_rounds=3, max_rounds=10, budget_s=1.0
+        {"fast": _sleeper(0.001, calls, clock), "slow": _sleeper(0.01, calls, clock)},
+        (),
+        min_rounds=3,
+        max_rounds=10,
+        budget_s=1.0,
     )
     assert len(calls) == 2 and min(best, key=best.get) == "fast"  # 10x apart: one round decides
     calls.clear()
-    kernels.best_calls({"a": _sleeper(0.005, calls), "b": _sleeper(0.005, calls)}, (), 3, 10, budget_s=1.0)
+    tied = {"a": _sleeper(0.005, calls, clock), "b": _sleeper(0.005, calls, clock)}
+    kernels.best_calls(tied, (), 3, 10, budget_s=1.0)
     assert len(calls) == 2 * 10  # a tie runs until max_rounds (or the budget)
 
 
-def test_a_kernel_that_cannot_win_is_dropped_and_the_rest_measured_on():
-    """1.375x apart: not decisive in the first round, dropped after min_rounds; the two tied ones run on
-    (sleeps of 40 and 55 ms: an oversleep of up to 4 ms keeps the verdicts)."""
+def test_a_kernel_that_cannot_win_is_dropped_and_the_rest_measured_on(clock):
+    """1.375x apart: not decisive in the first round, dropped after min_rounds; the two tied ones run on."""
     calls: list = []
     best = kernels.best_calls(
-        {"a": _sleeper(0.04, calls), "b": _sleeper(0.04, calls), "slow": _sleeper(0.055, calls)},
+        {"a": _sleeper(0.04, calls, clock), "b": _sleeper(0.04, calls, clock), "slow": _sleeper(0.055, calls, clock)},
         (),
         min_rounds=2,
         max_rounds=6,
