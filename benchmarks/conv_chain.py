@@ -6,7 +6,8 @@
 Each chain is ``--convs`` 3x3 convolutions of one shape (C channels, HxW, padding 1), each followed by a ReLU:
 dense (``dense``), depthwise (``dw``) or alternating (``alt``). It is timed in one process through eager PyTorch,
 gawee's torch lowering with NCHW and with channels-last activations, oneDNN Graph's compiled partitions
-(``gawee.backend.onednn_graph``) and ONNX Runtime with all optimizations, each the median of ``--calls`` calls
+(``gawee.backend.onednn_graph``), oneDNN's primitives in each activation layout (``gawee.backend.dnnl``) and
+ONNX Runtime with all optimizations, each the median of ``--calls`` calls
 divided by the chain's length. ORT runs last: its spin-waiting pool cannot slow the runtimes before it, and
 whatever torch's OpenMP threads leave behind can only slow ORT, so its lead is not overstated. On a tiny
 shape the figure is the fixed cost of a convolution in that runtime; on a large one, its kernel. Used for
@@ -44,11 +45,15 @@ def runtimes(model: torch.nn.Module, x: torch.Tensor) -> dict:
     for name, channels_last in (("torch lowering NCHW", False), ("torch lowering NHWC", True)):
         module = gawee.to_torch(graph, TorchOptions(channels_last=channels_last))
         found[name] = lambda module=module: module(x)
-    from gawee.backend import onednn_graph, ort
+    from gawee.backend import dnnl, onednn_graph, ort
 
     if onednn_graph.supports(graph) is None:
         module = onednn_graph.OneDNNGraphModule(graph, [x])
         found["oneDNN Graph"] = lambda: module(x)
+    if dnnl.supports(graph) is None:
+        for layout in dnnl.LAYOUTS:
+            primitives = dnnl.DnnlModule(graph, layout=layout)
+            found[f"oneDNN primitives {layout}"] = lambda primitives=primitives: primitives(x)
     if ort.available():
         session = ort.OrtModule(graph)
         found["ORT all"] = lambda: session(x)

@@ -28,10 +28,11 @@ from gawee.ir.types import DType, TensorType
 from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet
 
-BACKENDS = ("torch", "onnxruntime", "onednn_graph", "auto", "iree")
+BACKENDS = ("torch", "onnxruntime", "onednn_graph", "onednn", "auto", "iree")
 """gawee.compile's backends: the torch lowering (oneDNN/MKL kernels chosen per shape), ONNX Runtime on
-gawee's ONNX export, oneDNN Graph's compiled partitions of the traced graph, the fastest of those as
-measured here, and IREE on gawee's StableHLO."""
+gawee's ONNX export, oneDNN Graph's compiled partitions of the traced graph, oneDNN's primitives created once
+(:mod:`gawee.backend.dnnl`; ``"onednn:blocked"`` or ``"onednn:any"`` fixes its activation layout, else the faster
+is measured), the fastest of those as measured here, and IREE on gawee's StableHLO."""
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,12 @@ def compile(
     capturing again, and raises ``ShapeOutOfRange`` for a size outside them. The rewritten graph is
     also checked at the two smallest sizes in range other than the example's.
     """
-    if backend not in BACKENDS:
-        raise GaweeError(f"unknown backend {backend!r}", hint="backend is one of " + ", ".join(map(repr, BACKENDS)))
+    backend, _, layout = backend.partition(":")
+    if backend not in BACKENDS or (layout and (backend != "onednn" or layout not in _dnnl_layouts())):
+        raise GaweeError(
+            f"unknown backend {backend + (':' + layout if layout else '')!r}",
+            hint="backend is one of " + ", ".join(map(repr, (*BACKENDS, "onednn:blocked", "onednn:any"))),
+        )
     options = options or TorchOptions()
     if options.whole_graph not in ("measure", False):
         raise GaweeError(
@@ -209,6 +214,8 @@ def compile(
         from gawee.backend.onednn_graph import OneDNNGraphModule
 
         module = OneDNNGraphModule(optimized, list(example_inputs), output_structure=structure)
+    elif backend == "onednn":
+        module, choice = _onednn(optimized, structure, list(example_inputs), flat_expected, layout)
     else:
         module = to_torch(optimized, options, output_structure=structure)
         if backend == "auto":
@@ -258,36 +265,79 @@ def compile(
     return module
 
 
-def _choose_runtime(graph: Graph, torch_module, structure, xs: list, expected: list) -> tuple[object, BackendChoice]:
-    """``backend="auto"``: the fastest of the torch lowering, oneDNN Graph's compiled partitions and ONNX
-    Runtime on the same graph, each where it is installed, can run the graph and computes the model's outputs
-    (``expected``, :func:`_candidate`); another runtime wins only when it measures more than 5% faster here
-    (:func:`gawee.backend.measure.fastest`). All are compared and timed on the example inputs ``xs``: inputs
-    in the model's domain (random ones need not be: an attention mask of 0-3 with fully masked rows made
-    GPT-2's outputs undefined)."""
-    from gawee.backend import onednn_graph, ort
-    from gawee.backend.measure import SETTLE_S, fastest
+def _dnnl_layouts() -> tuple[str, ...]:
+    from gawee.backend import dnnl
 
-    builders = {
-        "onednn_graph": (
-            onednn_graph.supports(graph),
-            lambda: onednn_graph.OneDNNGraphModule(graph, xs, output_structure=structure),
-        ),
-        "onnxruntime": (
-            "onnxruntime is not installed" if not ort.available() else ort.supports(graph),
-            lambda: ort.OrtModule(graph, output_structure=structure),
-        ),
-    }
-    candidates, not_candidates = {"torch": torch_module}, {}
-    for name, (why, build) in builders.items():
+    return dnnl.LAYOUTS
+
+
+def _runtimes(
+    graph: Graph, structure, xs: list, expected: list, names: Sequence[str]
+) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str]]:
+    """The runtimes ``names`` of ``graph`` that can be built, run the example inputs ``xs`` and compute the model's
+    outputs (``expected``, :func:`_candidate`), with their checks; and why the others are no candidates. Names:
+    ``onednn_graph``, ``onnxruntime``, ``onednn:LAYOUT`` (:mod:`gawee.backend.dnnl`)."""
+    from gawee.backend import dnnl, onednn_graph, ort
+
+    def why_not(name: str) -> str | None:
+        if name == "onednn_graph":
+            return onednn_graph.supports(graph)
+        if name == "onnxruntime":
+            return "onnxruntime is not installed" if not ort.available() else ort.supports(graph)
+        return dnnl.supports(graph)
+
+    def build(name: str):
+        if name == "onednn_graph":
+            return onednn_graph.OneDNNGraphModule(graph, xs, output_structure=structure)
+        if name == "onnxruntime":
+            return ort.OrtModule(graph, output_structure=structure)
+        return dnnl.DnnlModule(graph, output_structure=structure, layout=name.partition(":")[2])
+
+    modules, checks, not_candidates = {}, {}, {}
+    for name in names:
+        why = why_not(name)
+        if why is not None:  # the runtime cannot run this graph at all: said once for all its layouts
+            not_candidates[name.partition(":")[0]] = why
+            continue
+        module, checks[name], why = _candidate(graph.name, name, lambda: build(name), expected, xs)
         if why is None:
-            module, _, why = _candidate(graph.name, name, build, expected, xs)
-        if why is None:
-            candidates[name] = module
+            modules[name] = module
         else:
             not_candidates[name] = why
-    if len(candidates) == 1:
+    return modules, checks, not_candidates
+
+
+def _onednn(graph: Graph, structure, xs: list, expected: list, layout: str) -> tuple[object, BackendChoice]:
+    """``backend="onednn"``: oneDNN's primitives in the activation layout ``layout``, or in the faster of the two
+    as measured here (blocked, the default, unless the other is more than 5% faster)."""
+    from gawee.backend.measure import fastest
+
+    names = [f"onednn:{layout}"] if layout else [f"onednn:{k}" for k in _dnnl_layouts()]
+    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, names)
+    if not modules:
+        why = "; ".join(f"{k}: {v}" for k, v in not_candidates.items())
+        raise GaweeError(f"{graph.name} cannot run on oneDNN's primitives: {why}", hint='use backend="torch"')
+    if len(modules) == 1:
+        ((name, module),) = modules.items()
+        return module, BackendChoice(name, {}, not_candidates)
+    timed = fastest(modules, xs)
+    return modules[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates)
+
+
+def _choose_runtime(graph: Graph, torch_module, structure, xs: list, expected: list) -> tuple[object, BackendChoice]:
+    """``backend="auto"``: the fastest of the torch lowering, oneDNN Graph's compiled partitions, oneDNN's
+    primitives in each activation layout and ONNX Runtime on the same graph, each where it is installed, can run
+    the graph and computes the model's outputs (``expected``, :func:`_candidate`); another runtime wins only when
+    it measures more than 5% faster here (:func:`gawee.backend.measure.fastest`). All are compared and timed on
+    the example inputs ``xs``: inputs in the model's domain (random ones need not be: an attention mask of 0-3
+    with fully masked rows made GPT-2's outputs undefined)."""
+    from gawee.backend.measure import SETTLE_S, fastest
+
+    names = ["onednn_graph", *(f"onednn:{k}" for k in _dnnl_layouts()), "onnxruntime"]
+    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, names)
+    if not modules:
         return torch_module, BackendChoice("torch", {}, not_candidates)
+    candidates = {"torch": torch_module, **modules}
     timed = fastest(candidates, xs, settle_s=SETTLE_S)
     return candidates[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates)
 
@@ -335,26 +385,22 @@ def _whole_graph(
 def whole_graph_choice(
     graph: Graph, torch_module, structure, xs: list, expected: list
 ) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
-    """The torch lowering ``torch_module`` of ``graph``, or oneDNN Graph's runtime on the same graph where it can
-    run it, computes the model's outputs (``expected``) on the example inputs ``xs`` within the tolerance and
-    measures more than 5% faster (:func:`gawee.backend.measure.fastest`): what gawee.compile returns by default
-    (``TorchOptions.whole_graph``). With the choice and, when it is oneDNN Graph's, its checks against the
-    model."""
-    from gawee.backend import onednn_graph
+    """The torch lowering ``torch_module`` of ``graph``, or a whole-graph runtime of the same graph — oneDNN
+    Graph's compiled partitions, oneDNN's primitives in each activation layout (:mod:`gawee.backend.dnnl`) —
+    where it can run it, computes the model's outputs (``expected``) on the example inputs ``xs`` within the
+    tolerance and measures more than 5% faster (:func:`gawee.backend.measure.fastest`; all share torch's OpenMP
+    threads, so no pause between them): what gawee.compile returns by default (``TorchOptions.whole_graph``).
+    With the choice and, when it is not the lowering, its checks against the model."""
     from gawee.backend.measure import fastest
 
-    why = onednn_graph.supports(graph)
-    if why is None:
-
-        def build():
-            return onednn_graph.OneDNNGraphModule(graph, xs, output_structure=structure)
-
-        module, checks, why = _candidate(graph.name, "onednn_graph", build, expected, xs)
-    if why is not None:
-        return torch_module, BackendChoice("torch", {}, {"onednn_graph": why}), None
-    timed = fastest({"torch": torch_module, "onednn_graph": module}, xs)
-    choice = BackendChoice(timed.chosen, timed.seconds)
-    return (module, choice, checks) if timed.chosen == "onednn_graph" else (torch_module, choice, None)
+    names = ["onednn_graph", *(f"onednn:{k}" for k in _dnnl_layouts())]
+    modules, checks, not_candidates = _runtimes(graph, structure, xs, expected, names)
+    if not modules:
+        return torch_module, BackendChoice("torch", {}, not_candidates), None
+    candidates = {"torch": torch_module, **modules}
+    timed = fastest(candidates, xs)
+    choice = BackendChoice(timed.chosen, timed.seconds, not_candidates)
+    return candidates[timed.chosen], choice, checks.get(timed.chosen)
 
 
 def _candidate(

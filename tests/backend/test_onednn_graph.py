@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import gawee
-from gawee.backend import onednn_graph
+from gawee.backend import dnnl, onednn_graph
 from gawee.backend.onednn_graph import OneDNNGraphModule
 from gawee.errors import GaweeError
 from gawee.ir.builder import GraphBuilder
@@ -15,6 +15,9 @@ from tests.backend.test_attention_kernels import measuring_wins
 from tests.backend.test_ort import _net, assert_runs_like_the_net
 
 needs_fuser = pytest.mark.skipif(not onednn_graph.available(), reason="no working oneDNN Graph fuser here")
+
+PRIMITIVES = [f"onednn:{layout}" for layout in dnnl.LAYOUTS] if dnnl.available() is None else []
+"""The default compile's other whole-graph candidates: oneDNN's primitives in each layout (gawee.backend.dnnl)."""
 
 
 @needs_fuser
@@ -52,14 +55,15 @@ def test_auto_names_a_runtime_it_could_not_build(monkeypatch):
 
 
 def _wins(monkeypatch, winner: str) -> list:
-    """``measure.fastest`` with ``winner`` chosen: the candidates it was given are recorded."""
+    """``measure.fastest`` with ``winner`` chosen (the torch lowering where it is no candidate): the candidates it
+    was given are recorded."""
     from gawee.backend import measure
 
     given = []
 
     def fastest(candidates, inputs, **kwargs):
         given.append(list(candidates))
-        return measure.Timings({name: 0.001 for name in candidates}, winner)
+        return measure.Timings({name: 0.001 for name in candidates}, winner if winner in candidates else "torch")
 
     monkeypatch.setattr(measure, "fastest", fastest)
     return given
@@ -71,7 +75,7 @@ def test_the_default_compile_keeps_the_runtime_that_measured_faster(monkeypatch,
     given = _wins(monkeypatch, winner)
     net, x = _net()
     module = gawee.compile(net, (x,))
-    assert given == [["torch", "onednn_graph"]]
+    assert given == [["torch", "onednn_graph", *PRIMITIVES]]
     report = module.gawee_report
     assert report.backend.chosen == winner and f"runtime: {winner}" in str(report)
     assert isinstance(module, OneDNNGraphModule) == (winner == "onednn_graph")
@@ -91,7 +95,7 @@ def test_the_default_compile_measures_the_whole_graph_runtime_only_where_that_co
     monkeypatch.setattr(compiler, "WHOLE_GRAPH_MIN_BUDGET_S", 0.0)
     net, x = _net()
     module = gawee.compile(net, (x,))  # a call of a millisecond: 16 of them cost less than half the compile
-    assert given == [["torch", "onednn_graph"]] and module.gawee_report.backend.chosen == "onednn_graph"
+    assert given == [["torch", "onednn_graph", *PRIMITIVES]] and module.gawee_report.backend.chosen == "onednn_graph"
     monkeypatch.setattr(compiler, "WHOLE_GRAPH_CALLS", 1e6)  # now they would cost more
     module = gawee.compile(net, (x,))
     assert len(given) == 1 and isinstance(module, torch.fx.GraphModule)
@@ -121,7 +125,7 @@ def test_a_whole_graph_runtime_that_computes_something_else_is_not_chosen(monkey
     monkeypatch.setattr(OneDNNGraphModule, "forward", off)
     net, x = _net()
     module = gawee.compile(net, (x,))
-    assert given == [] and isinstance(module, torch.fx.GraphModule)
+    assert given == ([["torch", *PRIMITIVES]] if PRIMITIVES else []) and isinstance(module, torch.fx.GraphModule)
     assert "differ" in module.gawee_report.backend.not_candidates["onednn_graph"]
 
 
@@ -130,7 +134,7 @@ def test_without_the_fuser_the_default_compile_keeps_the_lowering(monkeypatch):
     given = _wins(monkeypatch, "onednn_graph")
     net, x = _net()
     module = gawee.compile(net, (x,))
-    assert given == [] and isinstance(module, torch.fx.GraphModule)
+    assert given == ([["torch", *PRIMITIVES]] if PRIMITIVES else []) and isinstance(module, torch.fx.GraphModule)
     assert "trial run" in module.gawee_report.backend.not_candidates["onednn_graph"]
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gawee
-from gawee.backend import onednn_graph
+from gawee.backend import dnnl, onednn_graph
 from gawee.backend.compiler import BackendChoice
 from gawee.backend.measure import fastest
 from gawee.backend.onednn_graph import OneDNNGraphModule
@@ -33,8 +33,9 @@ class Net(torch.nn.Module):
         return {"logits": self.head(feats), "feats": feats}
 
 
-RUNTIMES = {"torch", "onnxruntime"} | ({"onednn_graph"} if onednn_graph.available() else set())
-"""What auto measures here (oneDNN Graph where it passes its trial)."""
+PRIMITIVES = {f"onednn:{layout}" for layout in dnnl.LAYOUTS} if dnnl.available() is None else set()
+RUNTIMES = {"torch", "onnxruntime"} | ({"onednn_graph"} if onednn_graph.available() else set()) | PRIMITIVES
+"""What auto measures here (oneDNN Graph where it passes its trial, oneDNN's primitives where installed)."""
 
 
 def _net():
@@ -69,7 +70,7 @@ def test_auto_measures_both_runtimes_and_returns_the_chosen_one():
     net, x = _net()
     module = gawee.compile(net, (x,), backend="auto")
     choice = module.gawee_report.backend
-    assert isinstance(choice, BackendChoice) and set(choice.not_candidates) <= {"onednn_graph"}
+    assert isinstance(choice, BackendChoice) and set(choice.not_candidates) <= {"onednn_graph", "onednn"}
     assert set(choice.seconds) == RUNTIMES and all(s > 0 for s in choice.seconds.values())
     assert isinstance(module, OrtModule) == (choice.chosen == "onnxruntime")
     assert isinstance(module, OneDNNGraphModule) == (choice.chosen == "onednn_graph")
@@ -87,6 +88,7 @@ def test_auto_keeps_the_torch_lowering_for_symbolic_shapes_and_says_why():
     assert choice.chosen == "torch" and not choice.seconds
     assert "symbolic input shapes" in choice.not_candidates["onnxruntime"]
     assert "static shapes only" in choice.not_candidates["onednn_graph"] or not onednn_graph.available()
+    assert "symbolic shapes" in choice.not_candidates["onednn"] or dnnl.available() is not None
     assert module(torch.randn(3, 3, 16, 16))["logits"].shape == (3, 4)
     with pytest.raises(GaweeError, match="symbolic input shapes"):
         gawee.compile(net, (x,), backend="onnxruntime", dynamic_shapes={"x": {0: batch}})
@@ -124,7 +126,8 @@ def test_auto_compares_and_times_the_runtimes_on_the_example_inputs():
     ids, model = torch.tensor([[0, 1, 1, 0, 1]]), Lookup()
     module = gawee.compile(model, (ids,), backend="auto")
     choice = module.gawee_report.backend
-    assert set(choice.seconds) == RUNTIMES
+    assert set(choice.seconds) == RUNTIMES - PRIMITIVES  # an embedding of int64 ids has no oneDNN primitive
+    assert "no oneDNN primitive for embedding" in choice.not_candidates.get("onednn", "") or not PRIMITIVES
     with torch.no_grad():
         torch.testing.assert_close(module(ids), model(ids))
 

@@ -1,0 +1,677 @@
+"""oneDNN's primitives as gawee's own runtime: each node's primitive created once, activations in blocked layouts.
+
+Why: the torch lowering reaches oneDNN through torch's operators, which rebuild a primitive's descriptor on every
+call (about 110 µs per convolution on an AVX2 AMD EPYC, 18 µs on AVX-512 machines), and they run oneDNN's
+channels-last or plain kernels. ONNX Runtime, the fastest CPU runtime on these models, creates each kernel once
+and keeps activations in a channel-blocked layout (its NCHWc transformer, blocks of 8 channels on AVX2, 16 on
+AVX-512) between the graph's edges. This module does the same with oneDNN itself: at build time it plans the
+rewritten graph into a list of primitives — convolutions with their fused epilogues as post-ops, pooling,
+inner products, eltwise, binary and concatenation — with weights reordered once into the layout each primitive
+asked for, and buffers reused by liveness; a call sets the input's address and executes the list (about 5 µs per
+primitive through ctypes). The layout of the activations is ``layout``: ``"blocked"`` (nChw8c / nChw16c, the
+block the CPU's vector width gives) or ``"any"`` (each primitive's own preference, reordered where neighbours
+differ); :func:`gawee.backend.compiler.whole_graph_choice` measures the candidates on the machine.
+
+The library is ``libdnnl.so.3`` from the ``onednn-cpu-gomp`` wheel (``pip install 'gawee[dnnl]'``), or the file
+``GAWEE_DNNL_LIBRARY`` names. It is loaded after torch, so it shares torch's OpenMP runtime (both name it
+``libgomp.so.1``) and its thread count (``torch.set_num_threads``). The C API's enumerations are ABI-stable within
+oneDNN 3.x; their values here are those of ``dnnl_types.h``, and ``tests/backend/test_dnnl.py`` checks every one
+numerically against torch. Static shapes and float32 only; :func:`supports` says why a graph cannot run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import weakref
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gawee.backend.host import arrange, check_inputs
+from gawee.errors import GaweeError
+from gawee.ir.core import Graph, Node, Value
+from gawee.ir.types import DType
+
+# -- the C API (oneDNN 3.x, dnnl.h / dnnl_types.h) -----------------------------------------------------------
+_P = ctypes.c_void_p
+_DIMS = ctypes.c_int64 * 12
+_F32, _ANY, _CPU, _IN_ORDER, _INFERENCE = 3, 1, 1, 1, 96
+_CONV_DIRECT = 1
+_NCHW8C, _NCHW16C = 102, 78
+_QUERY_IMPL, _QUERY_ARG_MD = 8, 255
+SRC, SRC_1, DST, WEIGHTS, BIAS, MULTIPLE_SRC = 1, 2, 17, 33, 41, 1024
+
+
+def _post_op_arg(index: int) -> int:
+    """DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1: a binary post-op's second operand."""
+    return (1 << 15) * (index + 1) | SRC_1
+
+
+ELTWISE = {
+    "relu": (32, lambda p: (0.0, 0.0)),
+    "leaky_relu": (32, lambda p: (p[0], 0.0)),
+    "tanh": (33, lambda p: (0.0, 0.0)),
+    "sigmoid": (41, lambda p: (0.0, 0.0)),
+    "silu": (44, lambda p: (1.0, 0.0)),
+    "hardswish": (52, lambda p: (1 / 6, 0.5)),
+    "hardsigmoid": (40, lambda p: (1 / 6, 0.5)),
+    "gelu": (49, lambda p: (0.0, 0.0)),
+    "gelu_tanh": (43, lambda p: (0.0, 0.0)),
+    "hardtanh": (47, lambda p: (p[0], p[1])),
+    "mish": (51, lambda p: (0.0, 0.0)),
+}
+"""gawee's activations (the fused ``act`` vocabulary and the standalone ops) as oneDNN eltwise algorithms and
+their (alpha, beta): hardswish and hardsigmoid are x·max(0, min(1, x/6 + 1/2)) and max(0, min(1, x/6 + 1/2)),
+silu is swish with alpha 1, hardtanh is clip_v2 to [alpha, beta], leaky_relu is relu with the negative slope."""
+
+BINARY = {"add": 0x1FFF0, "mul": 0x1FFF1, "sub": 0x1FFF5, "div": 0x1FFF4, "maximum": 0x1FFF2, "minimum": 0x1FFF3}
+_POOL_MAX, _POOL_AVG_INCLUDE, _POOL_AVG_EXCLUDE = 0x1FF, 0x2FF, 0x3FF
+
+LIBRARY_ENV = "GAWEE_DNNL_LIBRARY"
+
+LAYOUTS = ("blocked", "any")
+"""The activation layouts a module can run in: channel-blocked everywhere (the default), or each primitive's own
+choice."""
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int), ("hash", ctypes.c_char_p)]
+
+
+def version() -> str:
+    """The oneDNN library's version, e.g. ``3.2.0`` (empty when it is not installed)."""
+    lib = _load()[0]
+    if lib is None:
+        return ""
+    v = lib.dnnl_version().contents
+    return f"{v.major}.{v.minor}.{v.patch}"
+
+
+class _Unsupported(Exception):
+    """Why a node has no primitive here (the message is :func:`supports`'s answer)."""
+
+
+@cache
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    """The oneDNN library, or why it cannot be loaded."""
+    path = os.environ.get(LIBRARY_ENV) or str(Path(sys.prefix) / "lib" / "libdnnl.so.3")
+    if not Path(path).exists():
+        return None, f"oneDNN's library is not installed (pip install 'gawee[dnnl]', or set {LIBRARY_ENV})"
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        return None, f"oneDNN's library {path} cannot be loaded: {e}"
+    lib.dnnl_version.restype = ctypes.POINTER(_Version)
+    version = lib.dnnl_version().contents
+    if version.major != 3:
+        return None, f"{path} is oneDNN {version.major}.{version.minor}: this runtime calls oneDNN 3's C API"
+    lib.dnnl_primitive_desc_query_md.restype = _P
+    lib.dnnl_primitive_desc_query_md.argtypes = [_P, ctypes.c_int, ctypes.c_int]
+    lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
+    lib.dnnl_memory_desc_get_size.argtypes = [_P]
+    lib.dnnl_memory_desc_equal.restype = ctypes.c_int
+    lib.dnnl_memory_desc_equal.argtypes = [_P, _P]
+    lib.dnnl_primitive_execute.argtypes = [_P, _P, ctypes.c_int, _P]
+    lib.dnnl_memory_set_data_handle.argtypes = [_P, _P]
+    lib.dnnl_stream_wait.argtypes = [_P]
+    for name in ("dnnl_post_ops_append_eltwise",):
+        getattr(lib, name).argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
+    lib.dnnl_eltwise_forward_primitive_desc_create.argtypes = [
+        ctypes.POINTER(_P),
+        _P,
+        ctypes.c_int,
+        ctypes.c_int,
+        _P,
+        _P,
+        ctypes.c_float,
+        ctypes.c_float,
+        _P,
+    ]
+    return lib, None
+
+
+def available() -> str | None:
+    """Why this runtime cannot run here (the library is missing), or None."""
+    return _load()[1]
+
+
+def _lib() -> ctypes.CDLL:
+    lib, why = _load()
+    if lib is None:
+        raise GaweeError(why, hint='use backend="torch"')
+    return lib
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise _Unsupported(f"oneDNN refused {what} (status {status})")
+
+
+class _Arg(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_int), ("memory", _P)]
+
+
+def block_size() -> int:
+    """The channel block of the blocked layout: 16 floats where the CPU has AVX-512, else 8 (AVX2's vector)."""
+    return 16 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 8
+
+
+# -- planning: the graph as a list of primitives ---------------------------------------------------------------
+class _Buffer:
+    """Storage shared by the values that view it (a reshape's output views its input's), back to the pool when
+    the last of them is dead."""
+
+    __slots__ = ("refs", "tensor")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor, self.refs = tensor, 0
+
+
+class _Tensor:
+    """A value as the runtime holds it: its memory descriptor, its oneDNN memory over a buffer."""
+
+    __slots__ = ("buffer", "md", "memory")
+
+    def __init__(self, md, memory, buffer: _Buffer | None):
+        self.md, self.memory, self.buffer = md, memory, buffer
+
+
+class _Plan:
+    """Builds the primitives of one graph; owns every handle it creates (destroyed with the module)."""
+
+    def __init__(self, graph: Graph, layout: str):
+        if layout not in LAYOUTS:
+            raise GaweeError(f"unknown oneDNN layout {layout!r}", hint=f"layout is one of {', '.join(LAYOUTS)}")
+        self.lib = _lib()
+        self.layout = layout
+        self.block = block_size()
+        self.handles: list[tuple[str, int]] = []  # (destroy function, handle), destroyed in reverse
+        self.keep: list[Any] = []  # what the primitives' arguments point to
+        self.steps: list[tuple[int, int, Any, str]] = []  # (primitive, nargs, args, implementation)
+        self.impl: dict[int, str] = {}  # each primitive's implementation (oneDNN's name for its kernel)
+        self.pool: dict[int, list[_Buffer]] = {}
+        self.values: dict[Value, _Tensor] = {}
+        self.converted: dict[Value, list[_Tensor]] = {}  # a value reordered to consumers' layouts
+        self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
+        self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
+        self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
+        self.fused = _fused_acts(graph)
+
+    # handles
+    def _new(self, destroy: str, create, *args) -> int:
+        handle = _P()
+        args = [_P(a) if isinstance(a, int) else a for a in args]  # handles are pointers; int enums fit the slot
+        _check(create(ctypes.byref(handle), *args), create.__name__)
+        self.handles.append((destroy, handle.value))
+        return handle.value
+
+    def md(self, shape, tag: int | None = None, strides=None) -> int:
+        shape = list(shape) or [1]
+        if tag is not None:
+            create = self.lib.dnnl_memory_desc_create_with_tag
+            return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, tag)
+        strides = strides or torch.empty(shape, device="meta").stride()
+        create = self.lib.dnnl_memory_desc_create_with_strides
+        return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, _DIMS(*strides))
+
+    def activation_md(self, shape) -> int:
+        """What a convolution's activation asks for: the blocked layout, or oneDNN's choice."""
+        if self.layout == "any":
+            return self.md(shape, _ANY)
+        return self.md(shape, _NCHW16C if self.block == 16 else _NCHW8C)
+
+    def memory(self, md: int, buffer: _Buffer | None, data_ptr: int | None = None) -> int:
+        ptr = buffer.tensor.data_ptr() if buffer is not None else data_ptr
+        return self._new("dnnl_memory_destroy", self.lib.dnnl_memory_create, md, self.engine, _P(ptr))
+
+    def buffer(self, md: int) -> _Buffer:
+        size = self.lib.dnnl_memory_desc_get_size(md)
+        free = self.pool.get(size)
+        if free:
+            return free.pop()
+        return _Buffer(torch.empty(max(1, size // 4), dtype=torch.float32))
+
+    def tensor(self, md: int) -> _Tensor:
+        buffer = self.buffer(md)
+        buffer.refs += 1
+        return _Tensor(md, self.memory(md, buffer), buffer)
+
+    def release(self, t: _Tensor) -> None:
+        if t.buffer is not None:
+            t.buffer.refs -= 1
+            if t.buffer.refs == 0:
+                self.pool.setdefault(t.buffer.tensor.numel() * 4, []).append(t.buffer)
+
+    def primitive(self, create, *args, attr: int | None = None) -> tuple[int, int]:
+        """The primitive descriptor ``create(*args, attr)`` makes, and its primitive."""
+        pd = self._new("dnnl_primitive_desc_destroy", create, *args, _P(attr))
+        return pd, self.created(pd)
+
+    def created(self, pd: int) -> int:
+        prim = self._new("dnnl_primitive_destroy", self.lib.dnnl_primitive_create, pd)
+        impl = ctypes.c_char_p()
+        self.lib.dnnl_primitive_desc_query(_P(pd), _QUERY_IMPL, 0, ctypes.byref(impl))
+        self.impl[prim] = impl.value.decode() if impl.value else "?"
+        return prim
+
+    def act_of(self, node: Node) -> tuple[str | None, tuple]:
+        """The activation ``node``'s primitive applies: its own ``act``, or the next node's when that is fused."""
+        if node.attrs.get("act") is not None:
+            return node.attrs["act"], tuple(node.attrs.get("act_params", ()))
+        fused = self.fused.get(node)
+        return _act(fused) if fused is not None else (None, ())
+
+    def queried(self, pd: int, arg: int) -> int:
+        return self.lib.dnnl_primitive_desc_query_md(_P(pd), _QUERY_ARG_MD, arg)
+
+    def step(self, prim: int, args: dict[int, int]) -> None:
+        array = (_Arg * len(args))(*(_Arg(k, _P(m)) for k, m in args.items()))
+        self.keep.append(array)
+        self.steps.append((prim, len(args), array, self.impl[prim]))
+
+    def reorder(self, src: _Tensor, md: int, dst: _Tensor | None = None) -> _Tensor:
+        dst = dst or self.tensor(md)
+        create = self.lib.dnnl_reorder_primitive_desc_create
+        _, prim = self.primitive(create, src.md, self.engine, md, self.engine)
+        self.step(prim, {SRC: src.memory, DST: dst.memory})
+        return dst
+
+    def constant(self, data: torch.Tensor, md: int, shape=None) -> _Tensor:
+        """A constant in the layout ``md`` asks for, reordered once now."""
+        data = data.detach().to(torch.float32).contiguous()
+        if shape is not None:
+            data = data.reshape(shape)
+        self.keep.append(data)
+        plain = self.md(data.shape)
+        src = _Tensor(plain, self.memory(plain, None, data.data_ptr()), None)
+        if self.lib.dnnl_memory_desc_equal(_P(plain), _P(md)):
+            return src
+        steps, self.steps = self.steps, []
+        # a buffer of its own: a pooled one is an earlier activation's, which the steps before would overwrite
+        buffer = _Buffer(torch.empty(max(1, self.lib.dnnl_memory_desc_get_size(md) // 4)))
+        dst = _Tensor(md, self.memory(md, buffer), buffer)
+        self.keep.append(dst)
+        self.reorder(src, md, dst)
+        for prim, n, args, _ in self.steps:
+            _check(self.lib.dnnl_primitive_execute(prim, self.stream, n, args), "a weight reorder")
+        self.lib.dnnl_stream_wait(self.stream)
+        self.steps = steps
+        return dst
+
+    def operand(self, v: Value, md: int | None = None) -> _Tensor:
+        """The value as a primitive's operand, reordered to ``md`` when that layout differs from its own."""
+        if v.is_const:
+            if not v.has_known_data:
+                raise _Unsupported(f"constant {v.name} has no data")
+            return self.constant(v.data, md if md is not None else self.md(v.data.shape))
+        t = self.values[v]
+        if md is None or self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)):
+            return t
+        copies = self.converted.setdefault(v, [])
+        for c in copies:
+            if self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
+                return c
+        copies.append(self.reorder(t, md))
+        return copies[-1]
+
+    def done_with(self, node: Node) -> None:
+        """Frees the buffers of the inputs ``node`` read for the last time."""
+        for v in {v for v in node.inputs if v is not None and not v.is_const}:
+            self.remaining[v] -= sum(1 for i in node.inputs if i is v)
+            if self.remaining[v] == 0 and not v.is_graph_output:
+                for t in (self.values[v], *self.converted.pop(v, ())):
+                    self.release(t)
+
+
+def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:
+    value = tuple(node.attrs.get(name) or default)
+    return list(value * 2 if len(value) == 1 else value)
+
+
+def _act(node: Node) -> tuple[str, tuple]:
+    """A standalone activation node as the ``act`` vocabulary's name and parameters."""
+    a = node.attrs
+    if node.op == "gelu" and a.get("approximate", "none") != "none":
+        return "gelu_tanh", ()
+    if node.op == "leaky_relu":
+        return "leaky_relu", (a.get("negative_slope", 0.01),)
+    if node.op == "hardtanh":
+        return "hardtanh", (a.get("min_val", -1.0), a.get("max_val", 1.0))
+    return node.op, ()
+
+
+def _const(v: Value | None, what: str) -> torch.Tensor | None:
+    if v is None:
+        return None
+    if not v.has_known_data:
+        raise _Unsupported(f"the {what} {v.name} is computed, not a constant")
+    return v.data
+
+
+def _post_ops(plan: _Plan, act: str | None, params, residual_md: int | None = None) -> int | None:
+    """An attribute holding ``+ residual`` (a binary post-op) then ``act`` (an eltwise post-op)."""
+    if act is None and residual_md is None:
+        return None
+    if act is not None and act not in ELTWISE:
+        raise _Unsupported(f"no oneDNN post-op for {act}")
+    lib = plan.lib
+    po = plan._new("dnnl_post_ops_destroy", lib.dnnl_post_ops_create)
+    if residual_md is not None:
+        _check(lib.dnnl_post_ops_append_binary(_P(po), BINARY["add"], _P(residual_md)), "a residual add")
+    if act is not None:
+        alg, alpha_beta = ELTWISE[act]
+        _check(lib.dnnl_post_ops_append_eltwise(_P(po), alg, *alpha_beta(tuple(params))), f"a fused {act}")
+    attr = plan._new("dnnl_primitive_attr_destroy", lib.dnnl_primitive_attr_create)
+    _check(lib.dnnl_primitive_attr_set_post_ops(_P(attr), _P(po)), "post-ops")
+    return attr
+
+
+def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, dilation, residual=None) -> _Tensor:
+    """``act(conv(x) + residual)`` as one primitive: the residual and the activation as post-ops."""
+    x, out = node.inputs[0], node.output
+    cin, cout = x.shape[1], out.shape[1]
+    kernel = list(weight.shape[2:])
+    wshape = [groups, cout // groups, cin // groups, *kernel] if groups > 1 else [cout, cin, *kernel]
+    # a few input channels (an image): read as they are, like ORT's NCHWc convolutions
+    src_md = plan.md(x.shape, _ANY) if cin < plan.block and groups == 1 else plan.activation_md(x.shape)
+    dst_md, w_md, b_md = plan.activation_md(out.shape), plan.md(wshape, _ANY), plan.md([cout])
+    geometry = (_DIMS(*stride), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*padding))
+    act, params = plan.act_of(node)
+
+    def build(attr, dst_md):
+        create = plan.lib.dnnl_convolution_forward_primitive_desc_create
+        args = (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry)
+        return plan.primitive(create, *args, attr=attr)
+
+    pd, prim = build(_post_ops(plan, act, params), dst_md)
+    args = {}
+    if residual is not None:  # added in the layout the output got, which the second build keeps
+        out_md = plan.queried(pd, DST)
+        pd, prim = build(_post_ops(plan, act, params, out_md), out_md)
+        args[_post_op_arg(0)] = plan.operand(residual, out_md).memory
+    src = plan.operand(x, plan.queried(pd, SRC))
+    w = plan.constant(weight, plan.queried(pd, WEIGHTS), wshape)
+    b = plan.constant(bias if bias is not None else torch.zeros(cout), plan.queried(pd, BIAS))
+    dst = plan.tensor(plan.queried(pd, DST))
+    plan.step(prim, {SRC: src.memory, WEIGHTS: w.memory, BIAS: b.memory, DST: dst.memory, **args})
+    return dst
+
+
+def _conv2d(plan: _Plan, node: Node) -> _Tensor:
+    a = node.attrs
+    x, w, b, *residual = node.inputs
+    if x.type.rank != 4:
+        raise _Unsupported("conv2d on a rank other than 4")
+    weight, bias, padding = _const(w, "weight"), _const(b, "bias"), _pair(node, "padding", (0, 0))
+    stride, dilation = _pair(node, "stride"), _pair(node, "dilation")
+    return _conv(plan, node, weight, bias, a["groups"], stride, padding, dilation, (residual or [None])[0])
+
+
+def _batch_norm(plan: _Plan, node: Node) -> _Tensor:
+    """Inference batch norm as a 1×1 depthwise convolution by its scale and shift, as ONNX Runtime's NCHWc
+    transformer does: it then runs in the blocked layout and takes a following activation as its post-op."""
+    x, weight, bias, mean, var = node.inputs
+    if x.type.rank != 4:
+        raise _Unsupported("batch_norm on a rank other than 4")
+    scale = torch.rsqrt(_const(var, "running_var").double() + node.attrs["eps"])
+    if weight is not None:
+        scale = scale * _const(weight, "weight").double()
+    shift = -_const(mean, "running_mean").double() * scale
+    if bias is not None:
+        shift = shift + _const(bias, "bias").double()
+    c = x.shape[1]
+    return _conv(plan, node, scale.float().reshape(c, 1, 1, 1), shift.float(), c, [1, 1], [0, 0], [1, 1])
+
+
+def _linear(plan: _Plan, node: Node) -> _Tensor:
+    x, w, b = node.inputs
+    if x.type.rank != 2:
+        raise _Unsupported("linear on a rank other than 2")
+    weight, out = _const(w, "weight"), node.output.shape
+    create = plan.lib.dnnl_inner_product_forward_primitive_desc_create
+    mds = (plan.md(x.shape), plan.md(weight.shape, _ANY), plan.md([out[1]]), plan.md(out))
+    pd, prim = plan.primitive(create, plan.engine, _INFERENCE, *mds, attr=_post_ops(plan, *plan.act_of(node)))
+    src = plan.operand(x, plan.queried(pd, SRC))
+    wt = plan.constant(weight, plan.queried(pd, WEIGHTS))
+    bt = plan.constant(_const(b, "bias") if b is not None else torch.zeros(out[1]), plan.queried(pd, BIAS))
+    dst = plan.tensor(plan.queried(pd, DST))
+    plan.step(prim, {SRC: src.memory, WEIGHTS: wt.memory, BIAS: bt.memory, DST: dst.memory})
+    return dst
+
+
+def _pool(plan: _Plan, node: Node, alg: int, kernel, stride, padding, dilation=(1, 1)) -> _Tensor:
+    x, out = node.inputs[0], node.output
+    if x.type.rank != 4:
+        raise _Unsupported(f"{node.op} on a rank other than 4")
+    # the right and bottom padding that gives torch's output size: more with ceil_mode, less where floor drops rows
+    pad_r = [
+        max(0, (o - 1) * s + (k - 1) * d + 1 - i - p)
+        for o, s, k, d, i, p in zip(out.shape[2:], stride, kernel, dilation, x.shape[2:], padding)
+    ]
+    src = plan.operand(x)
+    create = plan.lib.dnnl_pooling_forward_primitive_desc_create
+    geometry = (_DIMS(*stride), _DIMS(*kernel), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*pad_r))
+    pd, prim = plan.primitive(create, plan.engine, _INFERENCE, alg, src.md, plan.md(out.shape, _ANY), *geometry)
+    dst = plan.tensor(plan.queried(pd, DST))
+    plan.step(prim, {SRC: src.memory, DST: dst.memory})
+    return dst
+
+
+def _max_pool2d(plan: _Plan, node: Node) -> _Tensor:
+    kernel = _pair(node, "kernel_size")
+    stride, padding = _pair(node, "stride", kernel), _pair(node, "padding", (0, 0))
+    return _pool(plan, node, _POOL_MAX, kernel, stride, padding, _pair(node, "dilation"))
+
+
+def _avg_pool2d(plan: _Plan, node: Node) -> _Tensor:
+    if node.attrs.get("divisor_override") is not None:
+        raise _Unsupported("avg_pool2d with divisor_override")
+    kernel = _pair(node, "kernel_size")
+    stride, padding = _pair(node, "stride", kernel), _pair(node, "padding", (0, 0))
+    x, out = node.inputs[0], node.output
+    beyond = any(
+        (o - 1) * s + k > i + 2 * p for o, s, k, i, p in zip(out.shape[2:], stride, kernel, x.shape[2:], padding)
+    )
+    counts_padding = node.attrs.get("count_include_pad", True) and any(padding)
+    if counts_padding and beyond:  # torch counts the explicit padding only, oneDNN also ceil_mode's extra
+        raise _Unsupported("avg_pool2d counting the padding, with a window past it (ceil_mode)")
+    return _pool(plan, node, _POOL_AVG_INCLUDE if counts_padding else _POOL_AVG_EXCLUDE, kernel, stride, padding)
+
+
+def _adaptive_avg_pool2d(plan: _Plan, node: Node) -> _Tensor:
+    x, out = node.inputs[0], node.output
+    if x.type.rank != 4 or any(i % o for i, o in zip(x.shape[2:], out.shape[2:])):
+        raise _Unsupported("adaptive_avg_pool2d to a size that does not divide the input's")
+    kernel = [i // o for i, o in zip(x.shape[2:], out.shape[2:])]
+    return _pool(plan, node, _POOL_AVG_EXCLUDE, kernel, kernel, [0, 0])
+
+
+def _eltwise(plan: _Plan, node: Node) -> _Tensor:
+    act, params = _act(node)
+    alg, alpha_beta = ELTWISE[act]
+    src = plan.operand(node.inputs[0])
+    pd = _P()
+    create = plan.lib.dnnl_eltwise_forward_primitive_desc_create
+    _check(create(ctypes.byref(pd), plan.engine, _INFERENCE, alg, src.md, src.md, *alpha_beta(params), None), act)
+    plan.handles.append(("dnnl_primitive_desc_destroy", pd.value))
+    prim = plan.created(pd.value)
+    dst = plan.tensor(plan.queried(pd.value, DST))
+    plan.step(prim, {SRC: src.memory, DST: dst.memory})
+    return dst
+
+
+def _binary(plan: _Plan, node: Node) -> _Tensor:
+    a, b = node.inputs[:2]
+    out = node.output.shape
+    if a.shape != out and node.op in ("add", "mul", "maximum", "minimum"):
+        a, b = b, a  # the full-size operand first: oneDNN broadcasts the second
+    if a.shape != out:
+        raise _Unsupported(f"{node.op} broadcasting its first operand")
+    if b.is_const:  # a scalar or a smaller constant: as many dimensions as the output
+        shape = [1] * (len(out) - len(b.shape)) + list(b.shape)
+        src1 = plan.constant(_const(b, "operand"), plan.md(shape), shape)
+    elif len(b.shape) == len(out):
+        src1 = plan.operand(b)
+    else:
+        raise _Unsupported(f"{node.op} of operands of different ranks")
+    src0 = plan.operand(a)
+    create = plan.lib.dnnl_binary_primitive_desc_create
+    mds = (src0.md, src1.md, plan.md(out, _ANY))
+    pd, prim = plan.primitive(create, plan.engine, BINARY[node.op], *mds, attr=_post_ops(plan, *plan.act_of(node)))
+    dst = plan.tensor(plan.queried(pd, DST))
+    plan.step(prim, {SRC: src0.memory, SRC_1: src1.memory, DST: dst.memory})
+    return dst
+
+
+def _cat(plan: _Plan, node: Node) -> _Tensor:
+    out = node.output.shape
+    srcs = [plan.operand(v) for v in node.inputs]
+    mds = (_P * len(srcs))(*(_P(s.md) for s in srcs))
+    create = plan.lib.dnnl_concat_primitive_desc_create
+    dim = node.attrs.get("dim", 0) % len(out)
+    pd, prim = plan.primitive(create, plan.engine, plan.md(out, _ANY), len(srcs), dim, mds)
+    dst = plan.tensor(plan.queried(pd, DST))
+    plan.step(prim, {DST: dst.memory, **{MULTIPLE_SRC + i: s.memory for i, s in enumerate(srcs)}})
+    return dst
+
+
+def _reshape(plan: _Plan, node: Node) -> _Tensor:
+    """A view of the input in the plain row-major layout (reordered to it first where it is blocked)."""
+    x = node.inputs[0]
+    plain = plan.md(x.shape)
+    src = plan.operand(x, plain)
+    if src.buffer is None:  # a graph input or constant: its address is not the module's to view
+        src = plan.reorder(src, plain)
+    md = plan.md(node.output.shape)
+    src.buffer.refs += 1
+    return _Tensor(md, plan.memory(md, src.buffer), src.buffer)
+
+
+LOWERINGS = {
+    "conv2d": _conv2d,
+    "batch_norm": _batch_norm,
+    "linear": _linear,
+    "max_pool2d": _max_pool2d,
+    "avg_pool2d": _avg_pool2d,
+    "adaptive_avg_pool2d": _adaptive_avg_pool2d,
+    "cat": _cat,
+    "reshape": _reshape,
+    "flatten": _reshape,
+    **dict.fromkeys(ELTWISE.keys() - {"gelu_tanh"}, _eltwise),
+    **dict.fromkeys(BINARY, _binary),
+}
+"""The ops this runtime runs, each with the function that plans its primitive."""
+
+TAKES_ACT = frozenset({"conv2d", "batch_norm", "linear", *BINARY})
+"""Ops whose primitive takes a following activation as its post-op (where the node carries no ``act`` of its
+own)."""
+
+
+def _fused_acts(graph: Graph) -> dict[Node, Node]:
+    """Producer → the activation node planned as its eltwise post-op: an activation whose input is the only use of
+    an op in :data:`TAKES_ACT`."""
+    fused = {}
+    for node in graph:
+        producer = node.inputs[0].producer if node.op in ELTWISE and node.inputs else None
+        if (
+            producer is not None
+            and producer.op in TAKES_ACT
+            and producer.attrs.get("act") is None
+            and node.inputs[0].num_uses == 1
+        ):
+            fused[producer] = node
+    return fused
+
+
+def supports(graph: Graph) -> str | None:
+    """Why ``graph`` cannot run on this runtime, or None if it can (as far as its types and ops show; the
+    primitives themselves are checked when the module is built)."""
+    why = available()
+    if why is not None:
+        return why
+    for v in (*graph.inputs, *graph.outputs):
+        if v.type.symbolic:
+            return "symbolic shapes (primitives are created for one size)"
+    for node in graph:
+        if node.op not in LOWERINGS:
+            return f"no oneDNN primitive for {node.op} ({node.name})"
+        for v in (*node.inputs, node.output):
+            if v is not None and v.dtype is not DType.f32:
+                return f"{node.name} computes in {v.dtype} (float32 only)"
+    return None
+
+
+class DnnlModule(torch.nn.Module):
+    """The rewritten graph on oneDNN's primitives: call it with torch tensors, get torch tensors back (a tuple, or
+    nested as ``output_structure``). ``module.kernels`` lists the implementation oneDNN chose for each primitive.
+    A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait)."""
+
+    def __init__(self, graph: Graph, *, output_structure: Any = None, layout: str = "blocked"):
+        super().__init__()
+        why = supports(graph)
+        if why is not None:
+            raise GaweeError(f"{graph.name} cannot run on oneDNN's primitives: {why}", hint='use backend="torch"')
+        plan = _Plan(graph, layout)
+        self._finalizer = weakref.finalize(self, _destroy, plan.lib, plan.handles)
+        self.inputs = []  # each input's memory: its address is set by each call
+        for v in graph.inputs:
+            md = plan.md(v.shape)
+            plan.values[v] = _Tensor(md, plan.memory(md, None, 0), None)
+            self.inputs.append(plan.values[v].memory)
+        acts = {act: producer for producer, act in plan.fused.items()}
+        self.outputs = []  # each output's memory (plain, its address set by each call) and shape
+        try:
+            for node in graph:
+                if node in acts:  # computed by its producer's post-op, into the same buffer
+                    plan.values[node.output] = plan.values[acts[node].output]
+                    continue
+                plan.values[node.output] = LOWERINGS[node.op](plan, node)
+                plan.done_with(node)
+            for v in graph.outputs:
+                plain = plan.md(v.shape)
+                out = _Tensor(plain, plan.memory(plain, None, 0), None)
+                plan.reorder(plan.operand(v), plain, out)
+                self.outputs.append((out.memory, tuple(v.shape)))
+        except _Unsupported as e:
+            raise GaweeError(
+                f"{graph.name} cannot run on oneDNN's primitives: {e}", hint='use backend="torch"'
+            ) from None
+        self.lib, self.stream, self.layout = plan.lib, plan.stream, layout
+        self.steps = [step[:3] for step in plan.steps]
+        self.kernels = [step[3] for step in plan.steps]
+        self._keep = (plan.keep, plan.values, plan.pool, plan.converted)
+        self.input_types = [v.type for v in graph.inputs]
+        self.output_structure = output_structure
+        self.gawee_report = None
+        self._lock = threading.Lock()
+
+    def forward(self, *inputs: torch.Tensor):
+        check_inputs(inputs, self.input_types)
+        xs = [x.detach().contiguous() for x in inputs]
+        outs = [torch.empty(shape) for _, shape in self.outputs]
+        lib = self.lib
+        with self._lock:
+            for memory, x in zip(self.inputs, xs):
+                lib.dnnl_memory_set_data_handle(memory, x.data_ptr())
+            for (memory, _), y in zip(self.outputs, outs):
+                lib.dnnl_memory_set_data_handle(memory, y.data_ptr())
+            execute, stream = lib.dnnl_primitive_execute, self.stream
+            for i, (prim, n, args) in enumerate(self.steps):
+                status = execute(prim, stream, n, args)
+                if status:
+                    raise GaweeError(
+                        f"oneDNN's {self.kernels[i]} primitive (step {i}) failed to execute (status {status})",
+                        hint='use backend="torch"',
+                    )
+            lib.dnnl_stream_wait(stream)
+        return arrange(outs, self.output_structure)
+
+
+def _destroy(lib, handles) -> None:
+    for destroy, handle in reversed(handles):
+        getattr(lib, destroy)(_P(handle))

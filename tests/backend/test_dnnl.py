@@ -1,0 +1,283 @@
+"""oneDNN's primitives as gawee's runtime (gawee.backend.dnnl): every op and epilogue it plans computes torch's
+result, in both activation layouts, and its buffers are reused without clobbering a live value."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gawee
+from gawee.backend import dnnl
+from gawee.backend.dnnl import DnnlModule
+from gawee.errors import GaweeError
+from gawee.ir.builder import GraphBuilder
+
+pytestmark = pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available()))
+
+
+class Lambda(nn.Module):
+    def __init__(self, fn, *modules):
+        super().__init__()
+        self.fn, self.parts = fn, nn.ModuleList(modules)
+
+    def forward(self, *xs):
+        return self.fn(self.parts, *xs)
+
+
+def _graph(model, *xs):
+    graph, _ = gawee.rewrite(gawee.capture(model.eval(), xs))
+    return graph
+
+
+def assert_runs_like(model, *xs, layouts=dnnl.LAYOUTS, rtol=1e-5):
+    """Each layout's module computes what ``model`` computes (twice: the second call reuses every buffer)."""
+    graph = _graph(model, *xs)
+    assert dnnl.supports(graph) is None, dnnl.supports(graph)
+    with torch.no_grad():
+        want = model(*xs)
+        want = want if isinstance(want, tuple) else (want,)
+        for layout in layouts:
+            module = DnnlModule(graph, layout=layout)
+            for _ in range(2):
+                got = module(*xs)
+                for g, w in zip(got, want):
+                    assert g.shape == w.shape
+                    torch.testing.assert_close(g, w, rtol=rtol, atol=rtol * max(1.0, float(w.abs().max())))
+    return graph
+
+
+ACTS = {
+    "relu": F.relu,
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "silu": F.silu,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 2.0),
+    "mish": F.mish,
+}
+
+
+def test_every_activation_the_runtime_maps_is_one_the_tests_check():
+    assert set(ACTS) == set(dnnl.ELTWISE)
+
+
+@pytest.mark.parametrize("name", sorted(ACTS))
+def test_each_activation_computes_torchs_as_a_conv_post_op_a_linear_post_op_and_alone(name):
+    """The eltwise algorithm numbers and their alpha/beta are oneDNN's enumerations: a wrong one computes
+    another function, which these catch. Inputs span [-9, 9], past every activation's knees."""
+    torch.manual_seed(0)
+    act = ACTS[name]
+    conv = Lambda(lambda p, x: act(p[0](x)), nn.Conv2d(8, 16, 3, padding=1))
+    linear = Lambda(lambda p, x: act(p[0](x)), nn.Linear(12, 10))
+    alone = Lambda(lambda p, x: act(x * 3))
+    assert_runs_like(conv, torch.randn(1, 8, 6, 6) * 3)
+    assert_runs_like(linear, torch.randn(3, 12) * 3)
+    assert_runs_like(alone, torch.randn(2, 16, 5, 5) * 3)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    groups=st.sampled_from([1, 2, "depthwise"]),
+    cin=st.sampled_from([3, 8, 12, 16]),
+    kernel=st.integers(1, 5),
+    stride=st.integers(1, 3),
+    padding=st.integers(0, 2),
+    dilation=st.integers(1, 2),
+    size=st.integers(6, 11),
+    batch=st.integers(1, 2),
+    residual=st.booleans(),
+)
+def test_convolution_geometries_compute_torchs(groups, cin, kernel, stride, padding, dilation, size, batch, residual):
+    """Any stride, padding, dilation (oneDNN counts it from 0), group count, channel count (blocks of 8 or 16
+    padded), with and without a residual post-op."""
+    torch.manual_seed(0)
+    g = cin if groups == "depthwise" else (groups if cin % groups == 0 else 1)
+    cout = cin if groups == "depthwise" else 2 * g * 4
+    conv = nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups=g)
+    x = torch.randn(batch, cin, size, size)
+    if (size + 2 * padding - dilation * (kernel - 1) - 1) < 0:
+        return
+    if residual:
+        out = conv(x).shape
+        model = Lambda(lambda p, x, r: torch.relu(p[0](x) + r), conv)
+        assert_runs_like(model, x, torch.randn(out))
+    else:
+        assert_runs_like(Lambda(lambda p, x: p[0](x), conv), x)
+
+
+def test_residual_blocks_in_both_layouts():
+    torch.manual_seed(0)
+    block = Lambda(
+        lambda p, x: torch.relu(p[1](torch.relu(p[0](x))) + x),
+        nn.Conv2d(16, 16, 3, padding=1),
+        nn.Conv2d(16, 16, 3, padding=1),
+    )
+    assert_runs_like(block, torch.randn(2, 16, 9, 9))
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        lambda x: F.max_pool2d(x, 3, 2, 1),
+        lambda x: F.max_pool2d(x, 3, 2, 0, ceil_mode=True),
+        lambda x: F.max_pool2d(x, 2, 2, 0, dilation=2),
+        lambda x: F.max_pool2d(x, 2),
+        lambda x: F.avg_pool2d(x, 3, 2, 1),
+        lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+        lambda x: F.avg_pool2d(x, 2, 2, 0, ceil_mode=True),
+        lambda x: F.adaptive_avg_pool2d(x, 1),
+        lambda x: F.adaptive_avg_pool2d(x, (3, 2)),
+    ],
+)
+def test_pooling_computes_torchs_with_paddings_strides_and_ceil_mode(pool):
+    torch.manual_seed(0)
+    model = Lambda(lambda p, x: pool(p[0](x)), nn.Conv2d(8, 16, 1))
+    assert_runs_like(model, torch.randn(2, 8, 9, 6))
+
+
+def test_an_average_pool_counting_padding_past_the_input_is_refused_not_miscomputed():
+    """ceil_mode's extra window: torch divides by the window clipped to input + explicit padding, oneDNN's
+    include-padding by the whole window."""
+    graph = _graph(Lambda(lambda p, x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True)), torch.randn(1, 8, 8, 8))
+    with pytest.raises(GaweeError, match="counting the padding"):
+        DnnlModule(graph)
+
+
+def test_batch_norm_then_relu_runs_as_one_depthwise_convolution():
+    """densenet's pre-activation blocks: the normalization cannot fold into a convolution before it."""
+    torch.manual_seed(0)
+    bn = nn.BatchNorm2d(12).eval()
+    bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2), bn.weight.data.uniform_(0.5, 2)
+    model = Lambda(lambda p, x: p[1](torch.relu(p[0](torch.cat([x, x * 2], 1)))), bn, nn.Conv2d(12, 8, 1))
+    graph = assert_runs_like(model, torch.randn(2, 6, 7, 7))
+    assert [n.op for n in graph].count("relu") == 1
+    module = DnnlModule(graph)
+    assert sum(k.startswith(("jit", "brg", "gemm")) for k in module.kernels) >= 2  # no eltwise step for the relu
+
+
+def test_concatenation_of_channel_counts_no_block_divides():
+    torch.manual_seed(0)
+    model = Lambda(
+        lambda p, x: p[2](torch.cat([p[0](x), p[1](x)], 1)),
+        nn.Conv2d(4, 12, 3, padding=1),
+        nn.Conv2d(4, 20, 1),
+        nn.Conv2d(32, 8, 1),
+    )
+    assert_runs_like(model, torch.randn(1, 4, 6, 6))
+
+
+def test_squeeze_and_excitation_broadcasts_the_channel_scale():
+    torch.manual_seed(0)
+    se = Lambda(
+        lambda p, x: x * F.hardsigmoid(p[1](F.relu(p[0](F.adaptive_avg_pool2d(x, 1))))),
+        nn.Conv2d(16, 8, 1),
+        nn.Conv2d(8, 16, 1),
+    )
+    assert_runs_like(Lambda(lambda p, x: p[1](p[0](x)), nn.Conv2d(8, 16, 3, padding=1), se), torch.randn(2, 8, 7, 7))
+
+
+def test_binary_ops_with_constant_and_broadcast_operands():
+    torch.manual_seed(0)
+    c = torch.randn(1, 16, 1, 1)
+    model = Lambda(
+        lambda p, x: torch.maximum((p[0](x) - 0.5) / 2.0, p[0](x) * c) + torch.minimum(p[0](x), c),
+        nn.Conv2d(8, 16, 1),
+    )
+    assert_runs_like(model, torch.randn(2, 8, 5, 5))
+
+
+def test_flatten_views_the_plain_layout_and_a_value_can_be_an_output_and_an_operand():
+    torch.manual_seed(0)
+    model = Lambda(
+        lambda p, x: (p[0](x), p[1](torch.flatten(torch.relu(p[0](x)), 1)), torch.flatten(x, 1)),
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.Linear(16 * 4 * 4, 10),
+    )
+    assert_runs_like(model, torch.randn(2, 3, 4, 4))
+
+
+def test_a_weight_is_never_put_in_a_buffer_an_earlier_activation_reuses():
+    """A chain whose 16×12×12 activations are as large as its 16×16×3×3 weights: planned weights once landed in a
+    pooled buffer, and the earlier steps that write it overwrote them on every call (mobilenet_v3_large ran 1e4×
+    off)."""
+    torch.manual_seed(0)
+    convs = [nn.Conv2d(16, 16, 3, padding=1) for _ in range(5)]
+    model = Lambda(lambda p, x: p[4](p[3](torch.relu(p[2](torch.relu(p[1](torch.relu(p[0](x)))))))), *convs)
+    assert convs[0].weight.numel() == 16 * 12 * 12
+    assert_runs_like(model, torch.randn(1, 16, 12, 12))
+
+
+def test_a_resnet_compiles_to_the_runtime_with_its_layout_measured():
+    torch.manual_seed(0)
+    import torchvision
+
+    model = torchvision.models.resnet18(weights=None, num_classes=10).eval()
+    x = torch.randn(1, 3, 64, 64)
+    module = gawee.compile(model, (x,), backend="onednn")
+    choice = module.gawee_report.backend
+    assert isinstance(module, DnnlModule) and choice.chosen == f"onednn:{module.layout}"
+    assert set(choice.seconds) == {"onednn:blocked", "onednn:any"}
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-4)
+    fixed = gawee.compile(model, (x,), backend="onednn:any")
+    assert fixed.layout == "any" and fixed.gawee_report.backend.seconds == {}
+
+
+def test_gawee_compile_measures_the_runtime_against_the_lowering_by_default():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1)).eval()
+    choice = gawee.compile(model, (torch.randn(1, 3, 16, 16),)).gawee_report.backend
+    assert {"torch", "onednn:blocked", "onednn:any"} <= set(choice.seconds)
+
+
+def test_unknown_layouts_and_backends_are_typed_errors():
+    model, x = nn.Conv2d(3, 8, 1).eval(), torch.randn(1, 3, 4, 4)
+    with pytest.raises(GaweeError, match="unknown backend 'onednn:nhwc'"):
+        gawee.compile(model, (x,), backend="onednn:nhwc")
+    with pytest.raises(GaweeError, match="unknown backend 'torch:any'"):
+        gawee.compile(model, (x,), backend="torch:any")
+    with pytest.raises(GaweeError, match="unknown oneDNN layout"):
+        DnnlModule(_graph(model, x), layout="nhwc")
+
+
+def test_what_it_cannot_run_is_said_not_miscomputed():
+    b = GraphBuilder("half")
+    assert "float32" in dnnl.supports(b.output(b.relu(b.input("x", "f16[2,3]"))))
+    b = GraphBuilder("softmax")
+    graph = b.output(b.softmax(b.input("x", "f32[2,3]"), dim=1))
+    assert "no oneDNN primitive for softmax" in dnnl.supports(graph)
+    with pytest.raises(GaweeError, match="cannot run on oneDNN's primitives: no oneDNN primitive for softmax"):
+        DnnlModule(graph)
+    net = nn.Conv2d(3, 8, 1).eval()
+    dynamic = gawee.capture(net, (torch.randn(2, 3, 4, 4),), dynamic_shapes=({0: torch.export.Dim("n", max=8)},))
+    assert "symbolic shapes" in dnnl.supports(dynamic)
+    with pytest.raises(GaweeError, match="no oneDNN primitive for softmax"):
+        gawee.compile(Lambda(lambda p, x: torch.softmax(x, 1)), (torch.randn(2, 3),), backend="onednn")
+
+
+def test_inputs_of_another_type_are_refused():
+    model, x = nn.Conv2d(3, 8, 1).eval(), torch.randn(1, 3, 4, 4)
+    module = DnnlModule(_graph(model, x))
+    with pytest.raises(TypeError, match="input 0 must be"):
+        module(torch.randn(1, 3, 5, 5))
+
+
+def test_a_missing_library_is_a_reason_not_a_crash(monkeypatch, tmp_path):
+    monkeypatch.setenv(dnnl.LIBRARY_ENV, str(tmp_path / "libdnnl.so.3"))
+    dnnl._load.cache_clear()
+    try:
+        assert "not installed" in dnnl.available()
+        b = GraphBuilder("g")
+        assert "not installed" in dnnl.supports(b.output(b.relu(b.input("x", "f32[2,3]"))))
+    finally:
+        monkeypatch.undo()
+        dnnl._load.cache_clear()
+    assert dnnl.available() is None
