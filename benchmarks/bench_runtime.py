@@ -206,8 +206,8 @@ def build_gawee(model, xs, choice: str | None = None):
     """gawee.compile as a user calls it. ``choice``: the runtime its whole-graph measurement chose in a process of
     its own (:func:`isolated_compile`; ``TorchOptions.whole_graph``), built here without measuring again, like
     :func:`build_gawee_auto`'s."""
-    if choice == "onednn_graph":
-        module, seconds = _timed(lambda: gawee.compile(model, xs, backend="onednn_graph"))
+    if choice == "onednn_graph" or (choice or "").startswith("onednn:"):  # a layout of oneDNN's primitives
+        module, seconds = _timed(lambda: gawee.compile(model, xs, backend=choice))
     else:
         options = gawee.TorchOptions(whole_graph=False) if choice == "torch" else None
         module, seconds = _timed(lambda: gawee.compile(model, xs, options=options))
@@ -408,7 +408,7 @@ class Quiet:
 def isolated_compile(name: str, batch: int, method: str) -> tuple[float, str | None]:
     """``method``'s compile time on this row measured in a process of its own, after that process warmed
     the method's toolchain up (a fresh Inductor cache), and for ``gawee_auto`` (and ``gawee``, where it measured
-    oneDNN Graph's whole-graph runtime) the runtime it chose there.
+    a whole-graph runtime) the runtime it chose there.
     In the benchmark's own process every method is built after the ones before it, whose runtimes, threads
     and memory slow a later compile: gawee's took 2.6 s on BERT b8 after eager alone and 3.8-4.5 s after
     Inductor and ORT were built (0.6-0.8 s more in its kernel measurement and weight packing). They skew
@@ -456,7 +456,7 @@ def fastest_compiles(name: str, batch: int, methods: list[str], runs: int) -> tu
 
 def time_compile(method: str, name: str, batch: int) -> dict:
     """``--time-compile``: warm the toolchain up, then build ``method`` on the row's model once; its compile
-    seconds and, for ``backend="auto"`` and where the default measured oneDNN Graph's whole-graph runtime, the
+    seconds and, for ``backend="auto"`` and where the default measured the whole-graph runtimes, the
     runtime it chose."""
     warm_up_toolchains([method])
     model, x = make_model(name, batch)
@@ -821,8 +821,9 @@ def transformers_section(table: str, checks: str, command: str) -> str:
         "prepacked linear with the activation as a post-op; `gawee.backend.kernels`) and each attention on "
         "aten's fused kernel or oneDNN Graph's attention partition, whichever measured faster "
         "(`gawee.backend.attention`); where measuring it costs at most half as long as the compile took so far "
-        "(about 16 calls of the model; at most 0.8 s always), oneDNN Graph's whole-graph runtime of the same "
-        "graph is built and timed against that module too, and kept where it measures more than 5% faster "
+        "(about 16 calls of the model; at most 0.8 s always), the whole-graph runtimes of the same graph "
+        "(oneDNN Graph's partitions, oneDNN's primitives in each layout: `gawee.backend.dnnl`) are built and "
+        "timed against that module too, and the fastest kept where it measures more than 5% faster "
         "(`TorchOptions.whole_graph`; the cell says which ran); "
         '**gawee.compile(backend="onednn_graph")**: the rewritten graph traced '
         "into TorchScript and compiled by oneDNN Graph into fused partitions. Compile time is wall "
@@ -883,14 +884,17 @@ def readme_section(table: str, checks: str, command: str) -> str:
         "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
         "with weights prepacked for the input size, activations NCHW or channels-last as measured faster "
         "at compile time); where measuring it costs at most half as long as the compile took so far (about 16 "
-        "calls of the model; at most 0.8 s always), oneDNN Graph's whole-graph runtime of the same graph is "
-        "built and timed against that module too, and kept where it measures more than 5% faster "
+        "calls of the model; at most 0.8 s always), the whole-graph runtimes of the same graph — oneDNN "
+        "Graph's compiled partitions, and oneDNN's primitives created once with activations blocked "
+        "(`onednn:blocked`) or in each primitive's own layout (`onednn:any`; `gawee.backend.dnnl`) — are built "
+        "and timed against that module too, and the fastest kept where it measures more than 5% faster "
         "(`TorchOptions.whole_graph`; the cell says which ran). Before it measures anything, it sets glibc's "
         "allocator to keep the memory a call frees for the next call (`TorchOptions.keep_freed_memory`). The "
         "setting is process-wide, so every column is timed with it: this process builds gawee.compile before "
         "it times any method.\n"
-        '- **gawee.compile(backend="auto")**: the same, then oneDNN Graph on the traced rewritten graph and '
-        "ONNX Runtime (all optimizations) on `gawee.to_onnx` of it are built too, all are timed at compile "
+        '- **gawee.compile(backend="auto")**: the same, then oneDNN Graph on the traced rewritten graph, '
+        "oneDNN's primitives in each layout and ONNX Runtime (all optimizations) on `gawee.to_onnx` of it are "
+        "built too, all are timed at compile "
         "time, and the module keeps the torch lowering unless another measures more than 5% faster "
         "(`gawee.backend.onednn_graph`, `gawee.backend.ort`). The choice is made where its compile time is "
         "measured, in a process of its own as a user's would be (the cell says which); the row then times "
