@@ -120,10 +120,11 @@ def compile(
 ):
     """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
-    oneDNN Graph's whole-graph runtime of the same graph is built and timed against the lowered module too, where
-    measuring it costs at most half as long as the compile took so far (:data:`WHOLE_GRAPH_SHARE`), and returned
-    instead where it computes the model's outputs and measures more than 5% faster (``TorchOptions.whole_graph``;
-    the measurement is ``module.gawee_report.backend``). Before anything is measured, the process's allocator is
+    The whole-graph runtimes of the same graph — oneDNN Graph's compiled partitions, and oneDNN's primitives
+    created once in each activation layout (:mod:`gawee.backend.dnnl`) — are built and timed against the lowered
+    module too, where measuring them costs at most half as long as the compile took so far
+    (:data:`WHOLE_GRAPH_SHARE`), and the fastest is returned instead where it computes the model's outputs and
+    measures more than 5% faster (``TorchOptions.whole_graph``; the measurement is ``module.gawee_report.backend``). Before anything is measured, the process's allocator is
     set to keep the memory a call frees for the next call (``TorchOptions.keep_freed_memory``,
     :mod:`gawee.backend.allocator`: process-wide, so the next call's writes do not fault fresh pages in).
 
@@ -131,10 +132,12 @@ def compile(
     Runtime session with all of ORT's optimizations (:class:`gawee.backend.ort.OrtModule`; static
     shapes). ``backend="onednn_graph"`` traces the rewritten graph and lets oneDNN Graph compile it into
     fused partitions (:class:`gawee.backend.onednn_graph.OneDNNGraphModule`; static float32 shapes).
+    ``backend="onednn"`` plans it into oneDNN's primitives (:class:`gawee.backend.dnnl.DnnlModule`; static float32
+    shapes), with the activation layout measured (``"onednn:blocked"`` or ``"onednn:any"`` fixes it).
     ``backend="auto"`` builds the torch lowering and, where they are available and can run the graph,
-    those two as well, times them on this machine and keeps the torch lowering unless another is more
+    those three as well, times them on this machine and keeps the torch lowering unless another is more
     than 5% faster (the measurement is ``module.gawee_report.backend``): which kernels win depends on the
-    CPU (:mod:`gawee.backend.ort`, :mod:`gawee.backend.onednn_graph`).
+    CPU (:mod:`gawee.backend.ort`, :mod:`gawee.backend.onednn_graph`, :mod:`gawee.backend.dnnl`).
 
     ``backend="iree"`` lowers the rewritten graph to StableHLO instead (:func:`gawee.to_mlir`) and
     compiles it with IREE for the host CPU: the result is a :class:`gawee.backend.mlir.IreeModule`,

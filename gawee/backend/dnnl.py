@@ -12,8 +12,8 @@ primitive through ctypes). The layout of the activations is ``layout``: ``"block
 block the CPU's vector width gives) or ``"any"`` (each primitive's own preference, reordered where neighbours
 differ); :func:`gawee.backend.compiler.whole_graph_choice` measures the candidates on the machine.
 
-The library is ``libdnnl.so.3`` from the ``onednn-cpu-gomp`` wheel (``pip install 'gawee[dnnl]'``), or the file
-``GAWEE_DNNL_LIBRARY`` names. It is loaded after torch, so it shares torch's OpenMP runtime (both name it
+The library is ``libdnnl.so.3`` from the ``onednn-cpu-gomp`` wheel (a dependency of gawee on x86-64 Linux), or the
+file ``GAWEE_DNNL_LIBRARY`` names. It is loaded after torch, so it shares torch's OpenMP runtime (both name it
 ``libgomp.so.1``) and its thread count (``torch.set_num_threads``). The C API's enumerations are ABI-stable within
 oneDNN 3.x; their values here are those of ``dnnl_types.h``, and ``tests/backend/test_dnnl.py`` checks every one
 numerically against torch. Static shapes and float32 only; :func:`supports` says why a graph cannot run.
@@ -101,7 +101,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     """The oneDNN library, or why it cannot be loaded."""
     path = os.environ.get(LIBRARY_ENV) or str(Path(sys.prefix) / "lib" / "libdnnl.so.3")
     if not Path(path).exists():
-        return None, f"oneDNN's library is not installed (pip install 'gawee[dnnl]', or set {LIBRARY_ENV})"
+        return None, f"oneDNN's library is not installed (pip install onednn-cpu-gomp, or set {LIBRARY_ENV})"
     try:
         lib = ctypes.CDLL(path)
     except OSError as e:
@@ -119,8 +119,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     lib.dnnl_primitive_execute.argtypes = [_P, _P, ctypes.c_int, _P]
     lib.dnnl_memory_set_data_handle.argtypes = [_P, _P]
     lib.dnnl_stream_wait.argtypes = [_P]
-    for name in ("dnnl_post_ops_append_eltwise",):
-        getattr(lib, name).argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
+    lib.dnnl_post_ops_append_eltwise.argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
     lib.dnnl_eltwise_forward_primitive_desc_create.argtypes = [
         ctypes.POINTER(_P),
         _P,
@@ -210,12 +209,13 @@ class _Plan:
         self.handles.append((destroy, handle.value))
         return handle.value
 
-    def md(self, shape, tag: int | None = None, strides=None) -> int:
+    def md(self, shape, tag: int | None = None) -> int:
+        """A float32 memory descriptor: plain row-major, or the format ``tag`` (``_ANY``: the primitive's choice)."""
         shape = list(shape) or [1]
         if tag is not None:
             create = self.lib.dnnl_memory_desc_create_with_tag
             return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, tag)
-        strides = strides or torch.empty(shape, device="meta").stride()
+        strides = torch.empty(shape, device="meta").stride()
         create = self.lib.dnnl_memory_desc_create_with_strides
         return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, _DIMS(*strides))
 
@@ -226,10 +226,12 @@ class _Plan:
         return self.md(shape, _NCHW16C if self.block == 16 else _NCHW8C)
 
     def memory(self, md: int, buffer: _Buffer | None, data_ptr: int | None = None) -> int:
+        """A oneDNN memory over ``buffer``, or at ``data_ptr`` (0: an address each call sets)."""
         ptr = buffer.tensor.data_ptr() if buffer is not None else data_ptr
         return self._new("dnnl_memory_destroy", self.lib.dnnl_memory_create, md, self.engine, _P(ptr))
 
     def buffer(self, md: int) -> _Buffer:
+        """Storage for ``md``: a dead value's of the same size, else new."""
         size = self.lib.dnnl_memory_desc_get_size(md)
         free = self.pool.get(size)
         if free:
@@ -267,6 +269,7 @@ class _Plan:
         return _act(fused) if fused is not None else (None, ())
 
     def queried(self, pd: int, arg: int) -> int:
+        """The memory descriptor the primitive chose for its argument ``arg`` (owned by ``pd``)."""
         return self.lib.dnnl_primitive_desc_query_md(_P(pd), _QUERY_ARG_MD, arg)
 
     def step(self, prim: int, args: dict[int, int]) -> None:
@@ -274,11 +277,16 @@ class _Plan:
         self.keep.append(array)
         self.steps.append((prim, len(args), array, self.impl[prim]))
 
-    def reorder(self, src: _Tensor, md: int, dst: _Tensor | None = None) -> _Tensor:
+    def reorder(self, src: _Tensor, md: int, dst: _Tensor | None = None, now: bool = False) -> _Tensor:
+        """``src`` copied into the layout ``md``: a step of every call, or (``now``) once, at build time."""
         dst = dst or self.tensor(md)
-        create = self.lib.dnnl_reorder_primitive_desc_create
-        _, prim = self.primitive(create, src.md, self.engine, md, self.engine)
-        self.step(prim, {SRC: src.memory, DST: dst.memory})
+        _, prim = self.primitive(self.lib.dnnl_reorder_primitive_desc_create, src.md, self.engine, md, self.engine)
+        if not now:
+            self.step(prim, {SRC: src.memory, DST: dst.memory})
+            return dst
+        args = (_Arg * 2)(_Arg(SRC, _P(src.memory)), _Arg(DST, _P(dst.memory)))
+        _check(self.lib.dnnl_primitive_execute(prim, self.stream, 2, args), "a weight reorder")
+        self.lib.dnnl_stream_wait(self.stream)
         return dst
 
     def constant(self, data: torch.Tensor, md: int, shape=None) -> _Tensor:
@@ -291,17 +299,10 @@ class _Plan:
         src = _Tensor(plain, self.memory(plain, None, data.data_ptr()), None)
         if self.lib.dnnl_memory_desc_equal(_P(plain), _P(md)):
             return src
-        steps, self.steps = self.steps, []
         # a buffer of its own: a pooled one is an earlier activation's, which the steps before would overwrite
         buffer = _Buffer(torch.empty(max(1, self.lib.dnnl_memory_desc_get_size(md) // 4)))
-        dst = _Tensor(md, self.memory(md, buffer), buffer)
-        self.keep.append(dst)
-        self.reorder(src, md, dst)
-        for prim, n, args, _ in self.steps:
-            _check(self.lib.dnnl_primitive_execute(prim, self.stream, n, args), "a weight reorder")
-        self.lib.dnnl_stream_wait(self.stream)
-        self.steps = steps
-        return dst
+        self.keep.append(buffer)
+        return self.reorder(src, md, _Tensor(md, self.memory(md, buffer), buffer), now=True)
 
     def operand(self, v: Value, md: int | None = None) -> _Tensor:
         """The value as a primitive's operand, reordered to ``md`` when that layout differs from its own."""
