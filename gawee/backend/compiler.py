@@ -124,9 +124,10 @@ def compile(
     created once in each activation layout (:mod:`gawee.backend.dnnl`) — are built and timed against the lowered
     module too, where measuring them costs at most half as long as the compile took so far
     (:data:`WHOLE_GRAPH_SHARE`), and the fastest is returned instead where it computes the model's outputs and
-    measures more than 5% faster (``TorchOptions.whole_graph``; the measurement is ``module.gawee_report.backend``). Before anything is measured, the process's allocator is
-    set to keep the memory a call frees for the next call (``TorchOptions.keep_freed_memory``,
-    :mod:`gawee.backend.allocator`: process-wide, so the next call's writes do not fault fresh pages in).
+    measures more than 5% faster (``TorchOptions.whole_graph``; the measurement is ``module.gawee_report.backend``).
+    Before anything is measured, the process's allocator is set to keep the memory a call frees for the next call
+    (``TorchOptions.keep_freed_memory``, :mod:`gawee.backend.allocator`: process-wide, so the next call's writes do
+    not fault fresh pages in).
 
     ``backend="onnxruntime"`` runs the rewritten graph, exported by :func:`gawee.to_onnx`, on an ONNX
     Runtime session with all of ORT's optimizations (:class:`gawee.backend.ort.OrtModule`; static
@@ -346,9 +347,11 @@ def _choose_runtime(graph: Graph, torch_module, structure, xs: list, expected: l
 
 
 WHOLE_GRAPH_CALLS = 16
-"""What measuring oneDNN Graph's whole-graph runtime against the torch lowering costs, in calls of the model:
-building it runs the model about four times (three profiling calls, one check) and timing the two takes a dozen
-calls more."""
+"""What measuring the whole-graph runtimes against the torch lowering costs, in calls of the model: building oneDNN
+Graph's runs the model about four times (three profiling calls, one check) and timing takes a dozen calls more.
+The figure was set with oneDNN Graph as the only candidate; each layout of oneDNN's primitives adds one check call
+and its share of the timing rounds, which the measurement's time budget bounds on short calls
+(:data:`gawee.backend.measure.BUDGET_S`) but not on long ones (three rounds at least)."""
 
 WHOLE_GRAPH_SHARE = 0.5
 """``TorchOptions.whole_graph="measure"`` measures when that cost (:data:`WHOLE_GRAPH_CALLS` times the lowering's
@@ -379,7 +382,8 @@ def _whole_graph(
     if cost_s > budget_s:  # too long a call is not measured, whatever the fuser can do
         why = (
             f"a call takes {first_call_s * 1e3:.0f} ms: measuring would cost about {cost_s:.1f} s, over the budget "
-            f'of {budget_s:.1f} s (half the compile so far; backend="auto" measures it anyway)'
+            f"of {budget_s:.1f} s (half the compile so far; oneDNN's primitives were not measured either; "
+            'backend="auto" measures every runtime anyway)'
         )
         return torch_module, BackendChoice("torch", {}, {"onednn_graph": why}), None
     return whole_graph_choice(graph, torch_module, structure, xs, expected)
