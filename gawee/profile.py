@@ -264,7 +264,8 @@ class RuntimeReport:
 
     @property
     def other_runtime(self) -> str | None:
-        """The runtime timed as "compiled" when it is not the profiled torch lowering (oneDNN Graph's)."""
+        """The runtime timed as "compiled" when it is not the profiled torch lowering (oneDNN Graph's, or oneDNN's
+        primitives')."""
         return None if self.backend is None or self.backend.chosen == "torch" else self.backend.chosen
 
     def summary(self) -> str:

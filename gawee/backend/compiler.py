@@ -297,11 +297,13 @@ def _runtimes(
             return ort.OrtModule(graph, output_structure=structure)
         return dnnl.DnnlModule(graph, output_structure=structure, layout=name.partition(":")[2])
 
-    modules, checks, not_candidates = {}, {}, {}
+    modules, checks, not_candidates, whys = {}, {}, {}, {}
     for name in names:
-        why = why_not(name)
-        if why is not None:  # the runtime cannot run this graph at all: said once for all its layouts
-            not_candidates[name.partition(":")[0]] = why
+        runtime = name.partition(":")[0]
+        if runtime not in whys:  # asked once for all of a runtime's layouts
+            whys[runtime] = why_not(name)
+        if whys[runtime] is not None:  # the runtime cannot run this graph at all: said once
+            not_candidates[runtime] = whys[runtime]
             continue
         module, checks[name], why = _candidate(graph.name, name, lambda: build(name), expected, xs)
         if why is None:

@@ -36,6 +36,8 @@ from gawee.backend.host import arrange, check_inputs
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType
+from gawee.ops import get_op
+from gawee.ops.nn import _pair as pair
 
 # -- the C API (oneDNN 3.x, dnnl.h / dnnl_types.h) -----------------------------------------------------------
 _P = ctypes.c_void_p
@@ -83,15 +85,6 @@ class _Version(ctypes.Structure):
     _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int), ("hash", ctypes.c_char_p)]
 
 
-def version() -> str:
-    """The oneDNN library's version, e.g. ``3.2.0`` (empty when it is not installed)."""
-    lib = _load()[0]
-    if lib is None:
-        return ""
-    v = lib.dnnl_version().contents
-    return f"{v.major}.{v.minor}.{v.patch}"
-
-
 class _Unsupported(Exception):
     """Why a node has no primitive here (the message is :func:`supports`'s answer)."""
 
@@ -120,17 +113,6 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     lib.dnnl_memory_set_data_handle.argtypes = [_P, _P]
     lib.dnnl_stream_wait.argtypes = [_P]
     lib.dnnl_post_ops_append_eltwise.argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
-    lib.dnnl_eltwise_forward_primitive_desc_create.argtypes = [
-        ctypes.POINTER(_P),
-        _P,
-        ctypes.c_int,
-        ctypes.c_int,
-        _P,
-        _P,
-        ctypes.c_float,
-        ctypes.c_float,
-        _P,
-    ]
     return lib, None
 
 
@@ -249,17 +231,18 @@ class _Plan:
             if t.buffer.refs == 0:
                 self.pool.setdefault(t.buffer.tensor.numel() * 4, []).append(t.buffer)
 
-    def primitive(self, create, *args, attr: int | None = None) -> tuple[int, int]:
-        """The primitive descriptor ``create(*args, attr)`` makes, and its primitive."""
-        pd = self._new("dnnl_primitive_desc_destroy", create, *args, _P(attr))
-        return pd, self.created(pd)
+    def descriptor(self, create, *args, attr: int | None = None) -> int:
+        """The primitive descriptor ``create(*args, attr)`` makes: what the primitive would choose, not compiled."""
+        return self._new("dnnl_primitive_desc_destroy", create, *args, _P(attr))
 
-    def created(self, pd: int) -> int:
+    def primitive(self, create, *args, attr: int | None = None) -> tuple[int, int]:
+        """The primitive descriptor ``create(*args, attr)`` makes, and its primitive (oneDNN compiles it now)."""
+        pd = self.descriptor(create, *args, attr=attr)
         prim = self._new("dnnl_primitive_destroy", self.lib.dnnl_primitive_create, pd)
         impl = ctypes.c_char_p()
         self.lib.dnnl_primitive_desc_query(_P(pd), _QUERY_IMPL, 0, ctypes.byref(impl))
         self.impl[prim] = impl.value.decode() if impl.value else "?"
-        return prim
+        return pd, prim
 
     def act_of(self, node: Node) -> tuple[str | None, tuple]:
         """The activation ``node``'s primitive applies: its own ``act``, or the next node's when that is fused."""
@@ -330,8 +313,8 @@ class _Plan:
 
 
 def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:
-    value = tuple(node.attrs.get(name) or default)
-    return list(value * 2 if len(value) == 1 else value)
+    """A 2-d geometry attribute as a list (an empty ``stride`` is the default: pooling's is the kernel)."""
+    return list(pair(node.attrs.get(name) or default))
 
 
 def _act(node: Node) -> tuple[str, tuple]:
@@ -384,17 +367,15 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
     geometry = (_DIMS(*stride), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*padding))
     act, params = plan.act_of(node)
 
-    def build(attr, dst_md):
-        create = plan.lib.dnnl_convolution_forward_primitive_desc_create
-        args = (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry)
-        return plan.primitive(create, *args, attr=attr)
-
-    pd, prim = build(_post_ops(plan, act, params), dst_md)
+    create = plan.lib.dnnl_convolution_forward_primitive_desc_create
     args = {}
-    if residual is not None:  # added in the layout the output got, which the second build keeps
-        out_md = plan.queried(pd, DST)
-        pd, prim = build(_post_ops(plan, act, params, out_md), out_md)
-        args[_post_op_arg(0)] = plan.operand(residual, out_md).memory
+    if residual is not None:  # added in the layout the output gets: asked for first, then fixed
+        probe = plan.descriptor(create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry)
+        dst_md = plan.queried(probe, DST)
+        args[_post_op_arg(0)] = plan.operand(residual, dst_md).memory
+    attr = _post_ops(plan, act, params, dst_md if residual is not None else None)
+    conv = (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry)
+    pd, prim = plan.primitive(create, *conv, attr=attr)
     src = plan.operand(x, plan.queried(pd, SRC))
     w = plan.constant(weight, plan.queried(pd, WEIGHTS), wshape)
     b = plan.constant(bias if bias is not None else torch.zeros(cout), plan.queried(pd, BIAS))
@@ -496,12 +477,10 @@ def _eltwise(plan: _Plan, node: Node) -> _Tensor:
     act, params = _act(node)
     alg, alpha_beta = ELTWISE[act]
     src = plan.operand(node.inputs[0])
-    pd = _P()
+    alpha, beta = (ctypes.c_float(v) for v in alpha_beta(params))
     create = plan.lib.dnnl_eltwise_forward_primitive_desc_create
-    _check(create(ctypes.byref(pd), plan.engine, _INFERENCE, alg, src.md, src.md, *alpha_beta(params), None), act)
-    plan.handles.append(("dnnl_primitive_desc_destroy", pd.value))
-    prim = plan.created(pd.value)
-    dst = plan.tensor(plan.queried(pd.value, DST))
+    pd, prim = plan.primitive(create, plan.engine, _INFERENCE, alg, src.md, src.md, alpha, beta)
+    dst = plan.tensor(plan.queried(pd, DST))
     plan.step(prim, {SRC: src.memory, DST: dst.memory})
     return dst
 
@@ -509,7 +488,7 @@ def _eltwise(plan: _Plan, node: Node) -> _Tensor:
 def _binary(plan: _Plan, node: Node) -> _Tensor:
     a, b = node.inputs[:2]
     out = node.output.shape
-    if a.shape != out and node.op in ("add", "mul", "maximum", "minimum"):
+    if a.shape != out and "commutative" in get_op(node.op).traits:
         a, b = b, a  # the full-size operand first: oneDNN broadcasts the second
     if a.shape != out:
         raise _Unsupported(f"{node.op} broadcasting its first operand")
