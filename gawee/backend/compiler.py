@@ -31,8 +31,9 @@ from gawee.rewrite.ruleset import RuleSet
 BACKENDS = ("torch", "onnxruntime", "onednn_graph", "onednn", "auto", "iree")
 """gawee.compile's backends: the torch lowering (oneDNN/MKL kernels chosen per shape), ONNX Runtime on
 gawee's ONNX export, oneDNN Graph's compiled partitions of the traced graph, oneDNN's primitives created once
-(:mod:`gawee.backend.dnnl`; ``"onednn:blocked"`` or ``"onednn:any"`` fixes its activation layout, else the faster
-is measured), the fastest of those as measured here, and IREE on gawee's StableHLO."""
+(:mod:`gawee.backend.dnnl`; ``"onednn:blocked"``, ``"onednn:channels_last"`` or ``"onednn:per_conv"`` fixes its
+activation layout, else the fastest is measured), the fastest of those as measured here, and IREE on gawee's
+StableHLO."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,8 @@ def compile(
     shapes). ``backend="onednn_graph"`` traces the rewritten graph and lets oneDNN Graph compile it into
     fused partitions (:class:`gawee.backend.onednn_graph.OneDNNGraphModule`; static float32 shapes).
     ``backend="onednn"`` plans it into oneDNN's primitives (:class:`gawee.backend.dnnl.DnnlModule`; static float32
-    shapes), with the activation layout measured (``"onednn:blocked"`` or ``"onednn:any"`` fixes it).
+    shapes), with the activation layout measured (``"onednn:blocked"``, ``"onednn:channels_last"`` or
+    ``"onednn:per_conv"`` fixes it).
     ``backend="auto"`` builds the torch lowering and, where they are available and can run the graph,
     those three as well, times them on this machine and keeps the torch lowering unless another is more
     than 5% faster (the measurement is ``module.gawee_report.backend``): which kernels win depends on the
@@ -165,7 +167,7 @@ def compile(
     if backend not in BACKENDS or (layout and (backend != "onednn" or layout not in _dnnl_layouts())):
         raise GaweeError(
             f"unknown backend {backend + (':' + layout if layout else '')!r}",
-            hint="backend is one of " + ", ".join(map(repr, (*BACKENDS, "onednn:blocked", "onednn:any"))),
+            hint="backend is one of " + ", ".join(map(repr, (*BACKENDS, *(f"onednn:{k}" for k in _dnnl_layouts())))),
         )
     options = options or TorchOptions()
     if options.whole_graph not in ("measure", False):
@@ -314,8 +316,8 @@ def _runtimes(
 
 
 def _onednn(graph: Graph, structure, xs: list, expected: list, layout: str) -> tuple[object, BackendChoice]:
-    """``backend="onednn"``: oneDNN's primitives in the activation layout ``layout``, or in the faster of the two
-    as measured here (blocked, the default, unless the other is more than 5% faster)."""
+    """``backend="onednn"``: oneDNN's primitives in the activation layout ``layout``, or in the fastest layout as
+    measured here (blocked, the default, unless another is more than 5% faster)."""
     from gawee.backend.measure import fastest
 
     names = [f"onednn:{layout}"] if layout else [f"onednn:{k}" for k in _dnnl_layouts()]

@@ -9,8 +9,12 @@ rewritten graph into a list of primitives — convolutions with their fused epil
 inner products, eltwise, binary and concatenation — with weights reordered once into the layout each primitive
 asked for, and buffers reused by liveness; a call sets the input's address and executes the list (about 5 µs per
 primitive through ctypes). The layout of the activations is ``layout``: ``"blocked"`` (nChw8c / nChw16c, the
-block the CPU's vector width gives) or ``"any"`` (each primitive's own preference, reordered where neighbours
-differ); :func:`gawee.backend.compiler.whole_graph_choice` measures the candidates on the machine.
+block the CPU's vector width gives), ``"channels_last"`` (NHWC, where oneDNN 3's brgemm convolutions run), or
+``"per_conv"``: each convolution's primitive is built in both and timed here, with the reorders of its operands
+that each would need, and the faster kept (the pooling, eltwise, binary and concatenation primitives between
+convolutions run in their input's layout). Which is fastest depends on the CPU and the model (on one AMD EPYC,
+AVX2: the blocked kernels won the 1×1 and depthwise convolutions, the channels-last ones the dense 3×3 ones), so
+:func:`gawee.backend.compiler.whole_graph_choice` builds all three and measures them on the machine.
 
 The library is ``libdnnl.so.3`` from the ``onednn-cpu-gomp`` wheel (a dependency of gawee on x86-64 Linux), or the
 file ``GAWEE_DNNL_LIBRARY`` names. It is loaded after torch, so it shares torch's OpenMP runtime (both name it
@@ -25,6 +29,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 import weakref
 from functools import cache
 from pathlib import Path
@@ -44,7 +49,7 @@ _P = ctypes.c_void_p
 _DIMS = ctypes.c_int64 * 12
 _F32, _ANY, _CPU, _IN_ORDER, _INFERENCE = 3, 1, 1, 1, 96
 _CONV_DIRECT = 1
-_NCHW8C, _NCHW16C = 102, 78
+_NCHW8C, _NCHW16C, _NHWC = 102, 78, 22
 _QUERY_IMPL, _QUERY_ARG_MD = 8, 255
 SRC, SRC_1, DST, WEIGHTS, BIAS, MULTIPLE_SRC = 1, 2, 17, 33, 41, 1024
 
@@ -76,9 +81,13 @@ _POOL_MAX, _POOL_AVG_INCLUDE, _POOL_AVG_EXCLUDE = 0x1FF, 0x2FF, 0x3FF
 
 LIBRARY_ENV = "GAWEE_DNNL_LIBRARY"
 
-LAYOUTS = ("blocked", "any")
-"""The activation layouts a module can run in: channel-blocked everywhere (the default), or each primitive's own
-choice."""
+LAYOUTS = ("blocked", "channels_last", "per_conv")
+"""The activation layouts a module can run in: channel-blocked everywhere (the default), channels-last (NHWC)
+everywhere, or each convolution's own, measured here (``per_conv``: the faster of the two for it, counting the
+reorders of its operands; the ops between convolutions take their input's)."""
+
+MEASURED = ("blocked", "channels_last")
+"""The layouts ``per_conv`` times for each convolution."""
 
 
 class _Version(ctypes.Structure):
@@ -178,6 +187,7 @@ class _Plan:
         self.pool: dict[int, list[_Buffer]] = {}
         self.values: dict[Value, _Tensor] = {}
         self.converted: dict[Value, list[_Tensor]] = {}  # a value reordered to consumers' layouts
+        self.conv_layouts: dict[str, str] = {}  # each convolution's (and batch norm's) activation layout
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
@@ -201,11 +211,16 @@ class _Plan:
         create = self.lib.dnnl_memory_desc_create_with_strides
         return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, _DIMS(*strides))
 
-    def activation_md(self, shape) -> int:
-        """What a convolution's activation asks for: the blocked layout, or oneDNN's choice."""
-        if self.layout == "any":
-            return self.md(shape, _ANY)
-        return self.md(shape, _NCHW16C if self.block == 16 else _NCHW8C)
+    def activation_md(self, shape, layout: str) -> int:
+        """A convolution's activation in ``layout`` (one of :data:`MEASURED`)."""
+        return self.md(shape, _NHWC if layout == "channels_last" else _NCHW16C if self.block == 16 else _NCHW8C)
+
+    def layout_of(self, t: _Tensor, shape) -> str | None:
+        """Which of :data:`MEASURED` the tensor ``t`` of ``shape`` is in, if any."""
+        for layout in MEASURED:
+            if self.lib.dnnl_memory_desc_equal(_P(t.md), _P(self.activation_md(shape, layout))):
+                return layout
+        return None
 
     def memory(self, md: int, buffer: _Buffer | None, data_ptr: int | None = None) -> int:
         """A oneDNN memory over ``buffer``, or at ``data_ptr`` (0: an address each call sets)."""
@@ -303,6 +318,50 @@ class _Plan:
         copies.append(self.reorder(t, md))
         return copies[-1]
 
+    def seconds(self, pd: int, prim: int, args: tuple[int, ...], reads: dict[int, Value | None]) -> float:
+        """What one execution of ``prim`` takes here (its arguments ``args`` in scratch buffers), plus reordering
+        each value it ``reads`` (argument → value) from the layout it has into the one ``prim`` asks for."""
+        total, reordered = self._time(prim, {arg: self.queried(pd, arg) for arg in args}), []
+        for arg, v in reads.items():
+            if v is None or v.is_const:
+                continue
+            have, want = self.values[v].md, self.queried(pd, arg)
+            known = [c.md for c in (self.values[v], *self.converted.get(v, ()))]  # its layouts, and those
+            known += [md for u, md in reordered if u is v]  # it would be reordered to for another operand
+            if not any(self.lib.dnnl_memory_desc_equal(_P(md), _P(want)) for md in known):
+                reordered.append((v, want))
+                _, reorder = self.primitive(
+                    self.lib.dnnl_reorder_primitive_desc_create, have, self.engine, want, self.engine
+                )
+                total += self._time(reorder, {SRC: have, DST: want})
+        return total
+
+    def _time(self, prim: int, mds: dict[int, int], budget_s: float = 2e-3) -> float:
+        """The fastest of three rounds of executing ``prim`` on zero-filled scratch buffers for ``mds``
+        (argument → memory descriptor), per execution; a round lasts about ``budget_s``."""
+        lib = self.lib
+        buffers = [torch.zeros(max(1, lib.dnnl_memory_desc_get_size(_P(md)) // 4)) for md in mds.values()]
+        memories = []
+        for md, buf in zip(mds.values(), buffers):
+            memory = _P()
+            _check(lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(self.engine), _P(buf.data_ptr())), "scratch")
+            memories.append(memory)
+        array = (_Arg * len(mds))(*(_Arg(arg, m) for arg, m in zip(mds, memories)))
+        try:
+
+            def run(times: int) -> float:
+                start = time.perf_counter()
+                for _ in range(times):
+                    _check(lib.dnnl_primitive_execute(prim, self.stream, len(mds), array), "a measured primitive")
+                lib.dnnl_stream_wait(self.stream)
+                return (time.perf_counter() - start) / times
+
+            times = max(1, min(50, int(budget_s / max(run(1), 1e-7))))
+            return min(run(times) for _ in range(3))
+        finally:
+            for memory in memories:
+                lib.dnnl_memory_destroy(memory)
+
     def done_with(self, node: Node) -> None:
         """Frees the buffers of the inputs ``node`` read for the last time."""
         for v in {v for v in node.inputs if v is not None and not v.is_const}:
@@ -361,21 +420,35 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
     cin, cout = x.shape[1], out.shape[1]
     kernel = list(weight.shape[2:])
     wshape = [groups, cout // groups, cin // groups, *kernel] if groups > 1 else [cout, cin, *kernel]
-    # a few input channels (an image): read as they are, like ORT's NCHWc convolutions
-    src_md = plan.md(x.shape, _ANY) if cin < plan.block and groups == 1 else plan.activation_md(x.shape)
-    dst_md, w_md, b_md = plan.activation_md(out.shape), plan.md(wshape, _ANY), plan.md([cout])
     geometry = (_DIMS(*stride), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*padding))
     act, params = plan.act_of(node)
-
     create = plan.lib.dnnl_convolution_forward_primitive_desc_create
+
+    def build(layout: str) -> tuple[int, int]:
+        # a few input channels (an image): read as they are, like ORT's NCHWc convolutions
+        src_md = plan.md(x.shape, _ANY) if cin < plan.block and groups == 1 else plan.activation_md(x.shape, layout)
+        dst_md, w_md, b_md = plan.activation_md(out.shape, layout), plan.md(wshape, _ANY), plan.md([cout])
+        if residual is not None:  # added in the layout the output gets: asked for first, then fixed
+            probe = plan.descriptor(
+                create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry
+            )
+            dst_md = plan.queried(probe, DST)
+        attr = _post_ops(plan, act, params, dst_md if residual is not None else None)
+        return plan.primitive(
+            create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry, attr=attr
+        )
+
+    if plan.layout != "per_conv":
+        layout, (pd, prim) = plan.layout, build(plan.layout)
+    else:  # each layout's primitive timed here, with the reorders its operands would need
+        reads = {SRC: x, **({_post_op_arg(0): residual} if residual is not None else {})}
+        built = {layout: build(layout) for layout in MEASURED}
+        layout = min(built, key=lambda k: plan.seconds(*built[k], (WEIGHTS, BIAS, DST, *reads), reads))
+        pd, prim = built[layout]
+    plan.conv_layouts[node.name] = layout
     args = {}
-    if residual is not None:  # added in the layout the output gets: asked for first, then fixed
-        probe = plan.descriptor(create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry)
-        dst_md = plan.queried(probe, DST)
-        args[_post_op_arg(0)] = plan.operand(residual, dst_md).memory
-    attr = _post_ops(plan, act, params, dst_md if residual is not None else None)
-    conv = (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry)
-    pd, prim = plan.primitive(create, *conv, attr=attr)
+    if residual is not None:
+        args[_post_op_arg(0)] = plan.operand(residual, plan.queried(pd, _post_op_arg(0))).memory
     src = plan.operand(x, plan.queried(pd, SRC))
     w = plan.constant(weight, plan.queried(pd, WEIGHTS), wshape)
     b = plan.constant(bias if bias is not None else torch.zeros(cout), plan.queried(pd, BIAS))
@@ -492,14 +565,14 @@ def _binary(plan: _Plan, node: Node) -> _Tensor:
         a, b = b, a  # the full-size operand first: oneDNN broadcasts the second
     if a.shape != out:
         raise _Unsupported(f"{node.op} broadcasting its first operand")
-    if b.is_const:  # a scalar or a smaller constant: as many dimensions as the output
-        shape = [1] * (len(out) - len(b.shape)) + list(b.shape)
-        src1 = plan.constant(_const(b, "operand"), plan.md(shape), shape)
-    elif len(b.shape) == len(out):
-        src1 = plan.operand(b)
-    else:
+    if not b.is_const and len(b.shape) != len(out):
         raise _Unsupported(f"{node.op} of operands of different ranks")
     src0 = plan.operand(a)
+    # the second operand in the first one's layout (oneDNN's kernels for mixed layouts are its reference ones)
+    shape = [1] * (len(out) - len(b.shape)) + list(b.shape)  # a scalar or smaller constant: as many dimensions
+    layout = plan.layout_of(src0, out) if len(out) == 4 else None
+    md = src0.md if b.shape == a.shape else plan.activation_md(shape, layout) if layout else plan.md(shape)
+    src1 = plan.constant(_const(b, "operand"), md, shape) if b.is_const else plan.operand(b, md)
     create = plan.lib.dnnl_binary_primitive_desc_create
     mds = (src0.md, src1.md, plan.md(out, _ANY))
     pd, prim = plan.primitive(create, plan.engine, BINARY[node.op], *mds, attr=_post_ops(plan, *plan.act_of(node)))
@@ -510,7 +583,10 @@ def _binary(plan: _Plan, node: Node) -> _Tensor:
 
 def _cat(plan: _Plan, node: Node) -> _Tensor:
     out = node.output.shape
-    srcs = [plan.operand(v) for v in node.inputs]
+    first = plan.operand(node.inputs[0])
+    layout = plan.layout_of(first, node.inputs[0].shape) if len(out) == 4 else None
+    # all in the first one's layout (where it is blocked or channels-last): concatenating mixed layouts is slow
+    srcs = [first] + [plan.operand(v, layout and plan.activation_md(v.shape, layout)) for v in node.inputs[1:]]
     mds = (_P * len(srcs))(*(_P(s.md) for s in srcs))
     create = plan.lib.dnnl_concat_primitive_desc_create
     dim = node.attrs.get("dim", 0) % len(out)
@@ -588,7 +664,8 @@ def supports(graph: Graph) -> str | None:
 
 class DnnlModule(torch.nn.Module):
     """The rewritten graph on oneDNN's primitives: call it with torch tensors, get torch tensors back (a tuple, or
-    nested as ``output_structure``). ``module.kernels`` lists the implementation oneDNN chose for each primitive.
+    nested as ``output_structure``). ``module.kernels`` lists the implementation oneDNN chose for each primitive,
+    ``module.conv_layouts`` the activation layout of each convolution (by node name; they differ with ``per_conv``).
     A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait)."""
 
     def __init__(self, graph: Graph, *, output_structure: Any = None, layout: str = "blocked"):
@@ -624,6 +701,7 @@ class DnnlModule(torch.nn.Module):
         self.lib, self.stream, self.layout = plan.lib, plan.stream, layout
         self.steps = [step[:3] for step in plan.steps]
         self.kernels = [step[3] for step in plan.steps]
+        self.conv_layouts = plan.conv_layouts
         self._keep = (plan.keep, plan.values, plan.pool, plan.converted)
         self.input_types = [v.type for v in graph.inputs]
         self.output_structure = output_structure

@@ -1,7 +1,9 @@
 """oneDNN's primitives as gawee's runtime (gawee.backend.dnnl): every op and epilogue it plans computes torch's
-result, in both activation layouts, and its buffers are reused without clobbering a live value."""
+result, in each activation layout, and its buffers are reused without clobbering a live value."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
@@ -224,18 +226,19 @@ def test_a_resnet_compiles_to_the_runtime_with_its_layout_measured():
     module = gawee.compile(model, (x,), backend="onednn")
     choice = module.gawee_report.backend
     assert isinstance(module, DnnlModule) and choice.chosen == f"onednn:{module.layout}"
-    assert set(choice.seconds) == {"onednn:blocked", "onednn:any"}
+    assert set(choice.seconds) == {f"onednn:{k}" for k in dnnl.LAYOUTS}
     with torch.no_grad():
         torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-4)
-    fixed = gawee.compile(model, (x,), backend="onednn:any")
-    assert fixed.layout == "any" and fixed.gawee_report.backend.seconds == {}
+    fixed = gawee.compile(model, (x,), backend="onednn:channels_last")
+    assert fixed.layout == "channels_last" and fixed.gawee_report.backend.seconds == {}
+    assert set(fixed.conv_layouts.values()) == {"channels_last"} and len(fixed.conv_layouts) == 20
 
 
 def test_gawee_compile_measures_the_runtime_against_the_lowering_by_default():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1)).eval()
     choice = gawee.compile(model, (torch.randn(1, 3, 16, 16),)).gawee_report.backend
-    assert {"torch", "onednn:blocked", "onednn:any"} <= set(choice.seconds)
+    assert {"torch", *(f"onednn:{k}" for k in dnnl.LAYOUTS)} <= set(choice.seconds)
 
 
 def test_unknown_layouts_and_backends_are_typed_errors():
@@ -281,3 +284,54 @@ def test_a_missing_library_is_a_reason_not_a_crash(monkeypatch, tmp_path):
         monkeypatch.undo()
         dnnl._load.cache_clear()
     assert dnnl.available() is None
+
+
+class _MixedNet(nn.Module):
+    """Every way two convolutions' layouts meet: a residual post-op, a same-shape add, an SE block's broadcast
+    mul, a concatenation, pooling and a flatten into a linear layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.a, self.b = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 1)
+        self.se1, self.se2 = nn.Conv2d(16, 4, 1), nn.Conv2d(4, 16, 1)
+        self.dw, self.c = nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 8, 1)
+        self.bn = nn.BatchNorm2d(24)
+        self.fc = nn.Linear(24 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        y = torch.relu(self.a(x) + x)  # the residual, a post-op
+        z = self.b(y) + self.dw(y)  # an add of two convolutions' outputs
+        z = z * torch.sigmoid(self.se2(torch.relu(self.se1(F.adaptive_avg_pool2d(z, 1)))))
+        z = torch.relu(self.bn(torch.cat([z, self.c(z)], 1)))  # concatenation; batch norm as a depthwise conv
+        return self.fc(torch.flatten(F.max_pool2d(z, 2), 1))
+
+
+def test_per_conv_layouts_that_alternate_still_compute_the_model(monkeypatch):
+    """The measurement forced to alternate between the layouts: each op between convolutions reads operands in
+    both, and the module still computes the model."""
+    torch.manual_seed(0)
+    times = itertools.count()
+    monkeypatch.setattr(dnnl._Plan, "seconds", lambda self, *args: next(times) % 3)  # (0, 1), (2, 0), (1, 2)...
+    model, x = _MixedNet().eval(), torch.randn(2, 3, 8, 8)
+    graph = assert_runs_like(model, x, layouts=["per_conv"])
+    module = DnnlModule(graph, layout="per_conv")
+    assert len(module.conv_layouts) == 8 and set(module.conv_layouts.values()) == set(dnnl.MEASURED)
+
+
+def test_per_conv_counts_the_reorders_a_layout_would_need(monkeypatch):
+    """Every primitive (convolution or reorder) timed alike and the first convolution forced into channels-last:
+    the rest stay in channels-last, since the blocked layout would cost each a reorder more."""
+    torch.manual_seed(0)
+    measure = dnnl._Plan.seconds
+    monkeypatch.setattr(dnnl._Plan, "_time", lambda self, prim, mds: 1.0)
+
+    def first_forced(self, *args):  # the first convolution's two candidates: channels-last is free
+        self.measured = getattr(self, "measured", 0) + 1
+        return (1.0, 0.0)[self.measured - 1] if self.measured <= 2 else measure(self, *args)
+
+    monkeypatch.setattr(dnnl._Plan, "seconds", first_forced)
+    graph = assert_runs_like(_MixedNet().eval(), torch.randn(2, 3, 8, 8), layouts=["per_conv"])
+    layouts = DnnlModule(graph, layout="per_conv").conv_layouts
+    assert set(layouts.values()) == {"channels_last"}, layouts
