@@ -123,7 +123,7 @@ def compile(
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
     The whole-graph runtimes of the same graph — oneDNN Graph's compiled partitions, and oneDNN's primitives
     created once in each activation layout (:mod:`gawee.backend.dnnl`) — are built and timed against the lowered
-    module too, where measuring them costs at most half as long as the compile took so far
+    module too, where measuring them costs at most as long as the compile took so far
     (:data:`WHOLE_GRAPH_SHARE`), and the fastest is returned instead where it computes the model's outputs and
     measures more than 5% faster (``TorchOptions.whole_graph``; the measurement is ``module.gawee_report.backend``).
     Before anything is measured, the process's allocator is set to keep the memory a call frees for the next call
@@ -357,19 +357,22 @@ The figure was set with oneDNN Graph as the only candidate; each layout of oneDN
 and its share of the timing rounds, which the measurement's time budget bounds on short calls
 (:data:`gawee.backend.measure.BUDGET_S`) but not on long ones (three rounds at least)."""
 
-WHOLE_GRAPH_SHARE = 0.5
-"""``TorchOptions.whole_graph="measure"`` measures when that cost (:data:`WHOLE_GRAPH_CALLS` times the lowering's
-first call on the example inputs) is at most this share of the time the compile has taken so far, or at most
+WHOLE_GRAPH_SHARE = 1.0
+"""``TorchOptions.whole_graph="measure"`` measures when that cost (:data:`WHOLE_GRAPH_CALLS` times the lowering's first
+call on the example inputs) is at most this share of the time the compile has taken so far, or at most
 :data:`WHOLE_GRAPH_MIN_BUDGET_S`. The estimate leaves out tracing and compiling the partitions: with the whole
 compile time as the budget, BERT-base at batch 1 (53 ms per call, 16 calls 0.9 s) compiled in 2.9 s against 1.2 s
-without measuring, and kept the lowering. Which runtime wins is not a matter of call length. On short calls the
-torch lowering's per-op costs are a large share: on deit_tiny at batch 1 (8.6 ms per call here) the lowering
-spent 6.6 ms in oneDNN's primitives and 2.0 ms around them, oneDNN Graph's runtime 6.5 and 0.9 ms with the same
-primitives (``ONEDNN_VERBOSE``). On long calls of CNNs whose normalizations cannot be folded, the fused partitions
-save passes over memory: densenet121 at batch 8 ran 209 ms on the lowering and 142 ms on oneDNN Graph's runtime
-(benchmarks/README.md, "Runtime" → Notes). Where a call is long beside the compile (a transformer at batch 8:
-0.4-0.7 s per call, 3-4 s of compile), its time is in GEMMs both runtimes run alike; ``backend="auto"`` measures
-every runtime whatever it costs."""
+without measuring, and kept the lowering. Half the compile was the budget until oneDNN's primitives came: then
+resnet50 at batch 8 (a 636 ms call, 18 s of compile before measuring) went unmeasured, though the primitives in
+per-convolution layouts ran it in 466 ms beside ONNX Runtime's 462 ms; densenet121 at batch 8, measured, chose
+primitives 35% faster than the lowering (395 against 607 ms; AMD EPYC, 2026-11-27). Which runtime wins is not a
+matter of call length. On short calls the torch lowering's per-op costs are a large share: on deit_tiny at batch 1
+(8.6 ms per call here) the lowering spent 6.6 ms in oneDNN's primitives and 2.0 ms around them, oneDNN Graph's
+runtime 6.5 and 0.9 ms with the same primitives (``ONEDNN_VERBOSE``). On long calls of CNNs whose normalizations
+cannot be folded, the fused partitions save passes over memory: densenet121 at batch 8 ran 209 ms on the lowering
+and 142 ms on oneDNN Graph's runtime (benchmarks/README.md, "Runtime" → Notes). Where a call is long beside the
+compile (a transformer at batch 8: 0.4-0.7 s per call, 3-4 s of compile), its time is in GEMMs both runtimes run
+alike; ``backend="auto"`` measures every runtime whatever it costs."""
 
 WHOLE_GRAPH_MIN_BUDGET_S = 0.8
 """Measuring is always worth this much: a model whose call takes up to 50 ms is always measured."""
@@ -386,7 +389,7 @@ def _whole_graph(
     if cost_s > budget_s:  # too long a call is not measured, whatever the fuser can do
         why = (
             f"a call takes {first_call_s * 1e3:.0f} ms: measuring would cost about {cost_s:.1f} s, over the budget "
-            f"of {budget_s:.1f} s (half the compile so far; oneDNN's primitives were not measured either; "
+            f"of {budget_s:.1f} s (the compile so far; oneDNN's primitives were not measured either; "
             'backend="auto" measures every runtime anyway)'
         )
         return torch_module, BackendChoice("torch", {}, {"onednn_graph": why}), None

@@ -68,8 +68,8 @@ class TorchOptions:
     whole_graph: bool | str = "measure"
     """:func:`gawee.compile` only (it measures on the example inputs; ``to_torch`` has none and ignores this):
     ``"measure"`` also builds the whole-graph runtimes of the rewritten graph (oneDNN Graph's partitions, oneDNN's
-    primitives in each activation layout: ``gawee.backend.dnnl``) where measuring them costs at most half as long
-    as the compile took so far (``gawee.backend.compiler.WHOLE_GRAPH_SHARE``), and returns the fastest instead
+    primitives in each activation layout: ``gawee.backend.dnnl``) where measuring them costs at most as long as
+    the compile took so far (``gawee.backend.compiler.WHOLE_GRAPH_SHARE``), and returns the fastest instead
     where it computes the model's outputs and measures more than 5% faster (the choice is
     ``module.gawee_report.backend``); False never does."""
     keep_freed_memory: bool = True

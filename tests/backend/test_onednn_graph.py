@@ -94,7 +94,7 @@ def test_the_default_compile_measures_the_whole_graph_runtime_only_where_that_co
     given = _wins(monkeypatch, "onednn_graph")
     monkeypatch.setattr(compiler, "WHOLE_GRAPH_MIN_BUDGET_S", 0.0)
     net, x = _net()
-    module = gawee.compile(net, (x,))  # a call of a millisecond: 16 of them cost less than half the compile
+    module = gawee.compile(net, (x,))  # a call of a millisecond: 16 of them cost less than the compile so far
     assert given == [["torch", "onednn_graph", *PRIMITIVES]] and module.gawee_report.backend.chosen == "onednn_graph"
     monkeypatch.setattr(compiler, "WHOLE_GRAPH_CALLS", 1e6)  # now they would cost more
     module = gawee.compile(net, (x,))
