@@ -3,8 +3,6 @@ result, in each activation layout, and its buffers are reused without clobbering
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 import torch.nn as nn
@@ -294,7 +292,7 @@ class _MixedNet(nn.Module):
         super().__init__()
         self.stem = nn.Conv2d(3, 16, 3, padding=1)
         self.a, self.b = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 1)
-        self.se1, self.se2 = nn.Conv2d(16, 4, 1), nn.Conv2d(4, 16, 1)
+        self.se1, self.se2 = nn.Conv2d(16, 16, 1), nn.Conv2d(16, 16, 1)  # no fewer channels than a block
         self.dw, self.c = nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.Conv2d(16, 8, 1)
         self.bn = nn.BatchNorm2d(24)
         self.fc = nn.Linear(24 * 4 * 4, 10)
@@ -308,12 +306,24 @@ class _MixedNet(nn.Module):
         return self.fc(torch.flatten(F.max_pool2d(z, 2), 1))
 
 
+def _forced(monkeypatch, cost):
+    """``per_conv``'s choice with each layout's fastest kernel costing ``cost(plan, n)`` instead, ``n`` counting
+    the plan's calls (two per convolution: blocked, then channels-last)."""
+    fastest = dnnl._Plan.fastest
+
+    def forced(self, *args, **kwargs):
+        pd, prim, seconds = fastest(self, *args, **kwargs)
+        self.calls = getattr(self, "calls", -1) + 1
+        return pd, prim, cost(self, seconds)
+
+    monkeypatch.setattr(dnnl._Plan, "fastest", forced)
+
+
 def test_per_conv_layouts_that_alternate_still_compute_the_model(monkeypatch):
     """The measurement forced to alternate between the layouts: each op between convolutions reads operands in
     both, and the module still computes the model."""
     torch.manual_seed(0)
-    times = itertools.count()
-    monkeypatch.setattr(dnnl._Plan, "seconds", lambda self, *args: next(times) % 3)  # (0, 1), (2, 0), (1, 2)...
+    _forced(monkeypatch, lambda plan, seconds: plan.calls % 3)  # (0, 1), (2, 0), (1, 2)...
     model, x = _MixedNet().eval(), torch.randn(2, 3, 8, 8)
     graph = assert_runs_like(model, x, layouts=["per_conv"])
     module = DnnlModule(graph, layout="per_conv")
@@ -324,14 +334,27 @@ def test_per_conv_counts_the_reorders_a_layout_would_need(monkeypatch):
     """Every primitive (convolution or reorder) timed alike and the first convolution forced into channels-last:
     the rest stay in channels-last, since the blocked layout would cost each a reorder more."""
     torch.manual_seed(0)
-    measure = dnnl._Plan.seconds
-    monkeypatch.setattr(dnnl._Plan, "_time", lambda self, prim, mds: 1.0)
-
-    def first_forced(self, *args):  # the first convolution's two candidates: channels-last is free
-        self.measured = getattr(self, "measured", 0) + 1
-        return (1.0, 0.0)[self.measured - 1] if self.measured <= 2 else measure(self, *args)
-
-    monkeypatch.setattr(dnnl._Plan, "seconds", first_forced)
+    monkeypatch.setattr(dnnl._Plan, "_time", lambda self, prim, mds, give_up_s=None: 1.0)
+    _forced(monkeypatch, lambda plan, seconds: (1.0, 0.0)[plan.calls] if plan.calls < 2 else seconds)
     graph = assert_runs_like(_MixedNet().eval(), torch.randn(2, 3, 8, 8), layouts=["per_conv"])
     layouts = DnnlModule(graph, layout="per_conv").conv_layouts
     assert set(layouts.values()) == {"channels_last"}, layouts
+
+
+def test_per_conv_keeps_the_fastest_of_every_kernel_onednn_has(monkeypatch):
+    """Every implementation oneDNN has of a convolution is compiled and timed, not only its first choice: with the
+    GEMM-based one (never its first choice here) made to measure fastest, that is the one kept."""
+    torch.manual_seed(0)
+
+    def by_name(self, prim, mds, budget_s=2e-3, give_up_s=None):
+        if dnnl.WEIGHTS not in mds:  # a reorder
+            return 0.0
+        return 1e-3 if "gemm:jit" in self.impl[prim] else 1.0
+
+    model = nn.Sequential(nn.Conv2d(16, 32, 1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1)).eval()
+    x = torch.randn(1, 16, 14, 14)
+    graph = _graph(model, x)
+    assert not any("gemm:jit" in k for layout in dnnl.MEASURED for k in DnnlModule(graph, layout=layout).kernels)
+    monkeypatch.setattr(dnnl._Plan, "_time", by_name)
+    assert_runs_like(model, x, layouts=["per_conv"])
+    assert sum("gemm:jit" in k for k in DnnlModule(graph, layout="per_conv").kernels) == 2
