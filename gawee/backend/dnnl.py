@@ -10,10 +10,10 @@ inner products, eltwise, binary and concatenation — with weights reordered onc
 asked for, and buffers reused by liveness; a call sets the input's address and executes the list (about 5 µs per
 primitive through ctypes). The layout of the activations is ``layout``: ``"blocked"`` (nChw8c / nChw16c, the
 block the CPU's vector width gives), ``"channels_last"`` (NHWC, where oneDNN 3's brgemm convolutions run), or
-``"per_conv"``: each convolution's primitive is built in both and timed here, with the reorders of its operands
-that each would need, and the faster kept (the pooling, eltwise, binary and concatenation primitives between
-convolutions run in their input's layout). Which is fastest depends on the CPU and the model (on one AMD EPYC,
-AVX2: the blocked kernels won the 1×1 and depthwise convolutions, the channels-last ones the dense 3×3 ones), so
+``"per_conv"``: every implementation oneDNN has of each convolution, in both layouts, is compiled and timed here
+with the reorders of its operands that its layout would need, and the fastest kept (the pooling, eltwise, binary
+and concatenation primitives between convolutions run in their input's layout). Which is fastest depends on the
+CPU and the model (on one AMD EPYC, AVX2, no layout won every convolution of resnet50's shapes), so
 :func:`gawee.backend.compiler.whole_graph_choice` builds all three and measures them on the machine.
 
 The library is ``libdnnl.so.3`` from the ``onednn-cpu-gomp`` wheel (a dependency of gawee on x86-64 Linux), or the
@@ -83,8 +83,8 @@ LIBRARY_ENV = "GAWEE_DNNL_LIBRARY"
 
 LAYOUTS = ("blocked", "channels_last", "per_conv")
 """The activation layouts a module can run in: channel-blocked everywhere (the default), channels-last (NHWC)
-everywhere, or each convolution's own, measured here (``per_conv``: the faster of the two for it, counting the
-reorders of its operands; the ops between convolutions take their input's)."""
+everywhere, or each convolution's own, measured here (``per_conv``: its fastest kernel in either layout, counting
+the reorders of its operands; the ops between convolutions take their input's)."""
 
 MEASURED = ("blocked", "channels_last")
 """The layouts ``per_conv`` times for each convolution."""
