@@ -29,7 +29,6 @@ import ctypes
 import os
 import sys
 import threading
-import time
 import weakref
 from functools import cache
 from pathlib import Path
@@ -273,32 +272,21 @@ class _Plan:
                 getattr(self.lib, destroy)(_P(self.handles.pop(i)[1]))
                 return
 
-    def fastest(self, create, *args, attr: int | None, reads: dict[int, Value | None]) -> tuple[int, int, float]:
-        """Every implementation oneDNN has of the primitive ``create(*args, attr)`` (its reference one only where there
-        is no other), compiled and timed here with the reorders of the values it ``reads`` (argument → value) that
-        it would need; the fastest one's (descriptor, primitive, seconds). oneDNN's own first choice is a heuristic:
-        on one AMD EPYC (AVX2) its second implementation of channels-last 1×1 convolutions (``jit_1x1``) took 7-21%
-        less time than its first (``brgconv_1x1``)."""
-        pd = self.descriptor(create, *args, attr=attr)
-        best: tuple[int, int, float] | None = None
+    def implementations(self, create, *args, attr: int | None) -> list[tuple[int, int]]:
+        """Every implementation oneDNN has of the primitive ``create(*args, attr)``, compiled: (the descriptor the
+        primitive keeps, the primitive); the reference one only where there is no other. oneDNN's own first choice
+        is a heuristic: on one AMD EPYC (AVX2) its second implementation of channels-last 1×1 convolutions
+        (``jit_1x1``) took 7-21% less time than its first (``brgconv_1x1``)."""
+        pd, found = self.descriptor(create, *args, attr=attr), []
         while True:
             if not self._impl_name(pd).startswith("ref"):
                 prim = self._compile(pd)
                 own = _P()  # the descriptor the primitive keeps: ``pd`` moves on to the next implementation
                 self.lib.dnnl_primitive_get_primitive_desc(_P(prim), ctypes.byref(own))
-                seconds = self.seconds(own.value, prim, reads, give_up_s=best and 1.5 * best[2])
-                if best is None or seconds < best[2]:
-                    if best is not None:
-                        self._drop(best[1])
-                    best = (own.value, prim, seconds)
-                else:
-                    self._drop(prim)
+                found.append((own.value, prim))
             if self.lib.dnnl_primitive_desc_next_impl(_P(pd)) != 0:  # the last implementation was reached
                 break
-        if best is None:  # only the reference one: timed by one execution, it is slow anyway
-            pd, prim = self.primitive(create, *args, attr=attr)
-            best = (pd, prim, self.seconds(pd, prim, reads, give_up_s=0.0))
-        return best
+        return found or [self.primitive(create, *args, attr=attr)]
 
     def act_of(self, node: Node) -> tuple[str | None, tuple]:
         """The activation ``node``'s primitive applies: its own ``act``, or the next node's when that is fused."""
@@ -359,56 +347,64 @@ class _Plan:
         copies.append(self.reorder(t, md))
         return copies[-1]
 
-    def seconds(self, pd: int, prim: int, reads: dict[int, Value | None], give_up_s: float | None = None) -> float:
-        """What one execution of the convolution ``prim`` takes here (on scratch buffers), plus reordering each
-        value it ``reads`` (argument → value) from the layout it has into the one ``prim`` asks for. A first
-        execution slower than ``give_up_s`` is the answer: that kernel has lost already."""
-        args = {arg: self.queried(pd, arg) for arg in (SRC, WEIGHTS, BIAS, DST, *reads)}
-        total, reordered = self._time(prim, args, give_up_s=give_up_s), []
-        for arg, v in reads.items():
-            if v is None or v.is_const:
-                continue
-            have, want = self.values[v].md, self.queried(pd, arg)
-            known = [c.md for c in (self.values[v], *self.converted.get(v, ()))]  # its layouts, and those
-            known += [md for u, md in reordered if u is v]  # it would be reordered to for another operand
-            if not any(self.lib.dnnl_memory_desc_equal(_P(md), _P(want)) for md in known):
-                reordered.append((v, want))
-                _, reorder = self.primitive(
-                    self.lib.dnnl_reorder_primitive_desc_create, have, self.engine, want, self.engine
-                )
-                total += self._time(reorder, {SRC: have, DST: want})
-                self._drop(reorder)
-        return total
+    def fastest(self, candidates: list[tuple[str, int, int]], reads: dict[int, Value | None]) -> tuple[str, int, int]:
+        """The candidate convolution (layout, descriptor, primitive) whose call — after the reorders of the values it
+        ``reads`` (argument → value) that its layouts would need — is fastest here, each run on zero-filled
+        scratch buffers, in rounds over the candidates (:func:`gawee.backend.kernels.best_calls`). The others'
+        primitives are destroyed."""
+        from gawee.backend.kernels import best_calls
 
-    def _time(self, prim: int, mds: dict[int, int], budget_s: float = 2e-3, give_up_s: float | None = None) -> float:
-        """The fastest of three rounds of executing ``prim`` on zero-filled scratch buffers for ``mds``
-        (argument → memory descriptor), per execution; a round lasts about ``budget_s``. When the first,
-        warming execution takes longer than ``give_up_s``, its time."""
-        lib = self.lib
-        buffers = [torch.zeros(max(1, lib.dnnl_memory_desc_get_size(_P(md)) // 4)) for md in mds.values()]
-        memories = []
-        for md, buf in zip(mds.values(), buffers):
-            memory = _P()
-            _check(lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(self.engine), _P(buf.data_ptr())), "scratch")
-            memories.append(memory)
-        array = (_Arg * len(mds))(*(_Arg(arg, m) for arg, m in zip(mds, memories)))
-        try:
+        lib, memories, reorders, runners = self.lib, [], [], {}
+        for i, (_, pd, prim) in enumerate(candidates):
+            steps, planned = [], []
+            for arg, v in reads.items():
+                if v is None or v.is_const:
+                    continue
+                have, want = self.values[v].md, self.queried(pd, arg)
+                known = [c.md for c in (self.values[v], *self.converted.get(v, ()))] + planned
+                if not any(lib.dnnl_memory_desc_equal(_P(md), _P(want)) for md in known):
+                    planned.append(want)  # one reorder, whichever operands read it in that layout
+                    _, reorder = self.primitive(
+                        lib.dnnl_reorder_primitive_desc_create, have, self.engine, want, self.engine
+                    )
+                    reorders.append(reorder)
+                    steps.append(self._scratch_step(reorder, {SRC: have, DST: want}, memories))
+            mds = {arg: self.queried(pd, arg) for arg in (SRC, WEIGHTS, BIAS, DST, *reads)}
+            steps.append(self._scratch_step(prim, mds, memories))
 
-            def run(times: int) -> float:
-                start = time.perf_counter()
-                for _ in range(times):
-                    _check(lib.dnnl_primitive_execute(prim, self.stream, len(mds), array), "a measured primitive")
+            def run(steps=steps) -> None:
+                for step in steps:
+                    prim, count, args, _ = step
+                    _check(lib.dnnl_primitive_execute(prim, self.stream, count, args), "a measured primitive")
                 lib.dnnl_stream_wait(self.stream)
-                return (time.perf_counter() - start) / times
 
-            first = run(1)
-            if give_up_s is not None and first > give_up_s:
-                return first
-            times = max(1, min(50, int(budget_s / max(first, 1e-7))))
-            return min(run(times) for _ in range(3))
+            run()  # warm: the first call of a primitive pages its buffers and code in
+            runners[i] = run
+        try:
+            best = best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.05) if len(runners) > 1 else {0: 0}
         finally:
             for memory in memories:
                 lib.dnnl_memory_destroy(memory)
+            for reorder in reorders:
+                self._drop(reorder)
+        winner = min(best, key=lambda i: (best[i], i))
+        for i, (_, _, prim) in enumerate(candidates):
+            if i != winner:
+                self._drop(prim)
+        return candidates[winner]
+
+    def _scratch_step(self, prim: int, mds: dict[int, int], memories: list) -> tuple:
+        """``prim`` with each argument (argument → memory descriptor) in a zero-filled scratch buffer of its own:
+        (primitive, argument count, arguments, buffers); its memories are added to ``memories``."""
+        lib = self.lib
+        buffers = [torch.zeros(max(1, lib.dnnl_memory_desc_get_size(_P(md)) // 4)) for md in mds.values()]
+        args = []
+        for arg, md, buf in zip(mds, mds.values(), buffers):
+            memory = _P()
+            _check(lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(self.engine), _P(buf.data_ptr())), "scratch")
+            memories.append(memory)
+            args.append(_Arg(arg, memory))
+        return (prim, len(mds), (_Arg * len(mds))(*args), buffers)
 
     def done_with(self, node: Node) -> None:
         """Frees the buffers of the inputs ``node`` read for the last time."""
@@ -490,14 +486,11 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
         pd, prim = plan.primitive(create, *conv_args, attr=attr)
     else:  # every kernel of each layout timed here, with the reorders its operands would need
         reads = {SRC: x, **({_post_op_arg(0): residual} if residual is not None else {})}
-        options = {}
+        candidates = []
         for layout in MEASURED:
             conv_args, attr = descriptor(layout)
-            options[layout] = plan.fastest(create, *conv_args, attr=attr, reads=reads)
-        layout = min(options, key=lambda k: options[k][2])
-        pd, prim, _ = options.pop(layout)
-        for _, loser, _ in options.values():
-            plan._drop(loser)
+            candidates += [(layout, *impl) for impl in plan.implementations(create, *conv_args, attr=attr)]
+        layout, pd, prim = plan.fastest(candidates, reads)
     plan.conv_layouts[node.name] = layout
     args = {}
     if residual is not None:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gawee
-from gawee.backend import dnnl
+from gawee.backend import dnnl, kernels
 from gawee.backend.dnnl import DnnlModule
 from gawee.errors import GaweeError
 from gawee.ir.builder import GraphBuilder
@@ -306,24 +306,46 @@ class _MixedNet(nn.Module):
         return self.fc(torch.flatten(F.max_pool2d(z, 2), 1))
 
 
-def _forced(monkeypatch, cost):
-    """``per_conv``'s choice with each layout's fastest kernel costing ``cost(plan, n)`` instead, ``n`` counting
-    the plan's calls (two per convolution: blocked, then channels-last)."""
+def _forced(monkeypatch, layout_of_call):
+    """``per_conv``'s choice among the candidates of the layout ``layout_of_call(n)`` only, ``n`` counting the
+    plan's convolutions (None: among all)."""
     fastest = dnnl._Plan.fastest
 
-    def forced(self, *args, **kwargs):
-        pd, prim, seconds = fastest(self, *args, **kwargs)
+    def forced(self, candidates, reads):
         self.calls = getattr(self, "calls", -1) + 1
-        return pd, prim, cost(self, seconds)
+        layout = layout_of_call(self.calls)
+        return fastest(self, [c for c in candidates if layout in (None, c[0])], reads)
 
     monkeypatch.setattr(dnnl._Plan, "fastest", forced)
 
 
+def _executions_as_time(monkeypatch) -> None:
+    """A candidate's time is the number of primitives its call executes: the convolution and each reorder its
+    layout needs (ties go to the first candidate: blocked)."""
+    lib, count = dnnl._lib(), [0]
+    execute = lib.dnnl_primitive_execute
+
+    def counting(*args):
+        count[0] += 1
+        return execute(*args)
+
+    def by_count(runners, args, min_rounds, max_rounds, budget_s):
+        times = {}
+        for key, run in runners.items():
+            before = count[0]
+            run()
+            times[key] = count[0] - before
+        return times
+
+    monkeypatch.setattr(lib, "dnnl_primitive_execute", counting)
+    monkeypatch.setattr(kernels, "best_calls", by_count)
+
+
 def test_per_conv_layouts_that_alternate_still_compute_the_model(monkeypatch):
-    """The measurement forced to alternate between the layouts: each op between convolutions reads operands in
-    both, and the module still computes the model."""
+    """The choice forced to alternate between the layouts: each op between convolutions reads operands in both,
+    and the module still computes the model."""
     torch.manual_seed(0)
-    _forced(monkeypatch, lambda plan, seconds: plan.calls % 3)  # (0, 1), (2, 0), (1, 2)...
+    _forced(monkeypatch, lambda n: dnnl.MEASURED[n % 2])
     model, x = _MixedNet().eval(), torch.randn(2, 3, 8, 8)
     graph = assert_runs_like(model, x, layouts=["per_conv"])
     module = DnnlModule(graph, layout="per_conv")
@@ -331,30 +353,33 @@ def test_per_conv_layouts_that_alternate_still_compute_the_model(monkeypatch):
 
 
 def test_per_conv_counts_the_reorders_a_layout_would_need(monkeypatch):
-    """Every primitive (convolution or reorder) timed alike and the first convolution forced into channels-last:
+    """Every primitive (convolution or reorder) costing alike and the first convolution forced into channels-last:
     the rest stay in channels-last, since the blocked layout would cost each a reorder more."""
     torch.manual_seed(0)
-    monkeypatch.setattr(dnnl._Plan, "_time", lambda self, prim, mds, give_up_s=None: 1.0)
-    _forced(monkeypatch, lambda plan, seconds: (1.0, 0.0)[plan.calls] if plan.calls < 2 else seconds)
+    _executions_as_time(monkeypatch)
+    _forced(monkeypatch, lambda n: "channels_last" if n == 0 else None)
     graph = assert_runs_like(_MixedNet().eval(), torch.randn(2, 3, 8, 8), layouts=["per_conv"])
     layouts = DnnlModule(graph, layout="per_conv").conv_layouts
     assert set(layouts.values()) == {"channels_last"}, layouts
 
 
 def test_per_conv_keeps_the_fastest_of_every_kernel_onednn_has(monkeypatch):
-    """Every implementation oneDNN has of a convolution is compiled and timed, not only its first choice: with the
+    """Every implementation oneDNN has of a convolution is compiled and raced, not only its first choice: with the
     GEMM-based one (never its first choice here) made to measure fastest, that is the one kept."""
     torch.manual_seed(0)
-
-    def by_name(self, prim, mds, budget_s=2e-3, give_up_s=None):
-        if dnnl.WEIGHTS not in mds:  # a reorder
-            return 0.0
-        return 1e-3 if "gemm:jit" in self.impl[prim] else 1.0
-
     model = nn.Sequential(nn.Conv2d(16, 32, 1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1)).eval()
     x = torch.randn(1, 16, 14, 14)
     graph = _graph(model, x)
     assert not any("gemm:jit" in k for layout in dnnl.MEASURED for k in DnnlModule(graph, layout=layout).kernels)
-    monkeypatch.setattr(dnnl._Plan, "_time", by_name)
+    fastest, raced = dnnl._Plan.fastest, []
+
+    def remembering(self, candidates, reads):
+        raced[:] = [self.impl[prim] for _, _, prim in candidates]
+        return fastest(self, candidates, reads)
+
+    monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
+    monkeypatch.setattr(
+        kernels, "best_calls", lambda runners, *_, **__: {i: 1e-3 if "gemm:jit" in raced[i] else 1.0 for i in runners}
+    )
     assert_runs_like(model, x, layouts=["per_conv"])
     assert sum("gemm:jit" in k for k in DnnlModule(graph, layout="per_conv").kernels) == 2
