@@ -181,7 +181,7 @@ class _Plan:
         self.block = block_size()
         self.handles: list[tuple[str, int]] = []  # (destroy function, handle), destroyed in reverse
         self.keep: list[Any] = []  # what the primitives' arguments point to
-        self.steps: list[tuple[int, int, Any, str]] = []  # (primitive, nargs, args, implementation)
+        self.steps: list[tuple[Any, tuple, str]] = []  # (C function, its arguments, the kernel's name)
         self.impl: dict[int, str] = {}  # each primitive's implementation (oneDNN's name for its kernel)
         self.pool: dict[int, list[_Buffer]] = {}
         self.values: dict[Value, _Tensor] = {}
@@ -300,9 +300,14 @@ class _Plan:
         return self.lib.dnnl_primitive_desc_query_md(_P(pd), _QUERY_ARG_MD, arg)
 
     def step(self, prim: int, args: dict[int, int]) -> None:
+        """``prim`` executed on ``args`` (argument → memory), a step of every call."""
         array = (_Arg * len(args))(*(_Arg(k, _P(m)) for k, m in args.items()))
         self.keep.append(array)
-        self.steps.append((prim, len(args), array, self.impl[prim]))
+        self.steps.append((self.lib.dnnl_primitive_execute, (prim, self.stream, len(args), array), self.impl[prim]))
+
+    def call(self, function, args: tuple, name: str) -> None:
+        """A C function of gawee's own (returning 0, else a status) on ``args``, a step of every call."""
+        self.steps.append((function, args, name))
 
     def reorder(self, src: _Tensor, md: int, dst: _Tensor | None = None, now: bool = False) -> _Tensor:
         """``src`` copied into the layout ``md``: a step of every call, or (``now``) once, at build time."""
@@ -347,20 +352,20 @@ class _Plan:
         copies.append(self.reorder(t, md))
         return copies[-1]
 
-    def fastest(self, candidates: list[tuple[str, int, int]], reads: dict[int, Value | None]) -> tuple[str, int, int]:
-        """The candidate convolution (layout, descriptor, primitive) whose call — after the reorders of the values it
-        ``reads`` (argument → value) that its layouts would need — is fastest here, each run on zero-filled
-        scratch buffers, in rounds over the candidates (:func:`gawee.backend.kernels.best_calls`). The others'
-        primitives are destroyed."""
+    def fastest(self, candidates: list, reads: dict[int, Value | None]):
+        """The candidate convolution kernel (a :class:`_Primitive` or :class:`_Winograd`) whose call — after the
+        reorders of the values it ``reads`` (argument → value) that its layout would need — is fastest here, each run
+        on zero-filled scratch buffers, in rounds over the candidates
+        (:func:`gawee.backend.kernels.best_calls`). The others are dropped."""
         from gawee.backend.kernels import best_calls
 
         lib, memories, reorders, runners = self.lib, [], [], {}
-        for i, (_, pd, prim) in enumerate(candidates):
+        for i, kernel in enumerate(candidates):
             steps, planned = [], []
             for arg, v in reads.items():
                 if v is None or v.is_const:
                     continue
-                have, want = self.values[v].md, self.queried(pd, arg)
+                have, want = self.values[v].md, kernel.wants(arg)
                 known = [c.md for c in (self.values[v], *self.converted.get(v, ()))] + planned
                 if not any(lib.dnnl_memory_desc_equal(_P(md), _P(want)) for md in known):
                     planned.append(want)  # one reorder, whichever operands read it in that layout
@@ -368,14 +373,12 @@ class _Plan:
                         lib.dnnl_reorder_primitive_desc_create, have, self.engine, want, self.engine
                     )
                     reorders.append(reorder)
-                    steps.append(self._scratch_step(reorder, {SRC: have, DST: want}, memories))
-            mds = {arg: self.queried(pd, arg) for arg in (SRC, WEIGHTS, BIAS, DST, *reads)}
-            steps.append(self._scratch_step(prim, mds, memories))
+                    steps.append(self.scratch_step(reorder, {SRC: have, DST: want}, memories))
+            steps += kernel.scratch(memories)
 
             def run(steps=steps) -> None:
-                for step in steps:
-                    prim, count, args, _ = step
-                    _check(lib.dnnl_primitive_execute(prim, self.stream, count, args), "a measured primitive")
+                for function, args, _ in steps:
+                    _check(function(*args), "a measured kernel")
                 lib.dnnl_stream_wait(self.stream)
 
             run()  # warm: the first call of a primitive pages its buffers and code in
@@ -388,23 +391,29 @@ class _Plan:
             for reorder in reorders:
                 self._drop(reorder)
         winner = min(best, key=lambda i: (best[i], i))
-        for i, (_, _, prim) in enumerate(candidates):
+        for i, kernel in enumerate(candidates):
             if i != winner:
-                self._drop(prim)
+                kernel.drop()
         return candidates[winner]
 
-    def _scratch_step(self, prim: int, mds: dict[int, int], memories: list) -> tuple:
+    def scratch_memory(self, md: int, memories: list, buffer: torch.Tensor | None = None) -> tuple[int, torch.Tensor]:
+        """A oneDNN memory of ``md`` over ``buffer`` (default: a zero-filled scratch buffer of its own), added to
+        ``memories``; and the buffer."""
+        if buffer is None:
+            buffer = torch.zeros(max(1, self.lib.dnnl_memory_desc_get_size(_P(md)) // 4))
+        memory = _P()
+        _check(
+            self.lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(self.engine), _P(buffer.data_ptr())), "scratch"
+        )
+        memories.append(memory)
+        return memory.value, buffer
+
+    def scratch_step(self, prim: int, mds: dict[int, int], memories: list) -> tuple:
         """``prim`` with each argument (argument → memory descriptor) in a zero-filled scratch buffer of its own:
-        (primitive, argument count, arguments, buffers); its memories are added to ``memories``."""
-        lib = self.lib
-        buffers = [torch.zeros(max(1, lib.dnnl_memory_desc_get_size(_P(md)) // 4)) for md in mds.values()]
-        args = []
-        for arg, md, buf in zip(mds, mds.values(), buffers):
-            memory = _P()
-            _check(lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(self.engine), _P(buf.data_ptr())), "scratch")
-            memories.append(memory)
-            args.append(_Arg(arg, memory))
-        return (prim, len(mds), (_Arg * len(mds))(*args), buffers)
+        a step (function, arguments, the buffers to keep); its memories are added to ``memories``."""
+        made = {arg: self.scratch_memory(md, memories) for arg, md in mds.items()}
+        args = (_Arg * len(made))(*(_Arg(arg, _P(memory)) for arg, (memory, _) in made.items()))
+        return self.lib.dnnl_primitive_execute, (prim, self.stream, len(made), args), [b for _, b in made.values()]
 
     def done_with(self, node: Node) -> None:
         """Frees the buffers of the inputs ``node`` read for the last time."""
@@ -458,8 +467,167 @@ def _post_ops(plan: _Plan, act: str | None, params, residual_md: int | None = No
     return attr
 
 
+class _Primitive:
+    """A candidate convolution kernel: one of oneDNN's implementations in ``layout``, compiled; ``args`` are the
+    arguments it takes."""
+
+    def __init__(self, plan: _Plan, layout: str, pd: int, prim: int, args: tuple[int, ...]):
+        self.plan, self.layout, self.pd, self.prim, self.args = plan, layout, pd, prim, args
+
+    @property
+    def name(self) -> str:
+        return self.plan.impl[self.prim]
+
+    def wants(self, arg: int) -> int:
+        """The memory descriptor it reads (or writes) ``arg`` in."""
+        return self.plan.queried(self.pd, arg)
+
+    def scratch(self, memories: list) -> list[tuple]:
+        """Its call on zero-filled scratch buffers, as steps."""
+        return [self.plan.scratch_step(self.prim, {arg: self.wants(arg) for arg in self.args}, memories)]
+
+    def drop(self) -> None:
+        self.plan._drop(self.prim)
+
+    def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
+        """Its step of every call (operands reordered to its layout, weights once now); the output."""
+        plan, args = self.plan, {}
+        if residual is not None:
+            args[_post_op_arg(0)] = plan.operand(residual, self.wants(_post_op_arg(0))).memory
+        src = plan.operand(x, self.wants(SRC))
+        w = plan.constant(weight, self.wants(WEIGHTS), wshape)
+        b = plan.constant(bias, self.wants(BIAS))
+        dst = plan.tensor(self.wants(DST))
+        plan.step(self.prim, {SRC: src.memory, WEIGHTS: w.memory, BIAS: b.memory, DST: dst.memory, **args})
+        return dst
+
+
+class _Winograd:
+    """A candidate convolution kernel for 3×3 stride-1 convolutions: Winograd F(4×4, 3×3)
+    (:mod:`gawee.backend.winograd`) in ``layout`` — the input transform, oneDNN's matmul over the 36 transformed
+    matrices (weights prepacked once), and the output transform adding the bias and residual and applying the
+    activation."""
+
+    name = "gawee:winograd_f4x4_3x3"
+
+    def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, padding, act: str | None, residual: bool):
+        from gawee.backend import winograd
+
+        self.plan, self.layout, self.lib, self.act, self.residual = plan, layout, winograd.library(), act, residual
+        (n, c, h, w), (k, oh, ow) = x.shape, out.shape[1:]
+        self.tiles = winograd.tiles(h, padding[0]), winograd.tiles(w, padding[1])
+        t, e = n * self.tiles[0] * self.tiles[1], winograd.ALPHA**2
+        self.geometry = (n, c, h, w, k, oh, ow, *padding)
+        self.src_md, self.dst_md = plan.activation_md(x.shape, layout), plan.activation_md(out.shape, layout)
+        self.v_md, self.m_md = plan.md([e, t, c]), plan.md([e, t, k])
+        create = plan.lib.dnnl_matmul_primitive_desc_create
+        self.pd, self.prim = plan.primitive(create, plan.engine, self.v_md, plan.md([e, c, k], _ANY), None, self.m_md)
+
+    @staticmethod
+    def eligible(plan: _Plan, layout: str, cin: int, cout: int, geometry, act: str | None) -> bool:
+        """Whether this kernel computes a convolution of ``geometry`` (kernel, stride, dilation, groups) in
+        ``layout`` here: the blocked layout must not pad the channels (the transforms skip padding lanes)."""
+        from gawee.backend import winograd
+
+        blocks = layout != "blocked" or (cin % plan.block == 0 and cout % plan.block == 0)
+        return blocks and winograd.eligible(cin, cout, *geometry, act) and winograd.available() is None
+
+    def wants(self, arg: int) -> int:
+        return self.src_md if arg == SRC else self.dst_md
+
+    def _strides(self, channels: int, h: int, w: int) -> tuple[int, int, int, int, int]:
+        """Where element (n, c, h, w) of an activation is in this layout: strides of n, of c's block, of h and w,
+        and the block."""
+        if self.layout == "channels_last":
+            return w * h * channels, 0, w * channels, channels, channels
+        blk = self.plan.block
+        return -(-channels // blk) * h * w * blk, h * w * blk, w * blk, blk, blk
+
+    def _steps(self, src: int, v: tuple[int, int], m: tuple[int, int], w: int, bias: int, res, dst: int) -> list:
+        """The three steps over these addresses (``v`` and ``m``: (oneDNN memory, address))."""
+        from gawee.backend import winograd
+
+        n, c, h, w_, k, oh, ow, pt, pl = self.geometry
+        th, tw = self.tiles
+        array = (_Arg * 3)(_Arg(SRC, _P(v[0])), _Arg(WEIGHTS, _P(w)), _Arg(DST, _P(m[0])))
+        self.plan.keep.append(array)
+        return [
+            (self.lib.gawee_wino_input, (src, v[1], n, c, h, w_, *self._strides(c, h, w_), pt, pl, th, tw)),
+            (self.plan.lib.dnnl_primitive_execute, (self.prim, self.plan.stream, 3, array)),
+            (
+                self.lib.gawee_wino_output,
+                (m[1], dst, bias, res, winograd.ACTS[self.act], n, k, oh, ow, *self._strides(k, oh, ow), th, tw),
+            ),
+        ]
+
+    def scratch(self, memories: list) -> list[tuple]:
+        plan = self.plan
+        src, dst, res = (
+            torch.zeros(max(1, plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4))
+            for md in (self.src_md, self.dst_md, self.dst_md)
+        )
+        v, vb = plan.scratch_memory(self.v_md, memories)
+        m, mb = plan.scratch_memory(self.m_md, memories)
+        w, wb = plan.scratch_memory(plan.queried(self.pd, WEIGHTS), memories)
+        bias = torch.zeros(self.geometry[4])
+        keep = [src, dst, res, vb, mb, wb, bias]
+        steps = self._steps(
+            src.data_ptr(),
+            (v, vb.data_ptr()),
+            (m, mb.data_ptr()),
+            w,
+            bias.data_ptr(),
+            res.data_ptr() if self.residual else None,
+            dst.data_ptr(),
+        )
+        return [(function, args, keep) for function, args in steps]
+
+    def drop(self) -> None:
+        self.plan._drop(self.prim)
+
+    def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
+        from gawee.backend import winograd
+
+        plan = self.plan
+        res = None
+        if residual is not None:
+            res = _addressed(plan, plan.operand(residual, self.dst_md))
+        src = _addressed(plan, plan.operand(x, self.src_md))
+        w = plan.constant(winograd.weights(weight), plan.queried(self.pd, WEIGHTS))
+        b = bias.detach().to(torch.float32).contiguous()
+        plan.keep.append(b)
+        dst = plan.tensor(self.dst_md)
+        v, m = plan.tensor(self.v_md), plan.tensor(self.m_md)
+        address = lambda t: t.buffer.tensor.data_ptr()
+        steps = self._steps(
+            address(src),
+            (v.memory, address(v)),
+            (m.memory, address(m)),
+            w.memory,
+            b.data_ptr(),
+            res and address(res),
+            address(dst),
+        )
+        for (function, args), name in zip(
+            steps, ("gawee:winograd_input", plan.impl[self.prim], "gawee:winograd_output")
+        ):
+            plan.call(function, args, name)
+        plan.release(v)
+        plan.release(m)
+        return dst
+
+
+def _addressed(plan: _Plan, t: _Tensor) -> _Tensor:
+    """``t``, or a copy of it in a buffer of the module's where each call sets its address (a graph input)."""
+    if t.buffer is None:
+        t = plan.reorder(t, t.md)
+        plan.keep.append(t)  # no value holds the copy: the module does
+    return t
+
+
 def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, dilation, residual=None) -> _Tensor:
-    """``act(conv(x) + residual)`` as one primitive: the residual and the activation as post-ops."""
+    """``act(conv(x) + residual)`` as one step, or Winograd's three, on the kernel measured fastest where there are
+    several (every implementation oneDNN has, in each layout, with ``per_conv``)."""
     x, out = node.inputs[0], node.output
     cin, cout = x.shape[1], out.shape[1]
     kernel = list(weight.shape[2:])
@@ -481,26 +649,22 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
         attr = _post_ops(plan, act, params, dst_md if residual is not None else None)
         return (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry), attr
 
-    if plan.layout != "per_conv":
-        layout, (conv_args, attr) = plan.layout, descriptor(plan.layout)
-        pd, prim = plan.primitive(create, *conv_args, attr=attr)
-    else:  # every kernel of each layout timed here, with the reorders its operands would need
-        reads = {SRC: x, **({_post_op_arg(0): residual} if residual is not None else {})}
-        candidates = []
-        for layout in MEASURED:
-            conv_args, attr = descriptor(layout)
-            candidates += [(layout, *impl) for impl in plan.implementations(create, *conv_args, attr=attr)]
-        layout, pd, prim = plan.fastest(candidates, reads)
-    plan.conv_layouts[node.name] = layout
-    args = {}
-    if residual is not None:
-        args[_post_op_arg(0)] = plan.operand(residual, plan.queried(pd, _post_op_arg(0))).memory
-    src = plan.operand(x, plan.queried(pd, SRC))
-    w = plan.constant(weight, plan.queried(pd, WEIGHTS), wshape)
-    b = plan.constant(bias if bias is not None else torch.zeros(cout), plan.queried(pd, BIAS))
-    dst = plan.tensor(plan.queried(pd, DST))
-    plan.step(prim, {SRC: src.memory, WEIGHTS: w.memory, BIAS: b.memory, DST: dst.memory, **args})
-    return dst
+    reads = {SRC: x, **({_post_op_arg(0): residual} if residual is not None else {})}
+    args = (SRC, WEIGHTS, BIAS, DST, *reads)
+    candidates = []
+    for layout in MEASURED if plan.layout == "per_conv" else (plan.layout,):
+        conv_args, attr = descriptor(layout)
+        if plan.layout == "per_conv":  # every kernel of each layout timed here, with the reorders it would need
+            found = plan.implementations(create, *conv_args, attr=attr)
+        else:
+            found = [plan.primitive(create, *conv_args, attr=attr)]
+        candidates += [_Primitive(plan, layout, pd, prim, args) for pd, prim in found]
+        if _Winograd.eligible(plan, layout, cin, cout, (kernel, stride, dilation, groups), act):
+            candidates.append(_Winograd(plan, layout, x, out, padding, act, residual is not None))
+    chosen = plan.fastest(candidates, reads) if len(candidates) > 1 else candidates[0]
+    plan.conv_layouts[node.name] = chosen.layout
+    bias = bias if bias is not None else torch.zeros(cout)
+    return chosen.build(x, residual, weight, bias, wshape)
 
 
 def _conv2d(plan: _Plan, node: Node) -> _Tensor:
@@ -745,8 +909,8 @@ class DnnlModule(torch.nn.Module):
                 f"{graph.name} cannot run on oneDNN's primitives: {e}", hint='use backend="torch"'
             ) from None
         self.lib, self.stream, self.layout = plan.lib, plan.stream, layout
-        self.steps = [step[:3] for step in plan.steps]
-        self.kernels = [step[3] for step in plan.steps]
+        self.steps = [step[:2] for step in plan.steps]  # (function, arguments)
+        self.kernels = [step[2] for step in plan.steps]
         self.conv_layouts = plan.conv_layouts
         self._keep = (plan.keep, plan.values, plan.pool, plan.converted)
         self.input_types = [v.type for v in graph.inputs]
@@ -764,15 +928,14 @@ class DnnlModule(torch.nn.Module):
                 lib.dnnl_memory_set_data_handle(memory, x.data_ptr())
             for (memory, _), y in zip(self.outputs, outs):
                 lib.dnnl_memory_set_data_handle(memory, y.data_ptr())
-            execute, stream = lib.dnnl_primitive_execute, self.stream
-            for i, (prim, n, args) in enumerate(self.steps):
-                status = execute(prim, stream, n, args)
+            for i, (function, args) in enumerate(self.steps):
+                status = function(*args)
                 if status:
                     raise GaweeError(
-                        f"oneDNN's {self.kernels[i]} primitive (step {i}) failed to execute (status {status})",
+                        f"the {self.kernels[i]} kernel (step {i}) failed to execute (status {status})",
                         hint='use backend="torch"',
                     )
-            lib.dnnl_stream_wait(stream)
+            lib.dnnl_stream_wait(self.stream)
         return arrange(outs, self.output_structure)
 
 

@@ -314,7 +314,7 @@ def _forced(monkeypatch, layout_of_call):
     def forced(self, candidates, reads):
         self.calls = getattr(self, "calls", -1) + 1
         layout = layout_of_call(self.calls)
-        return fastest(self, [c for c in candidates if layout in (None, c[0])], reads)
+        return fastest(self, [c for c in candidates if layout in (None, c.layout)], reads)
 
     monkeypatch.setattr(dnnl._Plan, "fastest", forced)
 
@@ -374,7 +374,7 @@ def test_per_conv_keeps_the_fastest_of_every_kernel_onednn_has(monkeypatch):
     fastest, raced = dnnl._Plan.fastest, []
 
     def remembering(self, candidates, reads):
-        raced[:] = [self.impl[prim] for _, _, prim in candidates]
+        raced[:] = [c.name for c in candidates]
         return fastest(self, candidates, reads)
 
     monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
