@@ -187,6 +187,7 @@ class _Plan:
         self.values: dict[Value, _Tensor] = {}
         self.converted: dict[Value, list[_Tensor]] = {}  # a value reordered to consumers' layouts
         self.conv_layouts: dict[str, str] = {}  # each convolution's (and batch norm's) activation layout
+        self.conv_kernels: dict[str, str] = {}  # each convolution's (and batch norm's) kernel
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
@@ -504,33 +505,43 @@ class _Primitive:
 
 class _Winograd:
     """A candidate convolution kernel for 3×3 stride-1 convolutions: Winograd F(4×4, 3×3)
-    (:mod:`gawee.backend.winograd`) in ``layout`` — the input transform, oneDNN's matmul over the 36 transformed
-    matrices (weights prepacked once), and the output transform adding the bias and residual and applying the
-    activation."""
+    (:mod:`gawee.backend.winograd`) in ``layout``, in chunks of ``rows`` rows of tiles (each image has
+    ``tiles[0]`` rows): per chunk, the input transform, oneDNN's matmul over the 36 transformed matrices (weights
+    prepacked once), and the output transform adding the bias and residual and applying the activation. A chunk's
+    transformed tiles stay in the CPU's caches between its steps where the whole image's would not."""
 
     name = "gawee:winograd_f4x4_3x3"
 
-    def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, padding, act: str | None, residual: bool):
+    def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, padding, act, residual: bool, rows: int):
         from gawee.backend import winograd
 
         self.plan, self.layout, self.lib, self.act, self.residual = plan, layout, winograd.library(), act, residual
         (n, c, h, w), (k, oh, ow) = x.shape, out.shape[1:]
         self.tiles = winograd.tiles(h, padding[0]), winograd.tiles(w, padding[1])
-        t, e = n * self.tiles[0] * self.tiles[1], winograd.ALPHA**2
-        self.geometry = (n, c, h, w, k, oh, ow, *padding)
+        self.rows, self.chunks = rows, n * self.tiles[0] // rows
+        t, e = rows * self.tiles[1], winograd.ALPHA**2
+        self.geometry = (c, h, w, k, oh, ow, *padding)
         self.src_md, self.dst_md = plan.activation_md(x.shape, layout), plan.activation_md(out.shape, layout)
         self.v_md, self.m_md = plan.md([e, t, c]), plan.md([e, t, k])
         create = plan.lib.dnnl_matmul_primitive_desc_create
         self.pd, self.prim = plan.primitive(create, plan.engine, self.v_md, plan.md([e, c, k], _ANY), None, self.m_md)
 
     @staticmethod
-    def eligible(plan: _Plan, layout: str, cin: int, cout: int, geometry, act: str | None) -> bool:
-        """Whether this kernel computes a convolution of ``geometry`` (kernel, stride, dilation, groups) in
-        ``layout`` here: the blocked layout must not pad the channels (the transforms skip padding lanes)."""
+    def candidates(plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool) -> list[_Winograd]:
+        """The Winograd kernels for this convolution in ``layout``: one per chunking of
+        :func:`gawee.backend.winograd.chunkings` (none where it cannot compute it: see :func:`winograd.eligible`;
+        the blocked layout must not pad the channels, as the transforms skip padding lanes)."""
         from gawee.backend import winograd
 
+        kernel, stride, padding, dilation, groups = geometry
+        cin, cout = x.shape[1], out.shape[1]
         blocks = layout != "blocked" or (cin % plan.block == 0 and cout % plan.block == 0)
-        return blocks and winograd.eligible(cin, cout, *geometry, act) and winograd.available() is None
+        if not (blocks and winograd.eligible(cin, cout, kernel, stride, dilation, groups, act)):
+            return []
+        if winograd.available() is not None:
+            return []
+        rows = winograd.chunkings(x.shape[0], cin, cout, x.shape[2], x.shape[3], padding)
+        return [_Winograd(plan, layout, x, out, padding, act, residual, r) for r in rows]
 
     def wants(self, arg: int) -> int:
         return self.src_md if arg == SRC else self.dst_md
@@ -544,21 +555,31 @@ class _Winograd:
         return -(-channels // blk) * h * w * blk, h * w * blk, w * blk, blk, blk
 
     def _steps(self, src: int, v: tuple[int, int], m: tuple[int, int], w: int, bias: int, res, dst: int) -> list:
-        """The three steps over these addresses (``v`` and ``m``: (oneDNN memory, address))."""
+        """Each chunk's three steps, over these addresses (``v`` and ``m``: (oneDNN memory, address)): (function,
+        arguments, name)."""
         from gawee.backend import winograd
 
-        n, c, h, w_, k, oh, ow, pt, pl = self.geometry
+        c, h, w_, k, oh, ow, pt, pl = self.geometry
         th, tw = self.tiles
         array = (_Arg * 3)(_Arg(SRC, _P(v[0])), _Arg(WEIGHTS, _P(w)), _Arg(DST, _P(m[0])))
         self.plan.keep.append(array)
-        return [
-            (self.lib.gawee_wino_input, (src, v[1], n, c, h, w_, *self._strides(c, h, w_), pt, pl, th, tw)),
-            (self.plan.lib.dnnl_primitive_execute, (self.prim, self.plan.stream, 3, array)),
-            (
-                self.lib.gawee_wino_output,
-                (m[1], dst, bias, res, winograd.ACTS[self.act], n, k, oh, ow, *self._strides(k, oh, ow), th, tw),
-            ),
-        ]
+        into, out = (src, v[1], c, h, w_, *self._strides(c, h, w_), pt, pl, th, tw), self._strides(k, oh, ow)
+        steps = []
+        for r0 in range(0, self.chunks * self.rows, self.rows):
+            steps += [
+                (self.lib.gawee_wino_input, (*into, r0, self.rows), "gawee:winograd_input"),
+                (
+                    self.plan.lib.dnnl_primitive_execute,
+                    (self.prim, self.plan.stream, 3, array),
+                    self.plan.impl[self.prim],
+                ),
+                (
+                    self.lib.gawee_wino_output,
+                    (m[1], dst, bias, res, winograd.ACTS[self.act], k, oh, ow, *out, th, tw, r0, self.rows),
+                    "gawee:winograd_output",
+                ),
+            ]
+        return steps
 
     def scratch(self, memories: list) -> list[tuple]:
         plan = self.plan
@@ -569,7 +590,7 @@ class _Winograd:
         v, vb = plan.scratch_memory(self.v_md, memories)
         m, mb = plan.scratch_memory(self.m_md, memories)
         w, wb = plan.scratch_memory(plan.queried(self.pd, WEIGHTS), memories)
-        bias = torch.zeros(self.geometry[4])
+        bias = torch.zeros(self.geometry[3])
         keep = [src, dst, res, vb, mb, wb, bias]
         steps = self._steps(
             src.data_ptr(),
@@ -580,7 +601,7 @@ class _Winograd:
             res.data_ptr() if self.residual else None,
             dst.data_ptr(),
         )
-        return [(function, args, keep) for function, args in steps]
+        return [(function, args, keep) for function, args, _ in steps]
 
     def drop(self) -> None:
         self.plan._drop(self.prim)
@@ -608,9 +629,7 @@ class _Winograd:
             res and address(res),
             address(dst),
         )
-        for (function, args), name in zip(
-            steps, ("gawee:winograd_input", plan.impl[self.prim], "gawee:winograd_output")
-        ):
+        for function, args, name in steps:
             plan.call(function, args, name)
         plan.release(v)
         plan.release(m)
@@ -632,7 +651,7 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
     cin, cout = x.shape[1], out.shape[1]
     kernel = list(weight.shape[2:])
     wshape = [groups, cout // groups, cin // groups, *kernel] if groups > 1 else [cout, cin, *kernel]
-    geometry = (_DIMS(*stride), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*padding))
+    dims = (_DIMS(*stride), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*padding))
     act, params = plan.act_of(node)
     create = plan.lib.dnnl_convolution_forward_primitive_desc_create
 
@@ -642,12 +661,10 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
         src_md = plan.md(x.shape, _ANY) if cin < plan.block and groups == 1 else plan.activation_md(x.shape, layout)
         dst_md, w_md, b_md = plan.activation_md(out.shape, layout), plan.md(wshape, _ANY), plan.md([cout])
         if residual is not None:  # added in the layout the output gets: asked for first, then fixed
-            probe = plan.descriptor(
-                create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry
-            )
+            probe = plan.descriptor(create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims)
             dst_md = plan.queried(probe, DST)
         attr = _post_ops(plan, act, params, dst_md if residual is not None else None)
-        return (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *geometry), attr
+        return (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims), attr
 
     reads = {SRC: x, **({_post_op_arg(0): residual} if residual is not None else {})}
     args = (SRC, WEIGHTS, BIAS, DST, *reads)
@@ -659,10 +676,11 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
         else:
             found = [plan.primitive(create, *conv_args, attr=attr)]
         candidates += [_Primitive(plan, layout, pd, prim, args) for pd, prim in found]
-        if _Winograd.eligible(plan, layout, cin, cout, (kernel, stride, dilation, groups), act):
-            candidates.append(_Winograd(plan, layout, x, out, padding, act, residual is not None))
+        geometry = (kernel, stride, padding, dilation, groups)
+        candidates += _Winograd.candidates(plan, layout, x, out, geometry, act, residual is not None)
     chosen = plan.fastest(candidates, reads) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
+    plan.conv_kernels[node.name] = chosen.name
     bias = bias if bias is not None else torch.zeros(cout)
     return chosen.build(x, residual, weight, bias, wshape)
 
@@ -875,7 +893,8 @@ def supports(graph: Graph) -> str | None:
 class DnnlModule(torch.nn.Module):
     """The rewritten graph on oneDNN's primitives: call it with torch tensors, get torch tensors back (a tuple, or
     nested as ``output_structure``). ``module.kernels`` lists the implementation oneDNN chose for each primitive,
-    ``module.conv_layouts`` the activation layout of each convolution (by node name; they differ with ``per_conv``).
+    ``module.conv_layouts`` the activation layout of each convolution (by node name; they differ with ``per_conv``),
+    ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd kernel).
     A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait)."""
 
     def __init__(self, graph: Graph, *, output_structure: Any = None, layout: str = "blocked"):
@@ -912,6 +931,7 @@ class DnnlModule(torch.nn.Module):
         self.steps = [step[:2] for step in plan.steps]  # (function, arguments)
         self.kernels = [step[2] for step in plan.steps]
         self.conv_layouts = plan.conv_layouts
+        self.conv_kernels = plan.conv_kernels
         self._keep = (plan.keep, plan.values, plan.pool, plan.converted)
         self.input_types = [v.type for v in graph.inputs]
         self.output_structure = output_structure

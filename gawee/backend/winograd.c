@@ -58,19 +58,19 @@ static inline long at(const layout_t *l, int n, int c, int h, int w) {
     return n * l->sn + (long)(c / l->blk) * l->scb + h * l->sh + w * l->sw + c % l->blk;
 }
 
-/* V[36][T][C] from src (N, C, H, W), tiles of 6x6 at (4*th - pt, 4*tw - pl), zero outside. */
-int gawee_wino_input(const float *src, float *V, int N, int C, int H, int W, long sn, long scb, long sh, long sw,
-                     int blk, int pt, int pl, int TH, int TW) {
+/* V[36][T][C] from src (N, C, H, W): the tiles of rows r0 .. r0 + R - 1 (row r: image r / TH, tile row r % TH),
+ * T = R * TW of them; tiles of 6x6 at (4*th - pt, 4*tw - pl), zero outside. */
+int gawee_wino_input(const float *src, float *V, int C, int H, int W, long sn, long scb, long sh, long sw,
+                     int blk, int pt, int pl, int TH, int TW, int r0, int R) {
     const layout_t l = {sn, scb, sh, sw, blk};
-    const long T = (long)N * TH * TW;
+    const long T = (long)R * TW;
     const int CV = C / 8;
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int th = 0; th < TH; th++)
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < R; r++)
             for (int cv = 0; cv < CV; cv++) {
-                const int c = cv * 8;
+                const int n = (r0 + r) / TH, th = (r0 + r) % TH, c = cv * 8;
                 for (int tw = 0; tw < TW; tw++) {
-                    v8 d[6][6], t[6][6], r[6];
+                    v8 d[6][6], t[6][6], e[6];
                     const int h0 = th * 4 - pt, w0 = tw * 4 - pl;
                     for (int i = 0; i < 6; i++)
                         for (int j = 0; j < 6; j++) {
@@ -80,41 +80,40 @@ int gawee_wino_input(const float *src, float *V, int N, int C, int H, int W, lon
                         }
                     for (int j = 0; j < 6; j++) { /* columns: t = B^T d */
                         v8 col[6] = {d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]};
-                        BT6(col, r);
-                        for (int i = 0; i < 6; i++) t[i][j] = r[i];
+                        BT6(col, e);
+                        for (int i = 0; i < 6; i++) t[i][j] = e[i];
                     }
-                    const long tile = ((long)n * TH + th) * TW + tw;
+                    const long tile = (long)r * TW + tw;
                     for (int i = 0; i < 6; i++) { /* rows: t B */
-                        BT6(t[i], r);
-                        for (int j = 0; j < 6; j++) store(V + ((long)(i * 6 + j) * T + tile) * C + c, r[j]);
+                        BT6(t[i], e);
+                        for (int j = 0; j < 6; j++) store(V + ((long)(i * 6 + j) * T + tile) * C + c, e[j]);
                     }
                 }
             }
     return 0;
 }
 
-/* dst (N, K, OH, OW) = act(A^T M A + bias + residual); residual (may be NULL) in dst's layout.
- * act: 0 none, 1 relu. */
-int gawee_wino_output(const float *M, float *dst, const float *bias, const float *res, int act, int N, int K,
-                      int OH, int OW, long sn, long scb, long sh, long sw, int blk, int TH, int TW) {
+/* dst (N, K, OH, OW) = act(A^T M A + bias + residual) for the tiles of rows r0 .. r0 + R - 1 (M holds theirs,
+ * as gawee_wino_input's V); residual (may be NULL) in dst's layout. act: 0 none, 1 relu. */
+int gawee_wino_output(const float *M, float *dst, const float *bias, const float *res, int act, int K,
+                      int OH, int OW, long sn, long scb, long sh, long sw, int blk, int TH, int TW, int r0, int R) {
     const layout_t l = {sn, scb, sh, sw, blk};
-    const long T = (long)N * TH * TW;
+    const long T = (long)R * TW;
     const int KV = K / 8;
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int th = 0; th < TH; th++)
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int r = 0; r < R; r++)
             for (int kv = 0; kv < KV; kv++) {
-                const int k = kv * 8;
+                const int n = (r0 + r) / TH, th = (r0 + r) % TH, k = kv * 8;
                 const v8 b = load(bias + k);
                 for (int tw = 0; tw < TW; tw++) {
-                    v8 m[6][6], t[4][6], r[6], y[4];
-                    const long tile = ((long)n * TH + th) * TW + tw;
+                    v8 m[6][6], t[4][6], a[6], y[4];
+                    const long tile = (long)r * TW + tw;
                     for (int i = 0; i < 6; i++)
                         for (int j = 0; j < 6; j++) m[i][j] = load(M + ((long)(i * 6 + j) * T + tile) * K + k);
                     for (int j = 0; j < 6; j++) { /* columns: t = A^T m */
                         v8 col[6] = {m[0][j], m[1][j], m[2][j], m[3][j], m[4][j], m[5][j]};
-                        AT6(col, r);
-                        for (int i = 0; i < 4; i++) t[i][j] = r[i];
+                        AT6(col, a);
+                        for (int i = 0; i < 4; i++) t[i][j] = a[i];
                     }
                     for (int i = 0; i < 4; i++) { /* rows: t A */
                         const int h = th * 4 + i;

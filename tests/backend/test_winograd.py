@@ -19,15 +19,16 @@ pytestmark = [
     pytest.mark.skipif(winograd.available() is not None, reason=str(winograd.available())),
 ]
 
-WINOGRAD = "gawee:winograd_input"
 
-
-def _prefer(monkeypatch, winograd_wins: bool) -> None:
-    """Every race decided for (or against) the Winograd candidates, whatever the clock says."""
+def _prefer(monkeypatch, winograd_wins: bool, smallest_chunks: bool = False) -> None:
+    """Every race decided for (or against) the Winograd candidates, whatever the clock says (among them, for the
+    one of the fewest rows of tiles per chunk)."""
     fastest = dnnl._Plan.fastest
 
     def decided(self, candidates, reads):
         kept = [c for c in candidates if isinstance(c, dnnl._Winograd) == winograd_wins] or candidates
+        if smallest_chunks and winograd_wins:
+            kept = [c for c in kept if c.rows == min(k.rows for k in kept)]
         for c in candidates:
             if c not in kept:
                 c.drop()
@@ -37,7 +38,7 @@ def _prefer(monkeypatch, winograd_wins: bool) -> None:
 
 
 def _winograd_convs(graph, layout: str) -> int:
-    return DnnlModule(graph, layout=layout).kernels.count(WINOGRAD)
+    return list(DnnlModule(graph, layout=layout).conv_kernels.values()).count(dnnl._Winograd.name)
 
 
 @pytest.mark.parametrize("layout", dnnl.LAYOUTS)
@@ -63,6 +64,22 @@ def test_winograd_computes_torchs_convolution(monkeypatch, layout, cin, cout, si
     x = torch.randn(batch, cin, size, size)
     graph = assert_runs_like(model, x, layouts=[layout])
     assert _winograd_convs(graph, layout) == (1 if epilogue != "residual_relu" else 2)
+
+
+@pytest.mark.parametrize("layout", dnnl.LAYOUTS)
+def test_winograd_in_chunks_of_tile_rows_computes_the_whole_batch(monkeypatch, layout):
+    """With chunks of one row of tiles (budgets that small), every chunk's three steps run over a batch of images
+    whose rows end in partial tiles, and together compute the whole convolution with its residual."""
+    torch.manual_seed(0)
+    monkeypatch.setattr(winograd, "CHUNK_BYTES", (36 * 3 * 32 * 4,))  # one row: 3 tiles, 16 + 16 channels
+    _prefer(monkeypatch, winograd_wins=True, smallest_chunks=True)
+    model = Lambda(lambda p, x: F.relu(p[0](x) + x), nn.Conv2d(16, 16, 3, padding=1))
+    x = torch.randn(3, 16, 10, 10)
+    assert winograd.chunkings(3, 16, 16, 10, 10, (1, 1)) == [9, 1]
+    graph = assert_runs_like(model, x, layouts=[layout])
+    module = DnnlModule(graph, layout=layout)
+    assert list(module.conv_kernels.values()) == [dnnl._Winograd.name]
+    assert module.kernels.count("gawee:winograd_input") == 9
 
 
 def test_winograd_is_a_candidate_only_where_it_computes_the_convolution(monkeypatch):
