@@ -188,6 +188,7 @@ class _Plan:
         self.converted: dict[Value, list[_Tensor]] = {}  # a value reordered to consumers' layouts
         self.conv_layouts: dict[str, str] = {}  # each convolution's (and batch norm's) activation layout
         self.conv_kernels: dict[str, str] = {}  # each convolution's (and batch norm's) kernel
+        self.raced: dict[tuple, int] = {}  # a race's situation, candidates and operand layouts -> the winner
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
@@ -277,10 +278,14 @@ class _Plan:
         """Every implementation oneDNN has of the primitive ``create(*args, attr)``, compiled: (the descriptor the
         primitive keeps, the primitive); the reference one only where there is no other. oneDNN's own first choice
         is a heuristic: on one AMD EPYC (AVX2) its second implementation of channels-last 1×1 convolutions
-        (``jit_1x1``) took 7-21% less time than its first (``brgconv_1x1``)."""
-        pd, found = self.descriptor(create, *args, attr=attr), []
+        (``jit_1x1``) took 7-21% less time than its first (``brgconv_1x1``). Each implementation once: oneDNN 3.2's
+        iteration visited a resnet50's implementations of a shape once more for each earlier convolution of that
+        shape (the 4th 1×1 convolution of a shape, 4 times each)."""
+        pd, found, names = self.descriptor(create, *args, attr=attr), [], set()
         while True:
-            if not self._impl_name(pd).startswith("ref"):
+            name = self._impl_name(pd)
+            if not name.startswith("ref") and name not in names:
+                names.add(name)
                 prim = self._compile(pd)
                 own = _P()  # the descriptor the primitive keeps: ``pd`` moves on to the next implementation
                 self.lib.dnnl_primitive_get_primitive_desc(_P(prim), ctypes.byref(own))
@@ -353,11 +358,34 @@ class _Plan:
         copies.append(self.reorder(t, md))
         return copies[-1]
 
-    def fastest(self, candidates: list, reads: dict[int, Value | None]):
+    def fastest(self, candidates: list, reads: dict[int, Value | None], situation: tuple | None = None):
         """The candidate convolution kernel (a :class:`_Primitive` or :class:`_Winograd`) whose call — after the
         reorders of the values it ``reads`` (argument → value) that its layout would need — is fastest here, each run
         on zero-filled scratch buffers, in rounds over the candidates
-        (:func:`gawee.backend.kernels.best_calls`). The others are dropped."""
+        (:func:`gawee.backend.kernels.best_calls`). The others are dropped. A convolution of the same ``situation``
+        (its shapes, geometry and epilogue), with the same candidates and its operands held in the same layouts,
+        takes the winner of the race run for the first one in this plan (a resnet repeats its blocks' convolutions:
+        resnet50's 53 took 25 races at batch 8 on one AMD EPYC)."""
+        held = tuple(self._held(v) for v in reads.values())
+        key = situation and (situation, tuple(c.key for c in candidates), held)
+        winner = self.raced.get(key) if key else None
+        if winner is None:
+            winner = self._race(candidates, reads)
+            if key:
+                self.raced[key] = winner
+        for i, kernel in enumerate(candidates):
+            if i != winner:
+                kernel.drop()
+        return candidates[winner]
+
+    def _held(self, v: Value | None) -> tuple | None:
+        """The layouts ``v`` is held in (its own, then the copies converted for other consumers)."""
+        if v is None or v.is_const:
+            return None
+        return tuple(self.layout_of(t, v.shape) for t in (self.values[v], *self.converted.get(v, ())))
+
+    def _race(self, candidates: list, reads: dict[int, Value | None]) -> int:
+        """The index of the fastest candidate (see :meth:`fastest`)."""
         from gawee.backend.kernels import best_calls
 
         lib, memories, reorders, runners = self.lib, [], [], {}
@@ -391,17 +419,12 @@ class _Plan:
                 lib.dnnl_memory_destroy(memory)
             for reorder in reorders:
                 self._drop(reorder)
-        winner = min(best, key=lambda i: (best[i], i))
-        for i, kernel in enumerate(candidates):
-            if i != winner:
-                kernel.drop()
-        return candidates[winner]
+        return min(best, key=lambda i: (best[i], i))
 
-    def scratch_memory(self, md: int, memories: list, buffer: torch.Tensor | None = None) -> tuple[int, torch.Tensor]:
-        """A oneDNN memory of ``md`` over ``buffer`` (default: a zero-filled scratch buffer of its own), added to
-        ``memories``; and the buffer."""
-        if buffer is None:
-            buffer = torch.zeros(max(1, self.lib.dnnl_memory_desc_get_size(_P(md)) // 4))
+    def scratch_memory(self, md: int, memories: list) -> tuple[int, torch.Tensor]:
+        """A oneDNN memory of ``md`` over a zero-filled scratch buffer of its own, added to ``memories``; and the
+        buffer."""
+        buffer = torch.zeros(max(1, self.lib.dnnl_memory_desc_get_size(_P(md)) // 4))
         memory = _P()
         _check(
             self.lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(self.engine), _P(buffer.data_ptr())), "scratch"
@@ -479,6 +502,11 @@ class _Primitive:
     def name(self) -> str:
         return self.plan.impl[self.prim]
 
+    @property
+    def key(self) -> tuple:
+        """What tells it from the other candidates of a convolution."""
+        return self.layout, self.name
+
     def wants(self, arg: int) -> int:
         """The memory descriptor it reads (or writes) ``arg`` in."""
         return self.plan.queried(self.pd, arg)
@@ -542,6 +570,10 @@ class _Winograd:
             return []
         rows = winograd.chunkings(x.shape[0], cin, cout, x.shape[2], x.shape[3], padding)
         return [_Winograd(plan, layout, x, out, padding, act, residual, r) for r in rows]
+
+    @property
+    def key(self) -> tuple:
+        return self.layout, self.name, self.rows
 
     def wants(self, arg: int) -> int:
         return self.src_md if arg == SRC else self.dst_md
@@ -678,7 +710,8 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
         candidates += [_Primitive(plan, layout, pd, prim, args) for pd, prim in found]
         geometry = (kernel, stride, padding, dilation, groups)
         candidates += _Winograd.candidates(plan, layout, x, out, geometry, act, residual is not None)
-    chosen = plan.fastest(candidates, reads) if len(candidates) > 1 else candidates[0]
+    situation = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups, act, *params, residual is None)
+    chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
     plan.conv_kernels[node.name] = chosen.name
     bias = bias if bias is not None else torch.zeros(cout)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gawee
-from gawee.backend import dnnl, kernels
+from gawee.backend import dnnl, kernels, winograd
 from gawee.backend.dnnl import DnnlModule
 from gawee.errors import GaweeError
 from gawee.ir.builder import GraphBuilder
@@ -311,10 +311,10 @@ def _forced(monkeypatch, layout_of_call):
     plan's convolutions (None: among all)."""
     fastest = dnnl._Plan.fastest
 
-    def forced(self, candidates, reads):
+    def forced(self, candidates, reads, situation=None):
         self.calls = getattr(self, "calls", -1) + 1
         layout = layout_of_call(self.calls)
-        return fastest(self, [c for c in candidates if layout in (None, c.layout)], reads)
+        return fastest(self, [c for c in candidates if layout in (None, c.layout)], reads, situation)
 
     monkeypatch.setattr(dnnl._Plan, "fastest", forced)
 
@@ -373,9 +373,9 @@ def test_per_conv_keeps_the_fastest_of_every_kernel_onednn_has(monkeypatch):
     assert not any("gemm:jit" in k for layout in dnnl.MEASURED for k in DnnlModule(graph, layout=layout).kernels)
     fastest, raced = dnnl._Plan.fastest, []
 
-    def remembering(self, candidates, reads):
+    def remembering(self, candidates, reads, situation=None):
         raced[:] = [c.name for c in candidates]
-        return fastest(self, candidates, reads)
+        return fastest(self, candidates, reads, situation)
 
     monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
     monkeypatch.setattr(
@@ -383,3 +383,28 @@ def test_per_conv_keeps_the_fastest_of_every_kernel_onednn_has(monkeypatch):
     )
     assert_runs_like(model, x, layouts=["per_conv"])
     assert sum("gemm:jit" in k for k in DnnlModule(graph, layout="per_conv").kernels) == 2
+
+
+def test_a_convolution_like_one_raced_before_takes_its_winner_without_timing_again(monkeypatch):
+    """Three equal convolutions in a row: the first reads the plain input, the other two the same layout, so the
+    third is the second's situation again and is not timed (its kernel is the second's); the plan's memo is its
+    own, so another module races again."""
+    torch.manual_seed(0)
+    races = []
+    best_calls = kernels.best_calls
+
+    def counted(runners, *args, **kwargs):
+        races.append(len(runners))
+        return best_calls(runners, *args, **kwargs)
+
+    monkeypatch.setattr(kernels, "best_calls", counted)
+    model = nn.Sequential(*(nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()) for _ in range(3)))
+    graph = _graph(model, torch.randn(1, 16, 12, 12))
+    for layout in dnnl.LAYOUTS:
+        races.clear()
+        module = DnnlModule(graph, layout=layout)
+        kernels_ = list(module.conv_kernels.values())
+        if layout != "per_conv":  # the second and third read the first's layout, whichever kernel won
+            assert len(races) == (2 if winograd.available() is None else 0), (layout, races)  # else one candidate
+            assert kernels_[1] == kernels_[2]
+        assert len(races) <= 3

@@ -25,14 +25,14 @@ def _prefer(monkeypatch, winograd_wins: bool, smallest_chunks: bool = False) -> 
     one of the fewest rows of tiles per chunk)."""
     fastest = dnnl._Plan.fastest
 
-    def decided(self, candidates, reads):
+    def decided(self, candidates, reads, situation=None):
         kept = [c for c in candidates if isinstance(c, dnnl._Winograd) == winograd_wins] or candidates
         if smallest_chunks and winograd_wins:
             kept = [c for c in kept if c.rows == min(k.rows for k in kept)]
         for c in candidates:
             if c not in kept:
                 c.drop()
-        return fastest(self, kept, reads)
+        return fastest(self, kept, reads, situation)
 
     monkeypatch.setattr(dnnl._Plan, "fastest", decided)
 
@@ -111,9 +111,9 @@ def test_winograd_runs_only_where_it_measures_fastest(monkeypatch):
     raced = []
     fastest = dnnl._Plan.fastest
 
-    def remembering(self, candidates, reads):
+    def remembering(self, candidates, reads, situation=None):
         raced[:] = [c.name for c in candidates]
-        return fastest(self, candidates, reads)
+        return fastest(self, candidates, reads, situation)
 
     monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
     for winograd_time in (1.0, 1e-3):
