@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from gawee.backend import dnnl
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import bench_runtime
@@ -36,7 +38,8 @@ def test_an_ort_method_leaves_no_files_behind(tmp_path, monkeypatch, method, exp
 
 def test_auto_chooses_in_a_process_of_its_own_and_the_row_times_that_runtime():
     seconds, choice = bench_runtime.isolated_compile("resnet18", 1, "gawee_auto")
-    assert 0.0 < seconds < 120.0 and choice in ("torch", "onednn_graph", "onnxruntime")
+    runtimes = ("torch", "onednn_graph", "onnxruntime", *(f"onednn:{layout}" for layout in dnnl.LAYOUTS))
+    assert 0.0 < seconds < 120.0 and choice in runtimes
     net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
     module, _ = bench_runtime.build_gawee_auto(net, (torch.randn(2, 4),), "onnxruntime")
     assert type(module).__name__ == "OrtModule"
