@@ -409,3 +409,21 @@ def test_a_convolution_like_one_raced_before_takes_its_winner_without_timing_aga
             assert len(races) == (2 if winograd.available() is None else 0), (layout, races)  # else one candidate
             assert kernels_[1] == kernels_[2]
         assert len(races) <= 3
+
+
+def test_each_implementation_of_a_convolution_is_a_candidate_once(monkeypatch):
+    """oneDNN 3.2's iteration over a convolution's implementations visits them once more for each earlier
+    convolution of the same shape; the race takes each implementation once."""
+    torch.manual_seed(0)
+    fastest, raced = dnnl._Plan.fastest, []
+
+    def remembering(self, candidates, reads, situation=None):
+        raced.append([c.key for c in candidates])
+        return fastest(self, candidates, reads, situation)
+
+    monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
+    model = nn.Sequential(*(nn.Sequential(nn.Conv2d(16, 16, 1), nn.ReLU()) for _ in range(4)))
+    DnnlModule(_graph(model, torch.randn(1, 16, 6, 6)), layout="per_conv")
+    assert len(raced) == 4
+    for keys in raced:
+        assert len(set(keys)) == len(keys), keys
