@@ -44,15 +44,17 @@ def machine() -> str:
     )
 
 
-def _path(name: str, question: str) -> Path:
+def path(name: str, question: str, suffix: str = ".txt") -> Path:
+    """Where the answer to ``question`` is kept on this machine: a file named by ``name`` and a digest of the
+    question and the machine (also for answers that are not text, such as a library built here)."""
     digest = hashlib.sha256(f"{question}\n{machine()}".encode()).hexdigest()[:20]
-    return cache_dir() / f"{name}-{digest}.txt"
+    return cache_dir() / f"{name}-{digest}{suffix}"
 
 
 def recall(name: str, question: str) -> str | None:
     """The answer kept for ``question`` (any text that determines it) on this machine, or None."""
     try:
-        return _path(name, question).read_text(encoding="utf-8")
+        return path(name, question).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -63,4 +65,4 @@ def keep(name: str, question: str, answer: str) -> None:
     from gawee.ir.serialize import _atomic_write
 
     with contextlib.suppress(OSError):  # a read-only home, a full disk: the answer is just not kept
-        _atomic_write(_path(name, question), answer.encode())
+        _atomic_write(path(name, question), answer.encode())

@@ -423,10 +423,14 @@ class _Plan:
                 self._drop(reorder)
         return min(best, key=lambda i: (best[i], i))
 
+    def zeros(self, md: int) -> torch.Tensor:
+        """A zero-filled scratch buffer the size of ``md``."""
+        return torch.zeros(max(1, self.lib.dnnl_memory_desc_get_size(_P(md)) // 4))
+
     def scratch_memory(self, md: int, memories: list) -> tuple[int, torch.Tensor]:
         """A oneDNN memory of ``md`` over a zero-filled scratch buffer of its own, added to ``memories``; and the
         buffer."""
-        buffer = torch.zeros(max(1, self.lib.dnnl_memory_desc_get_size(_P(md)) // 4))
+        buffer = self.zeros(md)
         memory = _P()
         _check(
             self.lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(self.engine), _P(buffer.data_ptr())), "scratch"
@@ -617,10 +621,7 @@ class _Winograd:
 
     def scratch(self, memories: list) -> list[tuple]:
         plan = self.plan
-        src, dst, res = (
-            torch.zeros(max(1, plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4))
-            for md in (self.src_md, self.dst_md, self.dst_md)
-        )
+        src, dst, res = (plan.zeros(md) for md in (self.src_md, self.dst_md, self.dst_md))
         v, vb = plan.scratch_memory(self.v_md, memories)
         m, mb = plan.scratch_memory(self.m_md, memories)
         w, wb = plan.scratch_memory(plan.queried(self.pd, WEIGHTS), memories)
@@ -702,7 +703,7 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
 
     reads = {SRC: x, **({_post_op_arg(0): residual} if residual is not None else {})}
     args = (SRC, WEIGHTS, BIAS, DST, *reads)
-    candidates = []
+    candidates, geometry = [], (kernel, stride, padding, dilation, groups)
     for layout in MEASURED if plan.layout == "per_conv" else (plan.layout,):
         conv_args, attr = descriptor(layout)
         if plan.layout == "per_conv":  # every kernel of each layout timed here, with the reorders it would need
@@ -710,7 +711,6 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
         else:
             found = [plan.primitive(create, *conv_args, attr=attr)]
         candidates += [_Primitive(plan, layout, pd, prim, args) for pd, prim in found]
-        geometry = (kernel, stride, padding, dilation, groups)
         candidates += _Winograd.candidates(plan, layout, x, out, geometry, act, residual is not None)
     situation = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups, act, *params, residual is None)
     chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]

@@ -14,14 +14,14 @@ the output's magnitude; float32).
 
 The transforms are C, compiled here once per machine with the system's C compiler (``$CC``, else ``cc``) for the
 host CPU (``-march=native``), and kept in gawee's cache directory (:mod:`gawee.cache`) under a name that digests the
-source, the compiler and the machine. Without a C compiler the candidate is not offered (:func:`available` says
+source, the compiler and the machine (:func:`gawee.cache.path`; a temporary directory, for this process only, where
+that cannot be written). Without a C compiler the candidate is not offered (:func:`available` says
 why); nothing else changes.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import shutil
 import subprocess
@@ -65,12 +65,15 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as e:
         return None, f"the C compiler {cc} does not run: {e}"
-    from gawee.cache import cache_dir, machine
+    from gawee import cache
 
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source + "\n".join([cc, version, *_FLAGS, machine()]).encode()).hexdigest()[:20]
-    path = cache_dir() / f"winograd-{digest}.so"
+    question = "\n".join([SOURCE.read_text(encoding="utf-8"), cc, version, *_FLAGS])
+    path = cache.path("winograd", question, ".so")
     if not path.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only home: built for this process only, again by the next
+            path = Path(tempfile.mkdtemp(prefix="gawee-winograd-")) / path.name
         why = _build(cc, path)
         if why is not None:
             return None, why
@@ -87,8 +90,10 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
 def _build(cc: str, path: Path) -> str | None:
     """Compiles the transforms to ``path`` (atomically: a concurrent process's build is never seen half-written);
     why not, if it fails."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    except OSError as e:
+        return f"no file to build {SOURCE.name} into in {path.parent}: {e}"
     os.close(fd)
     try:
         done = subprocess.run([cc, *_FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120)

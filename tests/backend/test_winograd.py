@@ -168,6 +168,24 @@ def test_the_transforms_are_built_once_into_the_cache(monkeypatch, tmp_path):
         winograd._load.cache_clear()
 
 
+def test_a_cache_directory_that_cannot_be_written_builds_for_this_process_only(monkeypatch, tmp_path):
+    """Where gawee's cache directory cannot be made (here its parent is a file), the transforms are built into a
+    temporary directory instead: the kernel is still offered and computes the convolution."""
+    home = tmp_path / "not-a-directory"
+    home.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    try:
+        winograd._load.cache_clear()
+        assert winograd.available() is None
+        _prefer(monkeypatch, winograd_wins=True)
+        model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU())
+        graph = assert_runs_like(model, torch.randn(1, 16, 8, 8), layouts=["blocked"])
+        assert _winograd_convs(graph, "blocked") == 1
+    finally:
+        monkeypatch.undo()
+        winograd._load.cache_clear()
+
+
 def test_the_weight_transform_is_lavins():
     """U = G g Gᵀ reproduces the direct convolution of one 6×6 tile: Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A equals the 4×4
     valid correlation of d with g (float64)."""
