@@ -971,7 +971,9 @@ class _ExprCompiler:
             fn, kind = self.compile(a.value)
             if a.keyword is None:
                 fits_operand = variadic_from is not None or len(operands) < len(names)
-                if (kind.is_tensor or (kind.base in K.NUMERIC and fits_operand and not attr_fns)) and fits_operand:
+                # a number or `none` before any attribute fills the next operand slot, as in a pattern
+                takes_slot = kind.is_tensor or ((kind.base in K.NUMERIC or kind.base is K.Base.NONE) and not attr_fns)
+                if takes_slot and fits_operand:
                     operands.append((fn, kind.is_tensor))
                     continue
                 if not kind.is_data:

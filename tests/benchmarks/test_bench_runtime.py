@@ -1,5 +1,6 @@
 """benchmarks/bench_runtime.py: each method's compile time measured in a process of its own."""
 
+import gc
 import sys
 import tempfile
 from pathlib import Path
@@ -32,8 +33,57 @@ def test_an_ort_method_leaves_no_files_behind(tmp_path, monkeypatch, method, exp
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
     x = torch.randn(1, 3, 8, 8)
     run, _ = getattr(bench_runtime, f"build_{method}")(net, (x,))
-    assert list(tmp_path.iterdir()) == []  # the exported model was removed once the session had read it
     torch.testing.assert_close(run(x), net(x), rtol=1e-4, atol=1e-4)
+    assert len(run.optimized_graph()) == 16
+    del run
+    gc.collect()
+    assert list(tmp_path.iterdir()) == []  # the exported model went with the session's callable
+
+
+def _reshape_model(path, allowzero: int | None, width: int = 4) -> None:
+    """x [1, width, 2, 2] -> Conv 1x1 -> Reshape to [1, -1]: a model ORT's optimizer keeps two nodes of."""
+    import numpy
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = numpy.random.default_rng(width + (allowzero or 0))
+    w = numpy_helper.from_array(rng.standard_normal((width, width, 1, 1)).astype(numpy.float32), "w")
+    shape = numpy_helper.from_array(numpy.array([1, -1], dtype=numpy.int64), "shape")
+    extra = {} if allowzero is None else {"allowzero": allowzero}
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"]), helper.make_node("Reshape", ["y", "shape"], ["z"], **extra)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width, 2, 2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4 * width])],
+        [w, shape],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_the_optimized_graph_digest_names_what_ort_runs_not_names_or_weights(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    digests = {}
+    for name, allowzero, width in [("a", None, 4), ("b", 1, 4), ("c", None, 8)]:
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / "model.onnx"
+        _reshape_model(path, allowzero, width)
+        digests[name] = bench_runtime.optimized_graph(ort, path, level)
+    assert digests["a"] == digests["b"]  # other weights; allowzero on a shape without a zero means nothing
+    assert digests["a"] != digests["c"]  # other shapes
+
+
+def test_ort_export_rows_are_met_where_measured_or_where_ort_runs_the_same_graph():
+    def row(model, method, ms, graph):
+        return bench_runtime.Result(model, 1, method, latency_ms=ms, ok=True, ort_graph=graph)
+
+    same = [row("a", "ort_all", 10.0, "d1"), row("a", "ort_all_gawee", 10.3, "d1")]
+    ahead = [row("b", "ort_all", 10.0, "d2"), row("b", "ort_all_gawee", 9.0, "d3")]
+    behind = [row("c", "ort_all", 10.0, "d4"), row("c", "ort_all_gawee", 11.0, "d5")]
+    text = bench_runtime.ort_export_targets(same + ahead)
+    assert "measured on 1 of 2 rows" in text and "same graph of both on 1 of 2 rows" in text and "**met**" in text
+    text = bench_runtime.ort_export_targets(same + ahead + behind)
+    assert "**not met** (behind on c b1 (0.909×))" in text
 
 
 def test_auto_chooses_in_a_process_of_its_own_and_the_row_times_that_runtime():

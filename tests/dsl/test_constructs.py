@@ -179,3 +179,20 @@ def test_a_higher_priority_rule_rooted_at_a_user_goes_first(priority, wins):
     after, report = rewrite(g, load_rules_text(LINEARS.format(p=priority)))
     assert list(report.firings) == [wins]
     assert_equivalent(g, after)
+
+
+def test_a_positional_none_in_a_replacement_fills_the_operand_slot():
+    """`conv2d(x, w, none, ...attrs)`: none leaves the optional bias out (as in a pattern), it is no attribute."""
+    rules = load_rules_text(
+        "# conv2d(x, w, b) -> conv2d(x, w)\n"
+        "rule nobias: conv2d(x, w, b, ...a) where const(b) => conv2d(x, w, none, ...a)"
+    )
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[1,2,5,5]")
+    w, bias = b.const(torch.randn(3, 2, 3, 3)), b.const(torch.zeros(3))
+    g = b.output(b.conv2d(x, w, bias, stride=[2, 2], padding=[1, 1]))
+    after, report = rewrite(g, rules)
+    (conv,) = [n for n in after if n.op == "conv2d"]
+    assert report.firings["nobias"] == 1 and (len(conv.inputs) < 3 or conv.inputs[2] is None)
+    assert tuple(conv.attrs["stride"]) == (2, 2) and tuple(conv.attrs["padding"]) == (1, 1)
+    assert_equivalent(g, after)

@@ -1,5 +1,6 @@
 """The bundled rules on real models: ResNet-18 reaches its target; other models stay equivalent."""
 
+import copy
 import re
 
 import pytest
@@ -30,6 +31,27 @@ def test_resnet18_reaches_the_target():
         "fuse_conv_residual": 8,
         "flatten_to_reshape": 1,
     }
+
+
+def test_zero_biases_are_dropped_and_others_kept():
+    """torchvision initializes MobileNetV3's convolution and linear biases to zero: each goes (zero_bias rules);
+    a bias with a nonzero element stays."""
+    g, model, x = captured("mobilenet_v3_small")
+    zero = {
+        kind: sum(isinstance(m, cls) and m.bias is not None and not m.bias.any() for m in model.modules())
+        for kind, cls in (("conv2d", torch.nn.Conv2d), ("linear", torch.nn.Linear))
+    }
+    assert zero == {"conv2d": 18, "linear": 2}  # the squeeze-excitation 1x1s, the classifier
+    model = copy.deepcopy(model)  # g holds the model's parameters
+    with torch.no_grad():
+        model.classifier[3].bias[0] = 1.0
+    g_kept = gawee.capture(model, (x,))
+    for graph, linears in ((g, 2), (g_kept, 1)):
+        out, report = gawee.rewrite(graph)
+        assert report.firings["conv2d_zero_bias"] == zero["conv2d"]
+        assert report.firings["linear_zero_bias"] == linears
+        assert sum(n.op == "linear" and n.inputs[2] is not None for n in out) == 2 - linears
+        assert gawee.verify_equivalent(graph, out, [x]).ok
 
 
 @pytest.mark.parametrize(
