@@ -195,6 +195,7 @@ class _Plan:
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
         self.fused = _fused_acts(graph)
+        self.deferred = _affine_cats(self, graph)
 
     # handles
     def _new(self, destroy: str, create, *args) -> int:
@@ -449,7 +450,7 @@ class _Plan:
         """Frees the buffers of the inputs ``node`` read for the last time."""
         for v in {v for v in node.inputs if v is not None and not v.is_const}:
             self.remaining[v] -= sum(1 for i in node.inputs if i is v)
-            if self.remaining[v] == 0 and not v.is_graph_output:
+            if self.remaining[v] == 0 and not v.is_graph_output and v in self.values:  # else never made (cat)
                 for t in (self.values[v], *self.converted.pop(v, ())):
                     self.release(t)
 
@@ -743,7 +744,40 @@ def _batch_norm(plan: _Plan, node: Node) -> _Tensor:
     if bias is not None:
         shift = shift + _const(bias, "bias").double()
     c = x.shape[1]
+    cat = x.producer if x.producer in plan.deferred else None
+    if cat is not None:
+        fused = _affine_cat(plan, node, cat, scale.float(), shift.float())
+        if fused is None:  # the parts are in layouts the kernel does not take: concatenated first
+            plan.values[x] = _cat(plan, cat)
+        plan.done_with(cat)
+        if fused is not None:
+            return fused
     return _conv(plan, node, scale.float().reshape(c, 1, 1, 1), shift.float(), c, [1, 1], [0, 0], [1, 1])
+
+
+def _affine_cat(plan: _Plan, node: Node, cat: Node, scale: torch.Tensor, shift: torch.Tensor) -> _Tensor | None:
+    """The batch norm ``node`` (and its ReLU) applied while concatenating its input's parts, one step
+    (:mod:`gawee.backend.affine_cat`), in the layout of the first part held blocked or channels-last (the others
+    reordered to it); None where there is none, or it is blocked and a part's channels are not a multiple of the
+    block."""
+    from gawee.backend import affine_cat
+
+    parts, out = cat.inputs, node.output.shape
+    layout = next(filter(None, (plan.layout_of(plan.values[v], v.shape) for v in parts)), None)
+    block = plan.block if layout == "blocked" else 0
+    if layout is None or (block and any(v.shape[1] % block for v in parts)):
+        return None
+    srcs = [_addressed(plan, plan.operand(v, plan.activation_md(v.shape, layout))) for v in parts]
+    dst = plan.tensor(plan.activation_md(out, layout))
+    coeffs = torch.stack([scale, shift]).contiguous()
+    addresses = (_P * len(srcs))(*(_P(t.buffer.tensor.data_ptr()) for t in srcs))
+    channels = (ctypes.c_int * len(parts))(*(v.shape[1] for v in parts))
+    plan.keep += [coeffs, addresses, channels]
+    act = affine_cat.ACTS[plan.act_of(node)[0]]
+    args = (addresses, channels, len(parts), dst.buffer.tensor.data_ptr(), coeffs[0].data_ptr(), coeffs[1].data_ptr())
+    plan.call(affine_cat.library().gawee_affine_cat, (*args, act, out[0], out[2] * out[3], block), "gawee:affine_cat")
+    plan.conv_layouts[node.name], plan.conv_kernels[node.name] = layout, "gawee:affine_cat"
+    return dst
 
 
 def _linear(plan: _Plan, node: Node) -> _Tensor:
@@ -907,6 +941,31 @@ def _fused_acts(graph: Graph) -> dict[Node, Node]:
     return fused
 
 
+def _affine_cats(plan: _Plan, graph: Graph) -> dict[Node, Node]:
+    """Concatenation along channels → the batch norm that alone reads it, with no activation or a ReLU: planned as
+    one :func:`_affine_cat` step when the batch norm is (the concatenation itself is not planned before it)."""
+    from gawee.backend import affine_cat
+
+    if affine_cat.available() is not None:
+        return {}
+    found = {}
+    for node in graph:
+        x = node.inputs[0] if node.op == "batch_norm" else None
+        cat = x.producer if x is not None else None
+        if (
+            cat is not None
+            and cat.op == "cat"
+            and x.type.rank == 4
+            and cat.attrs.get("dim", 0) % 4 == 1
+            and x.num_uses == 1
+            and not x.is_graph_output
+            and plan.act_of(node)[0] in affine_cat.ACTS
+            and not any(v.is_const for v in cat.inputs)
+        ):
+            found[cat] = node
+    return found
+
+
 def supports(graph: Graph) -> str | None:
     """Why ``graph`` cannot run on this runtime, or None if it can (as far as its types and ops show; the
     primitives themselves are checked when the module is built)."""
@@ -950,6 +1009,8 @@ class DnnlModule(torch.nn.Module):
             for node in graph:
                 if node in acts:  # computed by its producer's post-op, into the same buffer
                     plan.values[node.output] = plan.values[acts[node].output]
+                    continue
+                if node in plan.deferred:  # concatenated by the batch norm that reads it
                     continue
                 plan.values[node.output] = LOWERINGS[node.op](plan, node)
                 plan.done_with(node)

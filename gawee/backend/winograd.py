@@ -12,24 +12,19 @@ ONNX Runtime's. Where the channels are many and the image small (512 channels at
 convolution. Its rounding differs from the direct convolution's by a few units in the sixth digit (relative to
 the output's magnitude; float32).
 
-The transforms are C, compiled here once per machine with the system's C compiler (``$CC``, else ``cc``) for the
-host CPU (``-march=native``), and kept in gawee's cache directory (:mod:`gawee.cache`) under a name that digests the
-source, the compiler and the machine (:func:`gawee.cache.path`; a temporary directory, for this process only, where
-that cannot be written). Without a C compiler the candidate is not offered (:func:`available` says
-why); nothing else changes.
+The transforms are C, compiled once per machine (:mod:`gawee.backend.native`). Without a C compiler the candidate
+is not offered (:func:`available` says why); nothing else changes.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
-import shutil
-import subprocess
-import tempfile
 from functools import cache
 from pathlib import Path
 
 import torch
+
+from gawee.backend import native
 
 SOURCE = Path(__file__).with_name("winograd.c")
 
@@ -52,60 +47,18 @@ _G = torch.tensor(
 )
 """The filter transform: U = G g Gᵀ."""
 
-_FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
-
 
 @cache
 def _load() -> tuple[ctypes.CDLL | None, str | None]:
     """The compiled transforms, or why they cannot be had."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return None, "no C compiler (set CC) to build the Winograd transforms"
-    try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        return None, f"the C compiler {cc} does not run: {e}"
-    from gawee import cache
-
-    question = "\n".join([SOURCE.read_text(encoding="utf-8"), cc, version, *_FLAGS])
-    path = cache.path("winograd", question, ".so")
-    if not path.exists():
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError:  # a read-only home: built for this process only, again by the next
-            path = Path(tempfile.mkdtemp(prefix="gawee-winograd-")) / path.name
-        why = _build(cc, path)
-        if why is not None:
-            return None, why
-    try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as e:
-        return None, f"the Winograd transforms {path} cannot be loaded: {e}"
     i, lng, p = ctypes.c_int, ctypes.c_long, ctypes.c_void_p
-    lib.gawee_wino_input.argtypes = [p, p, i, i, i, lng, lng, lng, lng, i, i, i, i, i, i, i]
-    lib.gawee_wino_output.argtypes = [p, p, p, p, i, i, i, i, lng, lng, lng, lng, i, i, i, i, i]
-    return lib, None
-
-
-def _build(cc: str, path: Path) -> str | None:
-    """Compiles the transforms to ``path`` (atomically: a concurrent process's build is never seen half-written);
-    why not, if it fails."""
-    try:
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-    except OSError as e:
-        return f"no file to build {SOURCE.name} into in {path.parent}: {e}"
-    os.close(fd)
-    try:
-        done = subprocess.run([cc, *_FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            return f"{cc} could not build {SOURCE.name}: {done.stderr.strip()[:500]}"
-        os.replace(tmp, path)
-        return None
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"{cc} could not build {SOURCE.name}: {e}"
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    return native.load(
+        SOURCE,
+        {
+            "gawee_wino_input": [p, p, i, i, i, lng, lng, lng, lng, i, i, i, i, i, i, i],
+            "gawee_wino_output": [p, p, p, p, i, i, i, i, lng, lng, lng, lng, i, i, i, i, i],
+        },
+    )
 
 
 def available() -> str | None:

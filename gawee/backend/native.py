@@ -1,0 +1,71 @@
+"""gawee's own C kernels: a source beside this file compiled once per machine and loaded with ctypes.
+
+Each is compiled with the system's C compiler (``$CC``, else ``cc``) for the host CPU (``-march=native``, OpenMP:
+libgomp, the runtime torch and oneDNN share), and kept in gawee's cache directory (:mod:`gawee.cache`) under a name
+that digests the source, the compiler and the machine (:func:`gawee.cache.path`; a temporary directory, for this
+process only, where that cannot be written). Without a C compiler :func:`load` says why, and the runtime offers
+no kernel of that source; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+
+
+def load(source: Path, argtypes: dict[str, list]) -> tuple[ctypes.CDLL | None, str | None]:
+    """The compiled ``source`` with its functions' ``argtypes`` set (they return an int status), or why it cannot
+    be had. Callers cache the answer (a build runs once per process at most)."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None, f"no C compiler (set CC) to build {source.name}"
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"the C compiler {cc} does not run: {e}"
+    from gawee import cache
+
+    question = "\n".join([source.read_text(encoding="utf-8"), cc, version, *FLAGS])
+    path = cache.path(source.stem, question, ".so")
+    if not path.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only home: built for this process only, again by the next
+            path = Path(tempfile.mkdtemp(prefix=f"gawee-{source.stem}-")) / path.name
+        why = _build(cc, source, path)
+        if why is not None:
+            return None, why
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as e:
+        return None, f"{path} cannot be loaded: {e}"
+    for name, types in argtypes.items():
+        getattr(lib, name).argtypes = types
+    return lib, None
+
+
+def _build(cc: str, source: Path, path: Path) -> str | None:
+    """Compiles ``source`` to ``path`` (atomically: a concurrent process's build is never seen half-written); why
+    not, if it fails."""
+    try:
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    except OSError as e:
+        return f"no file to build {source.name} into in {path.parent}: {e}"
+    os.close(fd)
+    try:
+        done = subprocess.run([cc, *FLAGS, "-o", tmp, str(source)], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            return f"{cc} could not build {source.name}: {done.stderr.strip()[:500]}"
+        os.replace(tmp, path)
+        return None
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{cc} could not build {source.name}: {e}"
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
