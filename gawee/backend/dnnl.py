@@ -16,7 +16,9 @@ and concatenation primitives between convolutions run in their input's layout). 
 CPU and the model (on one AMD EPYC, AVX2, no layout won every convolution of resnet50's shapes), so
 :func:`gawee.backend.compiler.whole_graph_choice` builds all three and measures them on the machine. In every
 layout, a 3×3 stride-1 convolution also races gawee's own Winograd F(4×4, 3×3) kernel
-(:mod:`gawee.backend.winograd`: two C transforms around oneDNN's matmul), kept where it measures fastest.
+(:mod:`gawee.backend.winograd`: two C transforms around oneDNN's matmul), kept where it measures fastest. A batch
+norm that alone reads a concatenation along channels (DenseNet's layers) runs in one pass with it
+(:mod:`gawee.backend.affine_cat`).
 
 The library is ``libdnnl.so.3`` from the ``onednn-cpu-gomp`` wheel (a dependency of gawee on x86-64 Linux), or the
 file ``GAWEE_DNNL_LIBRARY`` names. It is loaded after torch, so it shares torch's OpenMP runtime (both name it
