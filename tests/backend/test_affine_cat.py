@@ -31,9 +31,9 @@ def _norm(channels: int) -> nn.BatchNorm2d:
     return bn
 
 
-def _dense(act, widths=(16, 8), read_twice=False) -> nn.Module:
-    """x → conv → conv, then act(bn(cat[x, y, z])) → 1×1 conv: a DenseNet layer's shape. ``read_twice``: the
-    concatenation is an output too."""
+def _dense(act, widths=(16, 16), read_twice=False) -> nn.Module:
+    """x → conv → conv, then act(bn(cat[x, y, z])) → 1×1 conv: a DenseNet layer's shape. The default widths are
+    multiples of the block on AVX2 (8) and AVX-512 (16). ``read_twice``: the concatenation is an output too."""
     c, (w1, w2) = 16, widths
     a, b = nn.Conv2d(c, w1, 3, padding=1), nn.Conv2d(w1, w2, 1)
     bn, out = _norm(c + w1 + w2), nn.Conv2d(c + w1 + w2, 8, 1)
