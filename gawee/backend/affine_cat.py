@@ -35,7 +35,4 @@ def available() -> str | None:
 
 
 def library() -> ctypes.CDLL:
-    lib, why = _load()
-    if lib is None:
-        raise RuntimeError(why)
-    return lib
+    return native.library(_load())

@@ -50,6 +50,14 @@ def load(source: Path, argtypes: dict[str, list]) -> tuple[ctypes.CDLL | None, s
     return lib, None
 
 
+def library(loaded: tuple[ctypes.CDLL | None, str | None]) -> ctypes.CDLL:
+    """The library of a :func:`load` answer; RuntimeError with the reason where there is none."""
+    lib, why = loaded
+    if lib is None:
+        raise RuntimeError(why)
+    return lib
+
+
 def _build(cc: str, source: Path, path: Path) -> str | None:
     """Compiles ``source`` to ``path`` (atomically: a concurrent process's build is never seen half-written); why
     not, if it fails."""

@@ -67,10 +67,7 @@ def available() -> str | None:
 
 
 def library() -> ctypes.CDLL:
-    lib, why = _load()
-    if lib is None:
-        raise RuntimeError(why)
-    return lib
+    return native.library(_load())
 
 
 def tiles(size: int, padding: int) -> int:
