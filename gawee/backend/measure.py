@@ -7,8 +7,11 @@ here. The candidates run in rounds on the same inputs within a small time budget
 timed call per round, so slow drift of a shared machine hits all of them alike. Candidates on
 different runtimes each get a pause and :data:`UNTIMED` untimed calls first (they absorb what the
 previous candidate left behind: a runtime's spin-waiting threads) and make :data:`CALLS` timed
-calls. The first candidate is the default: another is chosen only when its median is faster by
-more than ``margin`` (a noisy tie keeps the default).
+calls. Each candidate is judged by its times *relative to the other candidates' in the same round*
+(:func:`_paired`): the machine's speed, which moves by 10-30% between seconds on a shared VM, cancels
+out. After :data:`MIN_ROUNDS`, a candidate clearly slower than the best (:data:`CLOSE`) is dropped and
+the close ones go on to :data:`FINAL_ROUNDS`. The first candidate is the default: another is chosen
+only when it is faster by more than ``margin`` (a noisy tie keeps the default).
 """
 
 from __future__ import annotations
@@ -27,6 +30,18 @@ MIN_ROUNDS = 3
 MAX_ROUNDS = 25
 MIN_BLOCK_ROUNDS = 2
 """At least this many rounds when each round is a block of calls per candidate (different runtimes)."""
+
+CLOSE = 0.10
+"""After the first rounds, a candidate whose relative time is more than this fraction above the best's is dropped:
+the rounds left go to the close ones."""
+
+FINAL_ROUNDS = 9
+"""Rounds the close candidates get, past the time budget, up to :data:`FINAL_BUDGET_S` more. Three rounds of whole
+calls chose wrongly in 14 of 78 windows between resnet50's three oneDNN layouts at batch 1 on an AMD EPYC (55.3,
+59.2 and 62.8 ms over 80 interleaved rounds; plain medians of three rounds: 23 of 78), nine rounds in 7 of 72."""
+
+FINAL_BUDGET_S = 1.5
+"""At most this much more time, past the budget, for the close candidates' rounds."""
 
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
@@ -51,7 +66,9 @@ pause and two untimed calls, 8.9–9.9 ms."""
 
 @dataclass(frozen=True)
 class Timings:
-    """Median seconds per call of each candidate, and the one chosen."""
+    """Seconds per call of each candidate, and the one chosen. A candidate's seconds are its median time relative
+    to the close candidates' in the same rounds, scaled by their typical time (:func:`_paired`): what it would take
+    when they take what they took."""
 
     seconds: dict[str, float]
     chosen: str
@@ -65,12 +82,14 @@ def fastest(
     budget_s: float = BUDGET_S,
     settle_s: float = 0.0,
 ) -> Timings:
-    """Time each of ``candidates`` (name → callable) on ``inputs``; the first unless another's median is
-    more than ``margin`` (a fraction of the first's time) faster, then the fastest. ``settle_s``: the
-    pause before each candidate's calls (:data:`SETTLE_S` when the candidates are different runtimes,
-    whose thread pools spin between calls; none is needed between modules on torch's one pool)."""
+    """Time each of ``candidates`` (name → callable) on ``inputs``; the first unless another is more than
+    ``margin`` (a fraction of the first's time) faster, then the fastest. ``settle_s``: the pause before each
+    candidate's calls (:data:`SETTLE_S` when the candidates are different runtimes, whose thread pools spin between
+    calls; none is needed between modules on torch's one pool)."""
     names = list(candidates)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    rounds: list[dict[str, float]] = []  # per round, each candidate's time in it
+    alive = list(names)
+    min_rounds = MIN_BLOCK_ROUNDS if settle_s else MIN_ROUNDS
     with torch.no_grad():
         second = []
         for fn in candidates.values():  # first calls: primitive creation, allocation: nobody's steady time
@@ -80,22 +99,47 @@ def fastest(
             second.append(time.perf_counter() - t0)
         untimed = 1 if min(second) >= LONG_CALL_S else UNTIMED
         start = time.perf_counter()
-        rounds = 0
-        while rounds < (MIN_BLOCK_ROUNDS if settle_s else MIN_ROUNDS) or time.perf_counter() - start < budget_s:
-            for name, fn in candidates.items():
+        while True:
+            times = {}
+            for name in alive:
+                fn = candidates[name]
                 if settle_s:
                     time.sleep(settle_s)
                     for _ in range(untimed):
                         fn(*inputs)
+                calls = []
                 for _ in range(CALLS if settle_s else 1):
                     t0 = time.perf_counter()
                     fn(*inputs)
-                    times[name].append(time.perf_counter() - t0)
-            rounds += 1
-            if rounds >= MAX_ROUNDS:
+                    calls.append(max(time.perf_counter() - t0, 1e-9))  # a ratio's operand
+                times[name] = statistics.median(calls)
+            rounds.append(times)
+            if len(rounds) >= MAX_ROUNDS:
                 break
-    seconds = {name: statistics.median(ts) for name, ts in times.items()}
+            spent = time.perf_counter() - start
+            if len(rounds) < min_rounds:
+                continue
+            seconds = _paired(rounds, alive)
+            best = min(seconds.values())
+            alive = [name for name in alive if seconds[name] <= best * (1 + CLOSE)]
+            if len(alive) == 1 or (
+                spent >= budget_s and (len(rounds) >= FINAL_ROUNDS or spent >= budget_s + FINAL_BUDGET_S)
+            ):
+                break
+    seconds = _paired(rounds, alive)
     default = names[0]
-    best = min(names, key=seconds.__getitem__)
+    best = min(alive, key=seconds.__getitem__)
     chosen = best if seconds[best] < seconds[default] * (1 - margin) else default
     return Timings(seconds, chosen)
+
+
+def _paired(rounds: list[dict[str, float]], close: list[str]) -> dict[str, float]:
+    """Each candidate's median over the rounds it ran of its time divided by the geometric mean of the ``close``
+    candidates' times in the same round (they ran in every round), times the geometric mean of their medians."""
+    scale = {i: statistics.geometric_mean([r[name] for name in close]) for i, r in enumerate(rounds)}
+    typical = statistics.geometric_mean([statistics.median(r[name] for r in rounds) for name in close])
+    names = {name for r in rounds for name in r}
+    return {
+        name: typical * statistics.median(r[name] / scale[i] for i, r in enumerate(rounds) if name in r)
+        for name in sorted(names, key=list(rounds[0]).index)
+    }

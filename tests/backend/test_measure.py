@@ -1,0 +1,73 @@
+"""measure.fastest on a scripted clock: candidates judged against each other round by round, the clearly slower
+dropped after the first rounds, the close ones timed on."""
+
+from __future__ import annotations
+
+import pytest
+
+from gawee.backend import measure
+
+
+class _Clock:
+    """time.perf_counter and time.sleep on a fake clock that only the candidates' calls advance."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(measure, "time", clock)
+    return clock
+
+
+def _candidate(clock: _Clock, seconds: float, slowdown=lambda call: 1.0):
+    """A callable taking ``seconds`` times ``slowdown(call)`` (its calls counted from 0, first calls included)."""
+    calls = []
+
+    def run(*_):
+        clock.now += seconds * slowdown(len(calls))
+        calls.append(clock.now)
+
+    run.calls = calls
+    return run
+
+
+def test_times_are_judged_against_the_same_rounds_others(clock):
+    """A burst of load that hits one candidate's call, then the whole machine slowing down threefold: plain medians
+    of each candidate's times would keep the default (10 ms: 10, 10, 30; the other: 9, 18, 27), its times relative
+    to the other's in the same round show it 10% faster."""
+    # each makes two first calls, then one timed call per round
+    default = _candidate(clock, 0.010, lambda call: [1, 1, 1, 1, 3][call])
+    other = _candidate(clock, 0.009, lambda call: [1, 1, 1, 2, 3][call])
+    timed = measure.fastest({"default": default, "other": other}, [], budget_s=0.0)
+    assert len(other.calls) == 5  # three rounds, then the default is more than CLOSE slower and dropped
+    assert timed.chosen == "other"
+    assert timed.seconds["other"] < 0.95 * timed.seconds["default"]
+
+
+def test_the_clearly_slower_are_dropped_and_the_close_timed_on(clock):
+    default = _candidate(clock, 0.010)
+    close = _candidate(clock, 0.0102)
+    slow = _candidate(clock, 0.020)
+    timed = measure.fastest({"default": default, "close": close, "slow": slow}, [], budget_s=0.0)
+    assert len(slow.calls) == 2 + measure.MIN_ROUNDS
+    assert len(default.calls) == len(close.calls) == 2 + measure.FINAL_ROUNDS
+    assert timed.chosen == "default"  # a 2% difference is within the margin
+    assert timed.seconds == pytest.approx({"default": 0.010, "close": 0.0102, "slow": 0.020}, rel=0.02)
+
+
+def test_long_calls_stop_at_the_final_budget(clock):
+    """Past the budget the close candidates get FINAL_BUDGET_S more, not FINAL_ROUNDS whatever they cost."""
+    a, b = _candidate(clock, 0.2), _candidate(clock, 0.2)
+    measure.fastest({"a": a, "b": b}, [], budget_s=0.0)
+    rounds = len(a.calls) - 2
+    assert measure.MIN_ROUNDS < rounds < measure.FINAL_ROUNDS
+    assert (rounds - 1) * 0.4 < measure.FINAL_BUDGET_S <= rounds * 0.4
