@@ -136,10 +136,8 @@ def fastest(
 def _paired(rounds: list[dict[str, float]], close: list[str]) -> dict[str, float]:
     """Each candidate's median over the rounds it ran of its time divided by the geometric mean of the ``close``
     candidates' times in the same round (they ran in every round), times the geometric mean of their medians."""
-    scale = {i: statistics.geometric_mean([r[name] for name in close]) for i, r in enumerate(rounds)}
+    scale = [statistics.geometric_mean([r[name] for name in close]) for r in rounds]
     typical = statistics.geometric_mean([statistics.median(r[name] for r in rounds) for name in close])
-    names = {name for r in rounds for name in r}
-    return {
-        name: typical * statistics.median(r[name] / scale[i] for i, r in enumerate(rounds) if name in r)
-        for name in sorted(names, key=list(rounds[0]).index)
+    return {  # every candidate ran in the first round
+        name: typical * statistics.median(r[name] / s for r, s in zip(rounds, scale) if name in r) for name in rounds[0]
     }
