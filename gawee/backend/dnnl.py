@@ -16,7 +16,8 @@ and concatenation primitives between convolutions run in their input's layout). 
 CPU and the model (on one AMD EPYC, AVX2, no layout won every convolution of resnet50's shapes), so
 :func:`gawee.backend.compiler.whole_graph_choice` builds all three and measures them on the machine. In every
 layout, a 3×3 stride-1 convolution also races gawee's own Winograd F(4×4, 3×3) kernel
-(:mod:`gawee.backend.winograd`: two C transforms around oneDNN's matmul), kept where it measures fastest. A batch
+(:mod:`gawee.backend.winograd`: two C transforms around oneDNN's matmul), kept where it measures fastest, and a
+convolution of 8 channels per group (RegNet's) races gawee's grouped kernel (:mod:`gawee.backend.grouped`). A batch
 norm that alone reads a concatenation along channels (DenseNet's layers) runs in one pass with it
 (:mod:`gawee.backend.affine_cat`).
 
@@ -364,9 +365,9 @@ class _Plan:
         return copies[-1]
 
     def fastest(self, candidates: list, reads: dict[int, Value | None], situation: tuple | None = None):
-        """The candidate convolution kernel (a :class:`_Primitive` or :class:`_Winograd`) whose call — after the
-        reorders of the values it ``reads`` (argument → value) that its layout would need — is fastest here, each run
-        on zero-filled scratch buffers, in rounds over the candidates
+        """The candidate convolution kernel (a :class:`_Primitive`, :class:`_Winograd` or :class:`_Grouped`) whose
+        call — after the reorders of the values it ``reads`` (argument → value) that its layout would need — is
+        fastest here, each run on zero-filled scratch buffers, in rounds over the candidates
         (:func:`gawee.backend.kernels.best_calls`). The others are dropped. A convolution of the same ``situation``
         (its shapes, geometry and epilogue), with the same candidates and its operands held in the same layouts,
         takes the winner of the race run for the first one in this plan (a resnet repeats its blocks' convolutions:
@@ -587,14 +588,6 @@ class _Winograd:
     def wants(self, arg: int) -> int:
         return self.src_md if arg == SRC else self.dst_md
 
-    def _strides(self, channels: int, h: int, w: int) -> tuple[int, int, int, int, int]:
-        """Where element (n, c, h, w) of an activation is in this layout: strides of n, of c's block, of h and w,
-        and the block."""
-        if self.layout == "channels_last":
-            return w * h * channels, 0, w * channels, channels, channels
-        blk = self.plan.block
-        return -(-channels // blk) * h * w * blk, h * w * blk, w * blk, blk, blk
-
     def _steps(self, src: int, v: tuple[int, int], m: tuple[int, int], w: int, bias: int, res, dst: int) -> list:
         """Each chunk's three steps, over these addresses (``v`` and ``m``: (oneDNN memory, address)): (function,
         arguments, name)."""
@@ -604,7 +597,8 @@ class _Winograd:
         th, tw = self.tiles
         array = (_Arg * 3)(_Arg(SRC, _P(v[0])), _Arg(WEIGHTS, _P(w)), _Arg(DST, _P(m[0])))
         self.plan.keep.append(array)
-        into, out = (src, v[1], c, h, w_, *self._strides(c, h, w_), pt, pl, th, tw), self._strides(k, oh, ow)
+        into = (src, v[1], c, h, w_, *_strides(self.plan, self.layout, c, h, w_), pt, pl, th, tw)
+        out = _strides(self.plan, self.layout, k, oh, ow)
         steps = []
         for r0 in range(0, self.chunks * self.rows, self.rows):
             steps += [
@@ -674,6 +668,84 @@ class _Winograd:
         return dst
 
 
+class _Grouped:
+    """A candidate convolution kernel for convolutions of 8 channels per group (:mod:`gawee.backend.grouped`) in
+    the blocked layout with blocks of 8: one step that adds the bias and residual and applies the activation."""
+
+    name = "gawee:grouped8"
+
+    def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool):
+        from gawee.backend import grouped
+
+        self.plan, self.layout, self.lib, self.residual = plan, layout, grouped.library(), residual
+        self.src_md, self.dst_md = plan.activation_md(x.shape, layout), plan.activation_md(out.shape, layout)
+        kernel, stride, padding, dilation, groups = geometry
+        (n, c, h, w), (k, oh, ow) = x.shape, out.shape[1:]
+        src, dst = _strides(plan, layout, c, h, w), _strides(plan, layout, k, oh, ow)
+        self.sizes = (n, groups, h, w, *src, oh, ow, *dst, *kernel, *stride, *padding, *dilation, grouped.ACTS[act])
+
+    @staticmethod
+    def candidates(plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool) -> list[_Grouped]:
+        """The kernel for this convolution in ``layout``, where it computes it (see
+        :func:`gawee.backend.grouped.eligible`; the blocked layout must not pad the output's channels, which the
+        kernel leaves unwritten)."""
+        from gawee.backend import grouped
+
+        kernel, stride, _, dilation, groups = geometry
+        cin, cout, ow = x.shape[1], out.shape[1], out.shape[3]
+        if (layout == "blocked" and cout % plan.block != 0) or grouped.available() is not None:
+            return []
+        if not grouped.eligible(cin, cout, groups, kernel, stride, dilation, ow, act):
+            return []
+        return [_Grouped(plan, layout, x, out, geometry, act, residual)]
+
+    @property
+    def key(self) -> tuple:
+        return self.layout, self.name
+
+    def wants(self, arg: int) -> int:
+        return self.src_md if arg == SRC else self.dst_md
+
+    def _step(self, src: int, w: int, bias: int, res, dst: int) -> tuple:
+        return self.lib.gawee_group8_conv, (src, w, bias, res, dst, *self.sizes), self.name
+
+    def scratch(self, memories: list) -> list[tuple]:
+        plan, (groups, kh, kw) = self.plan, (self.sizes[1], *self.sizes[16:18])
+        src, dst, res = (plan.zeros(md) for md in (self.src_md, self.dst_md, self.dst_md))
+        w, bias = torch.zeros(groups * 64 * kh * kw), torch.zeros(groups * 8)
+        function, args, _ = self._step(
+            src.data_ptr(), w.data_ptr(), bias.data_ptr(), res.data_ptr() if self.residual else None, dst.data_ptr()
+        )
+        return [(function, args, [src, dst, res, w, bias])]
+
+    def drop(self) -> None:
+        pass
+
+    def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
+        from gawee.backend import grouped
+
+        plan = self.plan
+        res = None
+        if residual is not None:
+            res = _addressed(plan, plan.operand(residual, self.dst_md))
+        src = _addressed(plan, plan.operand(x, self.src_md))
+        w, b = grouped.weights(weight), bias.detach().to(torch.float32).contiguous()
+        plan.keep += [w, b]
+        dst = plan.tensor(self.dst_md)
+        address = lambda t: t.buffer.tensor.data_ptr()
+        plan.call(*self._step(address(src), w.data_ptr(), b.data_ptr(), res and address(res), address(dst)))
+        return dst
+
+
+def _strides(plan: _Plan, layout: str, channels: int, h: int, w: int) -> tuple[int, int, int, int, int]:
+    """Where element (n, c, h, w) of an activation is in ``layout``: strides of n, of c's block, of h and w, and the
+    block."""
+    if layout == "channels_last":
+        return w * h * channels, 0, w * channels, channels, channels
+    blk = plan.block
+    return -(-channels // blk) * h * w * blk, h * w * blk, w * blk, blk, blk
+
+
 def _addressed(plan: _Plan, t: _Tensor) -> _Tensor:
     """``t``, or a copy of it in a buffer of the module's where each call sets its address (a graph input)."""
     if t.buffer is None:
@@ -715,6 +787,7 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
             found = [plan.primitive(create, *conv_args, attr=attr)]
         candidates += [_Primitive(plan, layout, pd, prim, args) for pd, prim in found]
         candidates += _Winograd.candidates(plan, layout, x, out, geometry, act, residual is not None)
+        candidates += _Grouped.candidates(plan, layout, x, out, geometry, act, residual is not None)
     situation = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups, act, *params, residual is None)
     chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
@@ -990,7 +1063,7 @@ class DnnlModule(torch.nn.Module):
     """The rewritten graph on oneDNN's primitives: call it with torch tensors, get torch tensors back (a tuple, or
     nested as ``output_structure``). ``module.kernels`` lists the implementation oneDNN chose for each primitive,
     ``module.conv_layouts`` the activation layout of each convolution (by node name; they differ with ``per_conv``),
-    ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd kernel).
+    ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd or grouped kernel).
     A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait)."""
 
     def __init__(self, graph: Graph, *, output_structure: Any = None, layout: str = "blocked"):

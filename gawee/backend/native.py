@@ -19,9 +19,10 @@ from pathlib import Path
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
 
 
-def load(source: Path, argtypes: dict[str, list]) -> tuple[ctypes.CDLL | None, str | None]:
+def load(source: Path, argtypes: dict[str, list], flags: tuple[str, ...] = ()) -> tuple[ctypes.CDLL | None, str | None]:
     """The compiled ``source`` with its functions' ``argtypes`` set (they return an int status), or why it cannot
-    be had. Callers cache the answer (a build runs once per process at most)."""
+    be had; ``flags`` are the compiler's beyond :data:`FLAGS`. Callers cache the answer (a build runs once per
+    process at most)."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None, f"no C compiler (set CC) to build {source.name}"
@@ -31,14 +32,14 @@ def load(source: Path, argtypes: dict[str, list]) -> tuple[ctypes.CDLL | None, s
         return None, f"the C compiler {cc} does not run: {e}"
     from gawee import cache
 
-    question = "\n".join([source.read_text(encoding="utf-8"), cc, version, *FLAGS])
+    question = "\n".join([source.read_text(encoding="utf-8"), cc, version, *FLAGS, *flags])
     path = cache.path(source.stem, question, ".so")
     if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError:  # a read-only home: built for this process only, again by the next
             path = Path(tempfile.mkdtemp(prefix=f"gawee-{source.stem}-")) / path.name
-        why = _build(cc, source, path)
+        why = _build(cc, [*FLAGS, *flags], source, path)
         if why is not None:
             return None, why
     try:
@@ -58,7 +59,7 @@ def library(loaded: tuple[ctypes.CDLL | None, str | None]) -> ctypes.CDLL:
     return lib
 
 
-def _build(cc: str, source: Path, path: Path) -> str | None:
+def _build(cc: str, flags: list[str], source: Path, path: Path) -> str | None:
     """Compiles ``source`` to ``path`` (atomically: a concurrent process's build is never seen half-written); why
     not, if it fails."""
     try:
@@ -67,7 +68,7 @@ def _build(cc: str, source: Path, path: Path) -> str | None:
         return f"no file to build {source.name} into in {path.parent}: {e}"
     os.close(fd)
     try:
-        done = subprocess.run([cc, *FLAGS, "-o", tmp, str(source)], capture_output=True, text=True, timeout=120)
+        done = subprocess.run([cc, *flags, "-o", tmp, str(source)], capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             return f"{cc} could not build {source.name}: {done.stderr.strip()[:500]}"
         os.replace(tmp, path)

@@ -1,0 +1,154 @@
+"""The grouped convolution of 8 channels per group (gawee.backend.grouped) as a candidate kernel of oneDNN's
+primitives runtime: where it is chosen it computes torch's convolution (bias, residual, ReLU; strides 1 and 2,
+padding, dilation, kernel sizes; every layout, blocks of 8 and 16), it is offered only where it computes the
+convolution, the race decides, and a machine without a C compiler runs without it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gawee.backend import dnnl, grouped, kernels
+from gawee.backend.dnnl import DnnlModule
+
+from .test_dnnl import Lambda, _graph, assert_runs_like
+
+pytestmark = [
+    pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
+    pytest.mark.skipif(grouped.available() is not None, reason=str(grouped.available())),
+]
+
+
+def _prefer(monkeypatch, grouped_wins: bool) -> None:
+    """Every race decided for (or against) the grouped kernel, whatever the clock says."""
+    fastest = dnnl._Plan.fastest
+
+    def decided(self, candidates, reads, situation=None):
+        kept = [c for c in candidates if isinstance(c, dnnl._Grouped) == grouped_wins] or candidates
+        for c in candidates:
+            if c not in kept:
+                c.drop()
+        return fastest(self, kept, reads, situation) if len(kept) > 1 else kept[0]
+
+    monkeypatch.setattr(dnnl._Plan, "fastest", decided)
+
+
+def _grouped_convs(graph, layout: str) -> int:
+    return list(DnnlModule(graph, layout=layout).conv_kernels.values()).count(dnnl._Grouped.name)
+
+
+@pytest.mark.parametrize("layout", dnnl.LAYOUTS)
+@pytest.mark.parametrize(
+    ("groups", "kernel", "stride", "padding", "dilation", "size", "batch"),
+    [
+        (6, 3, 1, 1, 1, 9, 1),  # RegNet's: rows in tiles of 9, pixels at both edges reading the padding
+        (13, 3, 2, 1, 1, 15, 2),  # stride 2, an odd image, a batch
+        (3, 3, 1, 2, 2, 10, 1),  # dilated
+        (2, 5, 2, 2, 1, 13, 1),  # 5×5
+        (4, 3, 1, 0, 1, 30, 1),  # no padding; 28 pixels a row: tiles of 10, 9, 9
+        (2, 1, 1, 0, 1, 6, 2),  # 1×1
+    ],
+)
+@pytest.mark.parametrize("epilogue", ["none", "relu", "residual_relu"])
+def test_grouped_computes_torchs_convolution(
+    monkeypatch, layout, groups, kernel, stride, padding, dilation, size, batch, epilogue
+):
+    """Against torch within 1e-5 of the output's magnitude, with the kernel chosen for every such convolution."""
+    torch.manual_seed(0)
+    _prefer(monkeypatch, grouped_wins=True)
+    c = 8 * groups
+    conv = nn.Conv2d(c, c, kernel, stride, padding, dilation=dilation, groups=groups)
+    if epilogue == "none":
+        model = Lambda(lambda p, x: p[0](x), conv)
+    elif epilogue == "relu":
+        model = Lambda(lambda p, x: F.relu(p[0](x)), conv)
+    else:  # the residual is another convolution of the same input: any geometry
+        skip = nn.Conv2d(c, c, kernel, stride, padding, dilation=dilation, groups=groups)
+        model = Lambda(lambda p, x: F.relu(p[0](x) + p[1](x)), conv, skip)
+    graph = assert_runs_like(model, torch.randn(batch, c, size, size), layouts=[layout])
+    assert _grouped_convs(graph, layout) == (2 if epilogue == "residual_relu" else 1)
+
+
+def test_grouped_computes_in_blocks_of_16(monkeypatch):
+    """Where oneDNN's blocks are 16 channels (AVX-512) a group of 8 is half a block: an odd number of groups pads
+    the last block, so the kernel is not offered there (it would leave the padding unwritten); an even one runs."""
+    torch.manual_seed(0)
+    monkeypatch.setattr(dnnl, "block_size", lambda: 16)
+    _prefer(monkeypatch, grouped_wins=True)
+    for groups, offered in ((4, 1), (3, 0)):
+        model = nn.Sequential(nn.Conv2d(8 * groups, 8 * groups, 3, padding=1, groups=groups), nn.ReLU())
+        graph = assert_runs_like(model, torch.randn(1, 8 * groups, 9, 9), layouts=["blocked"])
+        assert _grouped_convs(graph, "blocked") == offered, groups
+
+
+def test_grouped_is_a_candidate_only_where_it_computes_the_convolution(monkeypatch):
+    """Groups of other widths (4, 16; in and out differing), stride 3 and an activation the epilogue does not apply
+    run on oneDNN's kernels even when the grouped kernel would win every race."""
+    torch.manual_seed(0)
+    _prefer(monkeypatch, grouped_wins=True)
+    model = nn.Sequential(
+        nn.Conv2d(32, 32, 3, padding=1, groups=8),
+        nn.Conv2d(32, 32, 3, padding=1, groups=2),
+        nn.Conv2d(32, 64, 3, padding=1, groups=4),
+        nn.Conv2d(64, 64, 3, padding=1, stride=3, groups=8),
+        nn.Conv2d(64, 64, 3, padding=1, groups=8),
+        nn.Sigmoid(),
+    )
+    graph = assert_runs_like(model, torch.randn(1, 32, 12, 12))
+    for layout in dnnl.LAYOUTS:
+        assert _grouped_convs(graph, layout) == 0
+
+
+def test_grouped_runs_only_where_it_measures_fastest(monkeypatch):
+    """The race decides: measured slower, a convolution the kernel could compute runs on oneDNN's; measured
+    faster, on the grouped kernel."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=2), nn.ReLU(), nn.Conv2d(16, 16, 3, groups=2))
+    graph = _graph(model, torch.randn(1, 16, 10, 10))
+    raced = []
+    fastest = dnnl._Plan.fastest
+
+    def remembering(self, candidates, reads, situation=None):
+        raced[:] = [c.name for c in candidates]
+        return fastest(self, candidates, reads, situation)
+
+    monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
+    for grouped_time in (1.0, 1e-3):
+        monkeypatch.setattr(
+            kernels,
+            "best_calls",
+            lambda runners, *_, t=grouped_time, **__: {
+                i: t if raced[i] == dnnl._Grouped.name else 0.5 for i in runners
+            },
+        )
+        for layout in dnnl.LAYOUTS:
+            assert _grouped_convs(graph, layout) == (2 if grouped_time < 0.5 else 0), (layout, grouped_time)
+
+
+def test_without_a_c_compiler_the_runtime_runs_without_the_grouped_kernel(monkeypatch, tmp_path):
+    """A compiler that fails is a reason (:func:`grouped.available`), not an error: the module is built from
+    oneDNN's kernels alone and still computes the model."""
+    torch.manual_seed(0)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing built before
+    try:
+        monkeypatch.setenv("CC", "false")
+        grouped._load.cache_clear()
+        assert "could not build" in grouped.available()
+        _prefer(monkeypatch, grouped_wins=True)
+        model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=2), nn.ReLU())
+        graph = assert_runs_like(model, torch.randn(1, 16, 8, 8))
+        assert all(_grouped_convs(graph, layout) == 0 for layout in dnnl.LAYOUTS)
+    finally:
+        monkeypatch.undo()
+        grouped._load.cache_clear()
+    assert grouped.available() is None
+
+
+def test_the_filters_are_packed_group_tap_channel_output():
+    """weights() puts w[8g + k][c][kh][kw] at [g][kh][kw][c][k]."""
+    w = torch.arange(2 * 8 * 8 * 3 * 3, dtype=torch.float32).reshape(16, 8, 3, 3)
+    packed = grouped.weights(w).reshape(2, 3, 3, 8, 8)
+    for g, kh, kw, c, k in ((0, 0, 0, 0, 0), (1, 2, 1, 5, 3), (0, 1, 2, 7, 6)):
+        assert packed[g, kh, kw, c, k] == w[8 * g + k, c, kh, kw]
