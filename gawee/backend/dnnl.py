@@ -642,10 +642,7 @@ class _Winograd:
         from gawee.backend import winograd
 
         plan = self.plan
-        res = None
-        if residual is not None:
-            res = _addressed(plan, plan.operand(residual, self.dst_md))
-        src = _addressed(plan, plan.operand(x, self.src_md))
+        src, res = _operands(plan, x, residual, self.src_md, self.dst_md)
         w = plan.constant(winograd.weights(weight), plan.queried(self.pd, WEIGHTS))
         b = bias.detach().to(torch.float32).contiguous()
         plan.keep.append(b)
@@ -670,7 +667,7 @@ class _Winograd:
 
 class _Grouped:
     """A candidate convolution kernel for convolutions of 8 channels per group (:mod:`gawee.backend.grouped`) in
-    the blocked layout with blocks of 8: one step that adds the bias and residual and applies the activation."""
+    ``layout``: one step that adds the bias and residual and applies the activation."""
 
     name = "gawee:grouped8"
 
@@ -725,10 +722,7 @@ class _Grouped:
         from gawee.backend import grouped
 
         plan = self.plan
-        res = None
-        if residual is not None:
-            res = _addressed(plan, plan.operand(residual, self.dst_md))
-        src = _addressed(plan, plan.operand(x, self.src_md))
+        src, res = _operands(plan, x, residual, self.src_md, self.dst_md)
         w, b = grouped.weights(weight), bias.detach().to(torch.float32).contiguous()
         plan.keep += [w, b]
         dst = plan.tensor(self.dst_md)
@@ -744,6 +738,15 @@ def _strides(plan: _Plan, layout: str, channels: int, h: int, w: int) -> tuple[i
         return w * h * channels, 0, w * channels, channels, channels
     blk = plan.block
     return -(-channels // blk) * h * w * blk, h * w * blk, w * blk, blk, blk
+
+
+def _operands(
+    plan: _Plan, x: Value, residual: Value | None, src_md: int, dst_md: int
+) -> tuple[_Tensor, _Tensor | None]:
+    """``x`` in ``src_md`` and ``residual`` (where there is one) in ``dst_md``, each in a buffer of the module's: what
+    a kernel of gawee's own reads by address."""
+    res = None if residual is None else _addressed(plan, plan.operand(residual, dst_md))
+    return _addressed(plan, plan.operand(x, src_md)), res
 
 
 def _addressed(plan: _Plan, t: _Tensor) -> _Tensor:

@@ -7,13 +7,13 @@
  * Activations are read and written where oneDNN keeps them: element (n, c, h, w) at
  *   n*sn + (c / blk)*scb + h*sh + w*sw + c % blk
  * which is nChw8c / nChw16c (blk 8 / 16) and NHWC (blk = C, scb = 0): a group's 8 channels are contiguous in
- * each. Per work item (image, group, output row) the KH input rows it reads are first copied into a zero-padded
- * band (a few KB, on the stack, 8 channels per column), so every tile of output pixels reads the band without
- * bounds checks. A tile is UR (up to 12) pixels of the row by the
- * group's 8 output channels: 12 accumulators, the tap's weight vector and one broadcast input value; per input
- * channel and tap, one weight load and UR broadcasts for UR fused multiply-adds. The filters are packed once
- * (grouped.py) as [g][kh][kw][c][8 output channels]. Threads: OpenMP over (image, group, output row), the
- * runtime torch and oneDNN share.
+ * each. (Lowercase sizes are the layouts' strides in floats, uppercase ones the convolution's.) Per work item
+ * (image, group, output row) the KH input rows it reads are first copied into a zero-padded band (a few KB, on
+ * the stack, 8 channels per column), so every tile of output pixels reads the band without bounds checks. A tile
+ * is UR (up to 12) pixels of the row by the group's 8 output channels: 12 accumulators, the tap's weight vector
+ * and one broadcast input value; per input channel and tap, one weight load and UR broadcasts for UR fused
+ * multiply-adds. The filters are packed once (grouped.py) as [g][kh][kw][c][8 output channels]. Threads: OpenMP
+ * over (image, group, output row), the runtime torch and oneDNN share.
  */
 #include <string.h>
 

@@ -3,14 +3,16 @@
 Why: oneDNN 3.2 runs a convolution whose groups have 8 input and 8 output channels (RegNet's group width) on its
 generic ``jit:avx2`` kernel at a third of an AVX2 CPU's peak of fused multiply-adds or less. Measured on one AMD
 EPYC (Zen 3, 2 cores, about 190 GFLOP/s), batch 1 of regnet_y_400mf: 31-65 GFLOP/s, 2.3 ms of the model's 9.
-With 8 channels a group is one block of oneDNN's nChw8c layout, so this kernel (``grouped.c``) reads and writes
-the activations where they are and computes a group's 8 output channels as one vector: a tile of up to 12 output
-pixels of a row keeps 12 accumulators in registers, each loaded weight vector serving all of them. The input rows
+A group's 8 channels are contiguous in each of oneDNN's layouts (nChw8c, nChw16c, NHWC), so this kernel
+(``grouped.c``) reads and writes the activations where they are and computes a group's 8 output channels as one
+AVX2 vector: a tile of up to 12 output pixels of a row keeps 12 accumulators in registers, each loaded weight
+vector serving all of them. The input rows
 an output row reads are copied once into a zero-padded band, so no tile checks bounds. The runtime times it
 beside oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl._Plan.fastest`).
 
-It computes the bias, a residual and ReLU in its epilogue, for strides 1 and 2, any kernel size, padding and
-dilation; only in the blocked layout with blocks of 8 (AVX2: where blocks are 16 a group is half a block). The C
+It computes the bias, a residual and ReLU in its epilogue, for strides 1 and 2 along the width, any kernel
+size, padding and dilation, in every layout (in blocks of 16, the AVX-512 ones, only where the channels fill the
+last block: it leaves padding lanes unwritten). The C
 is compiled once per machine (:mod:`gawee.backend.native`) with floating-point contraction on, so that
 ``acc += x * w`` is one fused multiply-add (C11 alone forbids it); without a C compiler the candidate is not
 offered (:func:`available` says why) and nothing else changes.
