@@ -50,6 +50,29 @@ def assert_runs_like(model, *xs, layouts=dnnl.LAYOUTS, rtol=1e-5):
     return graph
 
 
+def assert_race_decides(monkeypatch, graph, name: str, convs: int) -> None:
+    """The race decides whether the ``convs`` convolutions of ``graph`` a kernel of gawee's own (``name``) could
+    compute run on it: with the kernel measured slower than oneDNN's (a scripted clock), none do; measured faster,
+    all ``convs``, in every layout."""
+    raced = []
+    fastest = dnnl._Plan.fastest
+
+    def remembering(self, candidates, reads, situation=None):
+        raced[:] = [c.name for c in candidates]
+        return fastest(self, candidates, reads, situation)
+
+    monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
+    for own_time in (1.0, 1e-3):
+        monkeypatch.setattr(
+            kernels,
+            "best_calls",
+            lambda runners, *_, t=own_time, **__: {i: t if raced[i] == name else 0.5 for i in runners},
+        )
+        for layout in dnnl.LAYOUTS:
+            chosen = list(DnnlModule(graph, layout=layout).conv_kernels.values()).count(name)
+            assert chosen == (convs if own_time < 0.5 else 0), (layout, own_time)
+
+
 ACTS = {
     "relu": F.relu,
     "leaky_relu": lambda x: F.leaky_relu(x, 0.2),

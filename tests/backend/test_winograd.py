@@ -9,10 +9,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gawee.backend import dnnl, kernels, winograd
+from gawee.backend import dnnl, winograd
 from gawee.backend.dnnl import DnnlModule
 
-from .test_dnnl import Lambda, _graph, assert_runs_like
+from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like
 
 pytestmark = [
     pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
@@ -107,25 +107,7 @@ def test_winograd_runs_only_where_it_measures_fastest(monkeypatch):
     faster, on Winograd's three steps."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1)).eval()
-    graph = _graph(model, torch.randn(1, 16, 10, 10))
-    raced = []
-    fastest = dnnl._Plan.fastest
-
-    def remembering(self, candidates, reads, situation=None):
-        raced[:] = [c.name for c in candidates]
-        return fastest(self, candidates, reads, situation)
-
-    monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
-    for winograd_time in (1.0, 1e-3):
-        monkeypatch.setattr(
-            kernels,
-            "best_calls",
-            lambda runners, *_, t=winograd_time, **__: {
-                i: t if raced[i] == dnnl._Winograd.name else 0.5 for i in runners
-            },
-        )
-        for layout in dnnl.LAYOUTS:
-            assert _winograd_convs(graph, layout) == (2 if winograd_time < 0.5 else 0), (layout, winograd_time)
+    assert_race_decides(monkeypatch, _graph(model, torch.randn(1, 16, 10, 10)), dnnl._Winograd.name, 2)
 
 
 def test_without_a_c_compiler_the_runtime_runs_without_winograd(monkeypatch, tmp_path):
