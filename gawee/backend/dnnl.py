@@ -796,7 +796,7 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
 
     layouts = MEASURED if plan.layout == "per_conv" else (plan.layout,)
     candidates = [c for layout in layouts for c in candidates_in(layout)]
-    if all(_reference(c) for c in candidates):  # this layout has no kernel for it: the others are asked
+    if all(_reference(c) for c in candidates if isinstance(c, _Primitive)):  # oneDNN has no kernel for it here
         candidates += [c for layout in MEASURED if layout not in layouts for c in candidates_in(layout)]
     if not all(_reference(c) for c in candidates):
         for c in candidates:
@@ -813,10 +813,10 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
 
 def _reference(candidate) -> bool:
     """Whether ``candidate`` is oneDNN's reference implementation, which races only where nothing else computes the
-    convolution: on AVX-512, a convolution of 8 channels per group whose groups leave the last block of 16
-    channels part-filled (RegNet's 13 and 55 groups) has no other in the blocked layout, where one of them took 200 ms
-    of a regnet_y_400mf call at batch 1 (0.1 ms in channels-last); the convolution runs in a layout that has a
-    kernel."""
+    convolution. On AVX-512, oneDNN has no other for a convolution of 8 channels per group in the blocked layout
+    (blocks of 16): there one of RegNet's took 200 ms of a regnet_y_400mf call at batch 1 (0.1 ms in channels-last).
+    Where oneDNN has only its reference kernel in the module's layout, the other layouts' kernels are candidates
+    too."""
     return candidate.name.startswith("ref")
 
 
