@@ -14,7 +14,9 @@ block the CPU's vector width gives), ``"channels_last"`` (NHWC, where oneDNN 3's
 with the reorders of its operands that its layout would need, and the fastest kept (the pooling, eltwise, binary
 and concatenation primitives between convolutions run in their input's layout). Which is fastest depends on the
 CPU and the model (on one AMD EPYC, AVX2, no layout won every convolution of resnet50's shapes), so
-:func:`gawee.backend.compiler.whole_graph_choice` builds all three and measures them on the machine. In every
+:func:`gawee.backend.compiler.whole_graph_choice` builds all three and measures them on the machine. A convolution
+for which oneDNN has only its reference kernel in the module's layout runs in another layout (:func:`_reference`:
+on AVX-512, RegNet's groups of 8 channels in blocks of 16). In every
 layout, a 3×3 stride-1 convolution also races gawee's own Winograd F(4×4, 3×3) kernel
 (:mod:`gawee.backend.winograd`: two C transforms around oneDNN's matmul), kept where it measures fastest, and a
 convolution of 8 channels per group (RegNet's) races gawee's grouped kernel (:mod:`gawee.backend.grouped`). A batch
