@@ -10,8 +10,9 @@ previous candidate left behind: a runtime's spin-waiting threads) and make :data
 calls. Each candidate is judged by its times *relative to the other candidates' in the same round*
 (:func:`_paired`): the machine's speed, which moves by 10-30% between seconds on a shared VM, cancels
 out. After :data:`MIN_ROUNDS`, a candidate clearly slower than the best (:data:`CLOSE`) is dropped and
-the close ones go on to :data:`FINAL_ROUNDS`. The first candidate is the default: another is chosen
-only when it is faster by more than ``margin`` (a noisy tie keeps the default).
+the close ones go on to :data:`FINAL_ROUNDS`; one many times slower on its first calls (:data:`HOPELESS`) runs no
+round. The first candidate is the default: another is chosen only when it is faster by more than ``margin`` (a
+noisy tie keeps the default).
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ calls chose wrongly in 14 of 78 windows between resnet50's three oneDNN layouts 
 
 FINAL_BUDGET_S = 1.5
 """At most this much more time, past the budget, for the close candidates' rounds."""
+
+HOPELESS = 4.0
+"""A candidate whose second call (the first is creation's) took this many times the quickest candidate's is not
+timed further: it cannot win, and timing it could cost more than the compile (oneDNN's blocked module of
+regnet_y_400mf at batch 8 on an AVX-512 Xeon, before its reference convolutions were replaced, ran 7.2 s a call
+against 0.03 s: 76 s of compile time). Its seconds are that call's. The default is always timed."""
 
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
@@ -88,7 +95,6 @@ def fastest(
     calls; none is needed between modules on torch's one pool)."""
     names = list(candidates)
     rounds: list[dict[str, float]] = []  # per round, each candidate's time in it
-    alive = list(names)
     min_rounds = MIN_BLOCK_ROUNDS if settle_s else MIN_ROUNDS
     with torch.no_grad():
         second = []
@@ -98,6 +104,8 @@ def fastest(
             fn(*inputs)
             second.append(time.perf_counter() - t0)
         untimed = 1 if min(second) >= LONG_CALL_S else UNTIMED
+        hopeless = {name: t for name, t in zip(names, second) if name != names[0] and t > HOPELESS * min(second)}
+        alive = [name for name in names if name not in hopeless]
         start = time.perf_counter()
         while True:
             times = {}
@@ -126,7 +134,7 @@ def fastest(
                 spent >= budget_s and (len(rounds) >= FINAL_ROUNDS or spent >= budget_s + FINAL_BUDGET_S)
             ):
                 break
-    seconds = _paired(rounds, alive)
+    seconds = {**_paired(rounds, alive), **hopeless}
     default = names[0]
     best = min(alive, key=seconds.__getitem__)
     chosen = best if seconds[best] < seconds[default] * (1 - margin) else default

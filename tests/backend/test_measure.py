@@ -71,3 +71,20 @@ def test_long_calls_stop_at_the_final_budget(clock):
     rounds = len(a.calls) - 2
     assert measure.MIN_ROUNDS < rounds < measure.FINAL_ROUNDS
     assert (rounds - 1) * 0.4 < measure.FINAL_BUDGET_S <= rounds * 0.4
+
+
+def test_a_hopeless_candidate_is_not_timed_past_its_first_calls(clock):
+    """A candidate many times slower than the quickest on its second call (a module on a reference kernel) runs no
+    round: its time is that call's. Three times slower is not hopeless: it runs the first rounds."""
+    default = _candidate(clock, 0.010)
+    hopeless = _candidate(clock, 0.010 * (measure.HOPELESS + 1))
+    slower = _candidate(clock, 0.030)
+    timed = measure.fastest({"default": default, "hopeless": hopeless, "slower": slower}, [], budget_s=0.0)
+    assert len(hopeless.calls) == 2
+    assert len(slower.calls) == 2 + measure.MIN_ROUNDS
+    assert timed.chosen == "default"
+    assert timed.seconds["hopeless"] == pytest.approx(0.010 * (measure.HOPELESS + 1))
+    # the default is timed whatever it costs
+    slow_default, quick = _candidate(clock, 0.010 * (measure.HOPELESS + 1)), _candidate(clock, 0.010)
+    timed = measure.fastest({"default": slow_default, "quick": quick}, [], budget_s=0.0)
+    assert len(slow_default.calls) > 2 and timed.chosen == "quick"
