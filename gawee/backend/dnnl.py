@@ -816,7 +816,8 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
 def _reference(candidate) -> bool:
     """Whether ``candidate`` is oneDNN's reference implementation, which races only where nothing else computes the
     convolution. On AVX-512, oneDNN has no other for a convolution of 8 channels per group in the blocked layout
-    (blocks of 16): there one of RegNet's took 200 ms of a regnet_y_400mf call at batch 1 (0.1 ms in channels-last).
+    (blocks of 16): there nine of RegNet's took 886 ms of a regnet_y_400mf call at batch 1 (the module ran 5.1 ms a
+    call with them in channels-last).
     Where oneDNN has only its reference kernel in the module's layout, the other layouts' kernels are candidates
     too."""
     return candidate.name.startswith("ref")
