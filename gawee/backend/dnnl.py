@@ -292,7 +292,7 @@ class _Plan:
         pd, found, names = self.descriptor(create, *args, attr=attr), [], set()
         while True:
             name = self._impl_name(pd)
-            if not name.startswith("ref") and name not in names:
+            if not _reference(name) and name not in names:
                 names.add(name)
                 prim = self._compile(pd)
                 own = _P()  # the descriptor the primitive keeps: ``pd`` moves on to the next implementation
@@ -798,13 +798,14 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
 
     layouts = MEASURED if plan.layout == "per_conv" else (plan.layout,)
     candidates = [c for layout in layouts for c in candidates_in(layout)]
-    if all(_reference(c) for c in candidates if isinstance(c, _Primitive)):  # oneDNN has no kernel for it here
+    if all(_reference(c.name) for c in candidates if isinstance(c, _Primitive)):  # oneDNN has no kernel for it here
         candidates += [c for layout in MEASURED if layout not in layouts for c in candidates_in(layout)]
-    if not all(_reference(c) for c in candidates):
+    real = [c for c in candidates if not _reference(c.name)]
+    if real:
         for c in candidates:
-            if _reference(c):
+            if c not in real:
                 c.drop()
-        candidates = [c for c in candidates if not _reference(c)]
+        candidates = real
     situation = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups, act, *params, residual is None)
     chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
@@ -813,14 +814,13 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
     return chosen.build(x, residual, weight, bias, wshape)
 
 
-def _reference(candidate) -> bool:
-    """Whether ``candidate`` is oneDNN's reference implementation, which races only where nothing else computes the
-    convolution. On AVX-512, oneDNN has no other for a convolution of 8 channels per group in the blocked layout
-    (blocks of 16): there nine of RegNet's took 886 ms of a regnet_y_400mf call at batch 1 (the module ran 5.1 ms a
-    call with them in channels-last).
-    Where oneDNN has only its reference kernel in the module's layout, the other layouts' kernels are candidates
-    too."""
-    return candidate.name.startswith("ref")
+def _reference(implementation: str) -> bool:
+    """Whether ``implementation`` (a kernel's name) is oneDNN's reference one, which races only where nothing else
+    computes the convolution. On AVX-512, oneDNN has no other for a convolution of 8 channels per group in the
+    blocked layout (blocks of 16): there nine of RegNet's took 886 ms of a regnet_y_400mf call at batch 1 (the
+    module ran 5.1 ms a call with them in channels-last). Where oneDNN has only its reference kernel in the
+    module's layout, the other layouts' kernels are candidates too."""
+    return implementation.startswith("ref")
 
 
 def _conv2d(plan: _Plan, node: Node) -> _Tensor:
