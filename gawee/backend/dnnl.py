@@ -19,7 +19,9 @@ for which oneDNN has only its reference kernel in the module's layout runs in an
 on AVX-512, RegNet's groups of 8 channels in blocks of 16). In every
 layout, a 3×3 stride-1 convolution also races gawee's own Winograd F(4×4, 3×3) kernel
 (:mod:`gawee.backend.winograd`: two C transforms around oneDNN's matmul), kept where it measures fastest, and a
-convolution of 8 channels per group (RegNet's) races gawee's grouped kernel (:mod:`gawee.backend.grouped`). A batch
+convolution of 8 channels per group (RegNet's) races gawee's grouped kernel (:mod:`gawee.backend.grouped`), a
+depthwise one (MobileNet's, EfficientNet's) gawee's depthwise kernel with its activation
+(:mod:`gawee.backend.depthwise`). A batch
 norm that alone reads a concatenation along channels (DenseNet's layers) runs in one pass with it
 (:mod:`gawee.backend.affine_cat`).
 
@@ -667,21 +669,63 @@ class _Winograd:
         return dst
 
 
-class _Grouped:
-    """A candidate convolution kernel for convolutions of 8 channels per group (:mod:`gawee.backend.grouped`) in
-    ``layout``: one step that adds the bias and residual and applies the activation."""
+class _Native:
+    """A candidate convolution kernel of gawee's own (C, :mod:`gawee.backend.native`) in ``layout``: one step that
+    reads the activations where oneDNN keeps them and adds the bias and residual and applies the activation.
+    A subclass names its kernel and says how it packs the filters and bias and what its C function takes."""
 
-    name = "gawee:grouped8"
+    name = ""
 
     def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool):
-        from gawee.backend import grouped
-
-        self.plan, self.layout, self.lib, self.residual = plan, layout, grouped.library(), residual
+        self.plan, self.layout, self.residual = plan, layout, residual
         self.src_md, self.dst_md = plan.activation_md(x.shape, layout), plan.activation_md(out.shape, layout)
-        kernel, stride, padding, dilation, groups = geometry
-        (n, c, h, w), (k, oh, ow) = x.shape, out.shape[1:]
-        src, dst = _strides(plan, layout, c, h, w), _strides(plan, layout, k, oh, ow)
-        self.sizes = (n, groups, h, w, *src, oh, ow, *dst, *kernel, *stride, *padding, *dilation, grouped.ACTS[act])
+        self.function, self.sizes = self.kernel(plan, layout, x.shape, out.shape, geometry, act)
+
+    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple]:
+        """The C function and its arguments after the five addresses (source, filters, bias, residual, output);
+        sets ``blank``, zero filters and bias of the convolution's shapes (what :meth:`scratch` runs it on)."""
+        raise NotImplementedError
+
+    def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filters and bias in the order the kernel reads them."""
+        raise NotImplementedError
+
+    @property
+    def key(self) -> tuple:
+        return self.layout, self.name
+
+    def wants(self, arg: int) -> int:
+        return self.src_md if arg == SRC else self.dst_md
+
+    def _step(self, src: int, w: int, bias: int, res, dst: int) -> tuple:
+        return self.function, (src, w, bias, res, dst, *self.sizes), self.name
+
+    def scratch(self, memories: list) -> list[tuple]:
+        src, dst, res = (self.plan.zeros(md) for md in (self.src_md, self.dst_md, self.dst_md))
+        w, bias = (torch.zeros_like(t) for t in self.pack(*self.blank))
+        function, args, _ = self._step(
+            src.data_ptr(), w.data_ptr(), bias.data_ptr(), res.data_ptr() if self.residual else None, dst.data_ptr()
+        )
+        return [(function, args, [src, dst, res, w, bias])]
+
+    def drop(self) -> None:
+        pass
+
+    def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
+        plan = self.plan
+        src, res = _operands(plan, x, residual, self.src_md, self.dst_md)
+        w, b = self.pack(weight, bias)
+        plan.keep += [w, b]
+        dst = plan.tensor(self.dst_md)
+        address = lambda t: t.buffer.tensor.data_ptr()
+        plan.call(*self._step(address(src), w.data_ptr(), b.data_ptr(), res and address(res), address(dst)))
+        return dst
+
+
+class _Grouped(_Native):
+    """gawee's kernel for convolutions of 8 channels per group (:mod:`gawee.backend.grouped`)."""
+
+    name = "gawee:grouped8"
 
     @staticmethod
     def candidates(plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool) -> list[_Grouped]:
@@ -698,39 +742,58 @@ class _Grouped:
             return []
         return [_Grouped(plan, layout, x, out, geometry, act, residual)]
 
-    @property
-    def key(self) -> tuple:
-        return self.layout, self.name
-
-    def wants(self, arg: int) -> int:
-        return self.src_md if arg == SRC else self.dst_md
-
-    def _step(self, src: int, w: int, bias: int, res, dst: int) -> tuple:
-        return self.lib.gawee_group8_conv, (src, w, bias, res, dst, *self.sizes), self.name
-
-    def scratch(self, memories: list) -> list[tuple]:
-        plan, (groups, kh, kw) = self.plan, (self.sizes[1], *self.sizes[16:18])
-        src, dst, res = (plan.zeros(md) for md in (self.src_md, self.dst_md, self.dst_md))
-        w, bias = torch.zeros(groups * 64 * kh * kw), torch.zeros(groups * 8)
-        function, args, _ = self._step(
-            src.data_ptr(), w.data_ptr(), bias.data_ptr(), res.data_ptr() if self.residual else None, dst.data_ptr()
-        )
-        return [(function, args, [src, dst, res, w, bias])]
-
-    def drop(self) -> None:
-        pass
-
-    def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
+    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple]:
         from gawee.backend import grouped
 
-        plan = self.plan
-        src, res = _operands(plan, x, residual, self.src_md, self.dst_md)
-        w, b = grouped.weights(weight), bias.detach().to(torch.float32).contiguous()
-        plan.keep += [w, b]
-        dst = plan.tensor(self.dst_md)
-        address = lambda t: t.buffer.tensor.data_ptr()
-        plan.call(*self._step(address(src), w.data_ptr(), b.data_ptr(), res and address(res), address(dst)))
-        return dst
+        kernel, stride, padding, dilation, groups = geometry
+        (n, c, h, w), (k, oh, ow) = x, out[1:]
+        src, dst = _strides(plan, layout, c, h, w), _strides(plan, layout, k, oh, ow)
+        self.blank = torch.zeros(k, c // groups, *kernel), torch.zeros(k)
+        sizes = (n, groups, h, w, *src, oh, ow, *dst, *kernel, *stride, *padding, *dilation, grouped.ACTS[act])
+        return grouped.library().gawee_group8_conv, sizes
+
+    def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from gawee.backend import grouped
+
+        return grouped.weights(weight), bias.detach().to(torch.float32).contiguous()
+
+
+class _Depthwise(_Native):
+    """gawee's depthwise kernel with its activation (:mod:`gawee.backend.depthwise`)."""
+
+    name = "gawee:depthwise"
+
+    @staticmethod
+    def candidates(plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool) -> list[_Depthwise]:
+        """The kernel for this convolution in ``layout``, where it computes it (see
+        :func:`gawee.backend.depthwise.eligible`): blocked where oneDNN's block is the kernel's vector, channels-last
+        where the channels are a multiple of it."""
+        from gawee.backend import depthwise
+
+        if depthwise.available() is not None or not depthwise.eligible(x.shape[1], out.shape[1], geometry[4], act):
+            return []
+        vector = depthwise.width()
+        if (layout == "blocked" and plan.block != vector) or (layout == "channels_last" and x.shape[1] % vector):
+            return []
+        return [_Depthwise(plan, layout, x, out, geometry, act, residual)]
+
+    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple]:
+        from gawee.backend import depthwise
+
+        kernel, stride, padding, dilation, _ = geometry
+        (n, c, h, w), (oh, ow) = x, out[2:]
+        self.vector = vector = depthwise.width()
+        src, dst = list(_strides(plan, layout, c, h, w)[:4]), list(_strides(plan, layout, c, oh, ow)[:4])
+        if layout == "channels_last":  # a chunk of channels is the next vector of the pixel's
+            src[1] = dst[1] = vector
+        self.blank = torch.zeros(c, 1, *kernel), torch.zeros(c)
+        sizes = (n, -(-c // vector), h, w, *src, oh, ow, *dst, *kernel, *stride, *padding, *dilation)
+        return depthwise.library().gawee_depthwise_conv, (*sizes, depthwise.ACTS[act])
+
+    def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from gawee.backend import depthwise
+
+        return depthwise.weights(weight, self.vector), depthwise.bias(bias, self.vector)
 
 
 def _strides(plan: _Plan, layout: str, channels: int, h: int, w: int) -> tuple[int, int, int, int, int]:
@@ -794,6 +857,7 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
             *(_Primitive(plan, layout, pd, prim, args) for pd, prim in found),
             *_Winograd.candidates(plan, layout, x, out, geometry, act, residual is not None),
             *_Grouped.candidates(plan, layout, x, out, geometry, act, residual is not None),
+            *_Depthwise.candidates(plan, layout, x, out, geometry, act, residual is not None),
         ]
 
     layouts = MEASURED if plan.layout == "per_conv" else (plan.layout,)
@@ -1090,7 +1154,7 @@ class DnnlModule(torch.nn.Module):
     """The rewritten graph on oneDNN's primitives: call it with torch tensors, get torch tensors back (a tuple, or
     nested as ``output_structure``). ``module.kernels`` lists the implementation oneDNN chose for each primitive,
     ``module.conv_layouts`` the activation layout of each convolution (by node name; they differ with ``per_conv``),
-    ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd or grouped kernel).
+    ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd, grouped or depthwise kernel).
     A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait)."""
 
     def __init__(self, graph: Graph, *, output_structure: Any = None, layout: str = "blocked"):

@@ -50,6 +50,21 @@ def assert_runs_like(model, *xs, layouts=dnnl.LAYOUTS, rtol=1e-5):
     return graph
 
 
+def prefer(monkeypatch, kind: type, wins: bool) -> None:
+    """Every race decided for (or against) the candidates of ``kind`` (a kernel of gawee's own), whatever the
+    clock says."""
+    fastest = dnnl._Plan.fastest
+
+    def decided(self, candidates, reads, situation=None):
+        kept = [c for c in candidates if isinstance(c, kind) == wins] or candidates
+        for c in candidates:
+            if c not in kept:
+                c.drop()
+        return fastest(self, kept, reads, situation) if len(kept) > 1 else kept[0]
+
+    monkeypatch.setattr(dnnl._Plan, "fastest", decided)
+
+
 def assert_race_decides(monkeypatch, graph, name: str, convs: int) -> None:
     """The race decides whether the ``convs`` convolutions of ``graph`` a kernel of gawee's own (``name``) could
     compute run on it: with the kernel measured slower than oneDNN's (a scripted clock), none do; measured faster,

@@ -13,26 +13,12 @@ import torch.nn.functional as F
 from gawee.backend import dnnl, grouped
 from gawee.backend.dnnl import DnnlModule
 
-from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like
+from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like, prefer
 
 pytestmark = [
     pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
     pytest.mark.skipif(grouped.available() is not None, reason=str(grouped.available())),
 ]
-
-
-def _prefer(monkeypatch, grouped_wins: bool) -> None:
-    """Every race decided for (or against) the grouped kernel, whatever the clock says."""
-    fastest = dnnl._Plan.fastest
-
-    def decided(self, candidates, reads, situation=None):
-        kept = [c for c in candidates if isinstance(c, dnnl._Grouped) == grouped_wins] or candidates
-        for c in candidates:
-            if c not in kept:
-                c.drop()
-        return fastest(self, kept, reads, situation) if len(kept) > 1 else kept[0]
-
-    monkeypatch.setattr(dnnl._Plan, "fastest", decided)
 
 
 def _grouped_convs(graph, layout: str) -> int:
@@ -57,7 +43,7 @@ def test_grouped_computes_torchs_convolution(
 ):
     """Against torch within 1e-5 of the output's magnitude, with the kernel chosen for every such convolution."""
     torch.manual_seed(0)
-    _prefer(monkeypatch, grouped_wins=True)
+    prefer(monkeypatch, dnnl._Grouped, wins=True)
     c = 8 * groups
     conv = nn.Conv2d(c, c, kernel, stride, padding, dilation=dilation, groups=groups)
     if epilogue == "none":
@@ -79,7 +65,7 @@ def test_grouped_computes_in_blocks_of_16(monkeypatch):
     number runs on it in either layout."""
     torch.manual_seed(0)
     monkeypatch.setattr(dnnl, "block_size", lambda: 16)
-    _prefer(monkeypatch, grouped_wins=True)
+    prefer(monkeypatch, dnnl._Grouped, wins=True)
     for groups, layouts in ((4, dnnl.MEASURED), (3, ("channels_last",))):
         model = nn.Sequential(nn.Conv2d(8 * groups, 8 * groups, 3, padding=1, groups=groups), nn.ReLU())
         graph = assert_runs_like(model, torch.randn(1, 8 * groups, 9, 9), layouts=["blocked"])
@@ -93,7 +79,7 @@ def test_grouped_is_a_candidate_only_where_it_computes_the_convolution(monkeypat
     """Groups of other widths (4, 16; in and out differing), stride 3 and an activation the epilogue does not apply
     run on oneDNN's kernels even when the grouped kernel would win every race."""
     torch.manual_seed(0)
-    _prefer(monkeypatch, grouped_wins=True)
+    prefer(monkeypatch, dnnl._Grouped, wins=True)
     model = nn.Sequential(
         nn.Conv2d(32, 32, 3, padding=1, groups=8),
         nn.Conv2d(32, 32, 3, padding=1, groups=2),
@@ -124,7 +110,7 @@ def test_without_a_c_compiler_the_runtime_runs_without_the_grouped_kernel(monkey
         monkeypatch.setenv("CC", "false")
         grouped._load.cache_clear()
         assert "could not build" in grouped.available()
-        _prefer(monkeypatch, grouped_wins=True)
+        prefer(monkeypatch, dnnl._Grouped, wins=True)
         model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=2), nn.ReLU())
         graph = assert_runs_like(model, torch.randn(1, 16, 8, 8))
         assert all(_grouped_convs(graph, layout) == 0 for layout in dnnl.LAYOUTS)
