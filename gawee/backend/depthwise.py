@@ -29,18 +29,26 @@ from gawee.backend import native
 SOURCE = Path(__file__).with_name("depthwise.c")
 
 ACTS = {None: 0, "relu": 1, "silu": 2, "hardswish": 3}
-"""The activations the epilogue applies (its ``act`` code): each maps 0 to 0, so a blocked layout's padding
-lanes (zero weights, zero bias) stay zero."""
+"""The activations the epilogue applies, and the prologue to the input as it reads it (their ``act`` codes): each
+maps 0 to 0, so a blocked layout's padding lanes (zero weights, zero bias) stay zero, and so does the padding
+around the image."""
+
+MOVED = frozenset({"silu"})
+"""The activations moved from a producer's oneDNN post-op into this kernel's prologue where the kernel alone reads
+the producer's output (:func:`gawee.backend.dnnl._moved_acts`). Measured on an Intel Xeon (AVX-512, 2 cores): as
+oneDNN's post-op SiLU cost a 1×1 convolution of 16 → 96 channels at 112×112 0.32 ms, in the prologue of the
+depthwise convolution after it 0.16 ms (144 channels at 56×56: 0.11 against 0.07 ms); ReLU and hardswish cost
+oneDNN's post-ops next to nothing, and moving them would only take the convolution out of the race with oneDNN's
+kernels."""
 
 
 @cache
 def _load() -> tuple[ctypes.CDLL | None, str | None]:
     """The compiled kernel, or why it cannot be had."""
     i, lng, p = ctypes.c_int, ctypes.c_long, ctypes.c_void_p
-    argtypes = [p] * 5 + [i] * 4 + [lng] * 4 + [i] * 2 + [lng] * 4 + [i] * 9
-    return native.load(
-        SOURCE, {"gawee_depthwise_conv": argtypes, "gawee_depthwise_width": []}, flags=("-ffp-contract=fast",)
-    )
+    argtypes = [p] * 5 + [i] * 4 + [lng] * 4 + [i] * 2 + [lng] * 4 + [i] * 10
+    functions = {"gawee_depthwise_conv": argtypes, "gawee_depthwise_width": [], "gawee_depthwise_ring": []}
+    return native.load(SOURCE, functions, flags=("-ffp-contract=fast",))
 
 
 def available() -> str | None:
@@ -57,10 +65,13 @@ def width() -> int:
     return library().gawee_depthwise_width()
 
 
-def eligible(cin: int, cout: int, groups: int, act: str | None) -> bool:
-    """Whether a convolution of this geometry is one the kernel computes (any kernel size, stride, padding and
-    dilation)."""
-    return groups > 1 and cin == cout == groups and act in ACTS
+def eligible(cin: int, cout: int, groups: int, kernel, stride, padding, dilation, w: int, ow: int, act) -> bool:
+    """Whether a convolution of this geometry (``w``, ``ow``: its input's and output's widths) is one the kernel
+    computes: its input rows fit the ring (``RING`` in the C) and it applies ``act``."""
+    span = (kernel[0] - 1) * dilation[0] + 1
+    padded = max((ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1, padding[1] + w)
+    fits = kernel[0] <= 64 and (span + 1) * padded * width() <= library().gawee_depthwise_ring()
+    return groups > 1 and cin == cout == groups and act in ACTS and fits
 
 
 def weights(weight: torch.Tensor, vector: int) -> torch.Tensor:

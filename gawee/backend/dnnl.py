@@ -202,6 +202,9 @@ class _Plan:
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
         self.fused = _fused_acts(graph)
+        self.stripped: set[Node] = set()
+        self.moved = _moved_acts(self, graph)  # depthwise convolution -> the activation it applies to its input
+        self.stripped = {producer for producer, _ in self.moved.values()}  # their producers, computed without it
         self.deferred = _affine_cats(self, graph)
 
     # handles
@@ -305,7 +308,10 @@ class _Plan:
         return found or [self.primitive(create, *args, attr=attr)]
 
     def act_of(self, node: Node) -> tuple[str | None, tuple]:
-        """The activation ``node``'s primitive applies: its own ``act``, or the next node's when that is fused."""
+        """The activation ``node``'s primitive applies: its own ``act``, or the next node's when that is fused; none
+        where its consumer applies it (:func:`_moved_acts`)."""
+        if node in self.stripped:
+            return None, ()
         if node.attrs.get("act") is not None:
             return node.attrs["act"], tuple(node.attrs.get("act_params", ()))
         fused = self.fused.get(node)
@@ -764,18 +770,29 @@ class _Depthwise(_Native):
     name = "gawee:depthwise"
 
     @staticmethod
-    def candidates(plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool) -> list[_Depthwise]:
-        """The kernel for this convolution in ``layout``, where it computes it (see
+    def candidates(
+        plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool, act_in: str | None = None
+    ) -> list[_Depthwise]:
+        """The kernel for this convolution (applying ``act_in`` to its input) in ``layout``, where it computes it (see
         :func:`gawee.backend.depthwise.eligible`): blocked where oneDNN's block is the kernel's vector, channels-last
         where the channels are a multiple of it."""
         from gawee.backend import depthwise
 
-        if depthwise.available() is not None or not depthwise.eligible(x.shape[1], out.shape[1], geometry[4], act):
+        if depthwise.available() is not None:
+            return []
+        kernel, stride, padding, dilation, groups = geometry
+        if not depthwise.eligible(
+            x.shape[1], out.shape[1], groups, kernel, stride, padding, dilation, x.shape[3], out.shape[3], act
+        ):
             return []
         vector = depthwise.width()
         if (layout == "blocked" and plan.block != vector) or (layout == "channels_last" and x.shape[1] % vector):
             return []
-        return [_Depthwise(plan, layout, x, out, geometry, act, residual)]
+        return [_Depthwise(plan, layout, x, out, geometry, act, residual, act_in)]
+
+    def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool, act_in=None):
+        self.act_in = act_in
+        super().__init__(plan, layout, x, out, geometry, act, residual)
 
     def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple]:
         from gawee.backend import depthwise
@@ -788,7 +805,7 @@ class _Depthwise(_Native):
             src[1] = dst[1] = vector
         self.blank = torch.zeros(c, 1, *kernel), torch.zeros(c)
         sizes = (n, -(-c // vector), h, w, *src, oh, ow, *dst, *kernel, *stride, *padding, *dilation)
-        return depthwise.library().gawee_depthwise_conv, (*sizes, depthwise.ACTS[act])
+        return depthwise.library().gawee_depthwise_conv, (*sizes, depthwise.ACTS[act], depthwise.ACTS[self.act_in])
 
     def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         from gawee.backend import depthwise
@@ -861,16 +878,33 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
         ]
 
     layouts = MEASURED if plan.layout == "per_conv" else (plan.layout,)
-    candidates = [c for layout in layouts for c in candidates_in(layout)]
-    if all(_reference(c.name) for c in candidates if isinstance(c, _Primitive)):  # oneDNN has no kernel for it here
-        candidates += [c for layout in MEASURED if layout not in layouts for c in candidates_in(layout)]
+    act_in = plan.moved.get(node, (None, None))[1]
+    if act_in is not None:  # only gawee's depthwise kernel applies an activation to its input
+        own = (x, out, geometry, act, residual is not None, act_in)
+        candidates = [c for layout in layouts for c in _Depthwise.candidates(plan, layout, *own)]
+    else:
+        candidates = [c for layout in layouts for c in candidates_in(layout)]
+        if all(_reference(c.name) for c in candidates if isinstance(c, _Primitive)):  # oneDNN has no kernel here
+            candidates += [c for layout in MEASURED if layout not in layouts for c in candidates_in(layout)]
     real = [c for c in candidates if not _reference(c.name)]
     if real:
         for c in candidates:
             if c not in real:
                 c.drop()
         candidates = real
-    situation = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups, act, *params, residual is None)
+    situation = (
+        *x.shape,
+        *out.shape,
+        *kernel,
+        *stride,
+        *padding,
+        *dilation,
+        groups,
+        act,
+        *params,
+        residual is None,
+        act_in,
+    )
     chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
     plan.conv_kernels[node.name] = chosen.name
@@ -1107,6 +1141,41 @@ def _fused_acts(graph: Graph) -> dict[Node, Node]:
     return fused
 
 
+def _moved_acts(plan: _Plan, graph: Graph) -> dict[Node, tuple[Node, str]]:
+    """Depthwise convolution → (its input's producer, the activation that producer would apply): an activation of
+    :data:`gawee.backend.depthwise.MOVED` whose output only the convolution reads moves into gawee's depthwise
+    kernel, which applies it to its input as it reads the rows (once per element); the producer's primitive is
+    created without it. Only where the kernel computes the convolution in the module's layout (for ``per_conv``,
+    in either)."""
+    from gawee.backend import depthwise
+
+    if depthwise.available() is not None:
+        return {}
+    moved = {}
+    fused_by = {act: producer for producer, act in plan.fused.items()}
+    for node in graph:
+        x = node.inputs[0] if node.op == "conv2d" and node.inputs else None
+        source = x.producer if x is not None else None
+        if source is None or x.num_uses != 1 or x.is_graph_output or x.type.rank != 4:
+            continue
+        producer = fused_by.get(source, source)
+        act, params = _act(source) if source in fused_by else plan.act_of(source)
+        if act not in depthwise.MOVED or params or not node.inputs[1].is_const:
+            continue
+        c, out = x.shape[1], node.output.shape
+        kernel, stride = list(node.inputs[1].shape[2:]), _pair(node, "stride")
+        padding, dilation = _pair(node, "padding", (0, 0)), _pair(node, "dilation")
+        own = plan.act_of(node)[0]
+        if not depthwise.eligible(
+            c, out[1], node.attrs["groups"], kernel, stride, padding, dilation, x.shape[3], out[3], own
+        ):
+            continue
+        fits = {"blocked": plan.block == depthwise.width(), "channels_last": c % depthwise.width() == 0}
+        if any(fits[layout] for layout in (MEASURED if plan.layout == "per_conv" else (plan.layout,))):
+            moved[node] = (producer, act)
+    return moved
+
+
 def _affine_cats(plan: _Plan, graph: Graph) -> dict[Node, Node]:
     """Concatenation along channels → the batch norm that alone reads it, with no activation or a ReLU: planned as
     one :func:`_affine_cat` step when the batch norm is (the concatenation itself is not planned before it)."""
@@ -1154,7 +1223,8 @@ class DnnlModule(torch.nn.Module):
     """The rewritten graph on oneDNN's primitives: call it with torch tensors, get torch tensors back (a tuple, or
     nested as ``output_structure``). ``module.kernels`` lists the implementation oneDNN chose for each primitive,
     ``module.conv_layouts`` the activation layout of each convolution (by node name; they differ with ``per_conv``),
-    ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd, grouped or depthwise kernel).
+    ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd, grouped or depthwise kernel),
+    ``module.moved_acts`` the depthwise convolutions that apply their producer's activation to their input.
     A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait)."""
 
     def __init__(self, graph: Graph, *, output_structure: Any = None, layout: str = "blocked"):
@@ -1194,6 +1264,7 @@ class DnnlModule(torch.nn.Module):
         self.kernels = [step[2] for step in plan.steps]
         self.conv_layouts = plan.conv_layouts
         self.conv_kernels = plan.conv_kernels
+        self.moved_acts = {node.name: act for node, (_, act) in plan.moved.items()}
         self._keep = (plan.keep, plan.values, plan.pool, plan.converted)
         self.input_types = [v.type for v in graph.inputs]
         self.output_structure = output_structure

@@ -40,7 +40,7 @@ def _depthwise_convs(graph, layout: str) -> int:
         (32, 3, 1, 1, 1, 40, 1),  # 38 pixels inside a row: tiles of 8, 8, 8, 7, 7
     ],
 )
-@pytest.mark.parametrize("epilogue", ["none", "relu", "silu", "hardswish", "residual_relu"])
+@pytest.mark.parametrize("epilogue", ["none", "relu", "silu", "hardswish", "residual_relu", "silu_in_and_out"])
 def test_depthwise_computes_torchs_convolution(
     monkeypatch, layout, channels, kernel, stride, padding, dilation, size, batch, epilogue
 ):
@@ -53,16 +53,19 @@ def test_depthwise_computes_torchs_convolution(
     if epilogue == "residual_relu":  # the residual is another depthwise convolution of the same input
         skip = nn.Conv2d(c, c, kernel, stride, padding, dilation=dilation, groups=c)
         model = Lambda(lambda p, x: F.relu(p[0](x) + p[1](x)), conv, skip)
+    elif epilogue == "silu_in_and_out":  # EfficientNet's: the 1x1 convolution's SiLU applied as the rows are read
+        model = Lambda(lambda p, x: F.silu(p[0](F.silu(p[1](x)))), conv, nn.Conv2d(c, c, 1))
     else:
         model = Lambda(lambda p, x: ACTS[epilogue](p[0](x)), conv)
     x = torch.randn(batch, c, size, size) * 3  # SiLU's e^-x over a wide range
     graph = assert_runs_like(model, x, layouts=[layout])
     module = DnnlModule(graph, layout=layout)
     fits = {"blocked": dnnl.block_size() == depthwise.width(), "channels_last": c % depthwise.width() == 0}
-    expected = sum(fits[module.conv_layouts[name]] for name in module.conv_layouts)
+    dws = [n.name for n in graph if n.op == "conv2d" and n.attrs["groups"] > 1]
+    expected = sum(fits[module.conv_layouts[name]] for name in dws)
     assert list(module.conv_kernels.values()).count(dnnl._Depthwise.name) == expected
     if layout == "blocked" and fits["blocked"]:
-        assert expected == (2 if epilogue == "residual_relu" else 1)
+        assert expected == len(dws) == (2 if epilogue == "residual_relu" else 1)
 
 
 def test_the_padding_lanes_of_a_block_stay_zero(monkeypatch):
@@ -118,7 +121,7 @@ def test_depthwise_runs_only_where_it_measures_fastest(monkeypatch):
     torch.manual_seed(0)
     c = 2 * depthwise.width()
     model = nn.Sequential(
-        nn.Conv2d(c, c, 3, padding=1, groups=c), nn.SiLU(), nn.Conv2d(c, c, 5, padding=2, groups=c), nn.ReLU()
+        nn.Conv2d(c, c, 3, padding=1, groups=c), nn.ReLU(), nn.Conv2d(c, c, 5, padding=2, groups=c), nn.SiLU()
     )
     assert_race_decides(monkeypatch, _graph(model, torch.randn(1, c, 10, 10)), dnnl._Depthwise.name, 2)
 
@@ -150,3 +153,44 @@ def test_the_filters_are_packed_chunk_tap_channel_and_padded():
         assert packed[cb, kh, kw, j] == w[8 * cb + j, 0, kh, kw]
     assert not packed[2, :, :, 4:].any()
     assert depthwise.bias(torch.ones(20), 8).tolist() == [1.0] * 20 + [0.0] * 4
+
+
+def _moved(graph, layout: str) -> dict[str, str]:
+    return DnnlModule(graph, layout=layout).moved_acts
+
+
+def test_a_silu_only_a_depthwise_convolution_reads_moves_into_its_kernel():
+    """1x1 convolution -> SiLU -> depthwise -> SiLU -> 1x1 (EfficientNet's block): the first SiLU is applied by the
+    depthwise kernel to its input, in every layout the kernel can hold (per_conv: either), also with channels that
+    do not fill the last block (their padding lanes read act(0) = 0); it computes torch's block."""
+    torch.manual_seed(0)
+    vector = depthwise.width()
+    for c in (2 * vector, 12):
+        model = nn.Sequential(
+            nn.Conv2d(8, c, 1), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1, groups=c), nn.SiLU(), nn.Conv2d(c, 8, 1)
+        )
+        graph = assert_runs_like(model, torch.randn(1, 8, 13, 13) * 3)
+        (dw,) = [n.name for n in graph if n.op == "conv2d" and n.attrs["groups"] > 1]
+        fits = {"blocked": dnnl.block_size() == vector, "channels_last": c % vector == 0}
+        fits["per_conv"] = any(fits.values())
+        for layout in dnnl.LAYOUTS:
+            module = DnnlModule(graph, layout=layout)
+            assert module.moved_acts == ({dw: "silu"} if fits[layout] else {}), (c, layout)
+            if fits[layout]:
+                assert module.conv_kernels[dw] == dnnl._Depthwise.name
+
+
+def test_an_activation_stays_with_its_producer_where_the_kernel_would_not_apply_it_alone():
+    """Not moved: a SiLU another node also reads (an SE block's pool), a ReLU (oneDNN's post-op costs nothing), a
+    SiLU before a convolution of 2 channels per group, a SiLU that is the graph's output too."""
+    torch.manual_seed(0)
+    c = 2 * depthwise.width()
+    conv1, dw = nn.Conv2d(8, c, 1), nn.Conv2d(c, c, 3, padding=1, groups=c)
+    pool = nn.AdaptiveAvgPool2d(1)
+    shared = Lambda(lambda p, x: (lambda y: p[1](y) * p[2](y))(F.silu(p[0](x))), conv1, dw, pool)
+    relu = nn.Sequential(conv1, nn.ReLU(), dw)
+    pairs = nn.Sequential(conv1, nn.SiLU(), nn.Conv2d(c, c, 3, padding=1, groups=c // 2))
+    output = Lambda(lambda p, x: (lambda y: (y, p[1](y)))(F.silu(p[0](x))), conv1, dw)
+    for model in (shared, relu, pairs, output):
+        graph = assert_runs_like(model, torch.randn(1, 8, 9, 9))
+        assert all(_moved(graph, layout) == {} for layout in dnnl.LAYOUTS)
