@@ -91,13 +91,12 @@ static inline vf vexp(vf x) {
 static inline vf reciprocal(vf d) {
 #if defined(__AVX512F__)
     const vf r = (vf)_mm512_rcp14_ps((__m512)d);
+    return r * (2.0f - d * r);
 #elif defined(__AVX__)
     const vf r = (vf)_mm256_rcp_ps((__m256)d);
+    return r * (2.0f - d * r);
 #else
     return 1.0f / d;
-#endif
-#if defined(__AVX512F__) || defined(__AVX__)
-    return r * (2.0f - d * r);
 #endif
 }
 

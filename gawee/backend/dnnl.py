@@ -202,9 +202,9 @@ class _Plan:
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
         self.fused = _fused_acts(graph)
-        self.stripped: set[Node] = set()
-        self.moved = _moved_acts(self, graph)  # depthwise convolution -> the activation it applies to its input
-        self.stripped = {producer for producer, _ in self.moved.values()}  # their producers, computed without it
+        self.stripped: set[Node] = set()  # producers whose activation their consumer applies (filled next)
+        self.moved = _moved_acts(self, graph)  # depthwise convolution -> (that producer, the activation)
+        self.stripped.update(producer for producer, _ in self.moved.values())
         self.deferred = _affine_cats(self, graph)
 
     # handles
@@ -892,19 +892,8 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
             if c not in real:
                 c.drop()
         candidates = real
-    situation = (
-        *x.shape,
-        *out.shape,
-        *kernel,
-        *stride,
-        *padding,
-        *dilation,
-        groups,
-        act,
-        *params,
-        residual is None,
-        act_in,
-    )
+    shapes = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups)
+    situation = (*shapes, act, *params, residual is None, act_in)
     chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
     plan.conv_kernels[node.name] = chosen.name
