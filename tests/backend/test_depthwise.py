@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from gawee.backend import depthwise, dnnl
 from gawee.backend.dnnl import DnnlModule
 
-from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like, prefer
+from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like, assert_runs_without_compiler, prefer
 
 pytestmark = [
     pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
@@ -130,19 +130,8 @@ def test_without_a_c_compiler_the_runtime_runs_without_the_depthwise_kernel(monk
     """A compiler that fails is a reason (:func:`depthwise.available`), not an error: the module is built from
     oneDNN's kernels alone and still computes the model."""
     torch.manual_seed(0)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing built before
-    try:
-        monkeypatch.setenv("CC", "false")
-        depthwise._load.cache_clear()
-        assert "could not build" in depthwise.available()
-        prefer(monkeypatch, dnnl._Depthwise, wins=True)
-        model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.SiLU())
-        graph = assert_runs_like(model, torch.randn(1, 16, 8, 8))
-        assert all(_depthwise_convs(graph, layout) == 0 for layout in dnnl.LAYOUTS)
-    finally:
-        monkeypatch.undo()
-        depthwise._load.cache_clear()
-    assert depthwise.available() is None
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.SiLU())
+    assert_runs_without_compiler(monkeypatch, tmp_path, depthwise, dnnl._Depthwise, model, torch.randn(1, 16, 8, 8))
 
 
 def test_the_filters_are_packed_chunk_tap_channel_and_padded():

@@ -65,6 +65,24 @@ def prefer(monkeypatch, kind: type, wins: bool) -> None:
     monkeypatch.setattr(dnnl._Plan, "fastest", decided)
 
 
+def assert_runs_without_compiler(monkeypatch, tmp_path, source, kind: type, model, x) -> None:
+    """With a C compiler that fails, ``source`` (the module of a kernel of gawee's own) gives a reason, not an
+    error, and each layout's module is built without candidates of ``kind`` and still computes ``model``."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing built before
+    try:
+        monkeypatch.setenv("CC", "false")
+        source._load.cache_clear()
+        assert "could not build" in source.available()
+        prefer(monkeypatch, kind, wins=True)
+        graph = assert_runs_like(model, x)
+        for layout in dnnl.LAYOUTS:
+            assert kind.name not in DnnlModule(graph, layout=layout).conv_kernels.values()
+    finally:
+        monkeypatch.undo()
+        source._load.cache_clear()
+    assert source.available() is None
+
+
 def assert_race_decides(monkeypatch, graph, name: str, convs: int) -> None:
     """The race decides whether the ``convs`` convolutions of ``graph`` a kernel of gawee's own (``name``) could
     compute run on it: with the kernel measured slower than oneDNN's (a scripted clock), none do; measured faster,

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from gawee.backend import dnnl, grouped
 from gawee.backend.dnnl import DnnlModule
 
-from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like, prefer
+from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like, assert_runs_without_compiler, prefer
 
 pytestmark = [
     pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
@@ -105,19 +105,8 @@ def test_without_a_c_compiler_the_runtime_runs_without_the_grouped_kernel(monkey
     """A compiler that fails is a reason (:func:`grouped.available`), not an error: the module is built from
     oneDNN's kernels alone and still computes the model."""
     torch.manual_seed(0)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing built before
-    try:
-        monkeypatch.setenv("CC", "false")
-        grouped._load.cache_clear()
-        assert "could not build" in grouped.available()
-        prefer(monkeypatch, dnnl._Grouped, wins=True)
-        model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=2), nn.ReLU())
-        graph = assert_runs_like(model, torch.randn(1, 16, 8, 8))
-        assert all(_grouped_convs(graph, layout) == 0 for layout in dnnl.LAYOUTS)
-    finally:
-        monkeypatch.undo()
-        grouped._load.cache_clear()
-    assert grouped.available() is None
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=2), nn.ReLU())
+    assert_runs_without_compiler(monkeypatch, tmp_path, grouped, dnnl._Grouped, model, torch.randn(1, 16, 8, 8))
 
 
 def test_the_filters_are_packed_group_tap_channel_output():
