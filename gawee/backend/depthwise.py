@@ -6,9 +6,12 @@ convolution. Measured on an Intel Xeon (AVX-512, 2 cores), 144 channels at 56×5
 0.099 ms alone and 0.232 ms with SiLU as its post-op (ONNX Runtime: 0.064 ms for the convolution, 0.082 for the
 SiLU after it); efficientnet_b0's 16 depthwise convolutions, each followed by SiLU, took 1.3 ms of the model's 6.
 This kernel (``depthwise.c``) reads and writes the activations where oneDNN keeps them (nChw16c / nChw8c, or
-NHWC), one vector of channels per pixel, output pixels in tiles whose windows need no bounds checks, and computes
-the bias, a residual and the activation in its epilogue (SiLU with a polynomial e^x). The runtime times it beside
-oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl._Plan.fastest`).
+NHWC), one vector of channels per pixel. It keeps the input rows an output row reads in a ring of rows padded with
+zeros (no tap checks bounds), computes output pixels in tiles of 8, and the bias, a residual and the activation in
+its epilogue (SiLU with a polynomial e^x). It can also apply an activation to its input as the rows enter the ring,
+once per element: a SiLU only it reads moves there from its producer's post-op (:data:`MOVED`). The runtime times
+it beside oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl._Plan.fastest`); on
+efficientnet_b0 (Intel Xeon) the blocked module ran 6.33 → 5.74 ms at batch 1 and 44.4 → 41.1 ms at batch 8.
 
 The C is compiled once per machine (:mod:`gawee.backend.native`) with floating-point contraction on; its vector
 is 16 channels where the compiler targets AVX-512, else 8, and the blocked layout is offered only where oneDNN's
