@@ -10,7 +10,7 @@
  * A vector holds V channels (16 where the CPU has AVX-512, else 8): channel chunk cb of pixel (n, h, w) is the V
  * floats at n*sn + cb*scb + h*sh + w*sw, which is nChw16c / nChw8c (the block is V: scb = H*W*V, sw = V) and NHWC
  * (scb = V, sw = C). A work item is an image's chunk and a band of output rows. It keeps the input rows the
- * current output row reads in a ring (RING floats at most, on the stack; at most 64 kernel rows), each row
+ * current output row reads in a ring (a thread's, on the heap: RING floats at most; at most 64 kernel rows), each row
  * activated and with zero columns for the padding on both sides, so no tap checks bounds; rows outside the image
  * read a zero row. An output row is computed in tiles of up to UR pixels (UR accumulators; each tap's weight
  * vector loaded once per tile). The filters are packed once (depthwise.py) as [cb][kh][kw][V], zero past the
@@ -20,6 +20,7 @@
  * chunk, band), the runtime torch and oneDNN share; about four bands per thread.
  */
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX512F__) || defined(__AVX__)
@@ -34,7 +35,7 @@ enum { V = 8 };
 typedef float vf __attribute__((vector_size(4 * V)));
 typedef int vi __attribute__((vector_size(4 * V)));
 
-enum { UR = 8, RING = 32768 };
+enum { UR = 8, RING = 1 << 20 };
 /* Pixels per tile at most; the floats of a work item's rows at most (depthwise.py offers the kernel only where
  * they fit: (kernel rows' span + 1) x padded width x V). */
 
@@ -194,44 +195,58 @@ int gawee_depthwise_conv(const float *src, const float *wp, const float *bias, c
     int bands = (4 * threads + planes - 1) / planes; /* about four work items per thread */
     bands = bands < 1 ? 1 : bands > OH ? OH : bands;
     const int per = (OH + bands - 1) / bands;
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int cb = 0; cb < CB; cb++)
-            for (int band = 0; band < bands; band++) {
-                float ring[RING] __attribute__((aligned(64)));
-                memset(ring, 0, sizeof(float) * (span + 1) * row); /* the padding columns and the zero row */
-                const float *zero = ring + (long)span * row;
-                const float *x = src + n * sn + cb * scb, *w = wp + (long)cb * KH * KW * V;
-                const vf b = load(bias + cb * V);
-                const int oh1 = (band + 1) * per < OH ? (band + 1) * per : OH;
-                int next = -(1 << 30); /* the next input row the ring lacks */
-                for (int oh = band * per; oh < oh1; oh++) {
-                    const int ih0 = oh * SH - PT;
-                    for (int ih = ih0 > next ? ih0 : next; ih < ih0 + span; ih++)
-                        if (ih >= 0 && ih < H)
-                            fill(ring + (long)(ih % span) * row, x, sh, sw, ih, W, PL, act_in);
-                    next = ih0 + span;
-                    const float *rows[64];
-                    for (int kh = 0; kh < KH; kh++) {
-                        const int ih = ih0 + kh * DH;
-                        rows[kh] = ih >= 0 && ih < H ? ring + (long)(ih % span) * row : zero;
-                    }
-                    const long at = n * dn + cb * dcb + oh * dh;
-                    const float *r_ = res ? res + at : 0;
-                    float *y = dst + at;
-                    const int count = (OW + UR - 1) / UR; /* tiles of near-equal size */
-                    for (int i = 0, ow = 0; i < count; i++) {
-                        const int ur = (OW - ow) / (count - i);
-                        if (SW == 1) {
-                            TILES(1)
-                        } else if (SW == 2) {
-                            TILES(2)
-                        } else {
-                            TILES(SW)
+    const size_t bytes = ((size_t)(span + 1) * row * sizeof(float) + 63) / 64 * 64;
+    int failed = 0;
+#pragma omp parallel
+    {
+        /* zeroed once: the padding columns and the zero row are never written, every row read is filled first */
+        float *ring = aligned_alloc(64, bytes);
+        if (ring)
+            memset(ring, 0, bytes);
+        else {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for collapse(3) schedule(static)
+        for (int n = 0; n < N; n++)
+            for (int cb = 0; cb < CB; cb++)
+                for (int band = 0; band < bands; band++) {
+                    if (!ring)
+                        continue;
+                    const float *zero = ring + (long)span * row;
+                    const float *x = src + n * sn + cb * scb, *w = wp + (long)cb * KH * KW * V;
+                    const vf b = load(bias + cb * V);
+                    const int oh1 = (band + 1) * per < OH ? (band + 1) * per : OH;
+                    int next = -(1 << 30); /* the next input row the ring lacks */
+                    for (int oh = band * per; oh < oh1; oh++) {
+                        const int ih0 = oh * SH - PT;
+                        for (int ih = ih0 > next ? ih0 : next; ih < ih0 + span; ih++)
+                            if (ih >= 0 && ih < H)
+                                fill(ring + (long)(ih % span) * row, x, sh, sw, ih, W, PL, act_in);
+                        next = ih0 + span;
+                        const float *rows[64];
+                        for (int kh = 0; kh < KH; kh++) {
+                            const int ih = ih0 + kh * DH;
+                            rows[kh] = ih >= 0 && ih < H ? ring + (long)(ih % span) * row : zero;
                         }
-                        ow += ur;
+                        const long at = n * dn + cb * dcb + oh * dh;
+                        const float *r_ = res ? res + at : 0;
+                        float *y = dst + at;
+                        const int count = (OW + UR - 1) / UR; /* tiles of near-equal size */
+                        for (int i = 0, ow = 0; i < count; i++) {
+                            const int ur = (OW - ow) / (count - i);
+                            if (SW == 1) {
+                                TILES(1)
+                            } else if (SW == 2) {
+                                TILES(2)
+                            } else {
+                                TILES(SW)
+                            }
+                            ow += ur;
+                        }
                     }
                 }
-            }
-    return 0;
+        free(ring);
+    }
+    return failed ? 2 : 0;
 }
