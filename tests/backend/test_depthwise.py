@@ -32,12 +32,12 @@ def _depthwise_convs(graph, layout: str) -> int:
 @pytest.mark.parametrize(
     ("channels", "kernel", "stride", "padding", "dilation", "size", "batch"),
     [
-        (32, 3, 1, 1, 1, 14, 1),  # MobileNet's: tiles inside, a pixel at each edge reading the padding
+        (32, 3, 1, 1, 1, 14, 1),  # MobileNet's: rows of 14 in two tiles of 7, reading the padding
         (48, 5, 2, 2, 1, 15, 2),  # 5×5, stride 2, an odd image, a batch
         (16, 3, 1, 2, 2, 11, 1),  # dilated
-        (24, 7, 1, 3, 1, 9, 1),  # 7×7 on an image barely wider: hardly any pixel inside
-        (32, 3, 3, 0, 1, 31, 1),  # stride 3, no padding; 10 pixels a row: tiles of 5
-        (32, 3, 1, 1, 1, 40, 1),  # 38 pixels inside a row: tiles of 8, 8, 8, 7, 7
+        (24, 7, 1, 3, 1, 9, 1),  # 7×7 on a 9-pixel image: most taps read the padding
+        (32, 3, 3, 0, 1, 31, 1),  # stride 3 (no copy of its own), no padding; 10 pixels a row: tiles of 5
+        (32, 3, 1, 1, 1, 40, 1),  # 40 pixels a row: five tiles of 8
     ],
 )
 @pytest.mark.parametrize("epilogue", ["none", "relu", "silu", "hardswish", "residual_relu", "silu_in_and_out"])
