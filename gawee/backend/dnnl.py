@@ -685,11 +685,11 @@ class _Native:
     def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool):
         self.plan, self.layout, self.residual = plan, layout, residual
         self.src_md, self.dst_md = plan.activation_md(x.shape, layout), plan.activation_md(out.shape, layout)
-        self.function, self.sizes = self.kernel(plan, layout, x.shape, out.shape, geometry, act)
+        self.function, self.sizes, self.blank = self.kernel(plan, layout, x.shape, out.shape, geometry, act)
 
-    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple]:
-        """The C function and its arguments after the five addresses (source, filters, bias, residual, output);
-        sets ``blank``, zero filters and bias of the convolution's shapes (what :meth:`scratch` runs it on)."""
+    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple, tuple]:
+        """The C function, its arguments after the five addresses (source, filters, bias, residual, output), and
+        zero filters and bias of the convolution's shapes (what :meth:`scratch` runs it on)."""
         raise NotImplementedError
 
     def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -748,15 +748,14 @@ class _Grouped(_Native):
             return []
         return [_Grouped(plan, layout, x, out, geometry, act, residual)]
 
-    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple]:
+    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple, tuple]:
         from gawee.backend import grouped
 
         kernel, stride, padding, dilation, groups = geometry
         (n, c, h, w), (k, oh, ow) = x, out[1:]
         src, dst = _strides(plan, layout, c, h, w), _strides(plan, layout, k, oh, ow)
-        self.blank = torch.zeros(k, c // groups, *kernel), torch.zeros(k)
         sizes = (n, groups, h, w, *src, oh, ow, *dst, *kernel, *stride, *padding, *dilation, grouped.ACTS[act])
-        return grouped.library().gawee_group8_conv, sizes
+        return grouped.library().gawee_group8_conv, sizes, (torch.zeros(k, c // groups, *kernel), torch.zeros(k))
 
     def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         from gawee.backend import grouped
@@ -770,23 +769,26 @@ class _Depthwise(_Native):
     name = "gawee:depthwise"
 
     @staticmethod
-    def candidates(
-        plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool, act_in: str | None = None
-    ) -> list[_Depthwise]:
-        """The kernel for this convolution (applying ``act_in`` to its input) in ``layout``, where it computes it (see
-        :func:`gawee.backend.depthwise.eligible`): blocked where oneDNN's block is the kernel's vector, channels-last
-        where the channels are a multiple of it."""
+    def computes(plan: _Plan, layout: str, x, out, geometry, act) -> bool:
+        """Whether the kernel computes this convolution (shapes ``x``, ``out``) in ``layout`` (see
+        :func:`gawee.backend.depthwise.eligible`): blocked where oneDNN's block is the kernel's vector,
+        channels-last where the channels are a multiple of it."""
         from gawee.backend import depthwise
 
         if depthwise.available() is not None:
-            return []
+            return False
         kernel, stride, padding, dilation, groups = geometry
-        if not depthwise.eligible(
-            x.shape[1], out.shape[1], groups, kernel, stride, padding, dilation, x.shape[3], out.shape[3], act
-        ):
-            return []
+        if not depthwise.eligible(x[1], out[1], groups, kernel, stride, padding, dilation, x[3], out[3], act):
+            return False
         vector = depthwise.width()
-        if (layout == "blocked" and plan.block != vector) or (layout == "channels_last" and x.shape[1] % vector):
+        return plan.block == vector if layout == "blocked" else x[1] % vector == 0
+
+    @staticmethod
+    def candidates(
+        plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool, act_in: str | None = None
+    ) -> list[_Depthwise]:
+        """The kernel for this convolution (applying ``act_in`` to its input) in ``layout``, where it computes it."""
+        if not _Depthwise.computes(plan, layout, x.shape, out.shape, geometry, act):
             return []
         return [_Depthwise(plan, layout, x, out, geometry, act, residual, act_in)]
 
@@ -794,23 +796,23 @@ class _Depthwise(_Native):
         self.act_in = act_in
         super().__init__(plan, layout, x, out, geometry, act, residual)
 
-    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple]:
+    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple, tuple]:
         from gawee.backend import depthwise
 
         kernel, stride, padding, dilation, _ = geometry
         (n, c, h, w), (oh, ow) = x, out[2:]
-        self.vector = vector = depthwise.width()
+        vector = depthwise.width()
         src, dst = list(_strides(plan, layout, c, h, w)[:4]), list(_strides(plan, layout, c, oh, ow)[:4])
         if layout == "channels_last":  # a chunk of channels is the next vector of the pixel's
             src[1] = dst[1] = vector
-        self.blank = torch.zeros(c, 1, *kernel), torch.zeros(c)
         sizes = (n, -(-c // vector), h, w, *src, oh, ow, *dst, *kernel, *stride, *padding, *dilation)
-        return depthwise.library().gawee_depthwise_conv, (*sizes, depthwise.ACTS[act], depthwise.ACTS[self.act_in])
+        acts = depthwise.ACTS[act], depthwise.ACTS[self.act_in]
+        return depthwise.library().gawee_depthwise_conv, (*sizes, *acts), (torch.zeros(c, 1, *kernel), torch.zeros(c))
 
     def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         from gawee.backend import depthwise
 
-        return depthwise.weights(weight, self.vector), depthwise.bias(bias, self.vector)
+        return depthwise.weights(weight, depthwise.width()), depthwise.bias(bias, depthwise.width())
 
 
 def _strides(plan: _Plan, layout: str, channels: int, h: int, w: int) -> tuple[int, int, int, int, int]:
@@ -1151,16 +1153,11 @@ def _moved_acts(plan: _Plan, graph: Graph) -> dict[Node, tuple[Node, str]]:
         act, params = _act(source) if source in fused_by else plan.act_of(source)
         if act not in depthwise.MOVED or params or not node.inputs[1].is_const:
             continue
-        c, out = x.shape[1], node.output.shape
-        kernel, stride = list(node.inputs[1].shape[2:]), _pair(node, "stride")
         padding, dilation = _pair(node, "padding", (0, 0)), _pair(node, "dilation")
+        geometry = (list(node.inputs[1].shape[2:]), _pair(node, "stride"), padding, dilation, node.attrs["groups"])
+        layouts = MEASURED if plan.layout == "per_conv" else (plan.layout,)
         own = plan.act_of(node)[0]
-        if not depthwise.eligible(
-            c, out[1], node.attrs["groups"], kernel, stride, padding, dilation, x.shape[3], out[3], own
-        ):
-            continue
-        fits = {"blocked": plan.block == depthwise.width(), "channels_last": c % depthwise.width() == 0}
-        if any(fits[layout] for layout in (MEASURED if plan.layout == "per_conv" else (plan.layout,))):
+        if any(_Depthwise.computes(plan, layout, x.shape, node.output.shape, geometry, own) for layout in layouts):
             moved[node] = (producer, act)
     return moved
 

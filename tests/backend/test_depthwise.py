@@ -14,7 +14,15 @@ import torch.nn.functional as F
 from gawee.backend import depthwise, dnnl
 from gawee.backend.dnnl import DnnlModule
 
-from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like, assert_runs_without_compiler, prefer
+from .test_dnnl import (
+    Lambda,
+    _graph,
+    assert_race_decides,
+    assert_runs_like,
+    assert_runs_without_compiler,
+    convs_on,
+    prefer,
+)
 
 pytestmark = [
     pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
@@ -22,10 +30,6 @@ pytestmark = [
 ]
 
 ACTS = {"none": lambda x: x, "relu": F.relu, "silu": F.silu, "hardswish": F.hardswish}
-
-
-def _depthwise_convs(graph, layout: str) -> int:
-    return list(DnnlModule(graph, layout=layout).conv_kernels.values()).count(dnnl._Depthwise.name)
 
 
 @pytest.mark.parametrize("layout", dnnl.LAYOUTS)
@@ -95,7 +99,7 @@ def test_depthwise_is_offered_only_where_its_vector_is_the_block(monkeypatch):
     blocked = DnnlModule(graph, layout="blocked")
     for name, kernel in blocked.conv_kernels.items():
         assert kernel != dnnl._Depthwise.name or blocked.conv_layouts[name] == "channels_last"
-    assert _depthwise_convs(graph, "channels_last") == 1
+    assert convs_on(graph, "channels_last", dnnl._Depthwise) == 1
 
 
 def test_depthwise_is_a_candidate_only_where_it_computes_the_convolution(monkeypatch):
@@ -112,7 +116,7 @@ def test_depthwise_is_a_candidate_only_where_it_computes_the_convolution(monkeyp
     )
     graph = assert_runs_like(model, torch.randn(1, 32, 12, 12))
     for layout in dnnl.LAYOUTS:
-        assert _depthwise_convs(graph, layout) == 0
+        assert convs_on(graph, layout, dnnl._Depthwise) == 0
 
 
 def test_depthwise_runs_only_where_it_measures_fastest(monkeypatch):

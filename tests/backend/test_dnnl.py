@@ -50,6 +50,11 @@ def assert_runs_like(model, *xs, layouts=dnnl.LAYOUTS, rtol=1e-5):
     return graph
 
 
+def convs_on(graph, layout: str, kind: type) -> int:
+    """How many of ``graph``'s convolutions the module in ``layout`` runs on the kernel of ``kind``."""
+    return list(DnnlModule(graph, layout=layout).conv_kernels.values()).count(kind.name)
+
+
 def prefer(monkeypatch, kind: type, wins: bool) -> None:
     """Every race decided for (or against) the candidates of ``kind`` (a kernel of gawee's own), whatever the
     clock says."""

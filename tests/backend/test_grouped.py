@@ -13,16 +13,20 @@ import torch.nn.functional as F
 from gawee.backend import dnnl, grouped
 from gawee.backend.dnnl import DnnlModule
 
-from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like, assert_runs_without_compiler, prefer
+from .test_dnnl import (
+    Lambda,
+    _graph,
+    assert_race_decides,
+    assert_runs_like,
+    assert_runs_without_compiler,
+    convs_on,
+    prefer,
+)
 
 pytestmark = [
     pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
     pytest.mark.skipif(grouped.available() is not None, reason=str(grouped.available())),
 ]
-
-
-def _grouped_convs(graph, layout: str) -> int:
-    return list(DnnlModule(graph, layout=layout).conv_kernels.values()).count(dnnl._Grouped.name)
 
 
 @pytest.mark.parametrize("layout", dnnl.LAYOUTS)
@@ -55,7 +59,7 @@ def test_grouped_computes_torchs_convolution(
         model = Lambda(lambda p, x: F.relu(p[0](x) + p[1](x)), conv, skip)
     graph = assert_runs_like(model, torch.randn(batch, c, size, size), layouts=[layout])
     # (in blocks of 16, AVX-512, an odd number of groups pads the last block: test_grouped_computes_in_blocks_of_16)
-    assert _grouped_convs(graph, layout) == (2 if epilogue == "residual_relu" else 1)
+    assert convs_on(graph, layout, dnnl._Grouped) == (2 if epilogue == "residual_relu" else 1)
 
 
 def test_grouped_computes_in_blocks_of_16(monkeypatch):
@@ -90,7 +94,7 @@ def test_grouped_is_a_candidate_only_where_it_computes_the_convolution(monkeypat
     )
     graph = assert_runs_like(model, torch.randn(1, 32, 12, 12))
     for layout in dnnl.LAYOUTS:
-        assert _grouped_convs(graph, layout) == 0
+        assert convs_on(graph, layout, dnnl._Grouped) == 0
 
 
 def test_grouped_runs_only_where_it_measures_fastest(monkeypatch):
