@@ -277,6 +277,18 @@ def _dnnl_layouts() -> tuple[str, ...]:
     return dnnl.LAYOUTS
 
 
+def _whole_graph_runtimes(graph: Graph) -> tuple[list[str], dict[str, str]]:
+    """The whole-graph runtimes a choice measures for ``graph``: oneDNN Graph's and oneDNN's primitives in each
+    layout — these only where their primitives, not torch steps, would compute most of its floating-point
+    operations (:func:`gawee.backend.dnnl.torch_flops`: a transformer's batched matmuls would not); and why not."""
+    from gawee.backend import dnnl
+
+    stepped = dnnl.torch_flops(graph) if dnnl.available() is None else None
+    if stepped is not None:
+        return ["onednn_graph"], {"onednn": stepped}
+    return ["onednn_graph", *(f"onednn:{k}" for k in _dnnl_layouts())], {}
+
+
 def _runtimes(
     graph: Graph, structure, xs: list, expected: list, names: Sequence[str]
 ) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str]]:
@@ -334,15 +346,17 @@ def _onednn(graph: Graph, structure, xs: list, expected: list, layout: str) -> t
 
 def _choose_runtime(graph: Graph, torch_module, structure, xs: list, expected: list) -> tuple[object, BackendChoice]:
     """``backend="auto"``: the fastest of the torch lowering, oneDNN Graph's compiled partitions, oneDNN's
-    primitives in each activation layout and ONNX Runtime on the same graph, each where it is installed, can run
+    primitives in each activation layout (where they, not torch steps, compute most of its FLOPs:
+    :func:`gawee.backend.dnnl.torch_flops`) and ONNX Runtime on the same graph, each where it is installed, can run
     the graph and computes the model's outputs (``expected``, :func:`_candidate`); another runtime wins only when
     it measures more than 5% faster here (:func:`gawee.backend.measure.fastest`). All are compared and timed on
     the example inputs ``xs``: inputs in the model's domain (random ones need not be: an attention mask of 0-3
     with fully masked rows made GPT-2's outputs undefined)."""
     from gawee.backend.measure import SETTLE_S, fastest
 
-    names = ["onednn_graph", *(f"onednn:{k}" for k in _dnnl_layouts()), "onnxruntime"]
-    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, names)
+    names, skipped = _whole_graph_runtimes(graph)
+    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, [*names, "onnxruntime"])
+    not_candidates.update(skipped)
     if not modules:
         return torch_module, BackendChoice("torch", {}, not_candidates)
     candidates = {"torch": torch_module, **modules}
@@ -411,8 +425,9 @@ def whole_graph_choice(
     With the choice and, when it is not the lowering, its checks against the model."""
     from gawee.backend.measure import fastest
 
-    names = ["onednn_graph", *(f"onednn:{k}" for k in _dnnl_layouts())]
+    names, skipped = _whole_graph_runtimes(graph)
     modules, checks, not_candidates = _runtimes(graph, structure, xs, expected, names)
+    not_candidates.update(skipped)
     if not modules:
         return torch_module, BackendChoice("torch", {}, not_candidates), None
     candidates = {"torch": torch_module, **modules}

@@ -29,7 +29,9 @@ The library is ``libdnnl.so.3`` from the ``onednn-cpu-gomp`` wheel (a dependency
 file ``GAWEE_DNNL_LIBRARY`` names. It is loaded after torch, so it shares torch's OpenMP runtime (both name it
 ``libgomp.so.1``) and its thread count (``torch.set_num_threads``). The C API's enumerations are ABI-stable within
 oneDNN 3.x; their values here are those of ``dnnl_types.h``, and ``tests/backend/test_dnnl.py`` checks every one
-numerically against torch. Static shapes and float32 only; :func:`supports` says why a graph cannot run.
+numerically against torch. An op without a primitive here, or one whose primitive oneDNN refuses, runs as a step
+of its torch semantics on the plain layout (:func:`_torch_op`), so any graph runs. Static shapes and float32 only;
+:func:`supports` says why a graph cannot run.
 """
 
 from __future__ import annotations
@@ -254,6 +256,21 @@ class _Plan:
         buffer.refs += 1
         return _Tensor(md, self.memory(md, buffer), buffer)
 
+    def mark(self) -> tuple:
+        """What :meth:`undo` restores: the steps, the copies of values in other layouts, the free buffers."""
+        converted = {v: list(c) for v, c in self.converted.items()}
+        return len(self.steps), converted, {size: list(free) for size, free in self.pool.items()}
+
+    def undo(self, mark: tuple) -> None:
+        """The plan as it was at ``mark``: a step planned since (a reorder) is dropped, and with it the copy it
+        would have made (a later consumer would take it as made); a free buffer taken since is free again (an
+        earlier step still writes it: dropped by everyone, it would be freed under that step)."""
+        steps, self.converted, self.pool = mark
+        del self.steps[steps:]
+        for free in self.pool.values():
+            for buffer in free:
+                buffer.refs = 0
+
     def release(self, t: _Tensor) -> None:
         if t.buffer is not None:
             t.buffer.refs -= 1
@@ -357,6 +374,22 @@ class _Plan:
         buffer = _Buffer(torch.empty(max(1, self.lib.dnnl_memory_desc_get_size(md) // 4)))
         self.keep.append(buffer)
         return self.reorder(src, md, _Tensor(md, self.memory(md, buffer), buffer), now=True)
+
+    def plain(self, v: Value) -> _Tensor:
+        """The value in the plain row-major layout, in a buffer of the module's (a graph input's address is each
+        call's, not the module's to view: copied)."""
+        md = self.md(v.shape)
+        t = self.operand(v, md)
+        if t.buffer is not None:
+            return t
+        if v.is_const:
+            return self.reorder(t, md)
+        copies = self.converted.setdefault(v, [])
+        for c in copies:
+            if c.buffer is not None and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
+                return c
+        copies.append(self.reorder(t, md))
+        return copies[-1]
 
     def operand(self, v: Value, md: int | None = None) -> _Tensor:
         """The value as a primitive's operand, reordered to ``md`` when that layout differs from its own."""
@@ -914,9 +947,7 @@ def _reference(implementation: str) -> bool:
 
 def _conv2d(plan: _Plan, node: Node) -> _Tensor:
     a = node.attrs
-    x, w, b, *residual = node.inputs
-    if x.type.rank != 4:
-        raise _Unsupported("conv2d on a rank other than 4")
+    _, w, b, *residual = node.inputs
     weight, bias, padding = _const(w, "weight"), _const(b, "bias"), _pair(node, "padding", (0, 0))
     stride, dilation = _pair(node, "stride"), _pair(node, "dilation")
     return _conv(plan, node, weight, bias, a["groups"], stride, padding, dilation, (residual or [None])[0])
@@ -926,8 +957,6 @@ def _batch_norm(plan: _Plan, node: Node) -> _Tensor:
     """Inference batch norm as a 1×1 depthwise convolution by its scale and shift, as ONNX Runtime's NCHWc
     transformer does: it then runs in the blocked layout and takes a following activation as its post-op."""
     x, weight, bias, mean, var = node.inputs
-    if x.type.rank != 4:
-        raise _Unsupported("batch_norm on a rank other than 4")
     scale = torch.rsqrt(_const(var, "running_var").double() + node.attrs["eps"])
     if weight is not None:
         scale = scale * _const(weight, "weight").double()
@@ -973,8 +1002,6 @@ def _affine_cat(plan: _Plan, node: Node, cat: Node, scale: torch.Tensor, shift: 
 
 def _linear(plan: _Plan, node: Node) -> _Tensor:
     x, w, b = node.inputs
-    if x.type.rank != 2:
-        raise _Unsupported("linear on a rank other than 2")
     weight, out = _const(w, "weight"), node.output.shape
     create = plan.lib.dnnl_inner_product_forward_primitive_desc_create
     mds = (plan.md(x.shape), plan.md(weight.shape, _ANY), plan.md([out[1]]), plan.md(out))
@@ -989,8 +1016,6 @@ def _linear(plan: _Plan, node: Node) -> _Tensor:
 
 def _pool(plan: _Plan, node: Node, alg: int, kernel, stride, padding, dilation=(1, 1)) -> _Tensor:
     x, out = node.inputs[0], node.output
-    if x.type.rank != 4:
-        raise _Unsupported(f"{node.op} on a rank other than 4")
     # the right and bottom padding that gives torch's output size: more with ceil_mode, less where floor drops rows
     pad_r = [
         max(0, (o - 1) * s + (k - 1) * d + 1 - i - p)
@@ -1028,7 +1053,7 @@ def _avg_pool2d(plan: _Plan, node: Node) -> _Tensor:
 
 def _adaptive_avg_pool2d(plan: _Plan, node: Node) -> _Tensor:
     x, out = node.inputs[0], node.output
-    if x.type.rank != 4 or any(i % o for i, o in zip(x.shape[2:], out.shape[2:])):
+    if any(i % o for i, o in zip(x.shape[2:], out.shape[2:])):
         raise _Unsupported("adaptive_avg_pool2d to a size that does not divide the input's")
     kernel = [i // o for i, o in zip(x.shape[2:], out.shape[2:])]
     return _pool(plan, node, _POOL_AVG_EXCLUDE, kernel, kernel, [0, 0])
@@ -1086,14 +1111,61 @@ def _cat(plan: _Plan, node: Node) -> _Tensor:
 
 def _reshape(plan: _Plan, node: Node) -> _Tensor:
     """A view of the input in the plain row-major layout (reordered to it first where it is blocked)."""
-    x = node.inputs[0]
-    plain = plan.md(x.shape)
-    src = plan.operand(x, plain)
-    if src.buffer is None:  # a graph input or constant: its address is not the module's to view
-        src = plan.reorder(src, plain)
+    src = plan.plain(node.inputs[0])
     md = plan.md(node.output.shape)
     src.buffer.refs += 1
     return _Tensor(md, plan.memory(md, src.buffer), src.buffer)
+
+
+def _lower(plan: _Plan, node: Node) -> _Tensor | tuple[_Tensor, ...]:
+    """``node`` planned on its primitive, else (no lowering, or one that cannot take this node: a convolution of
+    rank 3, a linear of rank 3, an operand oneDNN refuses) as a torch step. A node whose activation another node
+    applies, or that applies another's (:func:`_moved_acts`), or that concatenates as it reads (:func:`_affine_cats`)
+    has no torch step: its lowering's refusal is the module's."""
+    if not planned(node):
+        return _torch_op(plan, node)
+    lowering = LOWERINGS[node.op]
+    reads_cat = any(v is not None and v.producer in plan.deferred for v in node.inputs)
+    entangled = node in plan.stripped or node in plan.moved or reads_cat
+    mark = plan.mark()
+    try:
+        return lowering(plan, node)
+    except _Unsupported:
+        if entangled:
+            raise
+        plan.undo(mark)
+        return _torch_op(plan, node)
+
+
+def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
+    """An op without a primitive here (a permutation, a split, a softmax, any op torch.export emits): its torch
+    semantics (its registry record, as the interpreter runs it; then the activation planned as its post-op, if
+    any) on its operands in the plain layout, each output copied into a buffer of the module's — one step, between
+    the primitives of the ops around it."""
+    op, attrs, act = get_op(node.op), dict(node.attrs), plan.fused.get(node)
+    args = [None if v is None else v.data if v.is_const else _view(plan.plain(v), v.shape) for v in node.inputs]
+    outs = tuple(plan.tensor(plan.md(v.shape)) for v in node.outputs)
+    views = [_view(t, v.shape) for t, v in zip(outs, node.outputs)]
+
+    def step() -> int:
+        with torch.no_grad():
+            results = op.run(args, attrs)
+            if act is not None:
+                results = get_op(act.op).run(results, act.attrs)
+            for view, result in zip(views, results):
+                view.copy_(result)
+        return 0
+
+    plan.call(step, (), f"torch:{node.op}")
+    return outs
+
+
+def _view(t: _Tensor, shape) -> torch.Tensor:
+    """The plain tensor ``t`` (in a buffer of the module's) as a torch tensor of ``shape``, sharing its memory."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    return t.buffer.tensor[:numel].view(shape)
 
 
 LOWERINGS = {
@@ -1110,6 +1182,32 @@ LOWERINGS = {
     **dict.fromkeys(BINARY, _binary),
 }
 """The ops this runtime runs, each with the function that plans its primitive."""
+
+RANKS = {"conv2d": 4, "batch_norm": 4, "linear": 2, "max_pool2d": 4, "avg_pool2d": 4, "adaptive_avg_pool2d": 4}
+"""The rank of the first operand the lowerings of these ops take."""
+
+
+def planned(node: Node) -> bool:
+    """Whether ``node`` is planned on a primitive (else on a torch step, :func:`_torch_op`): its op has a lowering
+    that takes its rank (oneDNN may still refuse it when the module is built)."""
+    rank = RANKS.get(node.op)
+    return node.op in LOWERINGS and (rank is None or node.inputs[0].type.rank == rank)
+
+
+def torch_flops(graph: Graph) -> str | None:
+    """Why a whole-graph choice need not build this runtime for ``graph``: more than a tenth of its floating-point
+    operations would run as torch steps (a transformer's batched linears and matmuls), which the torch lowering
+    runs without the steps' copies into the plain layout. None where the primitives compute most of them."""
+    from gawee.analysis.cost import node_cost
+
+    flops = {node: node_cost(node).flops or 0 for node in graph}
+    steps = [node for node in graph if not planned(node) and flops[node]]
+    total, stepped = sum(flops.values()), sum(flops[node] for node in steps)
+    if not stepped or stepped <= 0.1 * total:
+        return None
+    ops = sorted({node.op for node in steps})
+    return f"{stepped / total:.0%} of its FLOPs would run as torch steps ({', '.join(ops)})"
+
 
 TAKES_ACT = frozenset({"conv2d", "batch_norm", "linear", *BINARY})
 """Ops whose primitive takes a following activation as its post-op (where the node carries no ``act`` of its
@@ -1197,10 +1295,9 @@ def supports(graph: Graph) -> str | None:
         if v.type.symbolic:
             return "symbolic shapes (primitives are created for one size)"
     for node in graph:
-        if node.op not in LOWERINGS:
-            return f"no oneDNN primitive for {node.op} ({node.name})"
-        for v in (*node.inputs, node.output):
-            if v is not None and v.dtype is not DType.f32:
+        primitive = node.op in LOWERINGS
+        for v in (*node.inputs, *node.outputs):  # torch takes constants of any type
+            if v is not None and v.dtype is not DType.f32 and (primitive or not v.is_const):
                 return f"{node.name} computes in {v.dtype} (float32 only)"
     return None
 
@@ -1234,7 +1331,11 @@ class DnnlModule(torch.nn.Module):
                     continue
                 if node in plan.deferred:  # concatenated by the batch norm that reads it
                     continue
-                plan.values[node.output] = LOWERINGS[node.op](plan, node)
+                made = _lower(plan, node)
+                for v, t in zip(node.outputs, made if isinstance(made, tuple) else (made,)):
+                    plan.values[v] = t
+                    if v.num_uses == 0 and not v.is_graph_output:  # a split's part nobody reads
+                        plan.release(t)
                 plan.done_with(node)
             for v in graph.outputs:
                 plain = plan.md(v.shape)
