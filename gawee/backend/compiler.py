@@ -283,7 +283,7 @@ def _whole_graph_runtimes(graph: Graph) -> tuple[list[str], dict[str, str]]:
     operations (:func:`gawee.backend.dnnl.torch_flops`: a transformer's batched matmuls would not); and why not."""
     from gawee.backend import dnnl
 
-    stepped = dnnl.torch_flops(graph) if dnnl.available() is None else None
+    stepped = dnnl.torch_flops(graph)
     if stepped is not None:
         return ["onednn_graph"], {"onednn": stepped}
     return ["onednn_graph", *(f"onednn:{k}" for k in _dnnl_layouts())], {}

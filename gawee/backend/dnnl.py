@@ -1197,9 +1197,12 @@ def planned(node: Node) -> bool:
 def torch_flops(graph: Graph) -> str | None:
     """Why a whole-graph choice need not build this runtime for ``graph``: more than a tenth of its floating-point
     operations would run as torch steps (a transformer's batched linears and matmuls), which the torch lowering
-    runs without the steps' copies into the plain layout. None where the primitives compute most of them."""
+    runs without the steps' copies into the plain layout. None where the primitives compute most of them, or where
+    the runtime cannot run the graph at all (:func:`supports` says why: symbolic shapes have symbolic FLOPs)."""
     from gawee.analysis.cost import node_cost
 
+    if supports(graph) is not None:
+        return None
     flops = {node: node_cost(node).flops or 0 for node in graph}
     steps = [node for node in graph if not planned(node) and flops[node]]
     total, stepped = sum(flops.values()), sum(flops[node] for node in steps)

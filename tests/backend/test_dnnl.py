@@ -331,6 +331,7 @@ def test_what_it_cannot_run_is_said_not_miscomputed():
     net = nn.Conv2d(3, 8, 1).eval()
     dynamic = gawee.capture(net, (torch.randn(2, 3, 4, 4),), dynamic_shapes=({0: torch.export.Dim("n", max=8)},))
     assert "symbolic shapes" in dnnl.supports(dynamic)
+    assert dnnl.torch_flops(dynamic) is None  # symbolic FLOPs: nothing to weigh where the runtime cannot run at all
     with pytest.raises(GaweeError, match=r"cannot run on oneDNN.s primitives: .*computes in f16 \(float32 only\)"):
         gawee.compile(Lambda(lambda p, x: x.half().relu()), (torch.randn(2, 3),), backend="onednn")
 
