@@ -219,6 +219,23 @@ def test_pooling_computes_torchs_with_paddings_strides_and_ceil_mode(pool):
     assert_runs_like(model, torch.randn(2, 8, 9, 6))
 
 
+@pytest.mark.parametrize(
+    "mean, pooled",
+    [
+        (lambda x: x.mean([2, 3]), True),
+        (lambda x: x.mean([-1, -2], keepdim=True), True),
+        (lambda x: x.mean(3), False),
+        (lambda x: x.mean([1, 2, 3]), False),
+    ],
+)
+def test_a_mean_over_the_image_is_a_pooling_in_the_inputs_layout(mean, pooled):
+    torch.manual_seed(0)
+    model = Lambda(lambda p, x: mean(p[0](x)) + 1, nn.Conv2d(8, 20, 1))
+    graph = assert_runs_like(model, torch.randn(2, 8, 5, 7))
+    for layout in dnnl.LAYOUTS:
+        assert ("torch:mean" not in DnnlModule(graph, layout=layout).kernels) == pooled
+
+
 def test_an_average_pool_counting_padding_past_the_input_runs_on_torch_not_miscomputed():
     """ceil_mode's extra window: torch divides by the window clipped to input + explicit padding, oneDNN's
     include-padding by the whole window — so the pooling is a torch step."""
