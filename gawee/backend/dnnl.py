@@ -217,13 +217,14 @@ class _Plan:
         self.handles.append((destroy, handle.value))
         return handle.value
 
-    def md(self, shape, tag: int | None = None) -> int:
-        """A float32 memory descriptor: plain row-major, or the format ``tag`` (``_ANY``: the primitive's choice)."""
+    def md(self, shape, tag: int | None = None, strides=None) -> int:
+        """A float32 memory descriptor: plain row-major, or the format ``tag`` (``_ANY``: the primitive's choice), or
+        with these ``strides``."""
         shape = list(shape) or [1]
         if tag is not None:
             create = self.lib.dnnl_memory_desc_create_with_tag
             return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, tag)
-        strides = torch.empty(shape, device="meta").stride()
+        strides = strides or torch.empty(shape, device="meta").stride()
         create = self.lib.dnnl_memory_desc_create_with_strides
         return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, _DIMS(*strides))
 
@@ -1120,8 +1121,11 @@ def _cat(plan: _Plan, node: Node) -> _Tensor:
     out = node.output.shape
     first = plan.operand(node.inputs[0])
     layout = plan.layout_of(first, node.inputs[0].shape) if len(out) == 4 else None
-    # all in the first one's layout (where it is blocked or channels-last): concatenating mixed layouts is slow
-    srcs = [first] + [plan.operand(v, layout and plan.activation_md(v.shape, layout)) for v in node.inputs[1:]]
+    plain = plan.lib.dnnl_memory_desc_equal(_P(first.md), _P(plan.md(node.inputs[0].shape)))
+    # all in the first one's layout (blocked, channels-last or plain): concatenating mixed layouts is oneDNN's
+    # reference kernel (ShuffleNet's split part, plain, and its branch, blocked: 1.4 of 14 ms at batch 8)
+    want = lambda v: plan.activation_md(v.shape, layout) if layout else plan.md(v.shape) if plain else None
+    srcs = [first] + [plan.operand(v, want(v)) for v in node.inputs[1:]]
     mds = (_P * len(srcs))(*(_P(s.md) for s in srcs))
     create = plan.lib.dnnl_concat_primitive_desc_create
     dim = node.attrs.get("dim", 0) % len(out)
@@ -1157,6 +1161,55 @@ def _lower(plan: _Plan, node: Node) -> _Tensor | tuple[_Tensor, ...]:
             raise
         plan.undo(mark)
         return _torch_op(plan, node)
+
+
+def _permute(plan: _Plan, node: Node) -> _Tensor:
+    """A permutation as one oneDNN reorder: the plain input read through its strides permuted like its dimensions
+    into the plain layout of the output (ShuffleNet's channel shuffle is reshape → permute → reshape: views around
+    this one copy)."""
+    x, dims, out = node.inputs[0], node.attrs["dims"], node.output.shape
+    if not 0 < len(out) <= 12 or 0 in out:
+        raise _Unsupported("a permutation of no elements or more than 12 dimensions")
+    src = plan.plain(x)
+    strides = torch.empty(x.shape, device="meta").stride()
+    md = plan.md(out, strides=[strides[d] for d in dims])
+    return plan.reorder(_Tensor(md, plan.memory(md, src.buffer), None), plan.md(out))
+
+
+def _split(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
+    """Each part of a split a oneDNN reorder of a region of the input (a submemory) into a tensor of its own, in
+    the input's layout where oneDNN takes the region there (blocked: the offsets along channels whole blocks), else
+    of the plain input into the plain layout. A part nobody reads is not copied."""
+    x, a = node.inputs[0], node.attrs
+    src = plan.operand(x)
+    layout = plan.layout_of(src, x.shape) if x.type.rank == 4 and src.buffer is not None else None
+    regions = _regions(plan, src, node) if layout is not None else None
+    if regions is None:
+        src, layout = plan.plain(x), None
+        regions = _regions(plan, src, node)
+        if regions is None:
+            raise _Unsupported(f"oneDNN takes no region of {x.name} along dimension {a['dim']}")
+    outs = []
+    for md, v in zip(regions, node.outputs):
+        dst = plan.tensor(plan.activation_md(v.shape, layout) if layout else plan.md(v.shape))
+        if v.num_uses or v.is_graph_output:
+            plan.reorder(_Tensor(md, plan.memory(md, src.buffer), None), dst.md, dst)
+        outs.append(dst)
+    return tuple(outs)
+
+
+def _regions(plan: _Plan, src: _Tensor, node: Node) -> list[int] | None:
+    """The memory descriptors of the parts of ``src`` the split ``node`` makes, or None where oneDNN refuses one."""
+    shape, dim, offset, regions = list(node.inputs[0].shape), node.attrs["dim"], 0, []
+    create = plan.lib.dnnl_memory_desc_create_submemory
+    for size in node.attrs["split_sizes"]:
+        dims, offsets = [*shape[:dim], size, *shape[dim + 1 :]], [0] * len(shape)
+        offsets[dim], offset = offset, offset + size
+        try:
+            regions.append(plan._new("dnnl_memory_desc_destroy", create, src.md, _DIMS(*dims), _DIMS(*offsets)))
+        except _Unsupported:
+            return None
+    return regions
 
 
 def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
@@ -1201,6 +1254,8 @@ LOWERINGS = {
     "cat": _cat,
     "reshape": _reshape,
     "flatten": _reshape,
+    "permute": _permute,
+    "split": _split,
     **dict.fromkeys(ELTWISE.keys() - {"gelu_tanh"}, _eltwise),
     **dict.fromkeys(BINARY, _binary),
 }

@@ -382,12 +382,8 @@ def test_ops_without_a_primitive_run_as_torch_steps_between_the_primitives():
     for layout in dnnl.LAYOUTS:
         kernels = DnnlModule(graph, layout=layout).kernels
         torch_steps = sorted(k for k in kernels if k.startswith("torch:"))
-        assert torch_steps == [f"torch:{op}" for op in ("batch_norm", "conv1d", "linear", "permute", "permute")] + [
-            "torch:softmax",
-            "torch:softmax",
-            "torch:split",
-        ], kernels
-        assert kernels.count("torch:split") == 1 and "torch:relu" not in kernels  # the ReLU is the batch norm's
+        assert torch_steps == [f"torch:{op}" for op in ("batch_norm", "conv1d", "linear", "softmax", "softmax")]
+        assert "torch:relu" not in kernels  # the ReLU is the batch norm's post-op, in its torch step
 
 
 def test_a_whole_graph_choice_leaves_a_graph_torch_steps_would_mostly_compute_to_the_lowering():
@@ -407,6 +403,58 @@ def test_a_whole_graph_choice_leaves_a_graph_torch_steps_would_mostly_compute_to
         nn.Conv2d(16, 16, 1),
     )
     assert dnnl.torch_flops(_graph(shuffle, torch.randn(1, 3, 6, 6))) is None  # a permutation computes nothing
+
+
+@pytest.mark.parametrize(
+    "channels, sizes, dim",
+    [
+        (32, [16, 16], 1),
+        (32, [8, 24], 1),
+        (116, [58, 58], 1),
+        (16, [3, 13], 1),
+        (40, [16, 16, 8], 1),
+        (16, [2, 3], 2),
+        (16, [4, 3], 3),
+    ],
+)
+def test_a_split_copies_regions_of_its_input_in_its_layout_or_the_plain_one(channels, sizes, dim):
+    """Blocked parts where the offsets along channels are whole blocks, else the plain input's regions."""
+    torch.manual_seed(0)
+    model = Lambda(
+        lambda p, x: tuple(part.relu() * (i + 1) for i, part in enumerate(p[0](x).split(sizes, dim))),
+        nn.Conv2d(3, channels, 1),
+    )
+    graph = assert_runs_like(model, torch.randn(2, 3, 5, 7))
+    assert all("torch:split" not in DnnlModule(graph, layout=layout).kernels for layout in dnnl.LAYOUTS)
+
+
+@pytest.mark.parametrize(
+    "permute",
+    [
+        lambda y: y.view(2, 2, 8, 5, 7).transpose(1, 2).reshape(2, 16, 5, 7) * 2,  # ShuffleNet's channel shuffle
+        lambda y: y.permute(0, 2, 3, 1).flatten(1) + 1,
+        lambda y: y.flatten(2).transpose(1, 2) - 1,
+    ],
+)
+def test_a_permutation_is_one_reorder_of_the_plain_input_read_through_permuted_strides(permute):
+    torch.manual_seed(0)
+    graph = assert_runs_like(Lambda(lambda p, x: permute(p[0](x)), nn.Conv2d(3, 16, 1)), torch.randn(2, 3, 5, 7))
+    assert all("torch:permute" not in DnnlModule(graph, layout=layout).kernels for layout in dnnl.LAYOUTS)
+
+
+def test_a_concatenation_reads_its_parts_in_the_first_ones_layout_even_the_plain_one():
+    """ShuffleNet's: a split part (plain: the offset is no whole block) beside a convolution's output (blocked);
+    mixed layouts would be oneDNN's reference concatenation."""
+    torch.manual_seed(0)
+
+    def shuffle_unit(p, x):
+        a, b = p[0](x).split([8, 8], 1)
+        return torch.cat([a, p[1](b)], 1)
+
+    graph = assert_runs_like(
+        Lambda(shuffle_unit, nn.Conv2d(3, 16, 1), nn.Conv2d(8, 8, 3, padding=1)), torch.randn(2, 3, 6, 6)
+    )
+    assert not any(k.startswith("ref") for k in DnnlModule(graph, layout="blocked").kernels)
 
 
 def test_a_part_of_a_split_nobody_reads_is_not_kept():
