@@ -5,8 +5,9 @@ call (about 110 µs per convolution on an AVX2 AMD EPYC, 18 µs on AVX-512 machi
 channels-last or plain kernels. ONNX Runtime, the fastest CPU runtime on these models, creates each kernel once
 and keeps activations in a channel-blocked layout (its NCHWc transformer, blocks of 8 channels on AVX2, 16 on
 AVX-512) between the graph's edges. This module does the same with oneDNN itself: at build time it plans the
-rewritten graph into a list of primitives — convolutions with their fused epilogues as post-ops, pooling,
-inner products, eltwise, binary and concatenation — with weights reordered once into the layout each primitive
+rewritten graph into a list of primitives — convolutions with their fused epilogues as post-ops, pooling (and
+means over the image), inner products, eltwise, binary, concatenation, splits and permutations (reorders of
+regions, or through permuted strides) — with weights reordered once into the layout each primitive
 asked for, and buffers reused by liveness; a call sets the input's address and executes the list (about 5 µs per
 primitive through ctypes). The layout of the activations is ``layout``: ``"blocked"`` (nChw8c / nChw16c, the
 block the CPU's vector width gives), ``"channels_last"`` (NHWC, where oneDNN 3's brgemm convolutions run), or
@@ -37,6 +38,7 @@ of its torch semantics on the plain layout (:func:`_torch_op`), so any graph run
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
 import threading
@@ -1213,10 +1215,10 @@ def _regions(plan: _Plan, src: _Tensor, node: Node) -> list[int] | None:
 
 
 def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
-    """An op without a primitive here (a permutation, a split, a softmax, any op torch.export emits): its torch
-    semantics (its registry record, as the interpreter runs it; then the activation planned as its post-op, if
-    any) on its operands in the plain layout, each output copied into a buffer of the module's — one step, between
-    the primitives of the ops around it."""
+    """An op without a primitive here (a softmax, a layer norm, a convolution of rank 3: any op torch.export
+    emits), or whose primitive oneDNN refused: its torch semantics (its registry record, as the interpreter runs
+    it; then the activation planned as its post-op, if any) on its operands in the plain layout, each output
+    copied into a buffer of the module's — one step, between the primitives of the ops around it."""
     op, attrs, act = get_op(node.op), dict(node.attrs), plan.fused.get(node)
     args = [None if v is None else v.data if v.is_const else _view(plan.plain(v), v.shape) for v in node.inputs]
     outs = tuple(plan.tensor(plan.md(v.shape)) for v in node.outputs)
@@ -1237,10 +1239,7 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
 
 def _view(t: _Tensor, shape) -> torch.Tensor:
     """The plain tensor ``t`` (in a buffer of the module's) as a torch tensor of ``shape``, sharing its memory."""
-    numel = 1
-    for d in shape:
-        numel *= d
-    return t.buffer.tensor[:numel].view(shape)
+    return t.buffer.tensor[: math.prod(shape)].view(shape)
 
 
 LOWERINGS = {
@@ -1304,8 +1303,8 @@ own)."""
 
 
 def _fused_acts(graph: Graph) -> dict[Node, Node]:
-    """Producer → the activation node planned as its eltwise post-op: an activation whose input is the only use of
-    an op in :data:`TAKES_ACT`."""
+    """Producer → the activation node planned as its eltwise post-op (or applied after it by its torch step): an
+    activation whose input is the only use of an op in :data:`TAKES_ACT`."""
     fused = {}
     for node in graph:
         producer = node.inputs[0].producer if node.op in ELTWISE and node.inputs else None
@@ -1338,7 +1337,8 @@ def _moved_acts(plan: _Plan, graph: Graph) -> dict[Node, tuple[Node, str]]:
             continue
         producer = fused_by.get(source, source)
         act, params = _act(source) if source in fused_by else plan.act_of(source)
-        if act not in depthwise.MOVED or params or not node.inputs[1].is_const:
+        # a torch step (the producer's) would apply the activation as well
+        if act not in depthwise.MOVED or params or not node.inputs[1].is_const or not planned(producer):
             continue
         padding, dilation = _pair(node, "padding", (0, 0)), _pair(node, "dilation")
         geometry = (list(node.inputs[1].shape[2:]), _pair(node, "stride"), padding, dilation, node.attrs["groups"])

@@ -383,7 +383,7 @@ def test_ops_without_a_primitive_run_as_torch_steps_between_the_primitives():
         kernels = DnnlModule(graph, layout=layout).kernels
         torch_steps = sorted(k for k in kernels if k.startswith("torch:"))
         assert torch_steps == [f"torch:{op}" for op in ("batch_norm", "conv1d", "linear", "softmax", "softmax")]
-        assert "torch:relu" not in kernels  # the ReLU is the batch norm's post-op, in its torch step
+        assert kernels.count("torch:batch_norm") == 1  # with its ReLU, planned as its post-op
 
 
 def test_a_whole_graph_choice_leaves_a_graph_torch_steps_would_mostly_compute_to_the_lowering():
@@ -465,20 +465,23 @@ def test_a_part_of_a_split_nobody_reads_is_not_kept():
 def test_a_lowering_refused_midway_leaves_no_step_behind(monkeypatch):
     """A lowering that planned a reorder before oneDNN refused its primitive: the reorder's step is undone with
     it (a later consumer would take the copy as made), the buffer it took is free again (an earlier step's, freed
-    under it this crashed the process), and the node runs as a torch step."""
-    model = Lambda(lambda p, x: F.max_pool2d(p[0](x), 2) + 1, nn.Conv2d(3, 16, 1))
+    under it this crashed the process), and the node runs as a torch step — with the activation planned as its
+    post-op (the ReLU after the batch norm)."""
+    bn = nn.BatchNorm2d(16).eval()
+    bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2)
+    model = Lambda(lambda p, x: F.relu(p[1](F.max_pool2d(p[0](x), 2))) - 1, nn.Conv2d(3, 16, 1), bn)
     x = torch.randn(1, 3, 6, 6)
     graph = _graph(model, x)
     plain = len(DnnlModule(graph).kernels)
 
     def refusing(plan, node):
         plan.operand(node.inputs[0], plan.activation_md(node.inputs[0].shape, "channels_last"))
-        raise dnnl._Unsupported("oneDNN refused the pooling (status 3)")
+        raise dnnl._Unsupported("oneDNN refused the batch norm (status 3)")
 
-    monkeypatch.setitem(dnnl.LOWERINGS, "max_pool2d", refusing)
+    monkeypatch.setitem(dnnl.LOWERINGS, "batch_norm", refusing)
     module = DnnlModule(graph)
-    assert "torch:max_pool2d" in module.kernels
-    assert len(module.kernels) == plain + 1  # the pooling's reorder to plain, and its step: no NHWC reorder
+    assert "torch:batch_norm" in module.kernels  # the ReLU is not planned apart: the step applies it
+    assert len(module.kernels) == plain + 1  # the batch norm's reorder to plain, and its step: no NHWC reorder
     with torch.no_grad():
         for _ in range(2):  # the buffer the NHWC copy took from the free ones is an earlier step's: still alive
             torch.testing.assert_close(module(x)[0], model(x), rtol=1e-5, atol=1e-5)
