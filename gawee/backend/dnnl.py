@@ -1220,7 +1220,15 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
     it; then the activation planned as its post-op, if any) on its operands in the plain layout, each output
     copied into a buffer of the module's — one step, between the primitives of the ops around it."""
     op, attrs, act = get_op(node.op), dict(node.attrs), plan.fused.get(node)
-    args = [None if v is None else v.data if v.is_const else _view(plan.plain(v), v.shape) for v in node.inputs]
+
+    def operand(v: Value | None) -> torch.Tensor | None:
+        if v is None or not v.is_const:
+            return v and _view(plan.plain(v), v.shape)
+        if not v.has_known_data:
+            raise _Unsupported(f"constant {v.name} has no data")
+        return v.data
+
+    args = [operand(v) for v in node.inputs]
     outs = tuple(plan.tensor(plan.md(v.shape)) for v in node.outputs)
     views = [_view(t, v.shape) for t, v in zip(outs, node.outputs)]
 

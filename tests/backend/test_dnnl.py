@@ -457,6 +457,22 @@ def test_a_concatenation_reads_its_parts_in_the_first_ones_layout_even_the_plain
     assert not any(k.startswith("ref") for k in DnnlModule(graph, layout="blocked").kernels)
 
 
+def test_a_torch_step_on_a_constant_without_data_is_refused_with_its_name():
+    """A model captured on the meta device has constants of known type only."""
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mask", torch.rand(2, 6) > 0.5)
+
+        def forward(self, x):
+            return torch.softmax(x, 1).masked_fill(self.mask, 0.0)
+
+    graph = gawee.capture(Masked().to("meta"), (torch.randn(2, 6, device="meta"),))
+    with pytest.raises(GaweeError, match=r"constant .* has no data"):
+        DnnlModule(graph)
+
+
 def test_a_part_of_a_split_nobody_reads_is_not_kept():
     model = Lambda(lambda p, x: p[0](x).split([8, 8], 1)[1].relu(), nn.Conv2d(3, 16, 1))
     assert_runs_like(model, torch.randn(1, 3, 5, 5))
