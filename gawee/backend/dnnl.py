@@ -1222,8 +1222,10 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
     op, attrs, act = get_op(node.op), dict(node.attrs), plan.fused.get(node)
 
     def operand(v: Value | None) -> torch.Tensor | None:
-        if v is None or not v.is_const:
-            return v and _view(plan.plain(v), v.shape)
+        if v is None:
+            return None
+        if not v.is_const:
+            return _view(plan.plain(v), v.shape)
         if not v.has_known_data:
             raise _Unsupported(f"constant {v.name} has no data")
         return v.data
