@@ -20,9 +20,15 @@ TOLERANCE = {DType.f64: 1e-9, DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 4e-2
 Integer and bool outputs must be identical."""
 
 
-def random_inputs(types: Sequence[TensorType], seed: int = 0, sizes: dict | None = None) -> list[torch.Tensor]:
+def random_inputs(
+    types: Sequence[TensorType], seed: int = 0, sizes: dict | None = None, device: torch.device | str | None = None
+) -> list[torch.Tensor]:
     """Inputs of the given types: normal floats, small non-negative integers, random bools. Symbolic
-    dimensions take the values in ``sizes`` (``Sym -> int``), else their examples."""
+    dimensions take the values in ``sizes`` (``Sym -> int``), else their examples. Drawn on the CPU (the same
+    values for a seed on every device), then put on ``device`` (None: left on the CPU; a graph's runs on
+    ``Graph.device``)."""
+    if device is not None and torch.device(device).type not in ("cpu", "meta"):
+        return [x.to(device) for x in random_inputs(types, seed, sizes)]
     gen = torch.Generator().manual_seed(seed)
     out = []
     for t in types:
@@ -134,7 +140,12 @@ def verify_equivalent(
         return report
     in_b = [v.type for v in before.inputs]
     sizes = draw_values(symbols_of(in_b), trials)  # symbolic inputs: each trial at other sizes
-    draws = [list(inputs)] if inputs is not None else [random_inputs(in_b, seed + k, sizes[k]) for k in range(trials)]
+    device = before.device
+    draws = (
+        [list(inputs)]
+        if inputs is not None
+        else [random_inputs(in_b, seed + k, sizes[k], device) for k in range(trials)]
+    )
     checks: dict[int, OutputCheck] = {}
     for xs in draws:
         ref = run(before, *xs)
@@ -168,10 +179,16 @@ _SCALES = {"normal": 1.0, "x10": 10.0, "x100": 100.0}
 
 
 def distribution_inputs(
-    types: Sequence[TensorType], distribution: str, seed: int = 0, sizes: dict | None = None
+    types: Sequence[TensorType],
+    distribution: str,
+    seed: int = 0,
+    sizes: dict | None = None,
+    device: torch.device | str | None = None,
 ) -> list[torch.Tensor]:
     """Inputs of the given types drawn from one of DISTRIBUTIONS (``normal`` is ``random_inputs``);
-    symbolic dimensions at ``sizes`` (else their examples)."""
+    symbolic dimensions at ``sizes`` (else their examples); on ``device`` as ``random_inputs``."""
+    if device is not None and torch.device(device).type not in ("cpu", "meta"):
+        return [x.to(device) for x in distribution_inputs(types, distribution, seed, sizes)]
     xs = random_inputs(types, seed, sizes)
     if distribution in _SCALES:
         return [x * _SCALES[distribution] if x.is_floating_point() or x.is_complex() else x for x in xs]
@@ -383,7 +400,7 @@ def verify_rewrite(
     failing: tuple[Trial, list[torch.Tensor], tuple] | None = None
     """The first failed trial, its inputs and the original's values on them."""
     for k, dist in enumerate(distributions):
-        xs = distribution_inputs(types, dist, seed + k, sizes[k])
+        xs = distribution_inputs(types, dist, seed + k, sizes[k], before.device)
         trial = Trial(dist)
         out.trials.append(trial)
         try:

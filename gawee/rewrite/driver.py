@@ -93,6 +93,8 @@ class Rewriter:
         """Stop after this many firings (replaying a prefix of a deterministic rewrite), or None."""
         self._queue: deque[Node] = deque()
         self._queued: set[int] = set()
+        self.device = graph.device
+        """Where the graph's constants live: folded constants are made there (``RewriteContext.device``)."""
 
     # -- worklist ------------------------------------------------------------------------
     def _push(self, node: Node | None) -> None:
@@ -165,7 +167,7 @@ class Rewriter:
         mctx = MatchContext()
         env: dict = {}
         for roots in match_roots(rule, node, env, mctx):
-            rctx = RewriteContext(self.graph, rule, roots, env)
+            rctx = RewriteContext(self.graph, rule, roots, env, self.device)
             if use_guard and rule.guard is not None:
                 try:
                     if not rule.guard(rctx):
