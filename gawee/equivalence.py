@@ -302,10 +302,17 @@ class RewriteVerification:
     problem: str = ""
     """Why the graphs could not even be compared, else ""."""
     seconds: float = 0.0
+    firings: list[FiringCheck] = field(default_factory=list)
+    """Each distinct firing on its own (:func:`check_firings`): its matched nodes against its replacement, on
+    operands drawn from every distribution."""
 
     @property
     def ok(self) -> bool:
-        return not self.problem and all(t.ok for t in self.trials)
+        return not self.problem and all(t.ok for t in self.trials) and all(f.ok for f in self.firings)
+
+    @property
+    def failed_firing(self) -> FiringCheck | None:
+        return next((f for f in self.firings if not f.ok), None)
 
     @property
     def max_error(self) -> float:
@@ -323,6 +330,8 @@ class RewriteVerification:
         if self.ok:
             return f"ok, max error {self.max_error:.2g}"
         where = ", ".join(t.distribution for t in self.failed)
+        if not where and self.failed_firing is not None:
+            where = f"alone on {self.failed_firing.distribution} operands"
         return f"FAILED: {self.blame.rule} ({where})" if self.blame else f"FAILED ({where})"
 
     def __str__(self) -> str:
@@ -331,11 +340,14 @@ class RewriteVerification:
         sets = ", ".join(
             f"{t.distribution} {'skipped' if t.skipped else 'ok' if t.ok else 'FAILED'}" for t in self.trials
         )
+        checked = f"; {len(self.firings)} firings checked alone" if self.firings else ""
         if self.ok:
-            return f"equivalent on {len(self.trials)} input sets ({sets}), max error {self.max_error:.3g}"
-        first = self.failed[0]
-        lines = [f"NOT equivalent ({sets})"]
-        if first.problem:
+            return f"equivalent on {len(self.trials)} input sets ({sets}){checked}, max error {self.max_error:.3g}"
+        lines = [f"NOT equivalent ({sets}{checked})"]
+        first = self.failed[0] if self.failed else None
+        if first is None:
+            lines.append(f"  {self.failed_firing}")
+        elif first.problem:
             lines.append(f"  on {first.distribution} inputs: {first.problem}")
         elif first.first_divergence is not None:
             d = first.first_divergence
@@ -354,6 +366,8 @@ class RewriteVerification:
             "problem": self.problem or None,
             "trials": [t.as_dict() for t in self.trials],
             "blame": None if self.blame is None else self.blame.__dict__,
+            "firings_checked": len(self.firings),
+            "failed_firing": None if self.failed_firing is None else self.failed_firing.__dict__,
             "seconds": self.seconds,
             "detail": str(self),
         }
@@ -437,8 +451,91 @@ def verify_rewrite(
     if failing is not None and out.blame is None and failing[0].first_divergence is not None:
         trial, xs, ref = failing
         out.blame = _localize(before, after, trace, rules, trial, xs, ref, pairs, b_values)
+    out.firings = check_firings(trace, distributions, seed)
+    bad = out.failed_firing
+    if out.blame is None and bad is not None:
+        f = trace[bad.firing]
+        out.blame = Blame(f.rule, f.location, bad.firing, f.root, bad.distribution, bad.value, bad.original, "alone")
     out.seconds = time.perf_counter() - t0
     return out
+
+
+@dataclass
+class FiringCheck:
+    """One firing run on its own (``Firing.instance``): the values it replaced against their replacements."""
+
+    firing: int
+    """Index into the trace."""
+    rule: str
+    location: str
+    root: str
+    distribution: str
+    """The input set of the worst comparison (the failing one, if any)."""
+    value: str = ""
+    """The replacement compared worst."""
+    original: str = ""
+    max_error: float = 0.0
+    allowed: float = 0.0
+    ok: bool = True
+    skipped: tuple[str, ...] = ()
+    """Input sets left out: the instance's original failed to run on them, or they broke an `assume`."""
+
+    def __str__(self) -> str:
+        verdict = "ok" if self.ok else "FAILED"
+        return (
+            f"firing #{self.firing} of {self.rule} ({self.location}) at node {self.root}, alone on {self.distribution} "
+            f"operands: {verdict}, %{self.value} vs %{self.original}: max error {self.max_error:.3g}, "
+            f"allowed {self.allowed:.3g}"
+        )
+
+
+def check_firings(trace: Sequence, distributions: Sequence[str] = DISTRIBUTIONS, seed: int = 0) -> list[FiringCheck]:
+    """Each firing of ``trace`` that carries its instance (``Firing.instance``: one per rule and operand types)
+    run on its own, on operands drawn from each of ``distributions``: the nodes the rule matched and the nodes it
+    built read the same operands, and each replacement must agree with the value it replaced as in
+    :func:`verify_rewrite` (the per-dtype tolerance, then the original in float64). Inside a model the values that
+    reach a rewritten node may stay where an unsound rewrite agrees (a layer norm keeps a GELU's input small
+    however large the model's inputs); here they span the ranges where rewrites differ. Input sets that break
+    an ``assume`` of the rule, or on which the original itself fails, are left out."""
+    checks = []
+    for i, f in enumerate(trace):
+        instance = getattr(f, "instance", None)
+        if instance is not None:
+            checks.append(_check_instance(i, f, instance, distributions, seed))
+    return checks
+
+
+def _check_instance(index: int, f, instance, distributions: Sequence[str], seed: int) -> FiringCheck:
+    g, n = instance.graph, instance.replaced
+    worst = FiringCheck(index, f.rule, f.location, f.root, distributions[0] if distributions else "")
+    skipped = []
+    types = [v.type for v in g.inputs]
+    for k, dist in enumerate(distributions):
+        xs = distribution_inputs(types, dist, seed + k, device=g.device)
+        if any(not bool(a.holds(xs[i]).all()) for i, a in instance.assumed):
+            skipped.append(dist)
+            continue
+        try:
+            outs = run(g, *xs)
+        except GaweeError:
+            skipped.append(dist)
+            continue
+        for j in range(n):
+            original, value = g.outputs[j].name, g.outputs[n + j].name
+            pair = _Pair(value, original, (), -1)
+            check = _judge(pair, outs[j], outs[n + j], None)
+            if not check.ok:
+                truth = _truth(g, [original], xs)
+                check = _judge(pair, outs[j], outs[n + j], None if truth is None else truth[0])
+            worse = _ratio(check.max_error, check.allowed) > _ratio(worst.max_error, worst.allowed)
+            if not check.ok or worse or not worst.value:
+                worst.distribution, worst.value, worst.original = dist, value, original
+                worst.max_error, worst.allowed, worst.ok = check.max_error, check.allowed, check.ok
+            if not check.ok:
+                worst.skipped = tuple(skipped)
+                return worst
+    worst.skipped = tuple(skipped)
+    return worst
 
 
 def _ratio(error: float, allowed: float) -> float:
