@@ -479,13 +479,17 @@ class FiringCheck:
     ok: bool = True
     skipped: tuple[str, ...] = ()
     """Input sets left out: the instance's original failed to run on them, or they broke an `assume`."""
+    problem: str = ""
+    """The replacement failed to run where the matched nodes ran (a failure), else ""."""
 
     def __str__(self) -> str:
-        verdict = "ok" if self.ok else "FAILED"
+        where = f"firing #{self.firing} of {self.rule} ({self.location}) at node {self.root}"
+        where += f", alone on {self.distribution} operands"
+        if self.problem:
+            return f"{where}: FAILED, {self.problem}"
         return (
-            f"firing #{self.firing} of {self.rule} ({self.location}) at node {self.root}, alone on {self.distribution} "
-            f"operands: {verdict}, %{self.value} vs %{self.original}: max error {self.max_error:.3g}, "
-            f"allowed {self.allowed:.3g}"
+            f"{where}: {'ok' if self.ok else 'FAILED'}, %{self.value} vs %{self.original}: "
+            f"max error {self.max_error:.3g}, allowed {self.allowed:.3g}"
         )
 
 
@@ -517,9 +521,15 @@ def _check_instance(index: int, f, instance, distributions: Sequence[str], seed:
             continue
         try:
             outs = run(g, *xs)
-        except GaweeError:
-            skipped.append(dist)
-            continue
+        except GaweeError as e:
+            try:
+                run(_prune(g, [v.name for v in g.outputs[:n]]), *xs)
+            except GaweeError:  # the matched nodes themselves fail on these operands: no verdict
+                skipped.append(dist)
+                continue
+            worst.distribution, worst.max_error, worst.ok = dist, math.inf, False
+            worst.problem, worst.skipped = f"the replacement fails to run: {e.message}", tuple(skipped)
+            return worst
         for j in range(n):
             original, value = g.outputs[j].name, g.outputs[n + j].name
             pair = _Pair(value, original, (), -1)

@@ -231,3 +231,13 @@ def test_rounding_drift_amplified_downstream_is_not_blamed_on_an_exact_rewrite()
     result = verify_rewrite(g, after, report.trace, rules=rules)
     assert result.ok, str(result)
     assert any(o.forgiven for t in result.trials for o in t.outputs)  # the outputs did differ
+
+
+def test_a_replacement_that_fails_where_the_matched_nodes_run_fails_its_firing():
+    rules = load_rules_text("rule zero_by_remainder: mul(i, 0) => remainder(i, i)\n", "zero.rules")
+    b = GraphBuilder("g")
+    i = b.input("i", "i64[64]")
+    g = b.output(b.mul(i, 0))
+    out, report = rewrite(g, rules, trace=True)
+    (checked,) = verify_rewrite(g, out, report.trace, rules=rules).firings
+    assert not checked.ok and "the replacement fails to run" in checked.problem and "ZeroDivisionError" in str(checked)
