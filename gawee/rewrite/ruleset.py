@@ -29,6 +29,7 @@ class Phase:
     rules: list[Rule]
     _by_op: dict[str | None, list[Rule]] = field(default_factory=dict, repr=False)
     _enclosing: dict[tuple[str, int], list[Rule]] = field(default_factory=dict, repr=False)
+    _lowest: dict[str, int] = field(default_factory=dict, repr=False)
 
     def candidates(self, op: str) -> list[Rule]:
         """Rules whose root can be ``op`` (including `_(...)` roots), by priority then file order."""
@@ -36,6 +37,13 @@ class Phase:
         if got is None:
             got = sorted((r for r in self.rules if r.root_op in (op, None)), key=lambda r: (-r.priority, r.index))
             self._by_op[op] = got
+        return got
+
+    def lowest(self, op: str) -> int:
+        """The lowest priority among ``op``'s candidates (0 when it has none)."""
+        got = self._lowest.get(op)
+        if got is None:
+            got = self._lowest[op] = min((r.priority for r in self.candidates(op)), default=0)
         return got
 
     def enclosing(self, op: str, above: int) -> list[Rule]:
