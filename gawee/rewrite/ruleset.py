@@ -9,9 +9,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gawee.dsl.ast_cache import parse_rules_cached
 from gawee.dsl.compiler import Rule, compile_rule
 from gawee.dsl.library import BUILTINS, Helper, helper_builtin
-from gawee.dsl.parser import parse_rules
 from gawee.errors import GaweeError, RuleError
 from gawee.resources import bundled_dir, missing_hint
 
@@ -129,7 +129,7 @@ def load_rules_text(
 
 
 def load_phase(text: str, file: str, name: str, helpers) -> Phase:
-    asts = parse_rules(text, file)
+    asts = parse_rules_cached(text, file)
     lines = text.splitlines()
     rules = []
     for ast in asts:
