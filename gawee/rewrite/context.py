@@ -169,7 +169,9 @@ class RewriteContext:
                 if v is not None and v.data is not None and not v.name:  # a constant folded just now
                     operand = opdef.operands[min(i, len(opdef.operands) - 1)].name
                     self._adopt(v, f"{name}.{operand}")
-            node = self.graph.create_node(op, inputs, attrs, name=name, source=self.rule.tag, before=self.root)
+            node = self.graph.create_node(
+                op, inputs, attrs, name=name, source=self.rule.tag, before=self.root, prepared=True
+            )
         except GaweeError as e:
             raise self.error(f"cannot build {op}: {e.message}") from None
         except (RuntimeError, ValueError, TypeError, IndexError) as e:  # torch refused a constant subexpression
