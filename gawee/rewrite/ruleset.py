@@ -12,6 +12,7 @@ from pathlib import Path
 from gawee.dsl.ast_cache import parse_rules_cached
 from gawee.dsl.compiler import Rule, compile_rule
 from gawee.dsl.library import BUILTINS, Helper, helper_builtin
+from gawee.dsl.parser import parse_rules
 from gawee.errors import GaweeError, RuleError
 from gawee.resources import bundled_dir, missing_hint
 
@@ -104,7 +105,9 @@ def load_rules(*paths: str | os.PathLike, helpers: Mapping[str, Helper | Callabl
         if name in BUILTINS:
             raise GaweeError(f"helper {name!r} would shadow the builtin of that name")
         compiled_helpers[name] = helper_builtin(name, h)
-    phases = [load_phase(f.read_text(), display_path(f), f.stem, compiled_helpers) for f in rule_files(paths)]
+    phases = [
+        load_phase(f.read_text(), display_path(f), f.stem, compiled_helpers, keep=True) for f in rule_files(paths)
+    ]
     return _number(phases)
 
 
@@ -128,8 +131,10 @@ def load_rules_text(
     return _number([load_phase(text, name, Path(name).stem, compiled)])
 
 
-def load_phase(text: str, file: str, name: str, helpers) -> Phase:
-    asts = parse_rules_cached(text, file)
+def load_phase(text: str, file: str, name: str, helpers, keep: bool = False) -> Phase:
+    """One phase from rule text; ``keep``: the text is a file's, whose parsed form is kept on disk
+    between processes (gawee.dsl.ast_cache) — not done for texts given directly, which are rarely loaded twice."""
+    asts = parse_rules_cached(text, file) if keep else parse_rules(text, file)
     lines = text.splitlines()
     rules = []
     for ast in asts:
