@@ -15,11 +15,10 @@ import sympy
 import torch
 
 from gawee.errors import EvaluationError, InferenceError
+from gawee.ir.registry import OPAQUE
 from gawee.ir.symbolic import dim
 from gawee.ir.types import DType
 from gawee.ops.base import Attr, OpDef, Operand, register
-
-OPAQUE = "aten"
 
 _TAGS = {
     "$dtype": (torch.dtype, lambda v: DType.from_torch(v).value, lambda s: DType.parse(s).torch),
