@@ -18,6 +18,7 @@ import torch
 
 from gawee.dsl import ast as A
 from gawee.dsl.compiler import Rule
+from gawee.dsl.matcher import AttrList, AttrLit, AttrVar, LitM, OpM, VarM
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import has_symbols
@@ -26,7 +27,6 @@ from gawee.numerics import AWKWARD, CANCEL_MAGNITUDE, NONFINITE, fill, special_v
 from gawee.ops import OPAQUE, all_ops, get_op
 from gawee.ops import sampling as S
 from gawee.ops.base import REQUIRED
-from gawee.rewrite.matcher import AttrList, AttrLit, AttrVar, LitM, OpM, VarM
 
 FLOAT_DTYPES = [DType.f32, DType.f32, DType.f32, DType.f32, DType.f16, DType.bf16, DType.f64]
 """Dtype mix of the drawn examples (float32 most of the time)."""
@@ -726,9 +726,9 @@ def guard_verdict(rule: Rule, ex: Example) -> tuple[bool | None, list[str]]:
     blame whichever comes first in the text (`const(w) and x.rank == 4 and ...`) for draws where a
     later, rarer one is false as well, and the "most often false" hint would point at the wrong one."""
     from gawee.dsl.library import GuardFailed
+    from gawee.dsl.matcher import MatchContext
     from gawee.rewrite.context import RewriteContext
     from gawee.rewrite.driver import match_roots
-    from gawee.rewrite.matcher import MatchContext
 
     env: dict = {}
     for roots in match_roots(rule, ex.root, env, MatchContext()):
