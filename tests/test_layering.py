@@ -35,9 +35,6 @@ LAYERS: list[tuple[str, ...]] = [
 layer and those below."""
 
 ALLOWED: dict[tuple[str, str], str] = {
-    ("gawee.backend.kernels", "gawee.profile"): "time_call: timing belongs below the backend (gawee/machine.py)",
-    ("gawee.backend.torch_backend", "gawee.profile"): "NODE_META: the backend's own fx tag, defined in profile",
-    ("gawee.cache", "gawee.profile"): "cpu_info, cpu_name: machine facts belong below the cache (gawee/machine.py)",
     ("gawee.ops.nn", "gawee.backend.attention"): "torch lowering of attention: lowerings belong to the target",
     ("gawee.ops.nn", "gawee.backend.kernels"): "torch lowering of conv2d and linear: lowerings belong to the target",
     ("gawee.ops.nn", "gawee.backend.onednn"): "torch lowering of conv2d: lowerings belong to the target",

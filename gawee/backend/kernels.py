@@ -192,7 +192,7 @@ class _Linear:
 def gemm_flops_per_s(n: int = 1024, repeats: int = 5) -> dict[str, float]:
     """Each linear kernel's float32 FLOP/s on an ``n x n x n`` product (its fastest of ``repeats`` calls, after two
     untimed ones; torch's current threads): what the machine's GEMMs reach here."""
-    from gawee.profile import time_call
+    from gawee.machine import time_call
 
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)

@@ -33,7 +33,9 @@ from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import Sym, bind, has_symbols, symbols_of
 from gawee.ir.types import Layout, TensorType
 from gawee.ops import OpDef, get_op
-from gawee.profile import NODE_META
+
+NODE_META = "gawee_node"
+"""fx node meta key: the gawee node a kernel was lowered from (read by :mod:`gawee.profile`)."""
 
 
 @dataclass(frozen=True)
