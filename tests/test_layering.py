@@ -34,11 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
 """Each entry is one layer: the top-level modules or packages of gawee/ in it. A module may import its own
 layer and those below."""
 
-ALLOWED: dict[tuple[str, str], str] = {
-    ("gawee.ops.nn", "gawee.backend.attention"): "torch lowering of attention: lowerings belong to the target",
-    ("gawee.ops.nn", "gawee.backend.kernels"): "torch lowering of conv2d and linear: lowerings belong to the target",
-    ("gawee.ops.nn", "gawee.backend.onednn"): "torch lowering of conv2d: lowerings belong to the target",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 """Upward imports still to be removed, (importer, imported module) -> why it is still there. Empty is the goal."""
 
 

@@ -289,7 +289,7 @@ def measure_linear(
 
 
 def lower_linear(ctx) -> torch.fx.Node:
-    """``OpDef.lower_torch`` of ``linear``: the input as an ``M x K`` matrix, the kernel that
+    """The torch lowering of ``linear``: the input as an ``M x K`` matrix, the kernel that
     ``ctx.options.linear_kernel`` names or that measured fastest, the result viewed back to N-d."""
     x, w, b = (ctx.type(i) for i in range(3))
     out = ctx.node.output.type

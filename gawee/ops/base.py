@@ -145,9 +145,6 @@ class OpDef:
     """Draws a valid instance: ``sample(draw, slots, attrs) -> (operand types, attrs)``; see ops.sampling."""
     aten: tuple[AtenBinding | str, ...] = ()
     """ATen overloads that capture maps here; a plain string is a binding by names alone."""
-    lower_torch: Callable[[Any], Any] | None = None
-    """How a node runs in the torch backend: ``lower_torch(ctx)`` emits fx code through a
-    ``gawee.backend.torch_backend.TorchLowering``; None calls ``evaluate`` with the attributes bound."""
     onnx: str | Callable[[Any], Any] | None = None
     """How a node exports to ONNX: an ONNX op type taking the present operands as they are and no
     attributes, or ``onnx(ctx)`` emitting nodes through a ``gawee.backend.onnx.OnnxLowering``;
