@@ -147,3 +147,14 @@ def test_no_import_circle_spans_two_packages():
         if v not in index:
             visit(v)
     assert not circles, "import circles across packages:\n" + "\n".join(", ".join(c) for c in circles)
+
+
+def test_architecture_md_draws_these_layers():
+    """docs/architecture.md's "Layers" drawing lists LAYERS, top first."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drawing = text.split("## Layers", 1)[1].split("```", 2)[1]
+    drawn = [tuple(re.split(r",\s*", re.split(r"\s{2,}", line.strip())[0])) for line in drawing.strip().splitlines()]
+    drawn = [tuple("gawee" if n == "gawee (the public API)" else n for n in layer) for layer in drawn]
+    assert drawn == LAYERS[::-1]
