@@ -35,7 +35,7 @@ def cache_dir() -> Path:
 def machine() -> str:
     """This machine and torch as an answer depends on them: CPU model and flags, torch's version and build,
     the Python executable."""
-    from gawee.profile import cpu_info, cpu_name
+    from gawee.machine import cpu_info, cpu_name
 
     info = cpu_info()
     flags = info.get("flags", info.get("Features", ""))  # x86, Arm

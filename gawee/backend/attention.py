@@ -291,7 +291,7 @@ def problem(types, mask_type, constant: torch.Tensor | None, attrs) -> Problem |
 
 
 def lower_attention(ctx) -> torch.fx.Node:
-    """``OpDef.lower_torch`` of ``scaled_dot_product_attention``: aten's kernel, or oneDNN Graph's partition where
+    """The torch lowering of ``scaled_dot_product_attention``: aten's kernel, or oneDNN Graph's partition where
     it computes torch's result (:func:`problem`) and ``ctx.options.attention_kernel`` forces it or it measured
     faster."""
     forced = ctx.options.attention_kernel

@@ -1,6 +1,6 @@
 """to_torch: a Graph becomes a torch.fx.GraphModule that runs it, on oneDNN's fused kernels where torch has them.
 
-Each node lowers through its op's registry record: ``OpDef.lower_torch(ctx)`` when the
+Each node lowers through the torch target's table (:mod:`gawee.backend.lower_torch`): ``TORCH.get(op)(ctx)`` when the
 op has one (conv2d and linear pick oneDNN's fused, prepacked kernels; the opaque ``aten``
 op calls its recorded ATen overload), else the op's reference ``evaluate`` with the
 node's attributes bound. ``ctx`` is a :class:`TorchLowering`: the node, its lowered
@@ -28,12 +28,15 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from gawee.backend import kernels, layout
+from gawee.backend.lower_torch import TORCH
 from gawee.errors import GaweeError, IRError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import Sym, bind, has_symbols, symbols_of
 from gawee.ir.types import Layout, TensorType
 from gawee.ops import OpDef, get_op
-from gawee.profile import NODE_META
+
+NODE_META = "gawee_node"
+"""fx node meta key: the gawee node a kernel was lowered from (read by :mod:`gawee.profile`)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ one tensor)."""
 
 
 class TorchLowering:
-    """What ``OpDef.lower_torch`` sees for one node.
+    """What a torch lowering (:data:`gawee.backend.lower_torch.TORCH`) sees for one node.
 
     It returns the fx node computing the op's output (for a multi-output op, an fx node
     whose value is the sequence of outputs). Operands are lowered on demand, so a
@@ -336,7 +339,8 @@ class _Builder:
             opdef = get_op(node.op)
             ctx = TorchLowering(self, node, opdef)
             known = len(self.fx.nodes)
-            result = opdef.lower_torch(ctx) if opdef.lower_torch is not None else ctx.reference()
+            lower = TORCH.get(node.op)
+            result = lower(ctx) if lower is not None else ctx.reference()
             for i, n in enumerate(reversed(self.fx.nodes)):  # the kernels of this node, for gawee.profile
                 if i >= len(self.fx.nodes) - known:
                     break

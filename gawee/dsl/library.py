@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from gawee.dsl import kinds as K
-from gawee.equivalence import TOLERANCE
 from gawee.ir.core import Value
 from gawee.ir.types import DType
+from gawee.numerics import TOLERANCE
 from gawee.ops import get_op
 from gawee.rewrite.constants import all_finite
 
