@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import platform
 import sys
 from functools import cache
@@ -24,11 +23,7 @@ from pathlib import Path
 
 import torch
 
-
-def cache_dir() -> Path:
-    """Where answers are kept: ``$XDG_CACHE_HOME/gawee``, else ``~/.cache/gawee``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gawee"
+from gawee.resources import cache_dir
 
 
 @cache

@@ -1341,6 +1341,26 @@ def _batch_norm_training_onnx(c):
     return [y, c.emit("Reshape", mean, channels), c.emit("Reshape", rstd, channels)]
 
 
+def _batch_norm_training_mlir(c):
+    """Mean and biased variance over every dim but 1, then the per-channel weight and bias; the statistics
+    in float32 for f16/bf16 inputs, as the reference computes them."""
+    t = c.x(0)
+    stats = c.outs[1].dtype
+    x = c.convert(t, stats)
+    dims = [d for d in range(t.rank) if d != 1]
+    count = math.prod(t.shape[d] for d in dims)
+    mean = c.div(c.reduce(x, dims, "add", keepdim=True), count)
+    d = c.sub(x, mean)
+    var = c.div(c.reduce(c.mul(d, d), dims, "add", keepdim=True), count)
+    rstd = c.unary("stablehlo.rsqrt", c.add(var, c.attrs["eps"]))
+    y = c.convert(c.mul(d, rstd), t.dtype)
+    for i, op in ((1, c.mul), (2, c.add)):
+        if c.arity > i and c.x(i) is not None:
+            y = op(y, c.broadcast_dims(c.convert(c.x(i), t.dtype), t.shape, [1]))
+    channels = (t.shape[1],)
+    return [y, c.reshape(mean, channels), c.reshape(rstd, channels)]
+
+
 register(
     OpDef(
         "batch_norm_training",
@@ -1351,6 +1371,7 @@ register(
         flops=per_element(5),
         sample=_bn_training_sample,
         onnx=_batch_norm_training_onnx,
+        mlir=_batch_norm_training_mlir,
         aten=(
             AtenBinding(
                 "aten._native_batch_norm_legit.no_stats", fixed={"training": True}, drop=frozenset({"momentum"})
