@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch.utils import _pytree as pytree
 
+from gawee.backend import isolation
 from gawee.backend.allocator import keep_freed_memory
+from gawee.backend.isolation import Tried
 from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.equivalence import (
     TOLERANCE,
@@ -27,6 +31,8 @@ from gawee.ir.symbolic import draw_values, example_values, symbols_of
 from gawee.ir.types import DType, TensorType
 from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet
+
+logger = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnxruntime", "onednn_graph", "onednn", "auto", "iree")
 """gawee.compile's backends: the torch lowering (oneDNN/MKL kernels chosen per shape), ONNX Runtime on
@@ -211,7 +217,7 @@ def compile(
         flat_expected = [x for x in flat_expected if isinstance(x, torch.Tensor)]
     choice = None
     if backend == "iree":
-        module = _lower_iree(optimized, structure, mlir_path, vmfb_path)
+        module = _lower_iree(optimized, structure, mlir_path, vmfb_path, list(example_inputs))
     elif backend == "onnxruntime":
         from gawee.backend.ort import OrtModule
 
@@ -219,7 +225,10 @@ def compile(
     elif backend == "onednn_graph":
         from gawee.backend.onednn_graph import OneDNNGraphModule
 
-        module = OneDNNGraphModule(optimized, list(example_inputs), output_structure=structure)
+        xs = list(example_inputs)
+        module = _built_apart(
+            "onednn_graph", optimized, lambda: OneDNNGraphModule(optimized, xs, output_structure=structure), xs
+        )
     elif backend == "onednn":
         module, choice = _onednn(optimized, structure, list(example_inputs), flat_expected, layout)
     else:
@@ -318,6 +327,15 @@ def _runtimes(
             whys[runtime] = why_not(name)
         if whys[runtime] is not None:  # the runtime cannot run this graph at all: said once
             not_candidates[runtime] = whys[runtime]
+    names = [name for name in names if whys[name.partition(":")[0]] is None]
+    # A runtime that could crash the process is built, run and checked in a child first (all of them at once);
+    # only those that survive with the model's outputs are built here.
+    risky = [name for name in names if name.partition(":")[0] in ISOLATED]
+    trials = _apart({name: functools.partial(_candidate_why, graph.name, name, build, expected, xs) for name in risky})
+    for name in names:
+        trial = trials.get(name)
+        if trial is not None and (trial.died or trial.error or trial.answer):
+            not_candidates[name] = _trial_why(trial)
             continue
         module, checks[name], why = _candidate(graph.name, name, lambda: build(name), expected, xs)
         if why is None:
@@ -325,6 +343,69 @@ def _runtimes(
         else:
             not_candidates[name] = why
     return modules, checks, not_candidates
+
+
+ISOLATED = ("onednn_graph", "onednn", "iree")
+"""The runtimes built and first run in a child process on the user's graph (:mod:`gawee.backend.isolation`), and
+in the user's process only once that child survived: each runs native code on the graph that Python cannot stop
+from aborting the process — TorchScript's oneDNN Graph fuser (which aborted on timm's VOLO class attention with
+``munmap_chunk(): invalid pointer``), oneDNN's primitives and gawee's own C kernels called through ctypes on
+addresses gawee computes, IREE's compiled module. The torch lowering and ONNX Runtime are not tried apart: torch's
+operators and an ORT session check what they are given and raise (the torch lowering's attention partitions are
+oneDNN Graph's, and are tried apart in :mod:`gawee.backend.attention`)."""
+
+TRIAL_TIMEOUT_S = 300.0
+"""A child trying a runtime (on one thread, :mod:`gawee.backend.isolation`) that has not answered after this long
+is killed, and the runtime dropped as if it had crashed: a hang is as fatal to the user as a crash."""
+
+
+def _apart(work: dict[str, Callable[[], str | None]]) -> dict[str, Tried]:
+    """Each of ``work`` tried in a child process (:func:`gawee.backend.isolation.tried`); where the OS has no
+    ``fork``, each is said to have died untried: a runtime that could crash the process is then never built."""
+    if not work:
+        return {}
+    if not isolation.supported():
+        untried = "it could not be tried apart from this process first (this OS has no fork)"
+        return {name: Tried(died=untried) for name in work}
+    tried = isolation.tried(work, timeout_s=TRIAL_TIMEOUT_S)
+    for name, trial in tried.items():
+        if trial.died:
+            logger.info("%s died in its trial process and is not built: %s", name, trial.died)
+    return tried
+
+
+def _trial_why(trial: Tried) -> str:
+    """Why a runtime's trial (:func:`_apart`) drops it: the child died, or the runtime failed or computed other
+    outputs there."""
+    if trial.died and trial.died.startswith("no answer"):
+        return f"its trial process gave {trial.died} and was killed"
+    if trial.died:
+        return f"it crashed on this graph in a trial process ({trial.died}), so it was not built in this one"
+    return trial.error or trial.answer or ""
+
+
+def _candidate_why(name: str, runtime: str, build, expected: list, xs: list) -> str | None:
+    """In a trial process: why ``runtime`` is no candidate (:func:`_candidate`), or None."""
+    return _candidate(name, runtime, lambda: build(runtime), expected, xs)[2]
+
+
+def _built_apart(runtime: str, graph: Graph, build, xs: list):
+    """``build()``, a runtime's module of ``graph`` asked for by name, once a child built it and ran it on ``xs``
+    (:data:`ISOLATED`); GaweeError when that child died. A failure there that raises is left to the build here,
+    which raises it with its own type."""
+    trial = _apart({runtime: functools.partial(_runs, build, xs)})[runtime]
+    if trial.died:
+        raise GaweeError(
+            f"the {runtime} runtime cannot run {graph.name}: {_trial_why(trial)}",
+            hint='use backend="torch" (or "auto", which drops a runtime that crashes), and report the model',
+        )
+    return build()
+
+
+def _runs(build, xs: list) -> None:
+    """``build()`` called once on ``xs``: a trial of a runtime's module (:func:`_built_apart`)."""
+    with torch.no_grad():
+        build()(*xs)
 
 
 def _onednn(graph: Graph, structure, xs: list, expected: list, layout: str) -> tuple[object, BackendChoice]:
@@ -457,22 +538,27 @@ def _candidate(
         return None, [], f"its outputs differ from the model's: {e.message}"
 
 
-def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path):
+def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path, xs: list):
     """lower_mlir, then IREE for the host CPU; the artifacts asked for are written atomically (with external
-    weights, their parameter archive too: :func:`gawee.backend.mlir.write_artifacts`)."""
+    weights, their parameter archive too: :func:`gawee.backend.mlir.write_artifacts`). The compiled module is loaded
+    and run on ``xs`` in a child process before it is loaded here (:func:`_built_apart`)."""
     from gawee.backend.mlir import IreeModule, compile_iree, lower_mlir, write_artifacts
 
     lowered = lower_mlir(graph)
     write_artifacts(lowered, None, mlir_path, None, parameters=vmfb_path is None)  # the text, even if IREE rejects it
     vmfb = compile_iree(lowered.text)
     write_artifacts(lowered, vmfb, None, vmfb_path)
-    return IreeModule(
-        vmfb,
-        [v.type for v in graph.inputs],
-        [v.type for v in graph.outputs],
-        output_structure=structure,
-        parameters=lowered.parameters or None,
-    )
+
+    def build():
+        return IreeModule(
+            vmfb,
+            [v.type for v in graph.inputs],
+            [v.type for v in graph.outputs],
+            output_structure=structure,
+            parameters=lowered.parameters or None,
+        )
+
+    return _built_apart("iree", graph, build, xs)
 
 
 def _check_rewrite(graph: Graph, optimized: Graph, inputs: list | None) -> EquivalenceReport:
