@@ -354,20 +354,13 @@ addresses gawee computes, IREE's compiled module. The torch lowering and ONNX Ru
 operators and an ORT session check what they are given and raise (the torch lowering's attention partitions are
 oneDNN Graph's, and are tried apart in :mod:`gawee.backend.attention`)."""
 
-TRIAL_TIMEOUT_S = 300.0
-"""A child trying a runtime (on one thread, :mod:`gawee.backend.isolation`) that has not answered after this long
-is killed, and the runtime dropped as if it had crashed: a hang is as fatal to the user as a crash."""
-
 
 def _apart(work: dict[str, Callable[[], str | None]]) -> dict[str, Tried]:
-    """Each of ``work`` tried in a child process (:func:`gawee.backend.isolation.tried`); where the OS has no
-    ``fork``, each is said to have died untried: a runtime that could crash the process is then never built."""
+    """Each of ``work`` tried in a child process (:func:`gawee.backend.isolation.tried`; where the OS has no
+    ``fork``, each is said to have died untried: a runtime that could crash the process is then never built)."""
     if not work:
         return {}
-    if not isolation.supported():
-        untried = "it could not be tried apart from this process first (this OS has no fork)"
-        return {name: Tried(died=untried) for name in work}
-    tried = isolation.tried(work, timeout_s=TRIAL_TIMEOUT_S)
+    tried = isolation.tried(work)
     for name, trial in tried.items():
         if trial.died:
             logger.info("%s died in its trial process and is not built: %s", name, trial.died)
@@ -377,10 +370,8 @@ def _apart(work: dict[str, Callable[[], str | None]]) -> dict[str, Tried]:
 def _trial_why(trial: Tried) -> str:
     """Why a runtime's trial (:func:`_apart`) drops it: the child died, or the runtime failed or computed other
     outputs there."""
-    if trial.died and trial.died.startswith("no answer"):
-        return f"its trial process gave {trial.died} and was killed"
     if trial.died:
-        return f"it crashed on this graph in a trial process ({trial.died}), so it was not built in this one"
+        return f"{trial.why}, so it was not built in this process"
     return trial.error or trial.answer or ""
 
 

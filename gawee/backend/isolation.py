@@ -21,10 +21,12 @@ child. Where ``fork`` is missing (Windows), :func:`supported` is False and nothi
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import selectors
 import signal
+import sys
 import tempfile
 import time
 import warnings
@@ -35,12 +37,15 @@ import torch
 
 from gawee.errors import first_line
 
+TIMEOUT_S = 300.0
+"""A child (on one thread) that has not answered after this long is killed, and its work taken for one that
+crashed: a hang is as fatal to the user as a crash."""
+
 STDERR_CHARS = 200
 """The last stderr line of a child that died is cut here."""
 
 ERROR_EXIT = 70
-"""A child's exit status when its work raised (the exception's first line is its answer) or it could not write
-its answer."""
+"""A child's exit status when it could not write its answer."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,15 @@ class Tried:
     """The first line of the exception the work raised, if it raised (the child then exits normally)."""
     seconds: float = 0.0
 
+    @property
+    def why(self) -> str:
+        """The child's death as a clause (``it crashed in a trial process (SIGABRT: ...)``), or ""."""
+        if self.died is None:
+            return ""
+        if self.died.startswith("no "):  # no answer in time, no process started
+            return f"its trial process gave {self.died}" if self.died.startswith("no answer") else self.died
+        return f"it crashed in a trial process ({self.died})"
+
 
 def supported() -> bool:
     """Whether work can be tried apart from this process here (the OS has ``fork``)."""
@@ -63,28 +77,31 @@ def supported() -> bool:
 
 
 def tried(
-    work: dict[str, Callable[[], str | None]], *, timeout_s: float, parallel: int | None = None
+    work: dict[str, Callable[[], str | None]], *, timeout_s: float = TIMEOUT_S, parallel: int | None = None
 ) -> dict[str, Tried]:
     """Each of ``work`` (name → a callable returning text or None) run in a child process of its own, at most
     ``parallel`` at a time (default: this process's thread count), each given ``timeout_s`` seconds; name → how it
-    went. Raises RuntimeError where the OS has no ``fork`` (:func:`supported`)."""
+    went. Where the OS has no ``fork`` (:func:`supported`) nothing runs, and each is said to have died: work that
+    could crash the process is then never done in it."""
     if not supported():
-        raise RuntimeError("this OS has no fork: work cannot be tried in a child process")
+        return {name: Tried(died="no trial process could be started (this OS has no fork)") for name in work}
     parallel = max(1, parallel or torch.get_num_threads())
     pending = list(work.items())
     running: dict[int, _Child] = {}  # pipe's read end -> child
     done: dict[str, Tried] = {}
-    with selectors.DefaultSelector() as selector:
+    with selectors.DefaultSelector() as selector, _reaping(running):
         while pending or running:
             while pending and len(running) < parallel:
                 name, fn = pending.pop(0)
                 try:
                     child = _Child.start(name, fn, timeout_s)
                 except OSError as e:
-                    done[name] = Tried(died=f"no trial process could be started: {e}")
+                    done[name] = Tried(died=f"no trial process could be started ({e})")
                     continue
                 running[child.fd] = child
                 selector.register(child.fd, selectors.EVENT_READ, child)
+            if not running:  # none could be started
+                continue
             wait = min(c.deadline for c in running.values()) - time.monotonic()
             for key, _ in selector.select(timeout=max(0.0, wait)):
                 child = key.data
@@ -97,6 +114,16 @@ def tried(
                 selector.unregister(child.fd)
                 done[child.name] = running.pop(child.fd).finish(timed_out=timeout_s)
     return {name: done[name] for name in work}
+
+
+@contextlib.contextmanager
+def _reaping(running: dict[int, _Child]):
+    """Kill and reap the children still ``running`` when the caller is interrupted (KeyboardInterrupt)."""
+    try:
+        yield
+    finally:
+        for child in running.values():
+            child.finish(timed_out=0.0)
 
 
 @dataclass
@@ -162,13 +189,15 @@ class _Child:
 
 
 def _run_child(fn: Callable[[], str | None], write: int, log: int) -> None:
-    """The child's whole life: stdout and stderr to ``log``, one thread, ``fn()``'s answer (or the first line of
-    what it raised) to the pipe ``write``, then ``os._exit`` — the caller's code (its ``finally`` blocks, atexit
-    handlers, a test runner) never runs in the child."""
+    """The child's whole life: stdout and stderr (the descriptors and Python's streams) to ``log``, one thread,
+    ``fn()``'s answer (or the first line of what it raised) to the pipe ``write``, then ``os._exit`` — the caller's
+    code (its ``finally`` blocks, atexit handlers, a test runner) never runs in the child."""
     status = ERROR_EXIT
     try:
         os.dup2(log, 1)
         os.dup2(log, 2)
+        sys.stdout = sys.stderr = open(log, "w", buffering=1, closefd=False)  # noqa: SIM115 (lives as the child)
+        faulthandler.disable()  # its dump of a crash would hide the crash's own last line (and reach a terminal)
         torch.set_num_threads(1)  # the parent's OpenMP workers do not exist here (module docstring)
         try:
             message = {"answer": fn()}
