@@ -14,6 +14,7 @@ from torch.utils import _pytree as pytree
 
 from gawee.backend import isolation
 from gawee.backend.allocator import keep_freed_memory
+from gawee.backend.host import OutputStructure
 from gawee.backend.isolation import Tried
 from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.equivalence import (
@@ -25,7 +26,7 @@ from gawee.equivalence import (
     verify_equivalent,
 )
 from gawee.errors import EquivalenceError, GaweeError, first_line
-from gawee.frontend.capture import capture
+from gawee.frontend.capture import capture, example_args
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import draw_values, example_values, symbols_of
 from gawee.ir.types import DType, TensorType
@@ -116,7 +117,7 @@ class CompileReport:
 
 def compile(
     model: torch.nn.Module,
-    example_inputs: Sequence[torch.Tensor],
+    example_inputs,
     rules: RuleSet | None = None,
     *,
     options: TorchOptions | None = None,
@@ -125,7 +126,8 @@ def compile(
     vmfb_path: str | os.PathLike | None = None,
     dynamic_shapes=None,
 ):
-    """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
+    """``model`` captured on ``example_inputs`` (a tensor, a tuple or list of the model's positional inputs, or a dict
+    of its keyword inputs: :func:`gawee.capture`), rewritten by ``rules`` (default: the bundled ones),
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
     The whole-graph runtimes of the same graph — oneDNN Graph's compiled partitions, and oneDNN's primitives
     created once in each activation layout (:mod:`gawee.backend.dnnl`) — are built and timed against the lowered
@@ -194,7 +196,9 @@ def compile(
     allocator = keep_freed_memory() if options.keep_freed_memory else ""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
+    args, kwargs = example_args(example_inputs)
     graph = capture(model, example_inputs, dynamic_shapes=dynamic_shapes)
+    xs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]  # the graph's inputs
     seconds["capture"] = time.perf_counter() - t0
     if backend == "iree" and any(v.type.symbolic for v in graph.inputs):
         raise GaweeError(
@@ -207,17 +211,23 @@ def compile(
 
     t0 = time.perf_counter()
     with torch.no_grad():
-        expected = model(*example_inputs)
+        expected = model(*args, **kwargs)
     seconds["verify"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    flat_expected, structure = pytree.tree_flatten(expected)
-    if len(flat_expected) != len(optimized.outputs):
-        structure = None  # the model returns non-tensor leaves: give back the flat tuple of tensors
-        flat_expected = [x for x in flat_expected if isinstance(x, torch.Tensor)]
+    structure = OutputStructure.of(expected)  # every runtime returns what the model returns, classes included
+    flat_expected = [x for x in pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
+    if structure.tensors != len(optimized.outputs):  # tensors pytree cannot see: give back the graph's outputs
+        logger.warning(
+            "%s returns %d tensors that torch's pytree sees, its graph %d outputs: the module returns them as a tuple",
+            graph.name,
+            structure.tensors,
+            len(optimized.outputs),
+        )
+        structure = None
     choice = None
     if backend == "iree":
-        module = _lower_iree(optimized, structure, mlir_path, vmfb_path, list(example_inputs))
+        module = _lower_iree(optimized, structure, mlir_path, vmfb_path, xs)
     elif backend == "onnxruntime":
         from gawee.backend.ort import OrtModule
 
@@ -225,16 +235,15 @@ def compile(
     elif backend == "onednn_graph":
         from gawee.backend.onednn_graph import OneDNNGraphModule
 
-        xs = list(example_inputs)
         module = _built_apart(
             "onednn_graph", optimized, lambda: OneDNNGraphModule(optimized, xs, output_structure=structure), xs
         )
     elif backend == "onednn":
-        module, choice = _onednn(optimized, structure, list(example_inputs), flat_expected, layout)
+        module, choice = _onednn(optimized, structure, xs, flat_expected, layout)
     else:
         module = to_torch(optimized, options, output_structure=structure)
         if backend == "auto":
-            module, choice = _choose_runtime(optimized, module, structure, list(example_inputs), flat_expected)
+            module, choice = _choose_runtime(optimized, module, structure, xs, flat_expected)
     seconds["lower"] = time.perf_counter() - t0
 
     # One end-to-end check on the example inputs: the compiled rewritten graph against the model itself.
@@ -242,12 +251,12 @@ def compile(
     # and (symbolic shapes) to check the rewrite at sizes other than the example's.
     t0 = time.perf_counter()
     with torch.no_grad():
-        got = module(*example_inputs)
+        got = module(*xs)
     first_call_s = time.perf_counter() - t0
     try:
         checks = _check_backend(graph.name, flat_expected, pytree.tree_leaves(got), backend)
     except EquivalenceError:
-        _check_rewrite(graph, optimized, list(example_inputs))
+        _check_rewrite(graph, optimized, xs)
         raise
     equivalence = EquivalenceReport(checks)
     if any(v.type.symbolic for v in graph.inputs):
@@ -257,7 +266,7 @@ def compile(
     if backend == "torch" and options.whole_graph == "measure" and options.fused_kernels:
         t0 = time.perf_counter()
         module, choice, whole_checks = _whole_graph(
-            optimized, module, structure, list(example_inputs), flat_expected, first_call_s, sum(seconds.values())
+            optimized, module, structure, xs, flat_expected, first_call_s, sum(seconds.values())
         )
         checks = whole_checks or checks
         seconds["lower"] += time.perf_counter() - t0
@@ -547,6 +556,7 @@ def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path, xs: list):
             [v.type for v in graph.outputs],
             output_structure=structure,
             parameters=lowered.parameters or None,
+            input_names=[v.name for v in graph.inputs],
         )
 
     return _built_apart("iree", graph, build, xs)
