@@ -389,11 +389,11 @@ def _candidate_why(name: str, runtime: str, build, expected: list, xs: list) -> 
     return _candidate(name, runtime, lambda: build(runtime), expected, xs)[2]
 
 
-def _built_apart(runtime: str, graph: Graph, build, xs: list):
-    """``build()``, a runtime's module of ``graph`` asked for by name, once a child built it and ran it on ``xs``
-    (:data:`ISOLATED`); GaweeError when that child died. A failure there that raises is left to the build here,
-    which raises it with its own type."""
-    trial = _apart({runtime: functools.partial(_runs, build, xs)})[runtime]
+def _built_apart(runtime: str, graph: Graph, build, xs: list, trial_build=None):
+    """``build()``, a runtime's module of ``graph`` asked for by name, once a child built it (``trial_build()``, if
+    given) and ran it on ``xs`` (:data:`ISOLATED`); GaweeError when that child died. A failure there that raises is
+    left to the build here, which raises it with its own type."""
+    trial = _apart({runtime: functools.partial(_runs, trial_build or build, xs)})[runtime]
     if trial.died:
         raise GaweeError(
             f"the {runtime} runtime cannot run {graph.name}: {_trial_why(trial)}",
@@ -549,17 +549,20 @@ def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path, xs: list):
     vmfb = compile_iree(lowered.text)
     write_artifacts(lowered, vmfb, None, vmfb_path)
 
-    def build():
+    def build(driver: str = "local-task"):
         return IreeModule(
             vmfb,
             [v.type for v in graph.inputs],
             [v.type for v in graph.outputs],
             output_structure=structure,
+            driver=driver,
             parameters=lowered.parameters or None,
             input_names=[v.name for v in graph.inputs],
         )
 
-    return _built_apart("iree", graph, build, xs)
+    # The trial runs the same dispatches on IREE's synchronous driver: a forked child cannot use the task driver
+    # once this process has (IREE keeps one per process, and its worker threads are not in the child).
+    return _built_apart("iree", graph, build, xs, trial_build=functools.partial(build, "local-sync"))
 
 
 def _check_rewrite(graph: Graph, optimized: Graph, inputs: list | None) -> EquivalenceReport:

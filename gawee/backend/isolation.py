@@ -15,7 +15,9 @@ parallel region after the parent has used OpenMP waits forever for the parent's 
 DataLoader sets its forked workers to one thread for the same reason). Several children run at once instead,
 up to the caller's thread count, each on its own core. What the work measures there (a kernel race) is
 meaningless, but a race runs every candidate, so every kernel the caller's own build could pick has run in a
-child. Where ``fork`` is missing (Windows), :func:`supported` is False and nothing can be tried apart.
+child. A runtime with threads of its own has the same problem: IREE keeps one task driver per process, whose
+workers are not in a child either, so an IREE module is tried on IREE's synchronous driver (the same dispatches).
+Where ``fork`` is missing (Windows), :func:`supported` is False and nothing can be tried apart.
 """
 
 from __future__ import annotations

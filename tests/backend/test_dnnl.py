@@ -507,9 +507,9 @@ def test_a_lowering_refused_midway_leaves_no_step_behind(monkeypatch):
 def test_inputs_of_another_type_are_refused():
     model, x = nn.Conv2d(3, 8, 1).eval(), torch.randn(1, 3, 4, 4)
     module = DnnlModule(_graph(model, x))
-    with pytest.raises(ShapeOutOfRange, match=r"input x dimension 2 is 5, the graph needs 4 \(static\)"):
+    with pytest.raises(ShapeOutOfRange, match=r"input input dimension 2 is 5, the graph needs 4 \(static\)"):
         module(torch.randn(1, 3, 5, 5))
-    with pytest.raises(InputError, match=r"input x is f64\[1,3,4,4\], the graph takes f32\[1,3,4,4\]"):
+    with pytest.raises(InputError, match=r"input input is f64\[1,3,4,4\], the graph takes f32\[1,3,4,4\]"):
         module(x.double())
 
 
