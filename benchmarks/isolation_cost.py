@@ -5,9 +5,9 @@
 
 ``gawee.compile`` builds oneDNN Graph's runtime, oneDNN's primitives and the torch lowering's attention partitions in
 forked children first (gawee.backend.isolation); while they run the compile waits. Per model, in a fresh process:
-the whole compile's wall time, the part spent waiting on trial children (what isolation adds, beside the second build
-of each runtime that survives, which is inside the rest), the children's CPU time, and each trial. benchmarks/README.md,
-"Crash isolation", has figures.
+the whole compile's wall and CPU time, the part spent waiting on trial children (what isolation adds, beside the
+second build of each runtime that survives, which is inside the rest), the children's CPU time, and each child's.
+benchmarks/README.md, "Crash isolation", has figures.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def measure(name: str) -> str:
     def timed(work, **kwargs):
         t0 = time.perf_counter()
         result = tried(work, **kwargs)
-        trials.append((", ".join(work), time.perf_counter() - t0, [t.died for t in result.values()]))
+        trials.append((result, time.perf_counter() - t0))
         return result
 
     isolation.tried = timed
@@ -59,12 +59,16 @@ def measure(name: str) -> str:
     before, t0 = os.times(), time.perf_counter()
     module = gawee.compile(model, inputs)
     total, after = time.perf_counter() - t0, os.times()
-    waited = sum(s for _, s, _ in trials)
+    waited = sum(s for _, s in trials)
     children = after.children_user + after.children_system - before.children_user - before.children_system
-    each = "; ".join(f"{w} {s:.2f} s{' (died)' if any(d) else ''}" for w, s, d in trials)
+    own = after.user + after.system - before.user - before.system
+    each = ", ".join(
+        f"{name} {t.seconds:.1f} s{' (died)' if t.died else ''}" for result, _ in trials for name, t in result.items()
+    )
     return (
-        f"{name}: compile {total:.1f} s, waiting on trial children {waited:.2f} s ({100 * waited / total:.0f}%), "
-        f"their CPU {children:.1f} s [{each}]; runtime: {module.gawee_report.backend}"
+        f"{name}: compile {total:.1f} s ({own:.1f} s of CPU), waiting on trial children {waited:.1f} s "
+        f"({100 * waited / total:.0f}%), their CPU {children:.1f} s; each child: {each}; "
+        f"runtime: {module.gawee_report.backend}"
     )
 
 

@@ -160,11 +160,16 @@ def compile(
     itself, within the per-dtype tolerance. Only when it fails are the captured and rewritten graphs
     interpreted (:func:`gawee.verify_equivalent`), to say whether the rewrite or the lowering is at
     fault; ``gawee-rewrite optimize`` checks each rewrite more thoroughly (:func:`gawee.verify_rewrite`).
-    The module returns what the model returns (same nesting) and
+    Whichever runtime it is, the module takes the model's inputs by position or by name, checks them on every
+    call (:class:`gawee.backend.host.InputSignature`: InputError or ShapeOutOfRange naming the input), returns
+    what the model returns (:class:`gawee.backend.host.OutputStructure`: same nesting, same classes) and
     carries a :class:`CompileReport` as ``module.gawee_report``. The model is put in eval
     mode and its weights are frozen into the module: later edits to them are not seen.
-    Raises CaptureError when torch.export cannot capture the model and EquivalenceError
-    when a check fails.
+    The runtimes that run native code a crash of which would take the process down (:data:`ISOLATED`) are built
+    and run in a child process first, and built here only once it survived: a runtime whose child died is no
+    candidate (the report says why), one asked for by name raises GaweeError.
+    Raises CaptureError when torch.export cannot capture the model (or ``example_inputs`` is not a tensor, a tuple
+    or list, or a dict) and EquivalenceError when a check fails.
 
     ``dynamic_shapes`` (torch.export's spec, e.g. ``{"x": {0: torch.export.Dim("batch", max=64)}}``)
     makes the marked dimensions symbolic: the module then runs every size in their ranges without

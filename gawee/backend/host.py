@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,87 +26,49 @@ class InputSignature:
     symbols equal to what the others give (:func:`gawee.ir.symbolic.bind`). Inputs come by position, or by name as
     keywords (the names torch.export gave them: the forward's parameter names).
 
-    The call is checked on each call, so what can be is computed here: the dtypes, the static shapes, where each
-    symbol is read and the formulas of the other dimensions. A call that passes costs a comparison per input (a
-    symbolic one, a lookup per dimension); only a failing call builds its message (:meth:`refuse`). Raises
+    The check runs on every call, so everything that can be is decided here: the check is a Python function written
+    for these types (:func:`_check_source`: straight-line comparisons of each input's dtype and shape with
+    constants, each symbol read where it stands alone), so a call that passes costs about the reads of each input's
+    dtype and shape. Only a failing call builds its message (:meth:`refuse`). Raises
     :class:`gawee.errors.InputError` (a TypeError) for a wrong count, name, kind or dtype and
     :class:`gawee.ir.symbolic.ShapeOutOfRange` (a ValueError) for a wrong rank or size, each one line saying
     which input and what the graph takes.
 
     Called with the inputs (``signature(*inputs)``), it checks them and returns the symbols' values in the order of
-    :attr:`symbols`: the torch lowering calls it as its first node (``check_inputs``) and reads sizes from it."""
-
-    __name__ = "check_inputs"  # fx names a call's target by its module and name
-    __qualname__ = __name__
-    __module__ = "gawee"
+    :attr:`symbols`; :meth:`inputs` takes a call's positional and keyword arguments. The torch lowering calls
+    :meth:`inputs` as its first node and reads sizes from :meth:`values`."""
 
     def __init__(self, names: Sequence[str], types: Sequence[TensorType]):
         self.names = tuple(names)
         self.types = tuple(types)
         self.symbols: tuple[Sym, ...] = tuple(sorted(symbols_of(self.types), key=lambda s: s.name))
         """The symbols of the input shapes, in the order the call returns their values."""
-        self._count = len(self.types)
-        self._expected = tuple((t.dtype.torch, t.rank if t.symbolic else torch.Size(t.shape)) for t in self.types)
-        """Each input's dtype and shape (a symbolic one's rank: its dimensions are checked one by one)."""
         self._position = {name: i for i, name in enumerate(self.names)}
-        plan = _symbolic_plan(self.types, self.symbols)
-        self._reads, self._ranges, self._same, self._static, self._formulas = plan
-        if not self._reads and self.symbols:  # some symbol stands alone nowhere: bind says so on every call
-            self._count = -1
+        self._reads = _reads(self.types, self.symbols)
+        source, constants = _check_source(self.types, self.symbols, self._reads)
+        namespace = {**constants, "refuse": self.refuse}
+        exec(compile(source, "<gawee check_inputs>", "exec"), namespace)  # the source holds only indices and ints
+        self.check: Callable[..., tuple[int, ...]] = namespace["check_inputs"]
+        """The check itself: ``check(*inputs)``, the symbols' values."""
 
     @classmethod
     def of(cls, graph) -> InputSignature:
         """The signature of ``graph``'s inputs."""
         return cls([v.name for v in graph.inputs], [v.type for v in graph.inputs])
 
+    def __call__(self, *inputs: Any) -> tuple[int, ...]:
+        return self.check(*inputs)
+
     def inputs(self, args: tuple, kwargs: dict[str, Any]) -> tuple:
         """The inputs of a call ``module(*args, **kwargs)`` in the graph's order, checked."""
         if kwargs:
             args = self._by_name(args, kwargs)
-        self(*args)
+        self.check(*args)
         return args
 
     def values(self, inputs: Sequence[torch.Tensor]) -> tuple[int, ...]:
         """The symbols' values in ``inputs`` (checked already), in the order of :attr:`symbols`."""
         return tuple([inputs[i].shape[d] for i, d in self._reads])
-
-    def __call__(self, *inputs: Any) -> tuple[int, ...]:
-        if len(inputs) != self._count:
-            self.refuse(inputs)
-        if self._reads:
-            return self._symbolic(inputs)
-        try:
-            for x, (dtype, shape) in zip(inputs, self._expected):
-                if x.dtype is not dtype or x.shape != shape:
-                    self.refuse(inputs)
-        except AttributeError:  # not a tensor
-            self.refuse(inputs)
-        return ()
-
-    def _symbolic(self, inputs: tuple) -> tuple[int, ...]:
-        """The check of symbolic input shapes: each rank, each symbol read where it stands alone and in its range,
-        every other dimension equal to what the symbols give; the symbols' values."""
-        try:
-            shapes = [x.shape for x in inputs]
-            for x, size, (dtype, shape) in zip(inputs, shapes, self._expected):
-                if x.dtype is not dtype or (size != shape if type(shape) is torch.Size else len(size) != shape):
-                    self.refuse(inputs)
-        except AttributeError:  # not a tensor
-            self.refuse(inputs)
-        values = tuple([shapes[i][d] for i, d in self._reads])
-        for v, (lo, hi) in zip(values, self._ranges):
-            if v < lo or v > hi:
-                self.refuse(inputs)
-        for i, d, k in self._same:
-            if shapes[i][d] != values[k]:
-                self.refuse(inputs)
-        for i, d, n in self._static:
-            if shapes[i][d] != n:
-                self.refuse(inputs)
-        for i, d, formula in self._formulas:
-            if shapes[i][d] != formula(*values):
-                self.refuse(inputs)
-        return values
 
     def refuse(self, inputs: Sequence[Any]) -> None:
         """Raise the error that says why ``inputs`` are not this signature's (the first input at fault)."""
@@ -121,11 +83,16 @@ class InputSignature:
                 got = f"{_dtype_text(x.dtype)}[{','.join(map(str, x.shape))}]"
                 raise InputError(f"input {name} is {got}, the graph takes {_text(t)}")
         bind(list(zip(self.names, (t.shape for t in self.types))), [x.shape for x in inputs])  # raises
-        got = ", ".join(f"{n} {list(x.shape)}" for n, x in zip(self.names, inputs))  # the plan and bind disagree
+        got = ", ".join(f"{n} {list(x.shape)}" for n, x in zip(self.names, inputs))  # the check and bind disagree
         raise ShapeOutOfRange(f"the inputs ({got}) do not fit the graph's ({', '.join(map(_text, self.types))})")
 
     def _by_name(self, args: tuple, kwargs: dict[str, Any]) -> tuple:
         """``args`` then ``kwargs`` placed by name."""
+        if not args and len(kwargs) == len(self.names):  # every input by name: module(**inputs)
+            try:
+                return tuple([kwargs[name] for name in self.names])
+            except KeyError:
+                pass  # a name that is not an input's: said below
         placed: list[Any] = [*args, *[_MISSING] * (len(self.names) - len(args))]
         for name, x in kwargs.items():
             i = self._position.get(name)
@@ -139,40 +106,78 @@ class InputSignature:
             raise InputError(f"input {', '.join(missing)} is missing (the graph takes {', '.join(self.names)})")
         return tuple(placed)
 
-    def __repr__(self) -> str:
-        return "check_inputs"
-
 
 _MISSING = object()
 
 
-def _symbolic_plan(types: Sequence[TensorType], symbols: Sequence[Sym]):
-    """For a check of symbolic input shapes: where each symbol is read (its first bare occurrence: input, dim), its
-    range (``hi`` unbounded: infinite), and the other dimensions of the symbolic inputs, each with what it must
-    equal — a symbol's value (by index), a static size, a formula of the symbols' values. All empty where the shapes
-    are static, or where some symbol stands alone nowhere (it cannot be solved from the inputs)."""
-    reads: dict[Sym, tuple[int, int]] = {}
+def _reads(types: Sequence[TensorType], symbols: Sequence[Sym]) -> list[tuple[int, int]] | None:
+    """Where each symbol is read: its first bare occurrence (input, dim), in the order of ``symbols``; None where some
+    symbol stands alone nowhere (it cannot be solved from the inputs: every call is refused, :func:`bind` says so)."""
+    found: dict[Sym, tuple[int, int]] = {}
     for i, t in enumerate(types):
         for d, size in enumerate(t.shape):
             if isinstance(size, Sym):
-                reads.setdefault(size, (i, d))
-    if not symbols or any(s not in reads for s in symbols):
-        return (), (), (), (), ()
-    order = {s: k for k, s in enumerate(symbols)}
-    at = set(reads.values())
-    same, static, formulas = [], [], []
+                found.setdefault(size, (i, d))
+    if any(s not in found for s in symbols):
+        return None
+    return [found[s] for s in symbols]
+
+
+def _check_source(types: Sequence[TensorType], symbols: Sequence[Sym], reads) -> tuple[str, dict[str, Any]]:
+    """The source of ``check_inputs(*inputs)`` for inputs of ``types`` — it returns the symbols' values, or calls
+    ``refuse(inputs)`` — and the constants it reads (dtypes, static shapes, ranges, formulas), by name. Inputs are
+    ``x0``..., their shapes ``s0``..., symbols' values ``v0``...; nothing of the graph but numbers is in the text."""
+    constants: dict[str, Any] = {}
+    n = len(types)
+    tests = []
     for i, t in enumerate(types):
-        for d, size in enumerate(t.shape if t.symbolic else ()):  # a static input is compared whole
-            if (i, d) in at:
-                continue
-            if isinstance(size, Sym):
-                same.append((i, d, order[size]))
-            elif isinstance(size, int):
-                static.append((i, d, size))
-            else:
-                formulas.append((i, d, SizeFormula(size, list(symbols))))
-    ranges = [(s.lo, math.inf if s.hi is None else s.hi) for s in symbols]
-    return [reads[s] for s in symbols], ranges, same, static, formulas
+        constants[f"D{i}"] = t.dtype.torch
+        tests.append(f"x{i}.dtype is D{i}")
+        if t.symbolic:
+            tests.append(f"len(s{i}) == {t.rank}")
+        else:
+            constants[f"S{i}"] = torch.Size(t.shape)
+            tests.append(f"s{i} == S{i}")
+    sizes = []  # the symbolic inputs' other dimensions, once the symbols are read
+    if reads is not None:
+        order = {s: k for k, s in enumerate(symbols)}
+        for k, s in enumerate(symbols):
+            constants[f"L{k}"], constants[f"H{k}"] = s.lo, math.inf if s.hi is None else s.hi
+            sizes.append(f"L{k} <= v{k} <= H{k}")
+        for i, t in enumerate(types):
+            for d, size in enumerate(t.shape if t.symbolic else ()):
+                if (i, d) in reads:
+                    continue
+                if isinstance(size, Sym):
+                    sizes.append(f"s{i}[{d}] == v{order[size]}")
+                elif isinstance(size, int):
+                    sizes.append(f"s{i}[{d}] == {size}")
+                else:
+                    constants[f"F{i}_{d}"] = SizeFormula(size, list(symbols))
+                    sizes.append(f"s{i}[{d}] == F{i}_{d}({', '.join(f'v{k}' for k in range(len(symbols)))})")
+    xs = "".join(f"x{i}, " for i in range(n))
+    body = [f"({xs}) = inputs", *(f"s{i} = x{i}.shape" for i in range(n))]
+    if reads is None:  # a symbol no input gives alone: refused below, by bind's message
+        body.append("pass")
+    else:
+        body.append(f"if {' and '.join(tests) or 'True'}:")
+        values = "".join(f"v{k}, " for k in range(len(reads)))
+        reading = [f"v{k} = s{i}[{d}]" for k, (i, d) in enumerate(reads)]
+        inner = ["    " + line for line in reading]
+        if sizes:
+            inner += [f"    if {' and '.join(sizes)}:", f"        return ({values})"]
+        else:
+            inner.append(f"    return ({values})")
+        body += inner
+    lines = [
+        "def check_inputs(*inputs):",
+        "    try:",
+        *("        " + line for line in body),
+        "    except (AttributeError, ValueError):  # not a tensor; another number of inputs",
+        "        pass",
+        "    refuse(inputs)",
+    ]
+    return "\n".join(lines) + "\n", constants
 
 
 class SizeFormula:
