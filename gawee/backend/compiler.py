@@ -458,8 +458,9 @@ and its share of the timing rounds, which the measurement's time budget bounds o
 (:data:`gawee.backend.measure.BUDGET_S`) but not on long ones (three rounds at least). Not counted either: building
 ``onednn:per_conv`` races every kernel of each convolution (about one call of each candidate kernel where calls are
 long), nor the rounds the close candidates get past the budget (:data:`gawee.backend.measure.FINAL_ROUNDS`, at most
-:data:`gawee.backend.measure.FINAL_BUDGET_S` more). With all of it, resnet50's compile at batch 8 took 43 s, 18 s of
-it before measuring (AMD EPYC, ad1d1d0)."""
+:data:`gawee.backend.measure.FINAL_BUDGET_S` more), nor the trial of each runtime in a child process first
+(:data:`ISOLATED`: one more build and call, on one thread). With all of it but the trials, resnet50's compile at
+batch 8 took 43 s, 18 s of it before measuring (AMD EPYC, ad1d1d0)."""
 
 WHOLE_GRAPH_SHARE = 1.0
 """``TorchOptions.whole_graph="measure"`` measures when that cost (:data:`WHOLE_GRAPH_CALLS` times the lowering's first
