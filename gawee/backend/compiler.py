@@ -6,8 +6,9 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -121,7 +122,7 @@ class CompileReport:
 
 def compile(
     model: torch.nn.Module,
-    example_inputs,
+    example_inputs: torch.Tensor | Sequence | Mapping[str, Any],
     rules: RuleSet | None = None,
     *,
     options: TorchOptions | None = None,
@@ -327,7 +328,9 @@ def _runtimes(
 ) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str]]:
     """The runtimes ``names`` of ``graph`` that can be built, run the example inputs ``xs`` and compute the model's
     outputs (``expected``, :func:`_candidate`), with their checks; and why the others are no candidates. Names:
-    ``onednn_graph``, ``onnxruntime``, ``onednn:LAYOUT`` (:mod:`gawee.backend.dnnl`)."""
+    ``onednn_graph``, ``onnxruntime``, ``onednn:LAYOUT`` (:mod:`gawee.backend.dnnl`). Those of :data:`ISOLATED` are
+    first built, run and checked in child processes: one whose child died, or that failed or computed other outputs
+    there, is no candidate and never built in this process."""
     from gawee.backend import dnnl, onednn_graph, ort
 
     def why_not(name: str) -> str | None:

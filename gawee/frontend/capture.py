@@ -289,7 +289,7 @@ def _fresh(node: torch.fx.Node) -> bool:
 
 def capture(
     model: torch.nn.Module,
-    example_inputs: Any,
+    example_inputs: torch.Tensor | tuple | list | Mapping[str, Any],
     *,
     name: str | None = None,
     stats: CaptureStats | None = None,
