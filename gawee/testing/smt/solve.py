@@ -29,7 +29,7 @@ from gawee.testing.smt import encode as E
 from gawee.testing.smt.execute import Executor, Unsupported
 from gawee.testing.smt.terms import Interner, SymTensor, Term, leaves
 
-RLIMIT = 12_000_000
+RLIMIT = 3_000_000
 """z3's resource limit per query: a count of its internal steps, so a verdict does not depend on the
 machine's speed or load (a wall-clock timeout would). A float64 division query needs about 2 million."""
 

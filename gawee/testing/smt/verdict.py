@@ -19,7 +19,7 @@ from gawee.ir.core import Graph
 from gawee.testing.generate import Example
 from gawee.testing.smt.solve import RLIMIT, prove_instance
 
-RULE_RLIMIT = 40 * RLIMIT
+RULE_RLIMIT = 5 * RLIMIT
 """z3's resource budget for all the queries of one rule (deterministic, like RLIMIT); instances left
 when it is spent are not decided, and the rule is not proven."""
 
