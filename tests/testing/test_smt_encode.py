@@ -59,8 +59,10 @@ def _torch_both_loops(fn, *xs):
 
 
 def _check(op, attrs, dtypes, out, args, fn):
-    xs = [torch.tensor(a, dtype=torch.float64).to(d.torch) if d.is_float else torch.tensor(a, dtype=d.torch)
-          for a, d in zip(args, dtypes)]
+    xs = [
+        torch.tensor(a, dtype=torch.float64).to(d.torch) if d.is_float else torch.tensor(a, dtype=d.torch)
+        for a, d in zip(args, dtypes)
+    ]
     single, many = _torch_both_loops(fn, *xs)
     zargs = [_value(d, x.item()) for d, x in zip(dtypes, xs)]
     if op in E.NEEDS_CHOICE:
@@ -70,9 +72,15 @@ def _check(op, attrs, dtypes, out, args, fn):
         # an open choice: the encoding must allow torch's value (for some choice)
         s = z3.Solver()
         expected = _value(out, torch_value) if out is not DType.bool else z3.BoolVal(bool(torch_value))
-        s.add(got == expected if out is DType.bool or not out.is_float else z3.Or(
-            z3.And(z3.fpIsNaN(got), z3.fpIsNaN(expected)), got == expected))
-        assert s.check() == z3.sat, f"{op}{attrs} on {args} ({[str(d) for d in dtypes]}): torch gives {torch_value}, encoding {z3.simplify(got)}"
+        s.add(
+            got == expected
+            if out is DType.bool or not out.is_float
+            else z3.Or(z3.And(z3.fpIsNaN(got), z3.fpIsNaN(expected)), got == expected)
+        )
+        assert s.check() == z3.sat, (
+            f"{op}{attrs} on {args} ({[str(d) for d in dtypes]}): "
+            f"torch gives {torch_value}, encoding {z3.simplify(got)}"
+        )
         if op not in E.NEEDS_CHOICE:
             assert _same(_evaluate(got, out), float(torch_value) if out.is_float else torch_value), (op, args, dtypes)
 
@@ -112,17 +120,28 @@ def test_float_binary_encodings_match_torch(dtype):
             _check(op, {}, [dtype, dtype], dtype, [a, b], fn)
     for a, b in [(1.0, 0.1), (-7.0, 0.5), (5.0, -3.0), (1e30, 3.0), (-0.0, 2.0)]:
         for mode in ("floor", "trunc") if dtype in (DType.f32, DType.f64) else ("floor",):
-            _check("div", {"rounding_mode": mode}, [dtype, dtype], dtype, [a, b], lambda x, y, m=mode: torch.div(x, y, rounding_mode=m))
+            _check(
+                "div",
+                {"rounding_mode": mode},
+                [dtype, dtype],
+                dtype,
+                [a, b],
+                lambda x, y, m=mode: torch.div(x, y, rounding_mode=m),
+            )
     for name, fn in [("eq", torch.eq), ("lt", torch.lt), ("ge", torch.ge), ("ne", torch.ne)]:
         for a, b in itertools.product(PAIRS[:8], PAIRS[:8]):
             _check(name, {}, [dtype, dtype], DType.bool, [a, b], fn)
 
 
-@pytest.mark.parametrize("src", FLOATS + [DType.i32, DType.i64, DType.u8, DType.i8], ids=str)
+@pytest.mark.parametrize("src", [*FLOATS, DType.i32, DType.i64, DType.u8, DType.i8], ids=str)
 def test_cast_encodings_match_torch(src):
     values = SPECIAL if src.is_float else INT_VALUES[src]
-    values = values + [1 + 2**-11 + 2**-40, 2**24 + 2**16 + 1] if src in (DType.f64, DType.i64, DType.i32) else values
-    for out in FLOATS + [DType.i32, DType.i64, DType.i8, DType.u8, DType.bool]:
+    values = (
+        [*values, 1 + 2 ** (-11) + 2 ** (-40), 2**24 + 2**16 + 1]
+        if src in (DType.f64, DType.i64, DType.i32)
+        else values
+    )
+    for out in [*FLOATS, DType.i32, DType.i64, DType.i8, DType.u8, DType.bool]:
         for x in values:
             if not src.is_float and not (-(2**63) <= x < 2**63):
                 continue
@@ -146,7 +165,7 @@ def test_integer_encodings_wrap_as_torch(dtype):
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_axioms_hold_of_torch(op, dtype):
     fn = get_op(op).evaluate
-    values = SPECIAL + [-3.0, 20.0, -20.0, 88.0, -88.0, 1e-7, 0.7]
+    values = [*SPECIAL, -3.0, 20.0, -20.0, 88.0, -88.0, 1e-07, 0.7]
     for x in values:
         t = torch.tensor(x, dtype=torch.float64).to(dtype.torch)
         single, many = _torch_both_loops(fn, t)
@@ -162,7 +181,7 @@ def test_a_fused_activation_is_its_standalone_op(act):
     params = {"hardtanh": (-0.5, 2.0), "leaky_relu": (0.1,)}.get(act, ())
     op, attrs = act_as_op(act, params)
     opdef = get_op(op)
-    x = torch.tensor(SPECIAL + [-3.0, 0.7, 5.0], dtype=torch.float32).repeat(5)
+    x = torch.tensor([*SPECIAL, -3.0, 0.7, 5.0], dtype=torch.float32).repeat(5)
     for dtype in (torch.float32, torch.float16):
         y = x.to(dtype)
         fused = apply_act(y, act, params)

@@ -211,22 +211,27 @@ def _decide(rule: Rule, ex: Example, after: Graph, q: _Query, rlimit: int):
         return "unknown", f"{', '.join(ops)} on different operands on the two sides (no encoding)", None, 0
     translate = E.Translator()
     b, a = translate(q.before), translate(q.after)
-    solver = z3.Solver()
-    solver.set("rlimit", rlimit)
-    for name, t in q.facts:
-        solver.add(_fact(name, translate(t), t.dtype))
-    solver.add(*translate.side)
+    facts = [_fact(name, translate(t), t.dtype) for name, t in q.facts]
+    uninterpreted = bool(_open_ops(q.before) + _open_ops(q.after))
+    functions = any(
+        u.kind == "uf" or u.op == "floor_divide" or (u.op == "div" and ("rounding_mode", "floor") in u.key[1])
+        for t in (q.before, q.after)
+        for u in leaves(t, frozenset({"uf", "op"}))
+    )  # (floor division's encoding has an uninterpreted function too: see encode._fmod)
     used = 0
 
     def check(goal):
+        # a fresh solver per question: z3's incremental mode (push/pop) solves floats far more slowly
+        # than bit-blasting to SAT, which handles no uninterpreted function
         nonlocal used
-        solver.push()
-        solver.add(goal)
+        solver = z3.Solver() if functions else z3.Then("simplify", "fpa2bv", "simplify", "bit-blast", "sat").solver()
+        solver.set("rlimit", rlimit)
+        solver.add(*facts, *translate.side, goal)
+        before = _rlimit_count(solver)
         answer = solver.check()
-        used += _rlimit_used(solver)
+        used += max(0, _rlimit_count(solver) - before)
         model = solver.model() if answer == z3.sat else None
         reason = solver.reason_unknown() if answer == z3.unknown else ""
-        solver.pop()
         return answer, model, reason
 
     answer, model, why = check(z3.Not(E.equal(q.dtype, b, a)))
@@ -242,13 +247,14 @@ def _decide(rule: Rule, ex: Example, after: Graph, q: _Query, rlimit: int):
     if cx is not None:
         cx.reason = f"{cx.reason} (an input the SMT solver found)"
         return "refuted", cx.reason, cx, used
-    uninterpreted = sorted((_open_ops(q.before) + _open_ops(q.after)).keys())
     if uninterpreted:
-        return "unknown", f"depends on {', '.join(uninterpreted)} (no exact encoding)", None, used
+        ops = sorted((_open_ops(q.before) + _open_ops(q.after)).keys())
+        return "unknown", f"depends on {', '.join(ops)} (no exact encoding)", None, used
     return "unknown", f"the outputs differ on an input the solver found, within the tolerance ({why})", None, used
 
 
-def _rlimit_used(solver) -> int:
+def _rlimit_count(solver) -> int:
+    """z3's resource count so far (it counts over the whole z3 context)."""
     stats = solver.statistics()
     return int(stats.get_key_value("rlimit count")) if "rlimit count" in stats.keys() else 0  # noqa: SIM118
 
