@@ -273,8 +273,9 @@ def _cast(args, dtypes, out, attrs):
     if src.is_float:  # truncation; nan, inf and out of range: torch's result is platform-defined
         wide = 64 if out is DType.i64 else 32
         lo, hi = (-(2.0**63), 2.0**63) if wide == 64 else (-(2.0**31), 2.0**31)
-        t = z3.fpRoundToIntegral(z3.RTZ(), a)
-        ok = z3.And(z3.fpGEQ(t, z3.FPVal(lo, sort(src))), z3.fpLT(t, z3.FPVal(hi, sort(src))))
+        # compared in float64, exactly: the bounds overflow a narrow source (-2^31 is -inf in f16)
+        t = z3.fpToFP(_rne(), z3.fpRoundToIntegral(z3.RTZ(), a), sort(DType.f64))
+        ok = z3.And(z3.fpGEQ(t, z3.FPVal(lo, sort(DType.f64))), z3.fpLT(t, z3.FPVal(hi, sort(DType.f64))))
         as_int = z3.Extract(width - 1, 0, z3.fpToSBV(z3.RTZ(), a, z3.BitVecSort(wide)))
         return z3.If(ok, as_int, pick)
     have = src.itemsize * 8  # integer to integer: sign- or zero-extend, or wrap
