@@ -284,10 +284,13 @@ class Graph:
         name: str | None = None,
         source: str = "",
         before: Node | None = None,
+        prepared: bool = False,
     ) -> Node:
         """Create a node and insert it at the end (or before ``before``).
 
         Without ``types`` the output types are inferred through the op registry.
+        ``prepared``: ``attrs`` are already what ``OpDef.prepare_attrs`` made of them for these
+        inputs (complete, checked, canonical), so they are not prepared again.
         Raises UnknownOpError for an op not in the registry, InferenceError when the
         op rejects the operand types.
         """
@@ -297,7 +300,8 @@ class Graph:
         if not opdef.variadic and len(inputs) < len(opdef.operands):  # absent trailing optionals
             inputs = [*inputs, *([None] * (len(opdef.operands) - len(inputs)))]
         in_types = [v.type if v is not None else None for v in inputs]
-        attrs = opdef.prepare_attrs(attrs or {}, in_types, where=name or op)
+        if not prepared:
+            attrs = opdef.prepare_attrs(attrs or {}, in_types, where=name or op)
         if types is None:
             types = opdef.infer_types(in_types, attrs)
         node = Node(op, inputs, attrs, types, self.unique_name(name or op), source)
@@ -422,6 +426,24 @@ class Graph:
             if v.data is not None:
                 seen.setdefault(id(v), v)
         return list(seen.values())
+
+    @property
+    def device(self) -> torch.device:
+        """Where the graph's data lives, and so where it runs: the device of its first constant that is not on
+        the CPU (a model captured on an accelerator, or on the meta device), else the CPU. Literal scalars
+        (0-d constants) may stay on the CPU in any graph, as torch allows beside tensors of any device."""
+        for v in self.constants():
+            if v.data.device.type != "cpu":
+                return v.data.device
+        return torch.device("cpu")
+
+    def to(self, device: torch.device | str) -> Graph:
+        """A copy of the graph with every constant on ``device`` (a graph captured on the CPU run on an
+        accelerator; ``"meta"`` keeps the structure and drops the values)."""
+        g = self.clone()
+        for v in g.constants():
+            v.data = v.data.to(device)
+        return g
 
     def clone(self) -> Graph:
         """A structurally identical, independent graph (constant tensors are shared)."""

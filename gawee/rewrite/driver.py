@@ -11,6 +11,7 @@ the rules that keep firing.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from gawee.dsl.library import GuardFailed
 from gawee.errors import RewriteError
 from gawee.ir.core import Graph, Node, Value
 from gawee.rewrite.context import RewriteContext
+from gawee.rewrite.instances import Instance, extract, instance_key
 from gawee.rewrite.matcher import MatchContext
 from gawee.rewrite.ruleset import Phase, RuleSet, default_rules
 from gawee.threads import torch_threads
@@ -47,6 +49,14 @@ class Firing:
     results: tuple[str, ...] = ()
     """The values that replaced them, in the same order: ``results[i]`` now stands for ``replaces[i]``
     (see :func:`provenance`)."""
+    instance: Instance | None = field(default=None, repr=False, compare=False)
+    """The matched and built nodes cut out as one graph (:mod:`gawee.rewrite.instances`) when tracing: for one
+    firing of each rule per operand dtypes and ranks, the one on the fewest elements (None for the others, and
+    for ``fold`` and ``cse``, whose results are the matched computation itself)."""
+
+    def as_dict(self) -> dict:
+        """The firing as plain data (without its instance)."""
+        return {k: v for k, v in self.__dict__.items() if k != "instance"}
 
     def __str__(self) -> str:
         created = ", ".join(self.created) or "-"
@@ -93,6 +103,10 @@ class Rewriter:
         """Stop after this many firings (replaying a prefix of a deterministic rewrite), or None."""
         self._queue: deque[Node] = deque()
         self._queued: set[int] = set()
+        self.device = graph.device
+        self._instances: dict[tuple, tuple[int, int, Instance]] = {}
+        """Instance key -> (elements read, trace index, instance) of the smallest firing of that key so far."""
+        """Where the graph's constants live: folded constants are made there (``RewriteContext.device``)."""
 
     # -- worklist ------------------------------------------------------------------------
     def _push(self, node: Node | None) -> None:
@@ -106,6 +120,8 @@ class Rewriter:
             if self._stopped():
                 break
             self._run_phase(phase)
+        for _, index, instance in self._instances.values():
+            self.report.trace[index] = dataclasses.replace(self.report.trace[index], instance=instance)
         self.report.nodes_after = len(self.graph)
         self.report.seconds = time.perf_counter() - t0
         return self.report
@@ -142,15 +158,15 @@ class Rewriter:
         So a larger pattern given a higher priority (add(matmul(x, w), b) -> linear) wins over a
         smaller one (matmul(x, w) -> linear) that would otherwise consume its inside first."""
         own = phase.candidates(node.op)
-        lowest = min((r.priority for r in own), default=0)
-        users = {id(u): u for v in node.outputs for u in v.users()}
+        lowest = phase.lowest(node.op)
+        users = {id(u): u for v in node.outputs for u in v.users() if phase.enclosing(u.op, lowest)}
+        if not users:
+            return [(rule, node) for rule in own]
         above = [
             (rule, user)
             for user in sorted(users.values(), key=self.graph.position)
             for rule in phase.enclosing(user.op, lowest)
         ]
-        if not above:
-            return [(rule, node) for rule in own]
         ranked = [(rule, node, 0) for rule in own] + [(rule, user, 1) for rule, user in above]
         ranked.sort(key=lambda t: (-t[0].priority, t[2], t[0].index))
         return [(rule, at) for rule, at, _ in ranked]
@@ -165,7 +181,7 @@ class Rewriter:
         mctx = MatchContext()
         env: dict = {}
         for roots in match_roots(rule, node, env, mctx):
-            rctx = RewriteContext(self.graph, rule, roots, env)
+            rctx = RewriteContext(self.graph, rule, roots, env, self.device)
             if use_guard and rule.guard is not None:
                 try:
                     if not rule.guard(rctx):
@@ -217,6 +233,8 @@ class Rewriter:
         graph = self.graph
         replaced_by = results[0].name
         old_values = [v for root in roots for v in root.outputs]
+        if self.trace:
+            self._instance(rule, rctx, matched, old_values, results)
         for old, new in zip(old_values, results):
             for user in graph.replace_all_uses_with(old, new):
                 self._push(user)
@@ -247,6 +265,22 @@ class Rewriter:
             from gawee.ir.verify import verify
 
             verify(graph)
+
+    def _instance(
+        self, rule: Rule, rctx: RewriteContext, matched: list[Node], old_values: list[Value], results: list[Value]
+    ) -> None:
+        """Cut the firing about to be traced out as a graph (before its uses move) when it is the smallest of its
+        key so far (:func:`gawee.rewrite.instances.instance_key`); :meth:`run` hands the kept ones to the trace."""
+        if rule.whole_node is not None:
+            return
+        created = [n for n in rctx.new_nodes if n.graph is self.graph]
+        key, size = instance_key(rule.name, [*matched, *created])
+        kept = self._instances.get(key)
+        if kept is not None and kept[0] <= size:
+            return
+        assumed = [(rctx.env[a.var], a.fact) for a in rule.assumptions if isinstance(rctx.env.get(a.var), Value)]
+        instance = extract(f"{rule.name}@{rctx.root.name}", matched, created, old_values, results, assumed)
+        self._instances[key] = (size, len(self.report.trace), instance)
 
     def _erase_dead(self, node: Node) -> None:
         """Erase a dead node, then any producer it leaves dead; re-queue producers that lost a use."""
