@@ -407,6 +407,17 @@ def cmd_explain(args, console: Console) -> int:
     return EXIT_OK
 
 
+def _solver_cell(r) -> str:
+    """The solver's column of `check`: the proof's bound, or in short what kept the rule from proven."""
+    if r.proof is None:
+        return "-"
+    if r.proof.complete:
+        return f"proven ≤ {r.proof.bound} ({r.proof.instances})"
+    if r.proof.counterexample is not None:
+        return "refuted"
+    return f"{r.proof.proven}/{r.proof.instances} instances"
+
+
 def cmd_check(args, console: Console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -452,6 +463,11 @@ def cmd_check(args, console: Console) -> int:
                         "alternative": list(r.rule.variant),
                         "location": r.rule.location,
                         "verdict": r.verdict,
+                        "tier": r.tier,
+                        "proof": r.proof_note,
+                        "solver_instances": r.proof.instances if r.proof else 0,
+                        "solver_proven": r.proof.proven if r.proof else 0,
+                        "solver_seconds": round(r.proof.seconds, 2) if r.proof else 0.0,
                         "examples": r.examples,
                         "guard_hit_rate": round(r.hit_rate, 3),
                         "fired": r.fired,
@@ -470,7 +486,7 @@ def cmd_check(args, console: Console) -> int:
         )
         return EXIT_FINDING if bad else EXIT_OK
     table = Table(show_edge=False, header_style="bold")
-    for col in ("rule", "location", "examples", "guard hits", "fired", "guard", "verdict"):
+    for col in ("rule", "location", "examples", "guard hits", "fired", "guard", "verdict", "solver"):
         table.add_column(col, justify="right" if col in ("examples", "guard hits", "fired") else "left")
     for r in results:
         style = {"UNSOUND": "bold red", "crashed": "bold red", "untested": "red", "error": "red", "weak": "yellow"}.get(
@@ -484,6 +500,7 @@ def cmd_check(args, console: Console) -> int:
             str(r.fired),
             r.guard_verdict,
             f"[{style}]{r.verdict}[/]",
+            _solver_cell(r),
         )
     console.print(table)
     for r in results:
@@ -504,11 +521,20 @@ def cmd_check(args, console: Console) -> int:
     total = sum(r.seconds for r in results)
     console.print(
         f"\n{len(results)} rules, {sum(r.examples for r in results)} examples, "
+        f"{sum(r.tier == 'proven' for r in results)} proven, "
+        f"{sum(r.tier == 'tested' for r in results)} tested, "
         f"{sum(r.verdict == 'UNSOUND' for r in results)} unsound, "
-        f"{sum(r.verdict in ('untested', 'error') for r in results)} untested, "
-        f"{sum(r.verdict == 'crashed' for r in results)} crashed, {total:.1f} s",
+        f"{sum(r.verdict == 'untested' for r in results)} untested, "
+        f"{sum(r.verdict == 'error' for r in results)} error, "
+        f"{sum(r.verdict == 'crashed' for r in results)} crashed, {total:.1f} s "
+        f"(solver {sum(r.proof.seconds for r in results if r.proof):.1f} s)",
         highlight=False,
     )
+    tested = [r for r in results if r.tier == "tested"]
+    if tested:
+        console.print("\nnot proven:", highlight=False)
+        for r in tested:
+            console.print(f"  {r.rule.label}: {r.proof_note}", markup=False, highlight=False)
     for r in results:
         if r.rule.assumptions:
             facts = ", ".join(a.text for a in r.rule.assumptions)

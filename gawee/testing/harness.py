@@ -20,7 +20,7 @@ import time
 import traceback
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,10 +38,14 @@ from gawee.ops import sampling as S
 from gawee.rewrite.driver import fire
 from gawee.rewrite.ruleset import RuleSet
 from gawee.testing.generate import Example, Leaf, fill, generate, guard_verdict, hints_of, small
+from gawee.testing.smt.verdict import RuleProof, prove_rule
 from gawee.threads import torch_threads
 
 MIN_FIRED = 10
 """Fewer firing examples than this and a rule is reported as weakly tested."""
+
+SOLVER_DRAWS = 8
+"""Distinct drawn instances the solver decides when no small-scope enumeration is available."""
 
 
 @dataclass
@@ -101,6 +105,8 @@ class RuleCheck:
     symbolic_fired: int = 0
     """With ``symbolic=True``: examples whose dynamic-batch variant the rule also rewrote (each then
     checked at several batch sizes)."""
+    proof: RuleProof | None = None
+    """What the SMT solver decided over the rule's instances (None: not run)."""
 
     @property
     def verdict(self) -> str:
@@ -110,11 +116,27 @@ class RuleCheck:
             return "crashed"
         if self.error:
             return "error"
+        if self.proof is not None and self.proof.complete:
+            return "proven"
         if self.fired == 0:
             return "untested"
         if self.fired < MIN_FIRED:
             return "weak"
         return "sound"
+
+    @property
+    def tier(self) -> str:
+        """proven (every instance of the small scope, by the solver), refuted (a counterexample) or
+        tested (sampling only); "" where the rule could not be judged (crashed, error, untested)."""
+        v = self.verdict
+        return {"proven": "proven", "UNSOUND": "refuted", "sound": "tested", "weak": "tested"}.get(v, "")
+
+    @property
+    def proof_note(self) -> str:
+        """The bound of a proof, or what kept the rule from *proven*."""
+        if self.proof is None:
+            return "solver not run"
+        return self.proof.summary()
 
     @property
     def guard_verdict(self) -> str:
@@ -132,7 +154,7 @@ class RuleCheck:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("sound", "weak")
+        return self.verdict in ("proven", "sound", "weak")
 
 
 class _Unsound(Exception):
@@ -288,6 +310,19 @@ def _no_worse(ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor | None, 
     return no_farther(ref, got, truth, allowed)
 
 
+def facts_hold(rule: Rule, ex: Example, xs: list[torch.Tensor]) -> bool:
+    """Whether the rule's `assume` facts hold for the example run on inputs ``xs`` (True when the
+    original does not run: the draw is refused where the reference run fails)."""
+    if not rule.assumptions:
+        return True
+    watched = {a.var: ex.bindings.get(a.var) for a in rule.assumptions}
+    try:
+        _, seen = run_observed(ex.graph, xs, [v for v in watched.values() if v is not None])
+    except GaweeError:
+        return True
+    return all(watched[a.var] is None or bool(a.fact.holds(seen[watched[a.var]]).all()) for a in rule.assumptions)
+
+
 def _inputs(rule: Rule, ex: Example) -> list[torch.Tensor] | None:
     """The example's input data, satisfying the rule's `assume` facts; None if no draw does.
 
@@ -299,12 +334,7 @@ def _inputs(rule: Rule, ex: Example) -> list[torch.Tensor] | None:
     if not rule.assumptions:
         return xs
     for data in (xs, ex.inputs(nonfinite=False)):
-        watched = {a.var: ex.bindings.get(a.var) for a in rule.assumptions}
-        try:
-            _, seen = run_observed(ex.graph, data, [v for v in watched.values() if v is not None])
-        except GaweeError:
-            return data  # the draw is refused later, where the reference run fails
-        if all(watched[a.var] is None or bool(a.fact.holds(seen[watched[a.var]]).all()) for a in rule.assumptions):
+        if facts_hold(rule, ex, data):  # (a draw the reference cannot run is refused later)
             return data
     return None
 
@@ -360,6 +390,36 @@ def _check_symbolic(rule: Rule, ex: Example) -> tuple[bool, Counterexample | Non
     return True, None
 
 
+# -- the solver tier -------------------------------------------------------------------
+def small_scope(rule: Rule) -> tuple[Iterable[Example], str] | None:
+    """Every instance of ``rule`` within the small scope, and the scope's bound; None where no
+    enumeration is available (then the solver decides drawn instances, and no rule is *proven*)."""
+    return None
+
+
+def _solver_instances(rule: Rule, drawn: list[tuple[Example, Graph]]):
+    """(instances, bound) for the solver: the small scope's, each rewritten, or the drawn ones."""
+    scope = small_scope(rule)
+    if scope is None:
+        return drawn, None
+    examples, bound = scope
+
+    def rewritten():
+        for ex in examples:
+            after = _apply(rule, ex, use_guard=True)
+            if after is not None:
+                yield ex, after
+
+    return rewritten(), bound
+
+
+def _prove(rule: Rule, drawn: list[tuple[Example, Graph]]) -> RuleProof:
+    instances, bound = _solver_instances(rule, drawn)
+    with torch_threads(1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return prove_rule(rule, instances, bound)
+
+
 # -- the property -----------------------------------------------------------------------
 def _apply(rule: Rule, ex: Example, use_guard: bool) -> Graph | None:
     after = ex.graph.clone()
@@ -373,8 +433,14 @@ def check_rule(
     seed: int | None = None,
     on_example: Callable[[Example, list[torch.Tensor]], None] | None = None,
     symbolic: bool = False,
+    solver: bool = True,
 ) -> RuleCheck:
     """Run the harness on one rule with ``examples`` valid draws (reproducible for a given seed).
+
+    ``solver``: also decide the rule's instances with the SMT solver (``gawee.testing.smt``): the
+    small scope's when it is enumerated (every one proven: the verdict is *proven*), else up to
+    SOLVER_DRAWS distinct drawn instances; a counterexample it finds is replayed through the same
+    comparison and reported like any other.
 
     ``symbolic``: where the rule fires, also rewrite the example with its batch dimension a size
     symbol (``symbolic_variant``) — the guard then decides over the symbol's whole range — and check
@@ -392,6 +458,8 @@ def check_rule(
     result = RuleCheck(rule)
     hints = hints_of(rule)
     t0 = time.perf_counter()
+    drawn: list[tuple[Example, Graph]] = []
+    drawn_keys: set[str] = set()
 
     def prop(data):
         try:
@@ -435,6 +503,10 @@ def check_rule(
             found = _compare(rule, ex, after, xs)
             if found is not None:
                 raise _Unsound(found)
+            key = f"{ex.graph}"
+            if solver and len(drawn) < SOLVER_DRAWS and key not in drawn_keys:
+                drawn_keys.add(key)
+                drawn.append((ex, after))
             if symbolic:
                 fired, found = _check_symbolic(rule, ex)
                 result.symbolic_fired += fired
@@ -486,6 +558,10 @@ def check_rule(
         ours = Path(frame.filename).resolve().is_relative_to(Path(__file__).resolve().parents[1])
         blame = "a bug of gawee's harness: please report it" if ours else "raised outside gawee (a helper?)"
         result.error = f"checking this rule raised {type(e).__name__}: {e} (at {where}; {blame})"
+    if solver and result.counterexample is None and not result.error:
+        result.proof = _prove(rule, drawn)
+        if result.proof.counterexample is not None:
+            result.counterexample = result.proof.counterexample
     result.seconds = time.perf_counter() - t0
     return result
 

@@ -1,0 +1,108 @@
+"""The solver tier: true rules are proven on every instance, planted wrong ones refuted with a counterexample
+replayed through the harness, whatever the drawn data; and the verdict says `proven` only with a scope."""
+
+from pathlib import Path
+
+import pytest
+
+import gawee
+from gawee.testing import check_rule
+from gawee.testing import harness as H
+from gawee.testing.smt import prove_instance
+from gawee.testing.smt.verdict import NO_SCOPE, RuleProof, prove_rule
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+BUNDLED = {r.name: r for r in gawee.default_rules().rules}
+PLANTED = {r.name: r for r in gawee.load_rules(DATA / "unsound" / "solver.rules").rules}
+TWINS = {r.name: r for r in gawee.load_rules(DATA / "twins" / "solver.rules").rules}
+
+
+def _instances(rule, n: int = 6, seed: int = 0):
+    """Up to n drawn instances the rule fires on (the harness's own sampling, solver off)."""
+    kept = []
+
+    def keep(ex, xs):
+        kept.append(ex)
+
+    check_rule(rule, examples=n, seed=seed, on_example=keep, solver=False)
+    out = []
+    for ex in kept:
+        if H.guard_verdict(rule, ex)[0]:
+            after = H._apply(rule, ex, use_guard=True)
+            if after is not None:
+                out.append((ex, after))
+    return out
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["permute_permute", "transpose_same", "reshape_reshape", "neg_neg", "mul_one", "relu_relu", "fuse_conv_relu"],
+)
+def test_true_rules_are_proven_on_every_instance(name):
+    rule = BUNDLED[name]
+    instances = _instances(rule)
+    assert instances
+    proof = prove_rule(rule, instances)
+    assert proof.proven == proof.instances == len(instances), proof.unknown
+    assert proof.counterexample is None and not proof.complete  # drawn instances: no bound, no `proven`
+    assert NO_SCOPE in proof.why_not
+
+
+def test_a_rewrite_that_keeps_every_term_needs_no_query():
+    rule = BUNDLED["permute_permute"]
+    ex, after = _instances(rule, 2)[0]
+    result = prove_instance(rule, ex, after)
+    assert result.status == "proven" and result.queries == 0 and result.same == result.elements
+
+
+SOLVER_REFUTES = [
+    "sub_self_zero",
+    "div_self_one",
+    "mul_zero_nonnegative",
+    "maximum_as_select",
+    "relu_as_select",
+    "widen_after_wrapping_add",
+    "abs_as_square_over_abs",
+    "eq_self_true",
+    "relu_of_abs_int",
+]
+
+
+@pytest.mark.parametrize("name", SOLVER_REFUTES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_planted_rules_are_refuted_by_the_solver(name, seed):
+    rule = PLANTED[name]
+    proof = prove_rule(rule, _instances(rule, 4, seed))
+    cx = proof.counterexample
+    assert cx is not None, proof.unknown
+    assert "SMT solver" in cx.reason and "values:" in str(cx)
+
+
+def test_the_overflow_of_a_late_sum_is_found():
+    rule = PLANTED["halves_summed_late_f16"]
+    proof = prove_rule(rule, _instances(rule, 4))
+    assert proof.counterexample is not None and "SMT solver" in proof.counterexample.reason
+
+
+@pytest.mark.parametrize("name", ["sub_self_zero_finite", "mul_zero_finite", "narrow_after_wide_add", "ne_self_isnan"])
+def test_twins_are_proven_under_their_assumptions(name):
+    rule = TWINS[name]
+    proof = prove_rule(rule, _instances(rule, 4))
+    assert proof.instances and proof.proven == proof.instances, proof.unknown
+
+
+def test_what_has_no_encoding_is_named():
+    rule = BUNDLED["conv2d_zero_bias"]
+    proof = prove_rule(rule, _instances(rule, 4))
+    assert proof.proven == 0 and "conv2d" in proof.why_not and "no encoding" in proof.why_not
+
+
+def test_proven_needs_the_whole_scope(monkeypatch):
+    rule = BUNDLED["neg_neg"]
+    drawn = _instances(rule, 3)
+    monkeypatch.setattr(H, "small_scope", lambda r: ([ex for ex, _ in drawn], "rank ≤ 4, dims ≤ 3"))
+    result = check_rule(rule, examples=5)
+    assert result.verdict == "proven" and result.tier == "proven" and result.ok
+    assert result.proof_note.startswith("proven ≤ rank ≤ 4, dims ≤ 3")
+    unscoped = RuleProof(None, instances=3, proven=3)
+    assert not unscoped.complete and NO_SCOPE in unscoped.summary()
