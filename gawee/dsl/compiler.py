@@ -132,6 +132,9 @@ def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, com
         )
     choices = [_alternatives(_desugar(p)) for p in [rule.pattern, *rule.extra_roots]]
     rules = [_compile_variant(rule, list(ps), helpers, comment) for ps in itertools.product(*choices)]
+    noop = _no_op(rule)
+    for r in rules:
+        r.warnings += noop
     if len(rules) > 1:
         for i, r in enumerate(rules, 1):
             r.variant = (i, len(rules))
@@ -280,6 +283,27 @@ def _assumption(e: A.Expr, scope: _Scope) -> Assumed:
         )
     var.uses += 1
     return Assumed(ASSUMPTIONS[e.func], name, e.text)
+
+
+def _no_op(rule: A.RuleAST) -> list[RuleWarning]:
+    """A replacement written as its pattern (`relu(x) => relu(x)`, spaces and a root's `name:` aside) changes
+    nothing. The rewriter never fires a replacement that rebuilds what it matched (rewrite/driver.py), so such a
+    rule is dead: worth a warning where it is written."""
+
+    def bare(p: A.Node) -> str:
+        return "".join((p.pattern if isinstance(p, A.PBind) else p).text.split())
+
+    pairs = list(zip([rule.pattern, *rule.extra_roots], [rule.replacement, *rule.extra_results]))
+    if not all(bare(p) == bare(e) and bare(p) for p, e in pairs):
+        return []
+    return [
+        RuleWarning(
+            "the replacement is the pattern itself: the rule changes nothing",
+            span=rule.replacement.span,
+            hint="the rewriter never fires a replacement that rebuilds the nodes it matched; "
+            "change the replacement or delete the rule",
+        )
+    ]
 
 
 def _unused(scope: _Scope) -> list[RuleWarning]:

@@ -22,7 +22,7 @@ import numpy as np
 import sympy
 import torch
 
-from gawee.errors import GaweeError, SerializationError
+from gawee.errors import GaweeError, SerializationError, read_text_file
 from gawee.ir import symbolic
 from gawee.ir.core import Graph, Value
 from gawee.ir.types import NUMPY_STORAGE, DType, Layout, TensorType
@@ -126,8 +126,14 @@ def _npz_bytes(arrays: dict[str, torch.Tensor]) -> bytes:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Write ``path`` through a temporary file beside it and a rename: a reader never sees half a file, and a
+    failure leaves nothing behind. Missing directories are created. Raises GaweeError (not OSError) when the
+    directory cannot be created or written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise _write_error(path, e) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -135,10 +141,44 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a written model is an ordinary file
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _write_error(path, e) from None
         raise
+
+
+def check_writable(path: str | os.PathLike, flag: str = "") -> None:
+    """Raise GaweeError now if :func:`_atomic_write` could not write ``path`` later: ``path`` is a directory, or
+    no file can be made in its nearest existing ancestor directory (a temporary one is made and removed there —
+    permission bits alone do not tell, e.g. under ``/proc``). For commands that check their outputs before any
+    work; ``flag`` (``-o``) names the option in the message."""
+    path = Path(path)
+    name = f"{flag} {path}" if flag else str(path)
+    if path.is_dir():
+        raise GaweeError(f"{name} is a directory", hint="give a file name")
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise GaweeError(f"{name}: {ancestor} is not a directory", hint="give a path in a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".gawee-probe.", dir=ancestor)
+    except OSError as e:
+        raise GaweeError(
+            f"{name}: cannot create files in {ancestor} ({e.strerror or e})",
+            hint="write to a directory you can create files in",
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _write_error(path: Path, e: OSError) -> GaweeError:
+    return GaweeError(
+        f"cannot write {path}: {e.strerror or e}",
+        hint="check that the directory can be created and written, and that the disk has space",
+    )
 
 
 # -- loading ---------------------------------------------------------------------------
@@ -205,10 +245,7 @@ def load(path: str | os.PathLike) -> Graph:
     """Load a graph saved by :func:`save`. Raises SerializationError saying where and what is wrong."""
     path = Path(path)
     d = _Doc(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SerializationError(f"cannot read {path}: {e.strerror}", hint="check the path") from None
+    text = read_text_file(path, str(path), SerializationError)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:

@@ -16,10 +16,13 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import torch
+
 from gawee.dsl.compiler import Rule
 from gawee.dsl.library import GuardFailed
 from gawee.errors import RewriteError
 from gawee.ir.core import Graph, Node, Value
+from gawee.ops import get_op
 from gawee.rewrite.context import RewriteContext
 from gawee.rewrite.matcher import MatchContext
 from gawee.rewrite.ruleset import Phase, RuleSet, default_rules
@@ -207,8 +210,9 @@ class Rewriter:
                     f"the replacement is {new.type} but %{old.name} is {old.type}",
                     hint="a rule must keep the exact shape and dtype; tighten its guard",
                 )
-        if all(new is old for old, new in zip(old_values, results)):
-            return None
+        made, same = {id(n) for n in rctx.new_nodes}, {}
+        if all(_rebuilds(new, old, made, same) for old, new in zip(old_values, results)):
+            return None  # `relu(x) => relu(x)`: firing it would change nothing, forever
         return [rctx.name_result(v) for v in results]
 
     def _apply(
@@ -301,6 +305,54 @@ def match_roots(rule: Rule, node: Node, env: dict, mctx: MatchContext) -> Iterat
 
     for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
         yield from extra(0, [node])
+
+
+def _rebuilds(new: Value, old: Value, made: set[int], same: dict[tuple[int, int], bool]) -> bool:
+    """Whether ``new`` computes ``old`` the same way: it is ``old``, a constant equal to the constant ``old``
+    (type and elements), or the same output of a node made by this firing (``made``: node ids) with ``old``'s
+    producer's op, attributes and number of outputs, whose operands rebuild that producer's operands in turn. A
+    replacement that only rebuilds what it matched changes nothing, and the rule would match it again and again.
+    ``same`` memoizes pairs (a replacement is a DAG)."""
+    if new is old:
+        return True
+    key = (id(new), id(old))
+    if key in same:
+        return same[key]
+    p, q = new.producer, old.producer
+    if p is None:
+        a, b = new.data, old.data
+        found = (
+            q is None
+            and a is not None
+            and b is not None
+            and not (a.is_meta or b.is_meta)
+            and new.type == old.type
+            and torch.equal(a, b)
+        )
+    else:
+        found = (
+            q is not None
+            and id(p) in made
+            and p.op == q.op
+            and new.output_index == old.output_index
+            and len(p.outputs) == len(q.outputs)
+            and len(p.inputs) == len(q.inputs)
+            and p.attrs == q.attrs
+            and any(
+                all(a is b or (a is not None and b is not None and _rebuilds(a, b, made, same)) for a, b in pairs)
+                for pairs in _operand_pairings(p, q)
+            )
+        )
+    same[key] = found
+    return found
+
+
+def _operand_pairings(p: Node, q: Node) -> Iterator[list[tuple[Value | None, Value | None]]]:
+    """How the operands of ``p`` may stand for those of ``q``: in order, and for a binary commutative op also
+    swapped (the matcher takes either order, so `add(x, y) => add(y, x)` would swap forever)."""
+    yield list(zip(p.inputs, q.inputs))
+    if len(p.inputs) == 2 and get_op(p.op).has_trait("commutative"):
+        yield list(zip(p.inputs, reversed(q.inputs)))
 
 
 def _dead(node: Node) -> bool:
