@@ -307,7 +307,9 @@ class _ToAST(Transformer):
         span = self._span(meta)
         is_float = any(c in text for c in ".eE") or "inf" in text or "nan" in text
         value = float(text) if is_float else _int(text, span)
-        if text not in ("inf", "nan") and (math.isinf(value) or (value == 0 and any(c in "123456789" for c in text))):
+        if text not in ("inf", "nan") and (
+            math.isinf(value) or (value == 0 and any(c in "123456789" for c in text.lower().split("e")[0]))
+        ):
             what = "overflows to inf" if math.isinf(value) else "underflows to 0"
             raise RuleError(
                 f"the number {_clip(text)} {what} in every dtype (f64 included)",
