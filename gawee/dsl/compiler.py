@@ -79,6 +79,12 @@ class Rule:
     """Load-time warnings (e.g. a variable bound and never used)."""
 
     @property
+    def root_output(self) -> int | None:
+        """For a root that is one output of a multi-output op (`split(x, ...)[1]`), its index (negative counts
+        from the end): only that output's uses are replaced. None for an op root."""
+        return self.matcher.output
+
+    @property
     def location(self) -> str:
         return f"{self.span.file}:{self.span.line}"
 
@@ -200,7 +206,8 @@ def _bound_names(p: A.Pattern | None) -> set[str]:
 def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, comment: str) -> Rule:
     scope = _Scope(helpers=dict(helpers or {}))
     root, root_bind = _root(patterns[0])
-    whole_node = _is_whole_node(rule.replacement, root_bind) if len(patterns) == 1 else None
+    whole = len(patterns) == 1 and isinstance(root, A.POp)  # an output root is replaced alone, never its node
+    whole_node = _is_whole_node(rule.replacement, root_bind) if whole else None
     compiler = _PatternCompiler(scope)
     matcher = compiler.compile_root(root, root_bind, whole_node)
     extra_roots = [compiler.compile_root(*_root(p), None) for p in patterns[1:]]
@@ -236,7 +243,7 @@ def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, commen
     return Rule(
         rule.name,
         rule.span,
-        root.op,
+        _root_op(root),
         matcher,
         guard,
         guard_parts or [],
@@ -364,13 +371,20 @@ def _desugar(p: A.Pattern) -> A.Pattern:
     return p
 
 
-def _root(p: A.Pattern) -> tuple[A.POp, str | None]:
+def _root(p: A.Pattern) -> tuple[A.POp | A.POutput, str | None]:
+    """The root pattern (an op, or one output of a multi-output op: `split(x, ...)[1]`) and its `name:`."""
     if isinstance(p, A.PBind):
         inner, _ = _root(p.pattern)
         return inner, p.name
-    if isinstance(p, A.POp):
+    if isinstance(p, A.POp) or (isinstance(p, A.POutput) and isinstance(p.pattern, A.POp)):
         return p, None
-    raise RuleError("a rule's pattern must be an op pattern such as relu(x)", span=p.span)
+    raise RuleError(
+        "a rule's pattern must be an op pattern such as relu(x), or an output of one: split(x, ...)[1]", span=p.span
+    )
+
+
+def _root_op(p: A.POp | A.POutput) -> str | None:
+    return p.pattern.op if isinstance(p, A.POutput) else p.op
 
 
 def _is_whole_node(e: A.Expr, root_bind: str | None) -> str | None:
@@ -429,7 +443,7 @@ class _PatternCompiler:
                 hint="a variable binds either an operand or an attribute value",
             )
 
-    def compile_root(self, p: A.POp, bind: str | None, whole_node: str | None) -> OpM:
+    def compile_root(self, p: A.POp | A.POutput, bind: str | None, whole_node: str | None) -> OpM:
         m = self.value(p)
         assert isinstance(m, OpM)
         if bind is not None:
@@ -573,6 +587,10 @@ class _PatternCompiler:
         return OpM(None, slots, [f"operand{i}" for i in range(len(slots))], {}, {}, rest, variadic_from=0)
 
     def attr(self, p: A.Pattern, kind: K.Kind, name: str, op: str) -> AttrMatcher:
+        if isinstance(p, A.PVar) and p.name in DTYPE_NAMES:  # `cast(x, dtype=i64)`: a dtype literal
+            if not K.accepts(kind, K.DTYPE):
+                raise RuleError(f"{op}.{name} is {kind}; the dtype {p.name} can never match", span=p.span)
+            return AttrLit(p.name)
         if isinstance(p, A.PVar):
             self.declare(p.name, kind, p.span)
             return AttrVar(p.name)

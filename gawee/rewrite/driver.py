@@ -24,7 +24,7 @@ from gawee.errors import RewriteError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ops import get_op
 from gawee.rewrite.context import RewriteContext
-from gawee.rewrite.matcher import MatchContext
+from gawee.rewrite.matcher import MatchContext, OpM
 from gawee.rewrite.ruleset import Phase, RuleSet, default_rules
 from gawee.threads import torch_threads
 
@@ -163,7 +163,7 @@ class Rewriter:
 
     # -- one rule on one node ------------------------------------------------------------
     def _try(self, rule: Rule, node: Node, phase: str, use_guard: bool = True) -> bool:
-        if len(node.outputs) != 1 and rule.whole_node is None:
+        if len(node.outputs) != 1 and rule.whole_node is None and rule.root_output is None:
             return False
         mctx = MatchContext()
         env: dict = {}
@@ -201,7 +201,7 @@ class Rewriter:
                 results = list(dup.producer.outputs)
         else:
             results = [rule.build(rctx)] + [build(rctx) for build in rule.extra_builds]
-        old_values = [v for root in rctx.roots for v in root.outputs]
+        old_values = replaced_values(rule, rctx.roots)
         for old, new in zip(old_values, results):
             if new is None or not isinstance(new, Value):
                 raise rctx.error(f"the replacement is {'absent' if new is None else repr(new)}, not a tensor")
@@ -220,7 +220,7 @@ class Rewriter:
     ) -> None:
         graph = self.graph
         replaced_by = results[0].name
-        old_values = [v for root in roots for v in root.outputs]
+        old_values = replaced_values(rule, roots)
         for old, new in zip(old_values, results):
             for user in graph.replace_all_uses_with(old, new):
                 self._push(user)
@@ -297,14 +297,38 @@ def match_roots(rule: Rule, node: Node, env: dict, mctx: MatchContext) -> Iterat
             for v in env.values()
             if isinstance(v, Value)
             for user in v.users()
-            if id(user) not in taken and (m.op is None or user.op == m.op) and len(user.outputs) == 1
+            if id(user) not in taken and (m.op is None or user.op == m.op)
         }
         for user in sorted(candidates.values(), key=graph.position):
-            for _ in m.match(user.outputs[0], env, mctx, 0):
-                yield from extra(k + 1, [*roots, user])
+            v = root_value(m, user)
+            if v is not None:
+                for _ in m.match(v, env, mctx, 0):
+                    yield from extra(k + 1, [*roots, user])
 
-    for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
-        yield from extra(0, [node])
+    v = node.outputs[0] if rule.whole_node is not None else root_value(rule.matcher, node)
+    if v is not None:
+        for _ in rule.matcher.match(v, env, mctx, 0):
+            yield from extra(0, [node])
+
+
+def root_value(m: OpM, node: Node) -> Value | None:
+    """The value a root matcher is matched against at ``node``: its only output, or output ``m.output`` for a
+    root like `split(x, ...)[1]`; None where ``node`` has no such output, or where that output has no use (the
+    node lives on for its other outputs: replacing this one would change nothing)."""
+    n = len(node.outputs)
+    if m.output is None:
+        return node.outputs[0] if n == 1 else None
+    v = node.outputs[m.output] if -n <= m.output < n else None
+    return v if v is not None and v.num_uses else None
+
+
+def replaced_values(rule: Rule, roots: list[Node]) -> list[Value]:
+    """The values a firing of ``rule`` at ``roots`` replaces, in the order of its results: each root's outputs,
+    or for a root like `split(x, ...)[1]` that one output (the node's other outputs keep their uses)."""
+    out: list[Value] = []
+    for m, root in zip([rule.matcher, *rule.extra_roots], roots):
+        out += list(root.outputs) if m.output is None else [root.outputs[m.output]]
+    return out
 
 
 def _rebuilds(new: Value, old: Value, made: set[int], same: dict[tuple[int, int], bool]) -> bool:

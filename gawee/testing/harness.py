@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from gawee.dsl.compiler import Rule
-from gawee.equivalence import TOLERANCE, no_farther, output_error
+from gawee.equivalence import TOLERANCE, format_error, no_farther, output_error
 from gawee.errors import GaweeError, RewriteError
 from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
@@ -58,8 +58,8 @@ class Counterexample:
 
     def __str__(self) -> str:
         lines = [f"counterexample for {self.rule}: {self.reason}"]
-        if self.allowed:
-            lines.append(f"  max abs error {self.max_error:.4g} > allowed {self.allowed:.4g}")
+        if self.allowed or self.max_error:
+            lines.append(f"  max abs error {format_error(self.max_error)} > allowed {format_error(self.allowed)}")
         if self.assumed:
             lines.append(f"  assuming {', '.join(self.assumed)} (true for these values)")
         lines.append("  values:")
