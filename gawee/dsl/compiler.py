@@ -609,8 +609,13 @@ class _PatternCompiler:
         if isinstance(p, A.PList):
             if kind.base not in (K.Base.LIST, K.Base.ANY):
                 raise RuleError(f"{op}.{name} is {kind}, not a list", span=p.span)
-            return AttrList([self.attr(x, K.ANY, name, op) for x in p.items])
+            item = _ITEM_KINDS.get(get_op(op).attr(name).kind.rstrip("?"), K.ANY) if kind.base is K.Base.LIST else K.ANY
+            return AttrList([self.attr(x, item, f"{name} item", op) for x in p.items])
         raise RuleError(f"attribute {name} takes a name, `_` or a literal, not a pattern", span=p.span)
+
+
+_ITEM_KINDS = {"ints": K.INT, "floats": K.FLOAT}
+"""The kind of each item of a list attribute (`permute(x, dims=[0, 2, 1])`): a float where ints go never matches."""
 
 
 # ---------------------------------------------------------------------------------------

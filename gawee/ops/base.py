@@ -225,7 +225,8 @@ class OpDef:
         if self.canonicalize is not None:
             try:
                 out = {**out, **freeze_attrs(self.canonicalize(dict(out), in_types))}
-            except (IndexError, KeyError, TypeError, ValueError, StopIteration, ZeroDivisionError) as e:
+            except (AttributeError, IndexError, KeyError, TypeError, ValueError, StopIteration, ZeroDivisionError) as e:
+                # AttributeError: an operand the canonicalization reads is absent (None has no rank)
                 raise InferenceError(
                     f"{self.name}: attributes {out} do not fit its operands: {first_line(e)}", where=where or None
                 ) from None
