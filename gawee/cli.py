@@ -323,7 +323,7 @@ def cmd_optimize(args, console: Console) -> int:
             "rewrite_s": report.seconds,
             "firings": dict(report.firings),
             "verification": None if verification is None else verification.as_dict(),
-            "trace": [f.__dict__ for f in report.trace] if args.trace else None,
+            "trace": [f.as_dict() for f in report.trace] if args.trace else None,
             "explain": {n: [e.__dict__ for e in es] for n, _, es in explanations} or None,
             "output": args.output,
             "pictures": [str(p) for p in written],

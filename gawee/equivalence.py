@@ -20,9 +20,15 @@ TOLERANCE = {DType.f64: 1e-9, DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 4e-2
 Integer and bool outputs must be identical."""
 
 
-def random_inputs(types: Sequence[TensorType], seed: int = 0, sizes: dict | None = None) -> list[torch.Tensor]:
+def random_inputs(
+    types: Sequence[TensorType], seed: int = 0, sizes: dict | None = None, device: torch.device | str | None = None
+) -> list[torch.Tensor]:
     """Inputs of the given types: normal floats, small non-negative integers, random bools. Symbolic
-    dimensions take the values in ``sizes`` (``Sym -> int``), else their examples."""
+    dimensions take the values in ``sizes`` (``Sym -> int``), else their examples. Drawn on the CPU (the same
+    values for a seed on every device), then put on ``device`` (None: left on the CPU; a graph's runs on
+    ``Graph.device``)."""
+    if device is not None and torch.device(device).type not in ("cpu", "meta"):
+        return [x.to(device) for x in random_inputs(types, seed, sizes)]
     gen = torch.Generator().manual_seed(seed)
     out = []
     for t in types:
@@ -157,7 +163,12 @@ def verify_equivalent(
         return report
     in_b = [v.type for v in before.inputs]
     sizes = draw_values(symbols_of(in_b), trials)  # symbolic inputs: each trial at other sizes
-    draws = [list(inputs)] if inputs is not None else [random_inputs(in_b, seed + k, sizes[k]) for k in range(trials)]
+    device = before.device
+    draws = (
+        [list(inputs)]
+        if inputs is not None
+        else [random_inputs(in_b, seed + k, sizes[k], device) for k in range(trials)]
+    )
     checks: dict[int, OutputCheck] = {}
     for xs in draws:
         ref = run(before, *xs)
@@ -191,10 +202,16 @@ _SCALES = {"normal": 1.0, "x10": 10.0, "x100": 100.0}
 
 
 def distribution_inputs(
-    types: Sequence[TensorType], distribution: str, seed: int = 0, sizes: dict | None = None
+    types: Sequence[TensorType],
+    distribution: str,
+    seed: int = 0,
+    sizes: dict | None = None,
+    device: torch.device | str | None = None,
 ) -> list[torch.Tensor]:
     """Inputs of the given types drawn from one of DISTRIBUTIONS (``normal`` is ``random_inputs``);
-    symbolic dimensions at ``sizes`` (else their examples)."""
+    symbolic dimensions at ``sizes`` (else their examples); on ``device`` as ``random_inputs``."""
+    if device is not None and torch.device(device).type not in ("cpu", "meta"):
+        return [x.to(device) for x in distribution_inputs(types, distribution, seed, sizes)]
     xs = random_inputs(types, seed, sizes)
     if distribution in _SCALES:
         return [x * _SCALES[distribution] if x.is_floating_point() or x.is_complex() else x for x in xs]
@@ -308,10 +325,17 @@ class RewriteVerification:
     problem: str = ""
     """Why the graphs could not even be compared, else ""."""
     seconds: float = 0.0
+    firings: list[FiringCheck] = field(default_factory=list)
+    """Each distinct firing on its own (:func:`check_firings`): its matched nodes against its replacement, on
+    operands drawn from every distribution."""
 
     @property
     def ok(self) -> bool:
-        return not self.problem and all(t.ok for t in self.trials)
+        return not self.problem and all(t.ok for t in self.trials) and all(f.ok for f in self.firings)
+
+    @property
+    def failed_firing(self) -> FiringCheck | None:
+        return next((f for f in self.firings if not f.ok), None)
 
     @property
     def max_error(self) -> float:
@@ -329,6 +353,8 @@ class RewriteVerification:
         if self.ok:
             return f"ok, max error {self.max_error:.2g}"
         where = ", ".join(t.distribution for t in self.failed)
+        if not where and self.failed_firing is not None:
+            where = f"alone on {self.failed_firing.distribution} operands"
         return f"FAILED: {self.blame.rule} ({where})" if self.blame else f"FAILED ({where})"
 
     def __str__(self) -> str:
@@ -337,11 +363,14 @@ class RewriteVerification:
         sets = ", ".join(
             f"{t.distribution} {'skipped' if t.skipped else 'ok' if t.ok else 'FAILED'}" for t in self.trials
         )
+        checked = f"; {len(self.firings)} firings checked alone" if self.firings else ""
         if self.ok:
-            return f"equivalent on {len(self.trials)} input sets ({sets}), max error {self.max_error:.3g}"
-        first = self.failed[0]
-        lines = [f"NOT equivalent ({sets})"]
-        if first.problem:
+            return f"equivalent on {len(self.trials)} input sets ({sets}){checked}, max error {self.max_error:.3g}"
+        lines = [f"NOT equivalent ({sets}{checked})"]
+        first = self.failed[0] if self.failed else None
+        if first is None:
+            lines.append(f"  {self.failed_firing}")
+        elif first.problem:
             lines.append(f"  on {first.distribution} inputs: {first.problem}")
         elif first.first_divergence is not None:
             d = first.first_divergence
@@ -360,6 +389,8 @@ class RewriteVerification:
             "problem": self.problem or None,
             "trials": [t.as_dict() for t in self.trials],
             "blame": None if self.blame is None else self.blame.__dict__,
+            "firings_checked": len(self.firings),
+            "failed_firing": None if self.failed_firing is None else self.failed_firing.__dict__,
             "seconds": self.seconds,
             "detail": str(self),
         }
@@ -406,7 +437,7 @@ def verify_rewrite(
     failing: tuple[Trial, list[torch.Tensor], tuple] | None = None
     """The first failed trial, its inputs and the original's values on them."""
     for k, dist in enumerate(distributions):
-        xs = distribution_inputs(types, dist, seed + k, sizes[k])
+        xs = distribution_inputs(types, dist, seed + k, sizes[k], before.device)
         trial = Trial(dist)
         out.trials.append(trial)
         try:
@@ -443,8 +474,101 @@ def verify_rewrite(
     if failing is not None and out.blame is None and failing[0].first_divergence is not None:
         trial, xs, ref = failing
         out.blame = _localize(before, after, trace, rules, trial, xs, ref, pairs, b_values)
+    out.firings = check_firings(trace, distributions, seed)
+    bad = out.failed_firing
+    if out.blame is None and bad is not None:
+        f = trace[bad.firing]
+        out.blame = Blame(f.rule, f.location, bad.firing, f.root, bad.distribution, bad.value, bad.original, "alone")
     out.seconds = time.perf_counter() - t0
     return out
+
+
+@dataclass
+class FiringCheck:
+    """One firing run on its own (``Firing.instance``): the values it replaced against their replacements."""
+
+    firing: int
+    """Index into the trace."""
+    rule: str
+    location: str
+    root: str
+    distribution: str
+    """The input set of the worst comparison (the failing one, if any)."""
+    value: str = ""
+    """The replacement compared worst."""
+    original: str = ""
+    max_error: float = 0.0
+    allowed: float = 0.0
+    ok: bool = True
+    skipped: tuple[str, ...] = ()
+    """Input sets left out: the instance's original failed to run on them, or they broke an `assume`."""
+    problem: str = ""
+    """The replacement failed to run where the matched nodes ran (a failure), else ""."""
+
+    def __str__(self) -> str:
+        where = f"firing #{self.firing} of {self.rule} ({self.location}) at node {self.root}"
+        where += f", alone on {self.distribution} operands"
+        if self.problem:
+            return f"{where}: FAILED, {self.problem}"
+        return (
+            f"{where}: {'ok' if self.ok else 'FAILED'}, %{self.value} vs %{self.original}: "
+            f"max error {self.max_error:.3g}, allowed {self.allowed:.3g}"
+        )
+
+
+def check_firings(trace: Sequence, distributions: Sequence[str] = DISTRIBUTIONS, seed: int = 0) -> list[FiringCheck]:
+    """Each firing of ``trace`` that carries its instance (``Firing.instance``: one per rule and operand types)
+    run on its own, on operands drawn from each of ``distributions``: the nodes the rule matched and the nodes it
+    built read the same operands, and each replacement must agree with the value it replaced as in
+    :func:`verify_rewrite` (the per-dtype tolerance, then the original in float64). Inside a model the values that
+    reach a rewritten node may stay where an unsound rewrite agrees (a layer norm keeps a GELU's input small
+    however large the model's inputs); here they span the ranges where rewrites differ. Input sets that break
+    an ``assume`` of the rule, or on which the original itself fails, are left out."""
+    checks = []
+    for i, f in enumerate(trace):
+        instance = getattr(f, "instance", None)
+        if instance is not None:
+            checks.append(_check_instance(i, f, instance, distributions, seed))
+    return checks
+
+
+def _check_instance(index: int, f, instance, distributions: Sequence[str], seed: int) -> FiringCheck:
+    g, n = instance.graph, instance.replaced
+    worst = FiringCheck(index, f.rule, f.location, f.root, distributions[0] if distributions else "")
+    skipped = []
+    types = [v.type for v in g.inputs]
+    for k, dist in enumerate(distributions):
+        xs = distribution_inputs(types, dist, seed + k, device=g.device)
+        if any(not bool(a.holds(xs[i]).all()) for i, a in instance.assumed):
+            skipped.append(dist)
+            continue
+        try:
+            outs = run(g, *xs)
+        except GaweeError as e:
+            try:
+                run(_prune(g, [v.name for v in g.outputs[:n]]), *xs)
+            except GaweeError:  # the matched nodes themselves fail on these operands: no verdict
+                skipped.append(dist)
+                continue
+            worst.distribution, worst.max_error, worst.ok = dist, math.inf, False
+            worst.problem, worst.skipped = f"the replacement fails to run: {e.message}", tuple(skipped)
+            return worst
+        for j in range(n):
+            original, value = g.outputs[j].name, g.outputs[n + j].name
+            pair = _Pair(value, original, (), -1)
+            check = _judge(pair, outs[j], outs[n + j], None)
+            if not check.ok:
+                truth = _truth(g, [original], xs)
+                check = _judge(pair, outs[j], outs[n + j], None if truth is None else truth[0])
+            worse = _ratio(check.max_error, check.allowed) > _ratio(worst.max_error, worst.allowed)
+            if not check.ok or worse or not worst.value:
+                worst.distribution, worst.value, worst.original = dist, value, original
+                worst.max_error, worst.allowed, worst.ok = check.max_error, check.allowed, check.ok
+            if not check.ok:
+                worst.skipped = tuple(skipped)
+                return worst
+    worst.skipped = tuple(skipped)
+    return worst
 
 
 def _ratio(error: float, allowed: float) -> float:

@@ -1,6 +1,7 @@
 """gawee-rewrite: commands, exit codes and error messages as a user sees them."""
 
 import json
+import sys
 
 import pytest
 
@@ -28,15 +29,24 @@ def test_show_json_and_saved_graph(capsys, tmp_path):
 
 
 def test_show_factory_file(capsys, tmp_path):
+    """The factory's file imports a module next to it (its folder is on the import path while it loads, and
+    off it afterwards); the report is titled by the factory."""
     src = tmp_path / "mymodel.py"
+    (tmp_path / "gawee_test_helper_layers.py").write_text(
+        "import torch\ndef block():\n    return torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())\n"
+    )
     src.write_text(
         "import torch\n"
+        "import gawee_test_helper_layers\n"
         "def make():\n"
-        "    m = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())\n"
-        "    return m, (torch.randn(2, 8),)\n"
+        "    return gawee_test_helper_layers.block(), (torch.randn(2, 8),)\n"
     )
-    code, out, _ = run_cli(capsys, "show", f"{src}:make", "--json")
-    assert code == 0 and json.loads(out)["op_counts"] == {"linear": 1, "relu": 1}
+    path = list(sys.path)
+    code, out, err = run_cli(capsys, "show", f"{src}:make", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["op_counts"] == {"linear": 1, "relu": 1} and doc["graph"] == "mymodel.py:make"
+    assert sys.path == path
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import gawee
 from gawee import load_rules_text, rewrite
 from gawee.cli import main
 from gawee.equivalence import DISTRIBUTIONS, distribution_inputs, verify_rewrite
+from gawee.frontend.models import load_graph
 from gawee.ir.builder import GraphBuilder, parse_type
 from gawee.rewrite.driver import provenance
 
@@ -152,6 +153,67 @@ def test_the_bundled_rules_verify_on_resnet18(capsys):
     assert code == 0 and ver["ok"] and ver["blame"] is None
     assert [t["distribution"] for t in ver["trials"]] == list(DISTRIBUTIONS)
     assert all(t["ok"] and t["values_compared"] > 20 for t in ver["trials"])
+    assert 0 < ver["firings_checked"] <= 8 and ver["failed_firing"] is None  # 46 firings, one per rule and operands
+
+
+GELU_TANH = 'rule gelu_is_tanh: gelu(x) => gelu(x, approximate="tanh")\n'
+
+NORMED_GELU = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    # a layer norm whose small scale keeps the GELU's input within +-0.3 whatever the model's inputs are
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(32), nn.Linear(32, 32)
+        with torch.no_grad():
+            self.norm.weight.fill_(0.05)
+
+    def forward(self, x):
+        return self.fc(nn.functional.gelu(self.norm(x)))
+
+
+def make():
+    torch.manual_seed(0)
+    return Block().eval(), (torch.randn(2, 8, 32),)
+"""
+
+
+def test_a_rule_wrong_where_the_model_never_goes_is_caught_on_its_firing_alone(capsys, tmp_path):
+    """x10, x100 and awkward model inputs never reach the GELU (the layer norm rescales them): the whole graph
+    agrees within tolerance on every input set. The firing run alone, its operand drawn over those ranges,
+    does not, and optimize names the rule."""
+    (tmp_path / "normed.py").write_text(NORMED_GELU)
+    (tmp_path / "gelu.rules").write_text(GELU_TANH)
+    rules = load_rules_text(GELU_TANH, "gelu.rules")
+    graph, _ = load_graph(f"{tmp_path / 'normed.py'}:make")
+    out, report = rewrite(graph, rules, trace=True)
+    v = verify_rewrite(graph, out, report.trace, rules=rules)
+    assert all(t.ok for t in v.trials) and not v.ok
+    assert v.failed_firing.rule == "gelu_is_tanh" and v.blame.rule == "gelu_is_tanh" and v.blame.method == "alone"
+    code = main(["optimize", f"{tmp_path / 'normed.py'}:make", "--rules", str(tmp_path / "gelu.rules")])
+    out = capsys.readouterr().out
+    assert code == 1 and "FAILED: gelu_is_tanh (alone on" in out and "blamed: rule gelu_is_tanh" in out
+
+
+def test_a_firing_alone_honours_the_rules_assumptions():
+    """abs(y) => y where the rule assumes y >= 0: true of the relu output it meets in the model; its firing
+    alone draws negative operands too, which break the assumption and are set aside (nonnegative ones agree)."""
+    rules = load_rules_text("rule abs_of_nonnegative: abs(y)\n    assume nonnegative(y)\n    => y\n", "abs.rules")
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[64]")
+    g = b.output(b.abs(b.relu(x)))
+    out, report = rewrite(g, rules, trace=True)
+    v = verify_rewrite(g, out, report.trace, rules=rules)
+    assert v.ok, v
+    (checked,) = v.firings
+    assert checked.rule == "abs_of_nonnegative" and set(checked.skipped) == set(DISTRIBUTIONS)
+    unassumed = load_rules_text("rule abs_is_identity: abs(y) => y\n", "abs.rules")
+    out, report = rewrite(g, unassumed, trace=True)
+    v = verify_rewrite(g, out, report.trace, rules=unassumed)
+    assert not v.ok and v.blame.rule == "abs_is_identity" and v.blame.method == "alone"
 
 
 def test_rounding_drift_amplified_downstream_is_not_blamed_on_an_exact_rewrite():
@@ -169,3 +231,13 @@ def test_rounding_drift_amplified_downstream_is_not_blamed_on_an_exact_rewrite()
     result = verify_rewrite(g, after, report.trace, rules=rules)
     assert result.ok, str(result)
     assert any(o.forgiven for t in result.trials for o in t.outputs)  # the outputs did differ
+
+
+def test_a_replacement_that_fails_where_the_matched_nodes_run_fails_its_firing():
+    rules = load_rules_text("rule zero_by_remainder: mul(i, 0) => remainder(i, i)\n", "zero.rules")
+    b = GraphBuilder("g")
+    i = b.input("i", "i64[64]")
+    g = b.output(b.mul(i, 0))
+    out, report = rewrite(g, rules, trace=True)
+    (checked,) = verify_rewrite(g, out, report.trace, rules=rules).firings
+    assert not checked.ok and "the replacement fails to run" in checked.problem and "ZeroDivisionError" in str(checked)

@@ -35,6 +35,10 @@ gawee's ONNX export, oneDNN Graph's compiled partitions of the traced graph, one
 activation layout, else the fastest is measured), the fastest of those as measured here, and IREE on gawee's
 StableHLO."""
 
+CPU_ONLY = frozenset({"onnxruntime", "onednn_graph", "onednn", "iree"})
+"""Backends that run on the CPU only: refused for a model on another device (``"auto"`` and the torch lowering's
+whole-graph candidates leave them out, and say why in the report)."""
+
 
 @dataclass(frozen=True)
 class BackendChoice:
@@ -195,6 +199,12 @@ def compile(
             "the IREE backend compiles static shapes only", hint="compile with dynamic_shapes=None for backend='iree'"
         )
 
+    if backend in CPU_ONLY and graph.device.type != "cpu":
+        raise GaweeError(
+            f"backend {backend!r} runs on the CPU only; the model is on {graph.device}",
+            hint='use backend="torch" (it runs on the model\'s device), or move the model and inputs to the CPU',
+        )
+
     t0 = time.perf_counter()
     optimized, rewrite_report = rewrite(graph, rules)
     seconds["rewrite"] = time.perf_counter() - t0
@@ -298,6 +308,8 @@ def _runtimes(
     from gawee.backend import dnnl, onednn_graph, ort
 
     def why_not(name: str) -> str | None:
+        if graph.device.type != "cpu":
+            return f"runs on the CPU only; the model is on {graph.device}"
         if name == "onednn_graph":
             return onednn_graph.supports(graph)
         if name == "onnxruntime":
@@ -487,7 +499,7 @@ def _check_rewrite(graph: Graph, optimized: Graph, inputs: list | None) -> Equiv
         others = sorted((d for d in draw_values(syms, 5) if d != example_values(syms)), key=lambda d: sum(d.values()))
         equivalence = EquivalenceReport()
         for k, sizes in enumerate(others[:2]):
-            equivalence = verify_equivalent(graph, optimized, random_inputs(types, k, sizes))
+            equivalence = verify_equivalent(graph, optimized, random_inputs(types, k, sizes, graph.device))
             if not equivalence.ok:
                 break
     if not equivalence.ok:

@@ -230,7 +230,7 @@ def to_torch(
     pytree spec over the flat outputs) when given. Raises IRError for a graph whose
     operand is neither an input, a constant nor computed earlier (run ``gawee.verify``).
     """
-    options = options or TorchOptions()
+    options = on_device(options or TorchOptions(), graph.device)
     if options.channels_last not in (True, False, "measure"):
         raise GaweeError(
             f"TorchOptions.channels_last is {options.channels_last!r}", hint='pass True, False or "measure"'
@@ -245,6 +245,15 @@ def to_torch(
         module, choice = build(layout.channels_last(graph) if options.channels_last else graph), None
     module.gawee_layout = choice
     return module
+
+
+def on_device(options: TorchOptions, device: torch.device) -> TorchOptions:
+    """``options`` for a graph whose data lives on ``device``: on any device but the CPU, oneDNN's and MKL's
+    kernels (CPU kernels) are off and the layout is not measured (that measurement runs on the CPU; an explicit
+    ``channels_last=True`` stays), so every op runs its torch semantics where the model's constants are."""
+    if device.type == "cpu":
+        return options
+    return dataclasses.replace(options, fused_kernels=False, channels_last=options.channels_last is True)
 
 
 class _Builder:

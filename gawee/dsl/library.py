@@ -224,9 +224,11 @@ BUILTINS: dict[str, Builtin] = {
             (T,),
             INT,
             lambda ctx, v: (
-                sum(o.type.numel for o in v.producer.outputs) if v is not None and v.producer is not None else 0
+                sum(o.type.numel for o in v.producer.outputs if o.num_uses)
+                if v is not None and v.producer is not None
+                else 0
             ),
-            doc="elements in all outputs of v's node",
+            doc="elements in the used outputs of v's node (an unused output of a multi-output node is never stored)",
         ),
         Builtin(
             "operand_size",

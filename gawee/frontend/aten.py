@@ -81,8 +81,12 @@ class NodeConverter:
         warnings: list[str],
         dropped: dict[str, int] | None = None,
         symbols: dict | None = None,
+        device: torch.device | None = None,
     ):
         self.graph = graph
+        self.device = device
+        """Where Scalar operands' 0-d constants are made: the model's accelerator, or None for the CPU (a
+        meta-device model's Scalars stay on the CPU, their values known)."""
         self.symbols = symbols or {}
         """torch.export's size symbols -> gawee Syms (empty for a static capture)."""
         self.env = env
@@ -221,7 +225,7 @@ class NodeConverter:
         key = (type(v), v, dtype)
         got = self._scalars.get(key)
         if got is None:
-            got = self.graph.constant(torch.tensor(v, dtype=dtype), "scalar")
+            got = self.graph.constant(torch.tensor(v, dtype=dtype, device=self.device), "scalar")
             self._scalars[key] = got
         return got
 

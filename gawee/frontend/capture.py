@@ -314,7 +314,16 @@ def from_exported_program(ep: ExportedProgram, name: str = "graph", stats: Captu
     state = dict(ep.state_dict)
     state.update(ep.constants)
     symbols = size_symbols(ep)
-    converter = NodeConverter(graph, env, stats.warnings, stats.dropped_checks, symbols)
+    examples = [n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"]  # weights', then inputs'
+    device = next(
+        (
+            t.device
+            for t in [*state.values(), *examples]
+            if isinstance(t, torch.Tensor) and t.device.type not in ("cpu", "meta")
+        ),
+        None,
+    )
+    converter = NodeConverter(graph, env, stats.warnings, stats.dropped_checks, symbols, device)
     for fx_node in ep.graph.nodes:
         if fx_node.op == "placeholder":
             spec = specs.get(fx_node.name)

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import inspect
 import logging
@@ -280,6 +281,20 @@ def _sizes(overrides: str) -> dict[str, int]:
     return sizes
 
 
+SUGGESTION_CUTOFF = 0.75
+"""How alike (difflib's ratio, case folded) a name must be to be suggested: a misspelling (``gtp2``, ``lama``,
+``robertta``) is, a name sharing a few letters with one of several hundred model types (``notamodel``) is not."""
+
+
+def close_names(name: str, names: list[str], n: int = 2) -> list[str]:
+    """The distinct ``names`` most like ``name`` (case folded), best first; none when nothing is close."""
+    by_folded: dict[str, str] = {}
+    for candidate in names:
+        by_folded.setdefault(candidate.lower(), candidate)
+    close = difflib.get_close_matches(name.lower(), list(by_folded), n=n, cutoff=SUGGESTION_CUTOFF)
+    return [by_folded[c] for c in close]
+
+
 def hugging_face(spec: str, batch: int, device: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """``hf:FAMILY[:k=v,...]`` → (module, example inputs)."""
     _, _, rest = spec.partition(":")
@@ -288,9 +303,7 @@ def hugging_face(spec: str, batch: int, device: str) -> tuple[torch.nn.Module, t
     T = require("transformers")
     types = T.CONFIG_MAPPING.keys()
     if family not in HF_FAMILIES and family not in types:
-        import difflib
-
-        close = difflib.get_close_matches(family, [*HF_FAMILIES, *types], n=2)
+        close = close_names(family, [*HF_FAMILIES, *types])
         raise ModelSpecError(
             f"no Hugging Face family {family!r}",
             hint=(f"did you mean hf:{close[0]}? " if close else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
 import sys
@@ -77,7 +78,8 @@ def resolve(
         return ModelSource(Path(spec).stem, graph=load(spec))
     if ":" in spec and spec.split(":", 1)[0].endswith(".py"):
         module, inputs = _from_factory(spec, device)
-        name = Path(spec.split(":", 1)[0]).stem
+        path_s, factory_name = spec.split(":", 1)
+        name = f"{Path(path_s).name}:{factory_name}"
     elif spec.startswith(("hf:", "timm:")):
         from gawee.frontend import families
 
@@ -105,6 +107,19 @@ def resolve(
     return ModelSource(name, module=module.eval(), example_inputs=tuple(inputs))
 
 
+@contextlib.contextmanager
+def _importable_from(folder: Path):
+    """Put ``folder`` first on ``sys.path`` while a model file is loaded and its factory runs, as ``python
+    file.py`` would (a module next to the file imports), and take it off again afterwards."""
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    try:
+        yield
+    finally:
+        if entry in sys.path:
+            sys.path.remove(entry)
+
+
 def _from_factory(spec: str, device: str) -> tuple[torch.nn.Module, tuple]:
     path_s, factory_name = spec.split(":", 1)
     path = Path(path_s)
@@ -114,21 +129,22 @@ def _from_factory(spec: str, device: str) -> tuple[torch.nn.Module, tuple]:
     loader_spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[mod_name] = module
-    try:
-        loader_spec.loader.exec_module(module)
-    except Exception as e:  # user code: any failure is a bad model spec
-        raise ModelSpecError(f"importing {path} failed: {type(e).__name__}: {e}") from e
-    factory = getattr(module, factory_name, None)
-    if not callable(factory):
-        found = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
-        raise ModelSpecError(
-            f"{path} has no callable {factory_name!r}", hint=f"callables there: {', '.join(found[:8]) or 'none'}"
-        )
-    try:
-        with torch.device(device):
-            made = factory()
-    except Exception as e:  # user code
-        raise ModelSpecError(f"{spec}() raised {type(e).__name__}: {e}") from e
+    with _importable_from(path.resolve().parent):
+        try:
+            loader_spec.loader.exec_module(module)
+        except Exception as e:  # user code: any failure is a bad model spec
+            raise ModelSpecError(f"importing {path} failed: {type(e).__name__}: {e}") from e
+        factory = getattr(module, factory_name, None)
+        if not callable(factory):
+            found = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+            raise ModelSpecError(
+                f"{path} has no callable {factory_name!r}", hint=f"callables there: {', '.join(found[:8]) or 'none'}"
+            )
+        try:
+            with torch.device(device):
+                made = factory()
+        except Exception as e:  # user code
+            raise ModelSpecError(f"{spec}() raised {type(e).__name__}: {e}") from e
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
         inputs = made[1] if isinstance(made[1], (tuple, list)) else (made[1],)
         return made[0], tuple(inputs)

@@ -423,6 +423,24 @@ class Graph:
                 seen.setdefault(id(v), v)
         return list(seen.values())
 
+    @property
+    def device(self) -> torch.device:
+        """Where the graph's data lives, and so where it runs: the device of its first constant that is not on
+        the CPU (a model captured on an accelerator, or on the meta device), else the CPU. Literal scalars
+        (0-d constants) may stay on the CPU in any graph, as torch allows beside tensors of any device."""
+        for v in self.constants():
+            if v.data.device.type != "cpu":
+                return v.data.device
+        return torch.device("cpu")
+
+    def to(self, device: torch.device | str) -> Graph:
+        """A copy of the graph with every constant on ``device`` (a graph captured on the CPU run on an
+        accelerator; ``"meta"`` keeps the structure and drops the values)."""
+        g = self.clone()
+        for v in g.constants():
+            v.data = v.data.to(device)
+        return g
+
     def clone(self) -> Graph:
         """A structurally identical, independent graph (constant tensors are shared)."""
         g = Graph(self.name)

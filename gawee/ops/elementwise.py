@@ -128,6 +128,28 @@ def _mod_onnx(c, fmod: bool):
     return c.emit("Where", moved, c.emit("Add", r, b), r)
 
 
+def _rounded_div_onnx(c, mode: str) -> str:
+    """Division rounded by ``mode`` ("floor" or "trunc") in the result's type. ONNX's Div truncates integers
+    (C's division), so integer floor division is that quotient minus one where the remainder (C's fmod, the
+    dividend's sign) is nonzero and its sign differs from the divisor's: -7 // 2 is -4, not -3. Floats: Floor
+    of the quotient, or for trunc, Ceil where it is negative and Floor elsewhere."""
+    dtype = c.out.dtype
+    a, b = c.x_as(0, dtype), c.x_as(1, dtype)
+    q = c.emit("Div", a, b)
+    if dtype.is_float:
+        if mode == "floor":
+            return c.emit("Floor", q)
+        return c.emit("Where", c.emit("Less", q, c.scalar(0, dtype)), c.emit("Ceil", q), c.emit("Floor", q))
+    if mode == "trunc":
+        return q
+    zero = c.scalar(0, dtype)
+    r = c.emit("Mod", a, b, fmod=1)
+    fix = c.emit(
+        "And", c.emit("Not", c.emit("Equal", r, zero)), c.emit("Xor", c.emit("Less", r, zero), c.emit("Less", b, zero))
+    )
+    return c.emit("Where", fix, c.emit("Sub", q, c.scalar(1, dtype)), q)
+
+
 # -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) -----------------------------------
 def _compare_mlir(direction: str):
     """``stablehlo.compare`` on the operands converted to their promoted type."""
@@ -513,9 +535,7 @@ binary(
     onnx=lambda c: (
         _binary_onnx("Div", False)(c)
         if c.attrs["rounding_mode"] is None
-        else c.emit("Floor", _binary_onnx("Div", False)(c))
-        if c.attrs["rounding_mode"] == "floor" and c.out.dtype.is_float
-        else c.fail(f"rounding_mode={c.attrs['rounding_mode']}")
+        else _rounded_div_onnx(c, c.attrs["rounding_mode"])
     ),
     mlir=_div_mlir,
     aten=("aten.div.Tensor", "aten.div.Scalar", "aten.div.Tensor_mode", "aten.div.Scalar_mode"),
@@ -552,9 +572,7 @@ binary("remainder", torch.remainder, onnx=lambda c: _mod_onnx(c, fmod=False), ml
 binary(
     "floor_divide",
     torch.floor_divide,
-    onnx=lambda c: (
-        c.emit("Floor", _binary_onnx("Div", False)(c)) if c.out.dtype.is_float else c.fail("integer floor division")
-    ),
+    onnx=lambda c: _rounded_div_onnx(c, "floor"),
     mlir=lambda c: _floor_div_mlir(c, c.x(0), c.x(1)),
     aten=("aten.floor_divide.default", "aten.floor_divide.Scalar"),
 )

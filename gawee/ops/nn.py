@@ -1410,6 +1410,81 @@ register(
         doc="inference batch norm: (x - mean) / sqrt(var + eps) * weight + bias, per channel (dim 1)",
     )
 )
+
+
+def _batch_stats_dtype(t: torch.dtype) -> torch.dtype:
+    """The dtype of batch_norm_training's mean and rstd: float32 for f16/bf16 inputs (ATen's meta and CUDA
+    kernels; its CPU kernel returns the input's dtype), else the input's."""
+    return torch.float32 if t in (torch.float16, torch.bfloat16) else t
+
+
+def _batch_norm_training(input, weight=None, bias=None, *, eps):
+    out, mean, rstd = torch.ops.aten._native_batch_norm_legit.no_stats(input, weight, bias, True, 0.0, eps)
+    stats = _batch_stats_dtype(input.dtype)
+    return out, mean.to(stats), rstd.to(stats)
+
+
+def _bn_training_sample(draw, slots, attrs):
+    """[N, C, *] of rank 2-4 with per-channel weight and bias, each maybe absent."""
+    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(2, 4))
+    if x.rank < 2 or not x.dtype.is_float:
+        raise S.Reject("batch_norm_training needs a float tensor of rank >= 2")
+    c = TensorType((x.shape[1],), x.dtype)
+    types = [x] + [
+        None if s is S.ABSENT or (s is S.FREE and draw.boolean(0.2)) else (s if isinstance(s, TensorType) else c)
+        for s in slots[1:]
+    ]
+    return types, {"eps": draw.choice([1e-6, 1e-5, 1e-3]), **attrs}
+
+
+def _batch_norm_training_onnx(c):
+    """Mean and biased variance over every dim but 1 (ReduceMean), then the per-channel weight and bias;
+    the statistics computed in float32 for f16/bf16 inputs, as the reference does."""
+    t = c.type(0)
+    stats = DType.from_torch(_batch_stats_dtype(t.dtype.torch))
+    x = c.x_as(0, stats)
+    axes = c.ints([d for d in range(t.rank) if d != 1])
+    mean = c.emit("ReduceMean", x, axes, keepdims=1)
+    d = c.emit("Sub", x, mean)
+    var = c.emit("ReduceMean", c.emit("Mul", d, d), axes, keepdims=1)
+    rstd = c.emit("Reciprocal", c.emit("Sqrt", c.emit("Add", var, c.scalar(c.attrs["eps"], stats))))
+    y = c.cast(c.emit("Mul", d, rstd), t.dtype) if stats is not t.dtype else c.emit("Mul", d, rstd)
+    per_channel = c.ints([t.shape[1]] + [1] * (t.rank - 2))
+    if c.arity > 1 and c.x(1):
+        y = c.emit("Mul", y, c.emit("Reshape", c.x_as(1, t.dtype), per_channel))
+    if c.arity > 2 and c.x(2):
+        y = c.emit("Add", y, c.emit("Reshape", c.x_as(2, t.dtype), per_channel))
+    channels = c.ints([t.shape[1]])
+    return [y, c.emit("Reshape", mean, channels), c.emit("Reshape", rstd, channels)]
+
+
+register(
+    OpDef(
+        "batch_norm_training",
+        (Operand("input"), Operand("weight", optional=True), Operand("bias", optional=True)),
+        _batch_norm_training,
+        attrs=(Attr("eps", "float", 1e-5),),
+        traits=frozenset({"pure", "multi_output"}),
+        flops=per_element(5),
+        sample=_bn_training_sample,
+        onnx=_batch_norm_training_onnx,
+        aten=(
+            AtenBinding(
+                "aten._native_batch_norm_legit.no_stats", fixed={"training": True}, drop=frozenset({"momentum"})
+            ),
+            AtenBinding(
+                "aten.batch_norm.default",
+                fixed={"training": True, "running_mean": None, "running_var": None},
+                drop=frozenset({"momentum", "cudnn_enabled"}),
+                outputs=(0,),
+            ),
+        ),
+        doc="batch norm by the batch's own statistics (training mode, no running statistics), per channel (dim 1) "
+        "over every other dim: outputs (x - mean) * rstd * weight + bias, the mean, and rstd = 1 / sqrt(var + eps) "
+        "(biased variance; f16/bf16 statistics in float32). Weight standardization (timm's StdConv2d, NFNets) "
+        "computes it on constant weights, so constant folding removes it",
+    )
+)
 register(
     OpDef(
         "layer_norm",

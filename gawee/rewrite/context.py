@@ -46,8 +46,14 @@ _scratch = threading.local()
 
 
 def _abs_range(t: torch.Tensor) -> tuple[float, float]:
-    """(min |t|, max |t|), nan if ``t`` holds one: |t| is written, a chunk at a time, into a per-thread
-    scratch buffer, so that checking a folded weight allocates no memory of its size."""
+    """(min |t|, max |t|), nan if ``t`` holds one: on the CPU, |t| is written, a chunk at a time, into a
+    per-thread scratch buffer, so that checking a folded weight allocates no memory of its size; on another
+    device (whose allocator caches), into a fresh tensor there."""
+    if t.device.type != "cpu":
+        if not t.numel():
+            return math.inf, 0.0
+        a, b = (float(v) for v in torch.aminmax(t.reshape(-1).abs()))
+        return (math.nan, math.nan) if math.isnan(b) else (a, b)
     flat = t.reshape(-1)
     buffers = getattr(_scratch, "buffers", None)
     if buffers is None:
@@ -118,13 +124,37 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     return None
 
 
+def fold_device(data: list[torch.Tensor | None], graph_device: torch.device) -> torch.device | None:
+    """The device a constant subexpression is evaluated on: the device of its first operand that is not on
+    the CPU (the model's constants live there), else the graph's when that is an accelerator (literals and
+    creation ops are made on the CPU); None: where they are (a CPU graph, or literals of a meta-device graph,
+    whose values stay known)."""
+    for t in data:
+        if t is not None and t.device.type != "cpu":
+            return t.device
+    return graph_device if graph_device.type not in ("cpu", "meta") else None
+
+
+def to_device(t: torch.Tensor | None, device: torch.device | None) -> torch.Tensor | None:
+    """``t`` moved to ``device`` (None: left where it is)."""
+    return t if t is None or device is None or t.device == device else t.to(device)
+
+
 _SCALARS: dict[tuple, torch.Tensor] = {}
 """0-d tensors for the numbers replacements use (eps, 0, 1), shared: constants are immutable."""
 
 
 class RewriteContext:
-    def __init__(self, graph: Graph, rule: Rule, root: Node | list[Node], env: dict[str, Any]):
+    def __init__(
+        self,
+        graph: Graph,
+        rule: Rule,
+        root: Node | list[Node],
+        env: dict[str, Any],
+        device: torch.device | None = None,
+    ):
         self.graph = graph
+        self._device = device
         self.rule = rule
         self.roots = root if isinstance(root, list) else [root]
         """The nodes the rule's roots matched, in pattern order (one unless the rule has several roots)."""
@@ -134,6 +164,21 @@ class RewriteContext:
         self.new_nodes: list[Node] = []
         self.with_cache: list[Any] = []
         self.with_fns: list[Any] = []
+
+    @property
+    def device(self) -> torch.device:
+        """The graph's device (``Graph.device``; given by the driver, which computes it once)."""
+        if self._device is None:
+            self._device = self.graph.device
+        return self._device
+
+    def _evaluate(self, opdef, data: list, attrs: dict) -> tuple[list, tuple[torch.Tensor, ...]]:
+        """``opdef`` run on constant ``data`` moved to one device (``fold_device``), its results left there: a
+        model's constants are folded where they live, literals joining them. Returns the moved data and the
+        results."""
+        device = fold_device(data, self.device)
+        data = [to_device(d, device) for d in data]
+        return data, tuple(to_device(t, device) for t in opdef.run(data, attrs))
 
     def error(self, message: str, hint: str | None = None) -> RewriteError:
         return RewriteError(
@@ -168,8 +213,7 @@ class RewriteContext:
         try:
             attrs = opdef.prepare_attrs(attrs, in_types, where=op)
             if opdef.has_trait("pure") and all(v is None or v.data is not None for v in inputs):
-                data = [None if v is None else v.data for v in inputs]
-                out = opdef.run(data, attrs)
+                data, out = self._evaluate(opdef, [None if v is None else v.data for v in inputs], attrs)
                 if len(out) != 1 and not multi:
                     raise self.error(f"{op} has {len(out)} outputs: pick one with `[i]`")
                 for t in out:
@@ -211,7 +255,9 @@ class RewriteContext:
         return v
 
     def _adopt(self, v: Value, name: str) -> None:
-        """Name a constant folded by this replacement (checked by _fold_problem) as it enters the graph."""
+        """Name a constant folded by this replacement (checked by _fold_problem) as it enters the graph, and put
+        it on an accelerator graph's device (a literal is made on the CPU)."""
+        v.data = to_device(v.data, fold_device([], self.device))
         v.name = self.graph.unique_name(name)
 
     def rollback(self) -> None:
@@ -231,7 +277,7 @@ class RewriteContext:
             )
         opdef = get_op(node.op)
         try:
-            outs = opdef.run([None if v is None else v.data for v in node.inputs], node.attrs)
+            _, outs = self._evaluate(opdef, [None if v is None else v.data for v in node.inputs], node.attrs)
         except RuntimeError as e:
             raise self.error(f"evaluating {node.name} failed: {str(e).splitlines()[0]}") from None
         return [detached_constant(t) for t in outs]

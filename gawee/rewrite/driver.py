@@ -11,6 +11,7 @@ the rules that keep firing.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from gawee.errors import RewriteError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ops import get_op
 from gawee.rewrite.context import RewriteContext
+from gawee.rewrite.instances import Instance, extract, instance_key
 from gawee.rewrite.matcher import MatchContext, OpM
 from gawee.rewrite.ruleset import Phase, RuleSet, default_rules
 from gawee.threads import torch_threads
@@ -50,6 +52,14 @@ class Firing:
     results: tuple[str, ...] = ()
     """The values that replaced them, in the same order: ``results[i]`` now stands for ``replaces[i]``
     (see :func:`provenance`)."""
+    instance: Instance | None = field(default=None, repr=False, compare=False)
+    """The matched and built nodes cut out as one graph (:mod:`gawee.rewrite.instances`) when tracing: for one
+    firing of each rule per operand dtypes and ranks, the one on the fewest elements (None for the others, and
+    for ``fold`` and ``cse``, whose results are the matched computation itself)."""
+
+    def as_dict(self) -> dict:
+        """The firing as plain data (without its instance)."""
+        return {k: v for k, v in self.__dict__.items() if k != "instance"}
 
     def __str__(self) -> str:
         created = ", ".join(self.created) or "-"
@@ -96,6 +106,10 @@ class Rewriter:
         """Stop after this many firings (replaying a prefix of a deterministic rewrite), or None."""
         self._queue: deque[Node] = deque()
         self._queued: set[int] = set()
+        self.device = graph.device
+        self._instances: dict[tuple, tuple[int, int, Instance]] = {}
+        """Instance key -> (elements read, trace index, instance) of the smallest firing of that key so far."""
+        """Where the graph's constants live: folded constants are made there (``RewriteContext.device``)."""
 
     # -- worklist ------------------------------------------------------------------------
     def _push(self, node: Node | None) -> None:
@@ -109,6 +123,8 @@ class Rewriter:
             if self._stopped():
                 break
             self._run_phase(phase)
+        for _, index, instance in self._instances.values():
+            self.report.trace[index] = dataclasses.replace(self.report.trace[index], instance=instance)
         self.report.nodes_after = len(self.graph)
         self.report.seconds = time.perf_counter() - t0
         return self.report
@@ -168,7 +184,7 @@ class Rewriter:
         mctx = MatchContext()
         env: dict = {}
         for roots in match_roots(rule, node, env, mctx):
-            rctx = RewriteContext(self.graph, rule, roots, env)
+            rctx = RewriteContext(self.graph, rule, roots, env, self.device)
             if use_guard and rule.guard is not None:
                 try:
                     if not rule.guard(rctx):
@@ -221,6 +237,8 @@ class Rewriter:
         graph = self.graph
         replaced_by = results[0].name
         old_values = replaced_values(rule, roots)
+        if self.trace:
+            self._instance(rule, rctx, matched, old_values, results)
         for old, new in zip(old_values, results):
             for user in graph.replace_all_uses_with(old, new):
                 self._push(user)
@@ -251,6 +269,22 @@ class Rewriter:
             from gawee.ir.verify import verify
 
             verify(graph)
+
+    def _instance(
+        self, rule: Rule, rctx: RewriteContext, matched: list[Node], old_values: list[Value], results: list[Value]
+    ) -> None:
+        """Cut the firing about to be traced out as a graph (before its uses move) when it is the smallest of its
+        key so far (:func:`gawee.rewrite.instances.instance_key`); :meth:`run` hands the kept ones to the trace."""
+        if rule.whole_node is not None:
+            return
+        created = [n for n in rctx.new_nodes if n.graph is self.graph]
+        key, size = instance_key(rule.name, [*matched, *created])
+        kept = self._instances.get(key)
+        if kept is not None and kept[0] <= size:
+            return
+        assumed = [(rctx.env[a.var], a.fact) for a in rule.assumptions if isinstance(rctx.env.get(a.var), Value)]
+        instance = extract(f"{rule.name}@{rctx.root.name}", matched, created, old_values, results, assumed)
+        self._instances[key] = (size, len(self.report.trace), instance)
 
     def _erase_dead(self, node: Node) -> None:
         """Erase a dead node, then any producer it leaves dead; re-queue producers that lost a use."""

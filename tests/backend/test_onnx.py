@@ -153,6 +153,25 @@ def test_math_sorting_and_triangle_ops(tmp_path):
     assert_ort_matches_reference(graph, tmp_path / "math.onnx")
 
 
+def test_integer_floor_division_rounds_down_for_negative_operands(tmp_path):
+    """ONNX's Div truncates integers: -7 // 2 must still be -4 (floor_divide, div with rounding_mode="floor"),
+    and trunc division (integer and float) rounds towards zero."""
+    b = GraphBuilder("floordiv")
+    i = b.input("i", "i64[8]")
+    x = b.input("x", "f32[8]")
+    k = b.const(torch.tensor([2, -2, 3, -3, 1, -1, 5, -4]))
+    d = b.const(torch.tensor([2.0, -2.0, 0.5, -0.3, 3.0, -1.1, 7.0, -4.0]))
+    graph = b.output(
+        b.floor_divide(i, k), b.div(i, k, rounding_mode="floor"), b.div(i, k, rounding_mode="trunc"),
+        b.div(x, d, rounding_mode="trunc"), b.floor_divide(i, 2),
+    )  # fmt: skip
+    xs = [torch.tensor([-7, 7, -7, 7, -3, 0, -10, 9]), torch.tensor([-7.0, 7.0, -1.2, 2.5, -3.5, 0.0, -10.0, 9.0])]
+    got = run_ort(graph, tmp_path / "floordiv.onnx", xs)
+    for g, e in zip(got, gawee.run(graph, *xs)):
+        np.testing.assert_array_equal(g, e.numpy())
+    assert got[0].tolist() == [-4, -4, -3, -3, -3, 0, -2, -3]
+
+
 def test_ops_without_an_onnx_form_are_named():
     b = GraphBuilder("scatter")
     x = b.input("x", "f32[4]")

@@ -175,6 +175,12 @@ def test_hf_and_timm_specs_report_bad_names():
     with pytest.raises(ModelSpecError, match="no Hugging Face family") as info:
         resolve("hf:bertt")
     assert "did you mean hf:bert" in info.value.hint
+    with pytest.raises(ModelSpecError, match="no Hugging Face family") as info:
+        resolve("hf:notamodel")  # shares a few letters with one of hundreds of model types: no suggestion
+    assert "did you mean" not in info.value.hint
+    with pytest.raises(ModelSpecError) as info:
+        resolve("hf:GTP2")
+    assert "did you mean hf:gpt2?" in info.value.hint
     with pytest.raises(ModelSpecError, match="takes input_features, which gawee cannot make up"):
         resolve("hf:whisper")  # hf:whisper-encoder is the built-in family for it
     with pytest.raises(ModelSpecError, match=r"could not be built .* with small sizes") as info:

@@ -16,7 +16,15 @@ from gawee.ops import OPAQUE, get_op
 from gawee.ops import sampling as S
 from gawee.testing.generate import DataDraw
 
-NEW_OPS = ["rms_norm", "addcmul", "max_pool3d", "avg_pool3d", "adaptive_avg_pool3d", "adaptive_max_pool3d"]
+NEW_OPS = [
+    "rms_norm",
+    "batch_norm_training",
+    "addcmul",
+    "max_pool3d",
+    "avg_pool3d",
+    "adaptive_avg_pool3d",
+    "adaptive_max_pool3d",
+]
 
 
 def _data(t: TensorType) -> torch.Tensor:

@@ -26,7 +26,7 @@ def test_optimize_writes_the_report_and_both_pictures(capsys, tmp_path):
     page = html.read_text()
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg ") == 2 and "fold_conv_bn" in page
     markdown = mmd.read_text()
-    assert markdown.startswith("# swish_net: 13 -> ") and "```mermaid\n%% made by gawee-rewrite" in markdown
+    assert markdown.startswith("# swish_net.py:make: 13 -> ") and "```mermaid\n%% made by gawee-rewrite" in markdown
     assert "subgraph b[" in markdown and "subgraph a[" in markdown
     assert "subgraph cluster_b" in dot.read_text() and "subgraph cluster_a" in dot.read_text()
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
