@@ -3,6 +3,7 @@
 Each case here once ended in a traceback (issue 36) or in the wrong exit code.
 """
 
+import functools
 import logging
 
 import pytest
@@ -201,3 +202,73 @@ def test_a_replacement_of_the_wrong_type_is_a_finding(capsys, tmp_path, tiny):
     code, _, err = run_cli(capsys, "optimize", tiny, "--rules", path)
     assert code == 1 and err.startswith(f"rewrite error: rule wrong ({path}:1) on node relu: the replacement is f32[2]")
     assert one_screen(err, 3)
+
+
+# -- saved graphs (each once found by benchmarks/fuzz_cli.py) -----------------------------------
+@pytest.fixture
+def conv_json(tmp_path):
+    """A saved graph, conv2d then relu, as its JSON document (the .npz beside it)."""
+    import json
+
+    b = GraphBuilder("conv")
+    x = b.input("x", "f32[1,2,4,4]")
+    graph = b.output(b.relu(b.conv2d(x, b.const(torch.ones(3, 2, 1, 1), "w"))))
+    path = tmp_path / "conv.json"
+    graph.save(path)
+    return path, json.loads(path.read_text())
+
+
+def _set(doc, path, value):
+    *keys, last = path
+    for k in keys:
+        doc = doc[k]
+    doc[last] = value
+
+
+def _edited(path, doc, edit, value) -> None:
+    import json
+
+    *keys, last = edit
+    target = doc
+    for k in keys:
+        target = target[k]
+    target[last] = value
+    path.write_text(json.dumps(doc).replace('"__deep__"', "[" * 100_000 + "]" * 100_000))
+
+
+@pytest.mark.parametrize(
+    "edit, value, where, message",
+    [
+        (("nodes", 0, "attrs", "act_params"), "__deep__", "", "load error: nested deeper than 32 levels"),
+        (("nodes", 0, "attrs", "act_params"), functools.reduce(lambda v, _: [v], range(40), 1), "nodes[0]", "deeper"),
+        (("constants",), 7, "constants", "expected list, got int"),
+        (("constants", 0), [], "constants[0]", "expected an object, got list"),
+        (("outputs", 0), [1], "outputs[0]", "output [1] is not defined"),
+        (("nodes", 0, "source"), 3, "nodes[0].source", "expected str, got int"),
+        (("inputs", 0, "type", "layout"), ["nchw"], "inputs[0].type.layout", "expected str, got list"),
+        (("inputs", 0, "type", "shape"), [1, 2**70, 4, 4], "inputs[0].type.shape", "shape must be ints in 0..2**62"),
+        (("constants", 0, "meta"), True, "", "load error"),  # a meta constant: no .npz entry needed, loads
+        # the op's own inference refuses: an activation its table lacks (a KeyError inside), an absent operand
+        (("nodes", 0, "attrs", "act"), "2*s9", "", "node conv2d (conv2d): conv2d("),
+        (("nodes", 0, "inputs", 0), None, "", "node conv2d (conv2d): operand 0 (input) is required but absent"),
+    ],
+)
+def test_a_broken_saved_graph_is_one_error_at_its_json_path(capsys, conv_json, edit, value, where, message):
+    path, doc = conv_json
+    _edited(path, doc, edit, value)
+    code, _, err = run_cli(capsys, "show", path)
+    if edit[-1] == "meta":
+        assert code == 0
+        return
+    assert code == 2 and err.startswith(f"{path}: {where}") and message in err and one_screen(err, 4), err
+
+
+def test_a_saved_graph_with_a_broken_npz_is_one_error(capsys, conv_json):
+    path, _ = conv_json
+    npz = path.with_suffix(".npz")
+    data = bytearray(npz.read_bytes())
+    central = data.index(b"PK\x01\x02")  # the central directory's first entry: its flags at +8
+    data[central + 8] |= 0x40  # "strong encryption": zipfile raises NotImplementedError
+    npz.write_bytes(bytes(data))
+    code, _, err = run_cli(capsys, "show", path)
+    assert code == 2 and "load error: cannot read tensor data" in err and one_screen(err, 2), err

@@ -208,7 +208,9 @@ class _Doc:
             self.fail(where, f"missing {key!r}")
         if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
             names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            self.fail(f"{where}.{key}", f"expected {names}, got {type(v).__name__} {str(v)[:40]}")
+            self.fail(
+                f"{where}.{key}" if where else str(key), f"expected {names}, got {type(v).__name__} {str(v)[:40]}"
+            )
         return v
 
     def optional(self, obj: dict, key: str, kind: type | tuple, where: str, default: Any) -> Any:
@@ -223,9 +225,11 @@ class _Doc:
         ):
             self.fail(f"{where}.type.shape", f"shape must be ints in 0..2**62 or symbolic sizes, got {str(shape)[:60]}")
         shape = [self.dim(s, f"{where}.type.shape") if isinstance(s, str) else s for s in shape]
+        dtype_text = self.get(t, "dtype", str, f"{where}.type")
+        layout_text = self.optional(t, "layout", str, f"{where}.type", "contiguous")
         try:
-            dtype = DType.parse(self.get(t, "dtype", str, f"{where}.type"))
-            layout = Layout(self.optional(t, "layout", str, f"{where}.type", "contiguous"))
+            dtype = DType.parse(dtype_text)
+            layout = Layout(layout_text)
         except (GaweeError, ValueError) as e:
             self.fail(f"{where}.type", str(e.args[0] if e.args else e))
         return TensorType(tuple(shape), dtype, layout)

@@ -262,7 +262,8 @@ class OpDef:
             RuntimeError,
             ValueError,
             TypeError,
-            IndexError,
+            LookupError,  # an attribute value the op's own tables lack (act="gelu_exact"), an index past the end
+            AttributeError,  # an operand the op reads is absent (None has no shape)
             NotImplementedError,
             AssertionError,
             ArithmeticError,
