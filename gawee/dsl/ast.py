@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from gawee.errors import SourceSpan
+
+
+@functools.lru_cache(maxsize=8)
+def _lines(text: str) -> tuple[str, ...]:
+    """A source text's lines, split once per text (every node of a file quotes the same text)."""
+    return tuple(text.splitlines())
 
 
 @dataclass
@@ -18,7 +25,7 @@ class Node:
         s = self.span
         if s.text is None or s.end_line is None:
             return ""
-        lines = s.text.splitlines()[s.line - 1 : s.end_line]
+        lines = list(_lines(s.text)[s.line - 1 : s.end_line])
         if not lines:
             return ""
         if len(lines) == 1:

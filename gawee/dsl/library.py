@@ -19,6 +19,7 @@ from gawee.equivalence import TOLERANCE
 from gawee.ir.core import Value
 from gawee.ir.types import DType
 from gawee.ops import get_op
+from gawee.rewrite.constants import all_finite
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def _reassociable(a: Value | None, b: Value | None) -> bool:
     if not (x.is_floating_point() and y.is_floating_point()) or x.dtype != y.dtype:
         return False
     tol = TOLERANCE.get(DType.from_torch(x.dtype))
-    if tol is None or not (torch.isfinite(x).all() and torch.isfinite(y).all()):
+    if tol is None or not (all_finite(x) and all_finite(y)):
         return False
     peak = (x.abs().max().item() if x.numel() else 0.0) + (y.abs().max().item() if y.numel() else 0.0)
     return peak * torch.finfo(x.dtype).eps / 2 <= tol / 2
@@ -257,9 +258,7 @@ BUILTINS: dict[str, Builtin] = {
         Builtin(
             "value", (T,), F, lambda ctx, c: _value(c), doc="the element of a constant whose elements are all equal"
         ),
-        Builtin(
-            "finite", (T,), B, lambda ctx, c: bool(torch.isfinite(_known(c)).all()), doc="a constant with no inf or nan"
-        ),
+        Builtin("finite", (T,), B, lambda ctx, c: all_finite(_known(c)), doc="a constant with no inf or nan"),
         Builtin(
             "positive", (T,), B, lambda ctx, c: bool((_known(c) > 0).all()), doc="a constant with every element > 0"
         ),

@@ -284,10 +284,13 @@ class Graph:
         name: str | None = None,
         source: str = "",
         before: Node | None = None,
+        prepared: bool = False,
     ) -> Node:
         """Create a node and insert it at the end (or before ``before``).
 
         Without ``types`` the output types are inferred through the op registry.
+        ``prepared``: ``attrs`` are already what ``OpDef.prepare_attrs`` made of them for these
+        inputs (complete, checked, canonical), so they are not prepared again.
         Raises UnknownOpError for an op not in the registry, InferenceError when the
         op rejects the operand types.
         """
@@ -297,7 +300,8 @@ class Graph:
         if not opdef.variadic and len(inputs) < len(opdef.operands):  # absent trailing optionals
             inputs = [*inputs, *([None] * (len(opdef.operands) - len(inputs)))]
         in_types = [v.type if v is not None else None for v in inputs]
-        attrs = opdef.prepare_attrs(attrs or {}, in_types, where=name or op)
+        if not prepared:
+            attrs = opdef.prepare_attrs(attrs or {}, in_types, where=name or op)
         if types is None:
             types = opdef.infer_types(in_types, attrs)
         node = Node(op, inputs, attrs, types, self.unique_name(name or op), source)

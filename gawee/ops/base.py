@@ -283,11 +283,14 @@ _INFER_CACHE: dict[Any, tuple[TensorType, ...]] = {}
 def _typed(v: Any) -> Any:
     """A cache key that tells apart what Python's == does not: 1, 1.0 and True (an int scalar keeps an
     integer result, a float one promotes it), 0.0 and -0.0, a list and a tuple."""
+    t = type(v)
+    if t is int or t is str or t is bool or v is None:  # the common cases first
+        return (t, v)
     if isinstance(v, (tuple, list)):
-        return (type(v), tuple(_typed(x) for x in v))
+        return (t, tuple([_typed(x) for x in v]))
     if isinstance(v, float):
         return (float, repr(v))
-    return (type(v), v)
+    return (t, v)
 
 
 def _with_layouts(opdef: OpDef, in_types: TypeList, attrs: Mapping[str, Any], result: list) -> list[TensorType]:

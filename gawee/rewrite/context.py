@@ -7,8 +7,8 @@ folding is written in rule text); any other op becomes a node inserted before th
 
 from __future__ import annotations
 
+import functools
 import math
-import threading
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,6 +18,7 @@ from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import TensorType
 from gawee.ops import get_op
+from gawee.rewrite.constants import abs_peak, all_finite, has_zero
 
 if TYPE_CHECKING:
     from gawee.dsl.compiler import Rule
@@ -29,50 +30,15 @@ def detached_constant(data: torch.Tensor) -> Value:
 
 
 def _finite(t: torch.Tensor | None) -> bool:
-    """No inf or nan in ``t``: exactly when its float64 sum is finite (one reduction, no mask)."""
-    if t is None or not t.is_floating_point() or t.device.type == "meta":
+    """No inf or nan in ``t`` (absent operands and meta tensors hold none)."""
+    if t is None or t.device.type == "meta":
         return True
-    return bool(torch.isfinite(t.sum(dtype=torch.float64)))
+    return all_finite(t)
 
 
 EXACT_ZEROS = frozenset({"add", "sub"})
 """Ops whose float result is zero exactly when the exact result is (with gradual underflow,
 x - y == 0 only if x == y): no underflow check needed."""
-
-
-_CHUNK = 1 << 20
-"""Elements per pass of _abs_range: its scratch buffer is this size, reused (no page faults)."""
-_scratch = threading.local()
-
-
-def _abs_range(t: torch.Tensor) -> tuple[float, float]:
-    """(min |t|, max |t|), nan if ``t`` holds one: on the CPU, |t| is written, a chunk at a time, into a
-    per-thread scratch buffer, so that checking a folded weight allocates no memory of its size; on another
-    device (whose allocator caches), into a fresh tensor there."""
-    if t.device.type != "cpu":
-        if not t.numel():
-            return math.inf, 0.0
-        a, b = (float(v) for v in torch.aminmax(t.reshape(-1).abs()))
-        return (math.nan, math.nan) if math.isnan(b) else (a, b)
-    flat = t.reshape(-1)
-    buffers = getattr(_scratch, "buffers", None)
-    if buffers is None:
-        buffers = _scratch.buffers = {}
-    lo, hi = math.inf, 0.0
-    for start in range(0, flat.numel(), _CHUNK):
-        part = flat[start : start + _CHUNK]
-        if part.numel() < 4096:  # small: a fresh copy costs nothing
-            scratch = part.abs()
-        else:
-            buf = buffers.get(t.dtype)
-            if buf is None:
-                buf = buffers[t.dtype] = torch.empty(_CHUNK, dtype=t.dtype)
-            scratch = torch.abs(part, out=buf[: part.numel()])
-        a, b = (float(v) for v in torch.aminmax(scratch))
-        if math.isnan(b):
-            return math.nan, math.nan
-        lo, hi = min(lo, a), max(hi, b)
-    return lo, hi
 
 
 def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str | None:
@@ -81,24 +47,25 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     Overflow: finite constants turned into inf/nan (f16 weights scaled past 65504). Underflow: a
     nonzero value rounded to zero (tiny weights times a tiny batch-norm scale), so that where the
     original computed ``inf * w * s = inf`` the folded graph would give ``inf * 0 = nan``; checked in
-    float64 only where the result has a zero. One pass over the result in the common case.
+    float64 only where the result has a zero. Two passes over the result in the common case (its
+    extremes, its zeros), neither allocating a tensor of its size.
     """
     if opdef.has_trait("view") or not result.is_floating_point() or result.device.type == "meta":
         return None  # a view moves values: it makes no new ones
     if result.numel() == 0:
         return None
-    lo, hi = _abs_range(result)
+    hi = abs_peak(result)
     finite = math.isfinite(hi)
     if not finite and all(_finite(d) for d in data):
         return f"folding {opdef.name} overflowed {result.dtype}"
     if finite and result.dtype != torch.float64 and hi > torch.finfo(result.dtype).max ** 0.75:
-        operands = [_abs_range(d)[1] for d in data if isinstance(d, torch.Tensor) and d.is_floating_point()]
+        operands = [abs_peak(d) for d in data if isinstance(d, torch.Tensor) and d.is_floating_point()]
         if hi > max(operands, default=0.0):  # no real weight is this large: only a fold can make one
             return (
                 f"folding {opdef.name} made a constant of {hi:.3g}, past {result.dtype}'s headroom (max^(3/4)): "
                 "products with it can overflow where the original's did not"
             )
-    if finite and (lo > 0 or result.dtype == torch.float64 or opdef.name in EXACT_ZEROS):
+    if finite and (result.dtype == torch.float64 or opdef.name in EXACT_ZEROS or not has_zero(result)):
         return None
     # rare cases, element by element against float64: non-finite operands (an inf or nan weight in one
     # channel must not hide an overflow or underflow in another), or a zero in the result
@@ -138,6 +105,14 @@ def fold_device(data: list[torch.Tensor | None], graph_device: torch.device) -> 
 def to_device(t: torch.Tensor | None, device: torch.device | None) -> torch.Tensor | None:
     """``t`` moved to ``device`` (None: left where it is)."""
     return t if t is None or device is None or t.device == device else t.to(device)
+
+
+@functools.cache
+def _promoted(kind: type, dtype: torch.dtype, rank: int, default: torch.dtype) -> torch.dtype:
+    """The dtype torch gives a Python number of type ``kind`` against a tensor of ``dtype`` (0-d or not):
+    it depends on nothing else, so it is asked of torch once per combination."""
+    probe = torch.empty((1,) * rank, dtype=dtype, device="meta")
+    return torch.result_type(probe, kind(1))
 
 
 _SCALARS: dict[tuple, torch.Tensor] = {}
@@ -193,8 +168,11 @@ class RewriteContext:
         if isinstance(x, (list, tuple)):
             raise self.error(f"a list {x!r} cannot be used as a tensor")
         if like is not None:
-            probe = torch.empty((1,) * min(like.type.rank, 1), dtype=like.dtype.torch, device="meta")
-            dtype = torch.result_type(probe, x)
+            rank = min(like.type.rank, 1)
+            if type(x) in (bool, int, float, complex):
+                dtype = _promoted(type(x), like.dtype.torch, rank, torch.get_default_dtype())
+            else:
+                dtype = torch.result_type(torch.empty((1,) * rank, dtype=like.dtype.torch, device="meta"), x)
         else:
             dtype = torch.get_default_dtype() if isinstance(x, float) else None
         key = (type(x), x, dtype)
@@ -229,7 +207,9 @@ class RewriteContext:
                 if v is not None and v.data is not None and not v.name:  # a constant folded just now
                     operand = opdef.operands[min(i, len(opdef.operands) - 1)].name
                     self._adopt(v, f"{name}.{operand}")
-            node = self.graph.create_node(op, inputs, attrs, name=name, source=self.rule.tag, before=self.root)
+            node = self.graph.create_node(
+                op, inputs, attrs, name=name, source=self.rule.tag, before=self.root, prepared=True
+            )
         except GaweeError as e:
             raise self.error(f"cannot build {op}: {e.message}") from None
         except (RuntimeError, ValueError, TypeError, IndexError) as e:  # torch refused a constant subexpression

@@ -161,15 +161,15 @@ class Rewriter:
         So a larger pattern given a higher priority (add(matmul(x, w), b) -> linear) wins over a
         smaller one (matmul(x, w) -> linear) that would otherwise consume its inside first."""
         own = phase.candidates(node.op)
-        lowest = min((r.priority for r in own), default=0)
-        users = {id(u): u for v in node.outputs for u in v.users()}
+        lowest = phase.lowest(node.op)
+        users = {id(u): u for v in node.outputs for u in v.users() if phase.enclosing(u.op, lowest)}
+        if not users:
+            return [(rule, node) for rule in own]
         above = [
             (rule, user)
             for user in sorted(users.values(), key=self.graph.position)
             for rule in phase.enclosing(user.op, lowest)
         ]
-        if not above:
-            return [(rule, node) for rule in own]
         ranked = [(rule, node, 0) for rule in own] + [(rule, user, 1) for rule, user in above]
         ranked.sort(key=lambda t: (-t[0].priority, t[2], t[0].index))
         return [(rule, at) for rule, at, _ in ranked]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gawee.dsl.ast_cache import parse_rules_cached
 from gawee.dsl.compiler import Rule, compile_rule
 from gawee.dsl.library import BUILTINS, Helper, helper_builtin
 from gawee.dsl.parser import parse_rules
@@ -29,6 +30,7 @@ class Phase:
     rules: list[Rule]
     _by_op: dict[str | None, list[Rule]] = field(default_factory=dict, repr=False)
     _enclosing: dict[tuple[str, int], list[Rule]] = field(default_factory=dict, repr=False)
+    _lowest: dict[str, int] = field(default_factory=dict, repr=False)
 
     def candidates(self, op: str) -> list[Rule]:
         """Rules whose root can be ``op`` (including `_(...)` roots), by priority then file order."""
@@ -36,6 +38,13 @@ class Phase:
         if got is None:
             got = sorted((r for r in self.rules if r.root_op in (op, None)), key=lambda r: (-r.priority, r.index))
             self._by_op[op] = got
+        return got
+
+    def lowest(self, op: str) -> int:
+        """The lowest priority among ``op``'s candidates (0 when it has none)."""
+        got = self._lowest.get(op)
+        if got is None:
+            got = self._lowest[op] = min((r.priority for r in self.candidates(op)), default=0)
         return got
 
     def enclosing(self, op: str, above: int) -> list[Rule]:
@@ -99,7 +108,8 @@ def load_rules(*paths: str | os.PathLike, helpers: Mapping[str, Helper | Callabl
     phases = []
     for f in rule_files(paths):
         shown = display_path(f)
-        phases.append(load_phase(read_text_file(f, shown, RuleSyntaxError), shown, f.stem, compiled_helpers))
+        text = read_text_file(f, shown, RuleSyntaxError)
+        phases.append(load_phase(text, shown, f.stem, compiled_helpers, keep=True))
     return _number(phases)
 
 
@@ -123,8 +133,10 @@ def load_rules_text(
     return _number([load_phase(text, name, Path(name).stem, compiled)])
 
 
-def load_phase(text: str, file: str, name: str, helpers) -> Phase:
-    asts = parse_rules(text, file)
+def load_phase(text: str, file: str, name: str, helpers, keep: bool = False) -> Phase:
+    """One phase from rule text; ``keep``: the text is a file's, whose parsed form is kept on disk
+    between processes (gawee.dsl.ast_cache) — not done for texts given directly, which are rarely loaded twice."""
+    asts = parse_rules_cached(text, file) if keep else parse_rules(text, file)
     lines = text.splitlines()
     rules = []
     for ast in asts:

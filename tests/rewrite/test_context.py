@@ -5,18 +5,18 @@ import math
 import pytest
 import torch
 
-from gawee.rewrite.context import _CHUNK, _abs_range
+from gawee.rewrite.constants import SMALL, abs_peak, all_finite, has_zero
 
 
-@pytest.mark.parametrize("n", [10, 5000, _CHUNK, 2 * _CHUNK + 7])
-def test_abs_range_scans_every_chunk(n):
-    t = torch.rand(n) + 0.5
-    assert _abs_range(t) == (pytest.approx(t.abs().min().item()), pytest.approx(t.abs().max().item()))
-    t[-1] = -0.0  # the last element, in the last (partial) chunk
-    assert _abs_range(t)[0] == 0.0
+@pytest.mark.parametrize("n", [1, SMALL, SMALL + 1, 5000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_constant_facts_are_exact_small_and_large(n, dtype):
+    t = ((torch.rand(n) + 0.5) * torch.where(torch.rand(n) < 0.5, -1.0, 1.0)).to(dtype)
+    assert abs_peak(t) == t.abs().max().item() and all_finite(t) and not has_zero(t)
+    t[-1] = -0.0  # the last element
+    assert has_zero(t) and abs_peak(t) == t.abs().max().item()
     t[n // 2] = -float("inf")
-    assert _abs_range(t)[1] == math.inf
+    assert abs_peak(t) == math.inf and not all_finite(t)
     t[0] = float("nan")
-    assert all(math.isnan(v) for v in _abs_range(t))
-    t16 = (torch.rand(n) + 0.5).half()
-    assert _abs_range(t16)[1] == pytest.approx(t16.float().max().item())
+    assert math.isnan(abs_peak(t)) and not all_finite(t)
+    assert all_finite(torch.arange(n)) and abs_peak(torch.empty(0, dtype=dtype)) == 0.0
