@@ -14,7 +14,7 @@ from gawee.cli import main
 from gawee.dsl.parser import INT_LITERAL_MAX, MAX_NESTING
 from gawee.errors import GaweeError, RuleError, RuleSyntaxError
 from gawee.ir.builder import GraphBuilder
-from gawee.ir.serialize import _atomic_write, check_writable
+from gawee.ir.serialize import check_writable, write_output
 
 
 def run_cli(capsys, *argv):
@@ -117,7 +117,7 @@ def test_a_failed_write_is_a_gawee_error_and_leaves_nothing(tmp_path):
     (tmp_path / "taken.json").mkdir()
     (tmp_path / "taken.json" / "inside").write_text("")  # a non-empty directory: the final rename fails
     with pytest.raises(GaweeError, match=r"cannot write .*taken.json"):
-        _atomic_write(tmp_path / "taken.json", b"{}")
+        write_output(tmp_path / "taken.json", b"{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.json"]  # no temporary file left behind
     with pytest.raises(GaweeError, match="is a directory"):
         check_writable(tmp_path / "taken.json", "-o")

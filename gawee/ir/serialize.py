@@ -112,8 +112,8 @@ def save(graph: Graph, path: str | os.PathLike) -> tuple[Path, Path]:
     npz_path = path.with_suffix(".npz")
     doc["data"] = npz_path.name
     text = json.dumps(doc, indent=1, allow_nan=True) + "\n"
-    _atomic_write(npz_path, _npz_bytes(arrays))
-    _atomic_write(path, text.encode())
+    write_output(npz_path, _npz_bytes(arrays))
+    write_output(path, text.encode())
     return path, npz_path
 
 
@@ -134,13 +134,10 @@ def _npz_bytes(arrays: dict[str, torch.Tensor]) -> bytes:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     """Write ``path`` through a temporary file beside it and a rename: a reader never sees half a file, and a
-    failure leaves nothing behind. Missing directories are created. Raises GaweeError (not OSError) when the
-    directory cannot be created or written."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as e:
-        raise _write_error(path, e) from None
+    failure leaves nothing behind. Missing directories are created. Raises OSError (caches that may fail
+    silently catch it); :func:`write_output` is the form for files a user asked for."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -148,12 +145,22 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a written model is an ordinary file
         os.replace(tmp, path)
-    except BaseException as e:
+    except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise _write_error(path, e) from None
         raise
+
+
+def write_output(path: Path, data: bytes) -> None:
+    """:func:`_atomic_write` for a file the user asked for: a directory that cannot be created or written, or a
+    full disk, is a GaweeError naming the path (and nothing is left behind)."""
+    try:
+        _atomic_write(path, data)
+    except OSError as e:
+        raise GaweeError(
+            f"cannot write {path}: {e.strerror or e}",
+            hint="check that the directory can be created and written, and that the disk has space",
+        ) from None
 
 
 def check_writable(path: str | os.PathLike, flag: str = "") -> None:
@@ -179,13 +186,6 @@ def check_writable(path: str | os.PathLike, flag: str = "") -> None:
         ) from None
     os.close(fd)
     os.unlink(probe)
-
-
-def _write_error(path: Path, e: OSError) -> GaweeError:
-    return GaweeError(
-        f"cannot write {path}: {e.strerror or e}",
-        hint="check that the directory can be created and written, and that the disk has space",
-    )
 
 
 # -- loading ---------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def plan_pictures(*, html: str | None = None, mermaid: str | None = None, dot: s
 
 
 def _write(path: Path, text: str) -> Path:
-    from gawee.ir.serialize import _atomic_write  # the one atomic writer (temp file + rename; GaweeError)
+    from gawee.ir.serialize import write_output  # the one atomic writer (temp file + rename; GaweeError)
 
-    _atomic_write(path, text.encode())
+    write_output(path, text.encode())
     return path
