@@ -17,11 +17,12 @@ from gawee.ir.core import Graph, Node, Use, Value
 from gawee.ir.serialize import load
 from gawee.ir.types import DType, Layout, TensorType
 from gawee.ir.verify import verify
+from gawee.resources import VERSION
 from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.explain import explain
 from gawee.rewrite.ruleset import RuleSet, default_rules, load_rules, load_rules_text
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     "CaptureStats",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import platform
 import sys
 from functools import cache
@@ -24,18 +23,14 @@ from pathlib import Path
 
 import torch
 
-
-def cache_dir() -> Path:
-    """Where answers are kept: ``$XDG_CACHE_HOME/gawee``, else ``~/.cache/gawee``."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gawee"
+from gawee.resources import cache_dir
 
 
 @cache
 def machine() -> str:
     """This machine and torch as an answer depends on them: CPU model and flags, torch's version and build,
     the Python executable."""
-    from gawee.profile import cpu_info, cpu_name
+    from gawee.machine import cpu_info, cpu_name
 
     info = cpu_info()
     flags = info.get("flags", info.get("Features", ""))  # x86, Arm

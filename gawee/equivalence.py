@@ -14,10 +14,7 @@ from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import draw_values, symbols_of
 from gawee.ir.types import DType, TensorType
-
-TOLERANCE = {DType.f64: 1e-9, DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 4e-2, DType.c64: 1e-4, DType.c128: 1e-9}
-"""Per-dtype tolerance: outputs agree when max|a - b| <= tol * max(1, max|reference|).
-Integer and bool outputs must be identical."""
+from gawee.numerics import TOLERANCE, fill, format_error, no_farther, output_error, upcast
 
 
 def random_inputs(
@@ -40,48 +37,6 @@ def random_inputs(
         else:
             out.append(torch.randint(0, 4, t.shape, generator=gen, dtype=t.dtype.torch))
     return out
-
-
-def output_error(ref: torch.Tensor, got: torch.Tensor) -> float:
-    """max|ref - got| with NaN/inf compared by position (a mismatch is inf). Integers (and bools, as 0 and 1)
-    differ by the exact integer: a rewrite off by 2**32 reports 4294967296, not inf."""
-    if ref.numel() == 0:
-        return 0.0
-    if not (ref.dtype.is_floating_point or ref.dtype.is_complex):
-        return _integer_error(ref, got)
-    a, b = ref.double() if not ref.is_complex() else ref, got.double() if not got.is_complex() else got
-    nan_a, nan_b = torch.isnan(a), torch.isnan(b)
-    if not torch.equal(nan_a, nan_b):
-        return float("inf")
-    inf_a, inf_b = torch.isinf(a), torch.isinf(b)
-    if not torch.equal(inf_a, inf_b) or not torch.equal(a[inf_a], b[inf_b]):
-        return float("inf")
-    finite = ~(nan_a | inf_a)
-    if not finite.any():
-        return 0.0
-    return (a[finite] - b[finite]).abs().max().item()
-
-
-def _integer_error(ref: torch.Tensor, got: torch.Tensor) -> float:
-    """max|ref - got| of integer tensors, exact (as a float: exact up to 2**53, never 0 for a mismatch)."""
-    if ref.shape != got.shape or got.is_floating_point() or got.is_complex():
-        return 0.0 if torch.equal(ref, got) else float("inf")
-    differ = ref != got
-    if not differ.any():
-        return 0.0
-    a, b = ref[differ].long(), got[differ].long()  # every integer dtype fits in int64
-    safe = 2**62  # |a - b| < 2**63: no int64 overflow
-    if all(bool(((t > -safe) & (t < safe)).all()) for t in (a, b)):
-        return float((a - b).abs().max().item())
-    return float(max(abs(x - y) for x, y in zip(a.tolist(), b.tolist())))
-
-
-def format_error(x: float) -> str:
-    """An error or a tolerance as reports print it: an integral value as the integer (an integer output off by
-    2**32 reads 4294967296), any other to three significant digits."""
-    if math.isfinite(x) and x == int(x) and abs(x) < 2**63:
-        return str(int(x))
-    return f"{x:.3g}"
 
 
 @dataclass
@@ -195,7 +150,7 @@ def assert_equivalent(before: Graph, after: Graph, inputs: Sequence[torch.Tensor
 # -- verifying a rewrite: several input distributions, intermediate values, blame ---------------
 DISTRIBUTIONS = ("normal", "x10", "x100", "awkward")
 """The input sets ``verify_rewrite`` tries, in order: unit normal, normal x10, normal x100, and the
-soundness harness's awkward values (huge, tiny, zero, signed zeros; ``gawee.testing.generate.AWKWARD``).
+soundness harness's awkward values (huge, tiny, zero, signed zeros; ``gawee.numerics.AWKWARD``).
 Integer and bool inputs are drawn as ``random_inputs`` does in every set (they may be indices)."""
 
 _SCALES = {"normal": 1.0, "x10": 10.0, "x100": 100.0}
@@ -219,8 +174,6 @@ def distribution_inputs(
         raise EquivalenceError(
             f"unknown input distribution {distribution!r}", hint=f"one of {', '.join(DISTRIBUTIONS)}"
         )
-    from gawee.testing.generate import fill  # AWKWARD's sampler; imported late (gawee.testing imports this module)
-
     gen = torch.Generator().manual_seed(seed)
     return [
         fill(t.at(sizes or {}), "awkward", gen) if t.dtype.is_float or t.dtype.is_complex else x
@@ -672,26 +625,6 @@ def _judge(p: _Pair, ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor |
     return ValueCheck(p.value, p.original, p.firings, (), err, allowed, ok, p.output)
 
 
-def no_farther(ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor, allowed: float) -> bool:
-    """Element by element, ``got`` agrees with ``ref`` or is no farther from the float64 ``truth`` than
-    ``ref`` is: a rewrite that avoids an overflow of the original (inf where float64 is finite, or
-    nan where it is inf), in some elements while others overflow in both, is not wrong. Nor is an element
-    that is the truth correctly rounded to its dtype, an overflow to inf included: where the original
-    gives nan for it (torch's f16 gelu(inf) is nan on one CPU kernel and inf on another), the rewrite
-    that gives inf is the exact answer."""
-    r, g = ref.double(), got.double()
-    rounded = truth.to(got.dtype).double()
-    agree = (r == g) | (torch.isnan(r) & torch.isnan(g)) | ((r - g).abs() <= allowed) | (g == rounded)
-    d = _distance(g, truth)
-    return bool((agree | ((d <= _distance(r, truth) + allowed) & torch.isfinite(d))).all())
-
-
-def _distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|a - b| element by element, 0 where they are equal (equal infinities too), inf where one is nan."""
-    d = (a - b).abs().nan_to_num(nan=float("inf"), posinf=float("inf"))
-    return torch.where(a == b, torch.zeros_like(d), d)
-
-
 def _confirm(before: Graph, after: Graph, pairs: list[_Pair], checks: list[ValueCheck], xs, ref, got) -> None:
     """Judge the failed checks again, in order, until one is confirmed: against the float64 truth,
     then locally (``_inherited``).
@@ -780,8 +713,6 @@ def _prune(graph: Graph, names: Sequence[str]) -> Graph:
 
 def _truth(graph: Graph, names: Sequence[str], xs: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
     """The named values of ``graph`` computed in float64, or None if an op refuses float64."""
-    from gawee.testing.harness import upcast  # imported late: the harness imports this module
-
     g = upcast(_prune(graph, names))
     if g is None:
         return None

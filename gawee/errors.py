@@ -160,6 +160,13 @@ class EvaluationError(GaweeError):
     kind = "evaluation error"
 
 
+class InputError(GaweeError, TypeError):
+    """A call of a compiled module with inputs it does not take: their number, a name, a kind or a dtype (a shape
+    it does not take is a :class:`gawee.ir.symbolic.ShapeOutOfRange`)."""
+
+    kind = "input error"
+
+
 class EquivalenceError(GaweeError):
     """Two graphs that should be equivalent are not."""
 

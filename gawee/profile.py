@@ -20,66 +20,14 @@ from typing import TYPE_CHECKING
 import torch
 
 from gawee.analysis.cost import node_cost
-from gawee.backend.allocator import keep_freed_memory, minor_faults
+from gawee.backend.allocator import keep_freed_memory
+from gawee.backend.torch_backend import NODE_META
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import at_example
+from gawee.machine import Timing, cpu_info, cpu_name, time_call  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from gawee.backend.compiler import BackendChoice
-
-NODE_META = "gawee_node"
-"""fx node meta key: the gawee node a kernel was lowered from (set by gawee.backend.torch_backend)."""
-
-
-@dataclass
-class Timing:
-    """Seconds per call over ``samples`` timed calls."""
-
-    samples: list[float]
-    page_faults: float | None = None
-    """Minor page faults of the process per timed call (None where not counted): memory the allocator gave back
-    to the OS and the call faulted in again (``gawee.backend.allocator``)."""
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
-
-    @property
-    def spread(self) -> tuple[float, float]:
-        """(10th, 90th) percentile."""
-        s = sorted(self.samples)
-        return s[len(s) // 10], s[(len(s) * 9) // 10]
-
-    def __str__(self) -> str:
-        lo, hi = self.spread
-        faults = "" if self.page_faults is None else f", {self.page_faults:.0f} page faults per call"
-        return f"{self.median * 1e3:.2f} ms (p10 {lo * 1e3:.2f}, p90 {hi * 1e3:.2f}, n={len(self.samples)}{faults})"
-
-    def as_dict(self) -> dict:
-        lo, hi = self.spread
-        return {
-            "median_s": self.median,
-            "p10_s": lo,
-            "p90_s": hi,
-            "samples": len(self.samples),
-            "page_faults_per_call": self.page_faults,
-        }
-
-
-def time_call(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, budget_s: float = 10.0) -> Timing:
-    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones (fewer if they would take
-    longer than ``budget_s``, never fewer than 3)."""
-    with torch.no_grad():
-        for _ in range(warmup):
-            fn()
-        samples: list[float] = []
-        faults = minor_faults()
-        start = time.perf_counter()
-        while len(samples) < repeats and (len(samples) < 3 or time.perf_counter() - start < budget_s):
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-    return Timing(samples, (minor_faults() - faults) / len(samples))
 
 
 def peak_flops(n: int = 1024, repeats: int = 5) -> float:
@@ -224,29 +172,6 @@ _STAMPS: list[_Stamps] = []
 
 def _stamp(i: int, *_after) -> None:
     _STAMPS[-1](i)
-
-
-def cpu_info() -> dict[str, str]:
-    """The first processor's fields of ``/proc/cpuinfo`` (``model name``, ``flags``...; they describe them all);
-    empty where there is none (not Linux)."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.strip():
-                    break
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        pass
-    return fields
-
-
-def cpu_name() -> str:
-    """The CPU's model name (the figures depend on it), or the platform's processor string."""
-    import platform
-
-    return cpu_info().get("model name") or platform.processor() or "unknown CPU"
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Where gawee's bundled data lives: the rule grammar (``grammar/``) and the default pipeline (``rules/``).
+"""Where gawee's files live: its bundled data — the rule grammar (``grammar/``) and the default pipeline
+(``rules/``) — and the cache directory where answers are kept between processes.
 
 The repository keeps both at its top level. A wheel carries them inside the package as
 ``gawee/_data/grammar`` and ``gawee/_data/rules`` (copied there by the build step in
@@ -9,9 +10,13 @@ working directory, so gawee runs from any directory.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gawee.errors import GaweeError
+
+VERSION = "0.1.0"
+"""gawee's version (``gawee.__version__``); cache keys include it."""
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -37,3 +42,9 @@ def missing_hint() -> str:
         f"gawee at {PACKAGE_DIR} has neither gawee/_data/ (a wheel built with setup.py's build step) nor a source "
         "tree beside it: reinstall with `pip install .` (or `pip install -e .` from a checkout)"
     )
+
+
+def cache_dir() -> Path:
+    """Where answers are kept: ``$XDG_CACHE_HOME/gawee``, else ``~/.cache/gawee``."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gawee"

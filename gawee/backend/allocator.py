@@ -30,6 +30,8 @@ import ctypes
 import platform
 import threading
 
+from gawee.machine import minor_faults  # noqa: F401  (re-exported: time_call counts them)
+
 MMAP_THRESHOLD = 32 << 20
 """glibc's largest mmap threshold on 64-bit machines (``DEFAULT_MMAP_THRESHOLD_MAX``): smaller blocks come from
 the heap."""
@@ -76,10 +78,3 @@ def _apply() -> str:
         f"freed memory kept in the process (glibc {version}: mmap threshold {MMAP_THRESHOLD >> 20} MiB, "
         f"trim threshold {TRIM_THRESHOLD >> 30} GiB)"
     )
-
-
-def minor_faults() -> int:
-    """Minor page faults of this process so far (``getrusage``): first writes to pages the OS handed out."""
-    import resource  # POSIX only
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -24,6 +24,7 @@ first graph with an attention): a CPU on which it crashes loses the candidate, n
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from gawee.backend import kernels, onednn_graph
+from gawee.backend import isolation, kernels, onednn_graph
 from gawee.errors import GaweeError
 from gawee.ir.symbolic import has_symbols
 from gawee.ir.types import DType
@@ -192,6 +193,34 @@ def _on_operands(partition: Partition, mask: Mask):
     return partition if not isinstance(mask, tuple) else lambda q, k, v, term: partition(q, k, v, term, term)
 
 
+def _checked_partition(shapes, scale: float | None, mask: Mask) -> tuple[Partition | None, str]:
+    """The partition for ``shapes`` where oneDNN Graph compiles one that gives aten's result on random operands,
+    else None with why not. The fuser compiles and runs it in a child process first (:mod:`gawee.backend.isolation`):
+    where that child dies, the partition is never compiled in this one."""
+    trial = isolation.tried({"attention": functools.partial(_partition_why, shapes, scale, mask)})["attention"]
+    if trial.died:
+        return None, f"oneDNN Graph's partition: {trial.why}"
+    if trial.error or trial.answer:
+        return None, trial.error or trial.answer
+    partition = _partition(shapes, scale, mask)
+    why = _why_not(partition, shapes, scale, mask)
+    return (partition, "") if why is None else (None, why)
+
+
+def _partition_why(shapes, scale: float | None, mask: Mask) -> str | None:
+    """In a trial process: why the partition for ``shapes`` is no candidate (:func:`_checked_partition`), or None."""
+    return _why_not(_partition(shapes, scale, mask), shapes, scale, mask)
+
+
+def _why_not(partition: Partition | None, shapes, scale: float | None, mask: Mask) -> str | None:
+    """Why ``partition`` (None: the fuser made none) does not serve the attention, or None."""
+    if partition is None:
+        return "no oneDNN Graph partition"
+    if not _computes_torchs_result(partition, shapes, scale, mask):
+        return "oneDNN Graph's partition differs from aten's result"
+    return None
+
+
 def _computes_torchs_result(partition: Partition, shapes, scale: float | None, mask: Mask) -> bool:
     """Whether ``partition`` gives aten's result on random operands (a run-time mask with -inf terms)."""
     xs = _operands(shapes, mask, 1)
@@ -219,13 +248,12 @@ def choose(
         return hit
     t_start = time.perf_counter()
     mask_shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else mask
-    partition = _partition(shapes, scale, mask) if forced != "aten" and onednn_graph.available("attention") else None
+    partition, why = None, "forced"
+    if forced != "aten":
+        available = onednn_graph.available("attention")
+        partition, why = _checked_partition(shapes, scale, mask) if available else (None, "no oneDNN Graph partition")
+        why = why or "forced"
     ms: dict[str, float] = {}
-    why = "forced"
-    if partition is None:
-        why = "no oneDNN Graph partition" if forced != "aten" else why
-    elif not _computes_torchs_result(partition, shapes, scale, mask):
-        partition, why = None, "oneDNN Graph's partition differs from aten's result"
     if forced != "measure" or partition is None:
         kernel = forced if partition is not None or forced == "aten" else "aten"
     else:
@@ -291,7 +319,7 @@ def problem(types, mask_type, constant: torch.Tensor | None, attrs) -> Problem |
 
 
 def lower_attention(ctx) -> torch.fx.Node:
-    """``OpDef.lower_torch`` of ``scaled_dot_product_attention``: aten's kernel, or oneDNN Graph's partition where
+    """The torch lowering of ``scaled_dot_product_attention``: aten's kernel, or oneDNN Graph's partition where
     it computes torch's result (:func:`problem`) and ``ctx.options.attention_kernel`` forces it or it measured
     faster."""
     forced = ctx.options.attention_kernel

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
+from gawee.backend import isolation
 from gawee.backend.allocator import keep_freed_memory
+from gawee.backend.host import OutputStructure
+from gawee.backend.isolation import Tried
 from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.equivalence import (
     TOLERANCE,
@@ -21,12 +27,14 @@ from gawee.equivalence import (
     verify_equivalent,
 )
 from gawee.errors import EquivalenceError, GaweeError, first_line
-from gawee.frontend.capture import capture
+from gawee.frontend.capture import capture, example_args
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import draw_values, example_values, symbols_of
 from gawee.ir.types import DType, TensorType
 from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet
+
+logger = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "onnxruntime", "onednn_graph", "onednn", "auto", "iree")
 """gawee.compile's backends: the torch lowering (oneDNN/MKL kernels chosen per shape), ONNX Runtime on
@@ -114,7 +122,7 @@ class CompileReport:
 
 def compile(
     model: torch.nn.Module,
-    example_inputs: Sequence[torch.Tensor],
+    example_inputs: torch.Tensor | Sequence | Mapping[str, Any],
     rules: RuleSet | None = None,
     *,
     options: TorchOptions | None = None,
@@ -123,7 +131,8 @@ def compile(
     vmfb_path: str | os.PathLike | None = None,
     dynamic_shapes=None,
 ):
-    """``model`` captured on ``example_inputs``, rewritten by ``rules`` (default: the bundled ones),
+    """``model`` captured on ``example_inputs`` (a tensor, a tuple or list of the model's positional inputs, or a dict
+    of its keyword inputs: :func:`gawee.capture`), rewritten by ``rules`` (default: the bundled ones),
     checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
     The whole-graph runtimes of the same graph — oneDNN Graph's compiled partitions, and oneDNN's primitives
     created once in each activation layout (:mod:`gawee.backend.dnnl`) — are built and timed against the lowered
@@ -156,11 +165,16 @@ def compile(
     itself, within the per-dtype tolerance. Only when it fails are the captured and rewritten graphs
     interpreted (:func:`gawee.verify_equivalent`), to say whether the rewrite or the lowering is at
     fault; ``gawee-rewrite optimize`` checks each rewrite more thoroughly (:func:`gawee.verify_rewrite`).
-    The module returns what the model returns (same nesting) and
+    Whichever runtime it is, the module takes the model's inputs by position or by name, checks them on every
+    call (:class:`gawee.backend.host.InputSignature`: InputError or ShapeOutOfRange naming the input), returns
+    what the model returns (:class:`gawee.backend.host.OutputStructure`: same nesting, same classes) and
     carries a :class:`CompileReport` as ``module.gawee_report``. The model is put in eval
     mode and its weights are frozen into the module: later edits to them are not seen.
-    Raises CaptureError when torch.export cannot capture the model and EquivalenceError
-    when a check fails.
+    The runtimes that run native code a crash of which would take the process down (:data:`ISOLATED`) are built
+    and run in a child process first, and built here only once it survived: a runtime whose child died is no
+    candidate (the report says why), one asked for by name raises GaweeError.
+    Raises CaptureError when torch.export cannot capture the model (or ``example_inputs`` is not a tensor, a tuple
+    or list, or a dict) and EquivalenceError when a check fails.
 
     ``dynamic_shapes`` (torch.export's spec, e.g. ``{"x": {0: torch.export.Dim("batch", max=64)}}``)
     makes the marked dimensions symbolic: the module then runs every size in their ranges without
@@ -192,7 +206,9 @@ def compile(
     allocator = keep_freed_memory() if options.keep_freed_memory else ""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
+    args, kwargs = example_args(example_inputs)
     graph = capture(model, example_inputs, dynamic_shapes=dynamic_shapes)
+    xs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]  # the graph's inputs
     seconds["capture"] = time.perf_counter() - t0
     if backend == "iree" and any(v.type.symbolic for v in graph.inputs):
         raise GaweeError(
@@ -211,17 +227,23 @@ def compile(
 
     t0 = time.perf_counter()
     with torch.no_grad():
-        expected = model(*example_inputs)
+        expected = model(*args, **kwargs)
     seconds["verify"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    flat_expected, structure = pytree.tree_flatten(expected)
-    if len(flat_expected) != len(optimized.outputs):
-        structure = None  # the model returns non-tensor leaves: give back the flat tuple of tensors
-        flat_expected = [x for x in flat_expected if isinstance(x, torch.Tensor)]
+    structure = OutputStructure.of(expected)  # every runtime returns what the model returns, classes included
+    flat_expected = [x for x in pytree.tree_leaves(expected) if isinstance(x, torch.Tensor)]
+    if structure.tensors != len(optimized.outputs):  # tensors pytree cannot see: give back the graph's outputs
+        logger.warning(
+            "%s returns %d tensors that torch's pytree sees, its graph %d outputs: the module returns them as a tuple",
+            graph.name,
+            structure.tensors,
+            len(optimized.outputs),
+        )
+        structure = None
     choice = None
     if backend == "iree":
-        module = _lower_iree(optimized, structure, mlir_path, vmfb_path)
+        module = _lower_iree(optimized, structure, mlir_path, vmfb_path, xs)
     elif backend == "onnxruntime":
         from gawee.backend.ort import OrtModule
 
@@ -229,13 +251,15 @@ def compile(
     elif backend == "onednn_graph":
         from gawee.backend.onednn_graph import OneDNNGraphModule
 
-        module = OneDNNGraphModule(optimized, list(example_inputs), output_structure=structure)
+        module = _built_apart(
+            "onednn_graph", optimized, lambda: OneDNNGraphModule(optimized, xs, output_structure=structure), xs
+        )
     elif backend == "onednn":
-        module, choice = _onednn(optimized, structure, list(example_inputs), flat_expected, layout)
+        module, choice = _onednn(optimized, structure, xs, flat_expected, layout)
     else:
         module = to_torch(optimized, options, output_structure=structure)
         if backend == "auto":
-            module, choice = _choose_runtime(optimized, module, structure, list(example_inputs), flat_expected)
+            module, choice = _choose_runtime(optimized, module, structure, xs, flat_expected)
     seconds["lower"] = time.perf_counter() - t0
 
     # One end-to-end check on the example inputs: the compiled rewritten graph against the model itself.
@@ -243,12 +267,12 @@ def compile(
     # and (symbolic shapes) to check the rewrite at sizes other than the example's.
     t0 = time.perf_counter()
     with torch.no_grad():
-        got = module(*example_inputs)
+        got = module(*xs)
     first_call_s = time.perf_counter() - t0
     try:
         checks = _check_backend(graph.name, flat_expected, pytree.tree_leaves(got), backend)
     except EquivalenceError:
-        _check_rewrite(graph, optimized, list(example_inputs))
+        _check_rewrite(graph, optimized, xs)
         raise
     equivalence = EquivalenceReport(checks)
     if any(v.type.symbolic for v in graph.inputs):
@@ -258,7 +282,7 @@ def compile(
     if backend == "torch" and options.whole_graph == "measure" and options.fused_kernels:
         t0 = time.perf_counter()
         module, choice, whole_checks = _whole_graph(
-            optimized, module, structure, list(example_inputs), flat_expected, first_call_s, sum(seconds.values())
+            optimized, module, structure, xs, flat_expected, first_call_s, sum(seconds.values())
         )
         checks = whole_checks or checks
         seconds["lower"] += time.perf_counter() - t0
@@ -304,7 +328,9 @@ def _runtimes(
 ) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str]]:
     """The runtimes ``names`` of ``graph`` that can be built, run the example inputs ``xs`` and compute the model's
     outputs (``expected``, :func:`_candidate`), with their checks; and why the others are no candidates. Names:
-    ``onednn_graph``, ``onnxruntime``, ``onednn:LAYOUT`` (:mod:`gawee.backend.dnnl`)."""
+    ``onednn_graph``, ``onnxruntime``, ``onednn:LAYOUT`` (:mod:`gawee.backend.dnnl`). Those of :data:`ISOLATED` are
+    first built, run and checked in child processes: one whose child died, or that failed or computed other outputs
+    there, is no candidate and never built in this process."""
     from gawee.backend import dnnl, onednn_graph, ort
 
     def why_not(name: str) -> str | None:
@@ -330,6 +356,15 @@ def _runtimes(
             whys[runtime] = why_not(name)
         if whys[runtime] is not None:  # the runtime cannot run this graph at all: said once
             not_candidates[runtime] = whys[runtime]
+    names = [name for name in names if whys[name.partition(":")[0]] is None]
+    # A runtime that could crash the process is built, run and checked in a child first (all of them at once);
+    # only those that survive with the model's outputs are built here.
+    risky = [name for name in names if name.partition(":")[0] in ISOLATED]
+    trials = _apart({name: functools.partial(_candidate_why, graph.name, name, build, expected, xs) for name in risky})
+    for name in names:
+        trial = trials.get(name)
+        if trial is not None and (trial.died or trial.error or trial.answer):
+            not_candidates[name] = _trial_why(trial)
             continue
         module, checks[name], why = _candidate(graph.name, name, lambda: build(name), expected, xs)
         if why is None:
@@ -337,6 +372,60 @@ def _runtimes(
         else:
             not_candidates[name] = why
     return modules, checks, not_candidates
+
+
+ISOLATED = ("onednn_graph", "onednn", "iree")
+"""The runtimes built and first run in a child process on the user's graph (:mod:`gawee.backend.isolation`), and
+in the user's process only once that child survived: each runs native code on the graph that Python cannot stop
+from aborting the process — TorchScript's oneDNN Graph fuser (which aborted on timm's VOLO class attention with
+``munmap_chunk(): invalid pointer``), oneDNN's primitives and gawee's own C kernels called through ctypes on
+addresses gawee computes, IREE's compiled module. The torch lowering and ONNX Runtime are not tried apart: torch's
+operators and an ORT session check what they are given and raise (the torch lowering's attention partitions are
+oneDNN Graph's, and are tried apart in :mod:`gawee.backend.attention`)."""
+
+
+def _apart(work: dict[str, Callable[[], str | None]]) -> dict[str, Tried]:
+    """Each of ``work`` tried in a child process (:func:`gawee.backend.isolation.tried`; where the OS has no
+    ``fork``, each is said to have died untried: a runtime that could crash the process is then never built)."""
+    if not work:
+        return {}
+    tried = isolation.tried(work)
+    for name, trial in tried.items():
+        if trial.died:
+            logger.info("%s died in its trial process and is not built: %s", name, trial.died)
+    return tried
+
+
+def _trial_why(trial: Tried) -> str:
+    """Why a runtime's trial (:func:`_apart`) drops it: the child died, or the runtime failed or computed other
+    outputs there."""
+    if trial.died:
+        return f"{trial.why}, so it was not built in this process"
+    return trial.error or trial.answer or ""
+
+
+def _candidate_why(name: str, runtime: str, build, expected: list, xs: list) -> str | None:
+    """In a trial process: why ``runtime`` is no candidate (:func:`_candidate`), or None."""
+    return _candidate(name, runtime, lambda: build(runtime), expected, xs)[2]
+
+
+def _built_apart(runtime: str, graph: Graph, build, xs: list, trial_build=None):
+    """``build()``, a runtime's module of ``graph`` asked for by name, once a child built it (``trial_build()``, if
+    given) and ran it on ``xs`` (:data:`ISOLATED`); GaweeError when that child died. A failure there that raises is
+    left to the build here, which raises it with its own type."""
+    trial = _apart({runtime: functools.partial(_runs, trial_build or build, xs)})[runtime]
+    if trial.died:
+        raise GaweeError(
+            f"the {runtime} runtime cannot run {graph.name}: {_trial_why(trial)}",
+            hint='use backend="torch" (or "auto", which drops a runtime that crashes), and report the model',
+        )
+    return build()
+
+
+def _runs(build, xs: list) -> None:
+    """``build()`` called once on ``xs``: a trial of a runtime's module (:func:`_built_apart`)."""
+    with torch.no_grad():
+        build()(*xs)
 
 
 def _onednn(graph: Graph, structure, xs: list, expected: list, layout: str) -> tuple[object, BackendChoice]:
@@ -384,8 +473,9 @@ and its share of the timing rounds, which the measurement's time budget bounds o
 (:data:`gawee.backend.measure.BUDGET_S`) but not on long ones (three rounds at least). Not counted either: building
 ``onednn:per_conv`` races every kernel of each convolution (about one call of each candidate kernel where calls are
 long), nor the rounds the close candidates get past the budget (:data:`gawee.backend.measure.FINAL_ROUNDS`, at most
-:data:`gawee.backend.measure.FINAL_BUDGET_S` more). With all of it, resnet50's compile at batch 8 took 43 s, 18 s of
-it before measuring (AMD EPYC, ad1d1d0)."""
+:data:`gawee.backend.measure.FINAL_BUDGET_S` more), nor the trial of each runtime in a child process first
+(:data:`ISOLATED`: one more build and call, on one thread). With all of it but the trials, resnet50's compile at
+batch 8 took 43 s, 18 s of it before measuring (AMD EPYC, ad1d1d0)."""
 
 WHOLE_GRAPH_SHARE = 1.0
 """``TorchOptions.whole_graph="measure"`` measures when that cost (:data:`WHOLE_GRAPH_CALLS` times the lowering's first
@@ -469,22 +559,31 @@ def _candidate(
         return None, [], f"its outputs differ from the model's: {e.message}"
 
 
-def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path):
+def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path, xs: list):
     """lower_mlir, then IREE for the host CPU; the artifacts asked for are written atomically (with external
-    weights, their parameter archive too: :func:`gawee.backend.mlir.write_artifacts`)."""
+    weights, their parameter archive too: :func:`gawee.backend.mlir.write_artifacts`). The compiled module is loaded
+    and run on ``xs`` in a child process before it is loaded here (:func:`_built_apart`)."""
     from gawee.backend.mlir import IreeModule, compile_iree, lower_mlir, write_artifacts
 
     lowered = lower_mlir(graph)
     write_artifacts(lowered, None, mlir_path, None, parameters=vmfb_path is None)  # the text, even if IREE rejects it
     vmfb = compile_iree(lowered.text)
     write_artifacts(lowered, vmfb, None, vmfb_path)
-    return IreeModule(
-        vmfb,
-        [v.type for v in graph.inputs],
-        [v.type for v in graph.outputs],
-        output_structure=structure,
-        parameters=lowered.parameters or None,
-    )
+
+    def build(driver: str = "local-task"):
+        return IreeModule(
+            vmfb,
+            [v.type for v in graph.inputs],
+            [v.type for v in graph.outputs],
+            output_structure=structure,
+            driver=driver,
+            parameters=lowered.parameters or None,
+            input_names=[v.name for v in graph.inputs],
+        )
+
+    # The trial runs the same dispatches on IREE's synchronous driver: a forked child cannot use the task driver
+    # once this process has (IREE keeps one per process, and its worker threads are not in the child).
+    return _built_apart("iree", graph, build, xs, trial_build=functools.partial(build, "local-sync"))
 
 
 def _check_rewrite(graph: Graph, optimized: Graph, inputs: list | None) -> EquivalenceReport:

@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from gawee.backend.host import arrange, check_inputs
+from gawee.backend.host import InputSignature, arrange, as_structure
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType
@@ -1452,14 +1452,13 @@ class DnnlModule(torch.nn.Module):
         self.conv_kernels = plan.conv_kernels
         self.moved_acts = {node.name: act for node, (_, act) in plan.moved.items()}
         self._keep = (plan.keep, plan.values, plan.pool, plan.converted)
-        self.input_types = [v.type for v in graph.inputs]
-        self.output_structure = output_structure
+        self.signature = InputSignature.of(graph)
+        self.output_structure = None if output_structure is None else as_structure(output_structure)
         self.gawee_report = None
         self._lock = threading.Lock()
 
-    def forward(self, *inputs: torch.Tensor):
-        check_inputs(inputs, self.input_types)
-        xs = [x.detach().contiguous() for x in inputs]
+    def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):
+        xs = [x.detach().contiguous() for x in self.signature.inputs(args, kwargs)]
         outs = [torch.empty(shape) for _, shape in self.outputs]
         lib = self.lib
         with self._lock:

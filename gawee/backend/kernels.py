@@ -192,7 +192,7 @@ class _Linear:
 def gemm_flops_per_s(n: int = 1024, repeats: int = 5) -> dict[str, float]:
     """Each linear kernel's float32 FLOP/s on an ``n x n x n`` product (its fastest of ``repeats`` calls, after two
     untimed ones; torch's current threads): what the machine's GEMMs reach here."""
-    from gawee.profile import time_call
+    from gawee.machine import time_call
 
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
@@ -289,7 +289,7 @@ def measure_linear(
 
 
 def lower_linear(ctx) -> torch.fx.Node:
-    """``OpDef.lower_torch`` of ``linear``: the input as an ``M x K`` matrix, the kernel that
+    """The torch lowering of ``linear``: the input as an ``M x K`` matrix, the kernel that
     ``ctx.options.linear_kernel`` names or that measured fastest, the result viewed back to N-d."""
     x, w, b = (ctx.type(i) for i in range(3))
     out = ctx.node.output.type

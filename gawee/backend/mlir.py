@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from gawee.backend.host import arrange, numpy_inputs
+from gawee.backend.host import InputSignature, arrange, as_structure, numpy_inputs
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType, TensorType
@@ -1074,12 +1074,15 @@ class IreeModule:
         output_structure: Any = None,
         driver: str = "local-task",
         parameters: Mapping[str, torch.Tensor] | str | os.PathLike | None = None,
+        input_names: Sequence[str] | None = None,
     ):
         _, rt = _import_iree()
         self.vmfb = vmfb
         self.input_types = list(input_types)
+        names = input_names if input_names is not None else [f"input{i}" for i in range(len(self.input_types))]
+        self.signature = InputSignature(names, self.input_types)
         self.output_types = list(output_types)
-        self.output_structure = output_structure
+        self.output_structure = None if output_structure is None else as_structure(output_structure)
         self._config = rt.Config(driver)
         self._context = rt.SystemContext(config=self._config)
         self._parameters = None  # the index and the memory it points into live as long as the module
@@ -1108,8 +1111,8 @@ class IreeModule:
             raise LoweringError(f"the compiled module has no function {func_name!r}") from None
         self.gawee_report = None
 
-    def __call__(self, *inputs: torch.Tensor):
-        result = self._fn(*numpy_inputs(inputs, self.input_types, "the IREE runtime"))
+    def __call__(self, *args: torch.Tensor, **kwargs: torch.Tensor):
+        result = self._fn(*numpy_inputs(self.signature.inputs(args, kwargs), self.input_types, "the IREE runtime"))
         results = result if isinstance(result, (tuple, list)) else (result,)
         return arrange([torch.from_numpy(_host(r).copy()) for r in results], self.output_structure)
 

@@ -5,7 +5,7 @@ mkldnn_fusion.py``): ``mkldnn._convolution_pointwise`` (convolution + one unary 
 ``mkldnn._convolution_pointwise.binary`` (convolution + ``add`` of a second tensor, then
 optionally ``relu``), with weights reordered once into oneDNN's blocked format for the
 known input size. (Its fused linear, ``mkldnn._linear_pointwise``, measured slower than
-torch's GEMM plus the activation here, so linear does not use it.) Op lowerings (``OpDef.lower_torch``)
+torch's GEMM plus the activation here, so linear does not use it.) Op lowerings (:mod:`gawee.backend.lower_torch`)
 ask here whether a node qualifies and fall back to plain torch ops when it does not.
 """
 

@@ -40,10 +40,10 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from gawee import cache as gawee_cache
-from gawee.backend.host import arrange, check_inputs
+from gawee.backend.host import InputSignature, arrange, as_structure
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph
-from gawee.ir.types import DType, TensorType
+from gawee.ir.types import DType
 
 PROFILING_RUNS = 3
 """Calls made while fusion is on: TorchScript's profiling executor records shapes on the first two and
@@ -419,11 +419,11 @@ class OneDNNGraphModule(torch.nn.Module):
         """How many fused partitions oneDNN Graph compiled (0: it fused nothing; the module runs op by op)."""
         self.unfused = collections.Counter(re.findall(r"^  %\S+ : \S+ = (aten::\w+)", top, re.MULTILINE))
         """The ATen ops that run outside every partition, and how many times (shape arithmetic included)."""
-        self.input_types: list[TensorType] = [v.type for v in graph.inputs]
-        self.output_structure = output_structure
+        self.signature = InputSignature.of(graph)
+        self.output_structure = None if output_structure is None else as_structure(output_structure)
         self.gawee_report = None
 
-    def forward(self, *inputs: torch.Tensor):
-        check_inputs(inputs, self.input_types)
+    def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):
+        inputs = self.signature.inputs(args, kwargs)
         with torch.no_grad():
             return arrange(list(self.scripted(*inputs)), self.output_structure)

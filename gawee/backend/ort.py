@@ -20,10 +20,10 @@ from typing import Any
 
 import torch
 
-from gawee.backend.host import arrange, numpy_inputs
+from gawee.backend.host import InputSignature, arrange, as_structure, numpy_inputs
 from gawee.errors import GaweeError, first_line
 from gawee.ir.core import Graph
-from gawee.ir.types import DType, TensorType
+from gawee.ir.types import DType
 
 
 def _import_ort():
@@ -79,12 +79,12 @@ class OrtModule(torch.nn.Module):
             raise GaweeError(
                 f"ONNX Runtime cannot load {graph.name}: {first_line(e)}", hint='use backend="torch"'
             ) from None
-        self.input_types: list[TensorType] = [v.type for v in graph.inputs]
+        self.signature = InputSignature.of(graph)
         self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_structure = output_structure
+        self.output_structure = None if output_structure is None else as_structure(output_structure)
         self.gawee_report = None
 
-    def forward(self, *inputs: torch.Tensor):
-        arrays = numpy_inputs(inputs, self.input_types, "ONNX Runtime")
+    def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):
+        arrays = numpy_inputs(self.signature.inputs(args, kwargs), self.signature.types, "ONNX Runtime")
         results = self.session.run(None, dict(zip(self.input_names, arrays)))
         return arrange([torch.from_numpy(r) for r in results], self.output_structure)

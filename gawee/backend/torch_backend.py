@@ -1,6 +1,6 @@
 """to_torch: a Graph becomes a torch.fx.GraphModule that runs it, on oneDNN's fused kernels where torch has them.
 
-Each node lowers through its op's registry record: ``OpDef.lower_torch(ctx)`` when the
+Each node lowers through the torch target's table (:mod:`gawee.backend.lower_torch`): ``TORCH.get(op)(ctx)`` when the
 op has one (conv2d and linear pick oneDNN's fused, prepacked kernels; the opaque ``aten``
 op calls its recorded ATen overload), else the op's reference ``evaluate`` with the
 node's attributes bound. ``ctx`` is a :class:`TorchLowering`: the node, its lowered
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
-import math
 import operator
 import re
 from collections.abc import Callable
@@ -28,12 +27,16 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from gawee.backend import kernels, layout
+from gawee.backend.host import InputSignature, OutputStructure, SizeFormula, as_structure
+from gawee.backend.lower_torch import TORCH
 from gawee.errors import GaweeError, IRError
 from gawee.ir.core import Graph, Node, Value
-from gawee.ir.symbolic import Sym, bind, has_symbols, symbols_of
+from gawee.ir.symbolic import Sym, has_symbols, symbols_of
 from gawee.ir.types import Layout, TensorType
 from gawee.ops import OpDef, get_op
-from gawee.profile import NODE_META
+
+NODE_META = "gawee_node"
+"""fx node meta key: the gawee node a kernel was lowered from (read by :mod:`gawee.profile`)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ one tensor)."""
 
 
 class TorchLowering:
-    """What ``OpDef.lower_torch`` sees for one node.
+    """What a torch lowering (:data:`gawee.backend.lower_torch.TORCH`) sees for one node.
 
     It returns the fx node computing the op's output (for a multi-output op, an fx node
     whose value is the sequence of outputs). Operands are lowered on demand, so a
@@ -221,14 +224,18 @@ class TorchLowering:
 
 
 def to_torch(
-    graph: Graph, options: TorchOptions | None = None, *, output_structure: pytree.TreeSpec | None = None
+    graph: Graph,
+    options: TorchOptions | None = None,
+    *,
+    output_structure: OutputStructure | pytree.TreeSpec | None = None,
 ) -> torch.fx.GraphModule:
     """A ``torch.fx.GraphModule`` computing ``graph``; constants are its buffers.
 
-    Called with the graph inputs (same shapes and dtypes as the graph's), it returns the
-    outputs as a tuple, like :func:`gawee.run` — or arranged as ``output_structure`` (a
-    pytree spec over the flat outputs) when given. Raises IRError for a graph whose
-    operand is neither an input, a constant nor computed earlier (run ``gawee.verify``).
+    Called with the graph inputs, by position or by name (checked first, as every runtime checks them:
+    :class:`gawee.backend.host.InputSignature`), it returns the outputs as a tuple, like :func:`gawee.run` — or
+    as the model returned them when ``output_structure`` is given (:class:`gawee.backend.host.OutputStructure`,
+    or a pytree spec over the flat outputs). Raises IRError for a graph whose operand is neither an input, a
+    constant nor computed earlier (run ``gawee.verify``).
     """
     options = on_device(options or TorchOptions(), graph.device)
     if options.channels_last not in (True, False, "measure"):
@@ -318,25 +325,25 @@ class _Builder:
             self.sizes[expr] = got
         return got
 
-    def build(self, output_structure: pytree.TreeSpec | None) -> torch.fx.GraphModule:
+    def build(self, output_structure: OutputStructure | pytree.TreeSpec | None) -> torch.fx.GraphModule:
         self.measured_before = kernels.measuring_seconds()
-        placeholders = []
-        for value in self.graph.inputs:
-            x = self.fx.placeholder(self.fx_name(value.name))
-            placeholders.append(x)
-            self.env[value] = x
+        # The module takes its inputs as every runtime does — by position or by name, checked first
+        # (InputSignature): a dynamic graph's check also solves the symbols from the input shapes (range-checked),
+        # which the sizes computed at run time read.
+        check = InputSignature.of(self.graph)
+        args, kwargs = self.fx.placeholder("*args"), self.fx.placeholder("**kwargs")
+        inputs = self.fx.call_function(check.inputs, (args, kwargs))
+        for k, value in enumerate(self.graph.inputs):
+            self.env[value] = self.fx.call_function(operator.getitem, (inputs, k))
         self.sizes: dict = {}
-        self.symbol_order = sorted(symbols_of([v.type for v in self.graph.inputs]), key=lambda s: s.name)
-        self.symbol_values = None
-        check = None
-        if self.symbol_order:  # a dynamic graph: solve and range-check the symbols from the input shapes
-            check = InputShapes([(v.name, v.shape) for v in self.graph.inputs], self.symbol_order)
-            self.symbol_values = self.fx.call_function(check, tuple(placeholders))
+        self.symbol_order = list(check.symbols)
+        self.symbol_values = self.fx.call_function(check.values, (inputs,)) if check.symbols else None
         for node in self.graph:
             opdef = get_op(node.op)
             ctx = TorchLowering(self, node, opdef)
             known = len(self.fx.nodes)
-            result = opdef.lower_torch(ctx) if opdef.lower_torch is not None else ctx.reference()
+            lower = TORCH.get(node.op)
+            result = lower(ctx) if lower is not None else ctx.reference()
             for i, n in enumerate(reversed(self.fx.nodes)):  # the kernels of this node, for gawee.profile
                 if i >= len(self.fx.nodes) - known:
                     break
@@ -350,8 +357,11 @@ class _Builder:
         for value in self.graph.outputs:  # kernels may pick other strides (oneDNN: by the weight's format)
             y = self.lowered(value)
             outs.append(self.fx.call_method("contiguous", (y,)) if value.type.rank >= 2 else y)
-        self.fx.output(pytree.tree_unflatten(outs, output_structure) if output_structure is not None else tuple(outs))
-        self.fx.eliminate_dead_code(is_impure_node=lambda n: n.target is check or n.is_impure())
+        if output_structure is None:
+            self.fx.output(tuple(outs))
+        else:  # a call, not a literal: fx would write a dict subclass (a ModelOutput) as a plain dict
+            self.fx.output(self.fx.call_function(as_structure(output_structure), (outs,)))
+        self.fx.eliminate_dead_code(is_impure_node=lambda n: n.target == check.inputs or n.is_impure())
         for n in list(self.fx.nodes):  # constants a lowering replaced (e.g. by their prepacked form)
             if n.op == "get_attr" and not n.users:
                 self.fx.erase_node(n)
@@ -364,46 +374,6 @@ class _Builder:
         module.gawee_graph = self.graph  # what the kernels' NODE_META names (the layout phase may have rewritten it)
         module.gawee_kernel_seconds = kernels.measuring_seconds() - self.measured_before
         return module
-
-
-class InputShapes:
-    """The entry check of a module with symbolic input shapes: solves the symbols from the inputs' sizes
-    and raises ``ShapeOutOfRange`` (naming the input, the dimension and the symbol's range) for a shape
-    the graph does not admit. Returns the symbols' values in ``order``."""
-
-    __name__ = "check_input_shapes"
-    __qualname__ = __name__
-    __module__ = "gawee"
-
-    def __init__(self, inputs: list, order: list):
-        self.inputs = inputs
-        self.order = order
-
-    def __call__(self, *tensors) -> tuple[int, ...]:
-        values = bind(self.inputs, [t.shape for t in tensors])
-        return tuple(values[s] for s in self.order)
-
-    def __repr__(self) -> str:
-        return "check_input_shapes"
-
-
-class SizeFormula:
-    """A size computed from symbols at run time (``2*s0``), compiled once to plain Python arithmetic."""
-
-    __module__ = "gawee"
-
-    def __init__(self, expr, syms: list):
-        import sympy
-
-        self.expr = expr
-        self.fn = sympy.lambdify(syms, expr, modules=[{"floor": math.floor, "FloorDiv": operator.floordiv}, "math"])
-        self.__name__ = self.__qualname__ = "size_" + re.sub(r"\W", "_", str(expr))
-
-    def __call__(self, *values: int) -> int:
-        return int(self.fn(*values))
-
-    def __repr__(self) -> str:
-        return f"size({self.expr})"
 
 
 def _class_name(name: str) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 from gawee.dsl import ast as A
 from gawee.dsl import parser
 from gawee.errors import SourceSpan
+from gawee.resources import VERSION, cache_dir
 
 FORMAT = 1
 """The layout of an entry; part of the key."""
@@ -42,17 +43,13 @@ _CLASSES: dict[str, type] = {
 
 def directory() -> Path:
     """Where parsed rule files are kept: ``rules/`` in gawee's cache directory."""
-    from gawee.cache import cache_dir
-
     return cache_dir() / "rules"
 
 
 @cache
 def _code_digest() -> str:
     """What the AST depends on besides the text: the grammar, gawee's version and this code."""
-    from gawee import __version__
-
-    h = hashlib.sha256(f"{FORMAT}\n{__version__}\n".encode())
+    h = hashlib.sha256(f"{FORMAT}\n{VERSION}\n".encode())
     for path in (parser.GRAMMAR_PATH, Path(parser.__file__), Path(A.__file__), Path(__file__)):
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -20,11 +20,7 @@ import sympy
 from gawee.dsl import ast as A
 from gawee.dsl import kinds as K
 from gawee.dsl.library import ASSUMPTIONS, BUILTINS, Assumption, Builtin, GuardFailed
-from gawee.errors import RuleError, RuleWarning, SourceSpan
-from gawee.ir.symbolic import has_symbols, prove
-from gawee.ir.types import DType
-from gawee.ops import ACTIVATIONS, OPAQUE, REQUIRED, OpDef, all_ops, get_op, has_op
-from gawee.rewrite.matcher import (
+from gawee.dsl.matcher import (
     AnyM,
     AttrAny,
     AttrList,
@@ -37,6 +33,10 @@ from gawee.rewrite.matcher import (
     ValueMatcher,
     VarM,
 )
+from gawee.errors import RuleError, RuleWarning, SourceSpan
+from gawee.ir.symbolic import has_symbols, prove
+from gawee.ir.types import DType
+from gawee.ops import ACTIVATIONS, OPAQUE, REQUIRED, OpDef, all_ops, get_op, has_op
 
 Fn = Callable[[Any], Any]  # fn(ctx) -> value; ctx.env holds the bindings
 
@@ -640,7 +640,7 @@ _TENSOR_ARITH = {
 def decide_equal(a: Any, b: Any) -> bool | None:
     """Equality of guard values, three-valued over symbolic sizes: True when it holds for every value of
     the symbols in range, False when for none, None (unknown) when it depends on them."""
-    from gawee.rewrite.matcher import data_equal
+    from gawee.dsl.matcher import data_equal
 
     if not (has_symbols(a) or has_symbols(b)):
         return data_equal(a, b)

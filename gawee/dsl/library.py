@@ -14,12 +14,12 @@ from typing import Any
 
 import torch
 
+from gawee.analysis.tensor_facts import all_finite
 from gawee.dsl import kinds as K
-from gawee.equivalence import TOLERANCE
 from gawee.ir.core import Value
 from gawee.ir.types import DType
+from gawee.numerics import TOLERANCE
 from gawee.ops import get_op
-from gawee.rewrite.constants import all_finite
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ class NodeConverter:
         except GaweeError as e:
             self.warnings.append(f"{fx_node.name} ({key}): kept opaque, {opdef.name} refused it: {e.message}")
             return False
-        got = [v.type for v in node.outputs]
+        got = [v.type for v in node.outputs[: len(mapped)]]  # an op may have results the ATen call lacks
         want = [recorded[i] for i in mapped]
         if len(got) != len(want) or any(w is not None and not g.same_shape_dtype(w) for g, w in zip(got, want)):
             self.warnings.append(f"{fx_node.name} ({key}): inferred {got} but export recorded {want}; kept opaque")

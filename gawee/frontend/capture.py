@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,10 +59,32 @@ class CaptureStats:
         return {k: round(getattr(self, k), 4) for k in ("export_s", "decompose_s", "convert_s")}
 
 
+def example_args(example_inputs: Any) -> tuple[tuple, dict[str, Any]]:
+    """``example_inputs`` as torch.export's ``args`` and ``kwargs``: a tensor is the model's one input, a tuple or
+    list holds its positional inputs, a mapping (a dict, a tokenizer's ``BatchEncoding``) its keyword inputs.
+    Raises CaptureError for anything else, saying what ``example_inputs`` must be."""
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,), {}
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs), {}
+    if isinstance(example_inputs, Mapping) and all(isinstance(k, str) for k in example_inputs):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, Mapping):
+        got = "a mapping whose keys are not all strings"
+    else:
+        got = f"a {type(example_inputs).__name__}"
+    raise CaptureError(
+        f"example_inputs is {got}",
+        hint="pass the model's inputs as a tensor (its one input), a tuple or list (its positional inputs: "
+        "(x,) or (ids, mask)) or a dict of its keyword inputs ({'input_ids': ids}, as torch.export's kwargs)",
+    )
+
+
 def export_program(
-    model: torch.nn.Module, example_inputs: Sequence, dynamic_shapes=None
+    model: torch.nn.Module, example_inputs: Any, dynamic_shapes=None
 ) -> tuple[ExportedProgram, float, float]:
-    """torch.export in eval mode, then functionalize. Raises CaptureError saying why and where.
+    """torch.export in eval mode, then functionalize. ``example_inputs`` is read by :func:`example_args`. Raises
+    CaptureError saying why and where.
 
     Whatever torch prints meanwhile (its logging, warnings, the partial-graph dump of a failed
     export) goes to a log file instead of the terminal: deleted after a success, named in the
@@ -89,11 +111,12 @@ def _logged(fn: Callable[[Path], Any]) -> Any:
     return result
 
 
-def _export_logged(model: torch.nn.Module, example_inputs: Sequence, log: Path, dynamic_shapes=None):
+def _export_logged(model: torch.nn.Module, example_inputs: Any, log: Path, dynamic_shapes=None):
+    args, kwargs = example_args(example_inputs)
     t0 = time.perf_counter()
     try:
         with _torch_output_to(log):
-            ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes)
+            ep = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
     except Exception as e:  # torch.export raises many unrelated types; all mean "cannot capture"
         raise _capture_error(e, model, log, "torch.export could not capture the model") from e
     t1 = time.perf_counter()
@@ -266,13 +289,15 @@ def _fresh(node: torch.fx.Node) -> bool:
 
 def capture(
     model: torch.nn.Module,
-    example_inputs: Sequence,
+    example_inputs: torch.Tensor | tuple | list | Mapping[str, Any],
     *,
     name: str | None = None,
     stats: CaptureStats | None = None,
     dynamic_shapes=None,
 ) -> Graph:
-    """Capture ``model`` (put in eval mode) on ``example_inputs`` into a Graph.
+    """Capture ``model`` (put in eval mode) on ``example_inputs`` into a Graph: a tensor (the model's one input), a
+    tuple or list of its positional inputs, or a dict of its keyword inputs (torch.export's ``kwargs``); the graph's
+    inputs are their tensors in that order (CaptureError for another form, :func:`example_args`).
 
     Parameters and buffers become constant Values (meta-device models give meta
     constants: structure and cost work, numbers do not). ATen ops without an OpDef

@@ -9,6 +9,7 @@ import sympy
 import torch
 
 from gawee.errors import IRError
+from gawee.ir.registry import get_op
 from gawee.ir.symbolic import dim
 from gawee.ir.types import TensorType
 
@@ -294,8 +295,6 @@ class Graph:
         Raises UnknownOpError for an op not in the registry, InferenceError when the
         op rejects the operand types.
         """
-        from gawee.ops import get_op  # the registry imports only ir.types: no cycle at runtime
-
         opdef = get_op(op)
         if not opdef.variadic and len(inputs) < len(opdef.operands):  # absent trailing optionals
             inputs = [*inputs, *([None] * (len(opdef.operands) - len(inputs)))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gawee.ir.core import Graph, Node, Value
+from gawee.ir.registry import get_op
 
 
 def format_value_ref(v: Value | None) -> str:
@@ -27,8 +28,6 @@ def format_attr(value) -> str:
 
 
 def format_node(node: Node, show_defaults: bool = False) -> str:
-    from gawee.ops import get_op
-
     opdef = get_op(node.op)
     outs = ", ".join(f"%{v.name}" for v in node.outputs)
     inputs = list(node.inputs)

@@ -53,8 +53,9 @@ class Sym(sympy.Symbol):
 Dim = int | sympy.Expr
 
 
-class ShapeOutOfRange(GaweeError):
-    """A concrete input shape that the symbolic shape of a graph input does not admit."""
+class ShapeOutOfRange(GaweeError, ValueError):
+    """A concrete input shape that the shape of a graph input does not admit: another rank, another static size,
+    a size outside its symbol's range."""
 
     kind = "shape error"
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 from gawee.errors import GaweeError, IRError
 from gawee.ir.core import Graph, Use, Value
-from gawee.ops import OPAQUE, get_op
+from gawee.ir.registry import OPAQUE, get_op
 
 
 def verify(graph: Graph, *, check_types: bool = True) -> None:

@@ -12,7 +12,8 @@ from typing import Any
 import sympy
 import torch
 
-from gawee.errors import InferenceError, IRError, UnknownOpError, first_line
+from gawee.errors import InferenceError, IRError, first_line
+from gawee.ir.registry import _REGISTRY, all_ops, get_op, has_op, register  # noqa: F401
 from gawee.ir.symbolic import Sym, has_symbols, symbols_of
 from gawee.ir.types import DType, Layout, TensorType
 
@@ -144,9 +145,6 @@ class OpDef:
     """Draws a valid instance: ``sample(draw, slots, attrs) -> (operand types, attrs)``; see ops.sampling."""
     aten: tuple[AtenBinding | str, ...] = ()
     """ATen overloads that capture maps here; a plain string is a binding by names alone."""
-    lower_torch: Callable[[Any], Any] | None = None
-    """How a node runs in the torch backend: ``lower_torch(ctx)`` emits fx code through a
-    ``gawee.backend.torch_backend.TorchLowering``; None calls ``evaluate`` with the attributes bound."""
     onnx: str | Callable[[Any], Any] | None = None
     """How a node exports to ONNX: an ONNX op type taking the present operands as they are and no
     attributes, or ``onnx(ctx)`` emitting nodes through a ``gawee.backend.onnx.OnnxLowering``;
@@ -449,40 +447,6 @@ def meta_tensor(t: TensorType) -> torch.Tensor:
     if t.layout is Layout.channels_last and t.rank == 4:
         x = x.contiguous(memory_format=torch.channels_last)
     return x
-
-
-# -- the registry ----------------------------------------------------------------------
-
-_REGISTRY: dict[str, OpDef] = {}
-
-
-def register(opdef: OpDef) -> OpDef:
-    """Add an op to the registry (its name must be new). Returns it, for chaining."""
-    if opdef.name in _REGISTRY:
-        raise ValueError(f"op {opdef.name!r} is registered twice")
-    _REGISTRY[opdef.name] = opdef
-    return opdef
-
-
-def get_op(name: str) -> OpDef:
-    """The OpDef called ``name``; raises UnknownOpError with close matches."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        import difflib
-
-        close = difflib.get_close_matches(name, _REGISTRY, n=3)
-        hint = f"did you mean {' or '.join(close)}?" if close else "see `gawee.ops.all_ops()` for the list"
-        raise UnknownOpError(f"no op named {name!r} in the registry", hint=hint) from None
-
-
-def has_op(name: str) -> bool:
-    return name in _REGISTRY
-
-
-def all_ops() -> dict[str, OpDef]:
-    """Name → OpDef for every registered op, in registration order."""
-    return dict(_REGISTRY)
 
 
 # -- helpers shared by op definitions --------------------------------------------------

@@ -53,17 +53,14 @@ def unary(
     ``keeps_dtype``: a float operand gives the same type (else inference evaluates on meta).
     ``draw_attrs(draw)`` draws valid attributes for the soundness harness (``sample``: operand types too, for
     an op not defined on floats). ``onnx``, ``mlir``:
-    see OpDef.onnx and OpDef.mlir. Without attributes, an op torch has an in-place method for (``relu_``) runs in
-    place in the torch backend where its operand is dead and owns its memory (:func:`_in_place_lower_torch`).
+    see OpDef.onnx and OpDef.mlir.
     """
-    in_place = getattr(torch.Tensor, f"{name}_", None) if not attrs else None
     return register(
         OpDef(
             name,
             (Operand("self"),),
             fn,
             attrs=attrs,
-            lower_torch=_in_place_lower_torch(in_place) if in_place is not None else None,
             traits=EW,
             infer=_same_type_if_float(fn) if keeps_dtype else None,
             flops=out_numel,
@@ -74,17 +71,6 @@ def unary(
             doc=doc,
         )
     )
-
-
-def _in_place_lower_torch(method):
-    """Lowering of a unary op whose torch method ``method`` writes in place: into its dead operand when that
-    owns its memory and has the result's type (``can_overwrite``: no allocation; on densenet121 at batch 8 the
-    ReLUs after its 62 unfoldable batch norms), else the op itself."""
-
-    def lower(ctx):
-        return ctx.call(method, ctx.arg(0)) if ctx.can_overwrite(0) else ctx.reference()
-
-    return lower
 
 
 def _binary_infer(ins, attrs):
@@ -243,7 +229,6 @@ def binary(
     sample=S.elementwise,
     onnx=None,
     mlir=None,
-    lower_torch=None,
     doc: str = "",
 ) -> OpDef:
     """An elementwise op of two broadcasting tensors (a Scalar operand arrives as a 0-d constant).
@@ -267,7 +252,6 @@ def binary(
             sample=sample,
             onnx=_binary_onnx(onnx, compare) if isinstance(onnx, str) else onnx,
             mlir=mlir,
-            lower_torch=lower_torch,
             aten=aten or (f"aten.{name}.Tensor", f"aten.{name}.Scalar"),
             doc=doc,
         )
@@ -496,21 +480,12 @@ unary(
 )
 
 
-def _add_lower_torch(ctx):
-    """In place into a dead operand that owns its memory and has the result's type (no allocation)."""
-    for i in (0, 1):
-        if ctx.can_overwrite(i):
-            return ctx.call(torch.Tensor.add_, ctx.arg(i), ctx.arg(1 - i))
-    return ctx.reference()
-
-
 binary(
     "add",
     torch.add,
     commutative=True,
     onnx="Add",
     mlir="stablehlo.add",
-    lower_torch=_add_lower_torch,
     aten=(AtenBinding("aten.add.Tensor", fixed={"alpha": 1}), AtenBinding("aten.add.Scalar", fixed={"alpha": 1})),
 )
 binary(

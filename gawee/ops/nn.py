@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import torch
 import torch.nn.functional as F
 
 from gawee.ir.symbolic import broadcast_shapes, has_symbols, prove
-from gawee.ir.types import DType, Layout, TensorType
+from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import (
     AtenBinding,
@@ -791,112 +790,6 @@ def _conv_sample(nd: int, fused: bool):
     return sample
 
 
-def _conv2d_lower_torch(ctx):
-    """oneDNN's fused convolution on weights prepacked for the known input size (as Inductor's freezing
-    does): act(conv + residual) in one kernel; the reference semantics where the kernel or dtype is missing."""
-    from gawee.backend import kernels, onednn
-    from gawee.ir.symbolic import at_example
-
-    x, w, b, r = (ctx.type(i) for i in range(4))
-    a = ctx.attrs
-    post = onednn.post_op(a["act"], a["act_params"])
-    if not (
-        ctx.options.fused_kernels
-        and onednn.supports(x.dtype)
-        and x.rank == 4
-        and post is not None
-        and w.dtype == x.dtype
-        and (b is None or b.dtype == x.dtype)
-        and (r is None or r.same_shape_dtype(ctx.node.output.type))
-    ):
-        return ctx.reference()
-    geometry = (list(a["padding"]), list(a["stride"]), list(a["dilation"]), a["groups"])
-    weight = ctx.const(1)
-    packing = {k: a[k] for k in ("padding", "stride", "dilation", "groups")}
-    channels_last = x.layout is Layout.channels_last
-    if weight is not None and _conv1x1_kernel(ctx, x, channels_last) == "gemm":
-        matrix = ctx.buffer(weight.reshape(weight.shape[0], -1).contiguous(), "weight_matrix")
-        residual = ctx.arg(3) if r is not None else None
-        act = (a["act"], tuple(a["act_params"]))
-        return ctx.call(kernels.conv1x1_gemm, ctx.arg(0), matrix, ctx.arg(2), residual, *act)
-    if weight is not None and has_symbols(x.shape):  # packed at run time, once per input size met
-        pack = partial(onednn.pack_conv_weight, weight, **packing, channels_last=channels_last)
-        per_size = onednn.PackedPerSize(ctx.node.name, pack)
-        per_size.for_size(at_example(x.shape))  # the example size, packed now
-        weight = ctx.call(per_size, ctx.arg(0))
-    elif weight is not None:
-        packed = onednn.pack_conv_weight(weight, **packing, input_shape=x.shape, channels_last=channels_last)
-        weight = ctx.buffer(packed, "packed_weight")
-    else:
-        weight = ctx.arg(1)
-    mkldnn = torch.ops.mkldnn
-    if r is None:
-        return ctx.call(mkldnn._convolution_pointwise.default, ctx.arg(0), weight, ctx.arg(2), *geometry, *post)
-    fused_act = a["act"] if a["act"] in onednn.BINARY_POST_OPS else None
-    if ctx.can_overwrite(3):  # the sum goes into the dead residual, as Inductor does: no allocation
-        y = ctx.call(
-            mkldnn._convolution_pointwise_.binary,
-            ctx.arg(3),
-            ctx.arg(0),
-            weight,
-            ctx.arg(2),
-            *geometry,
-            "add",
-            1.0,
-            fused_act,
-            [],
-            None,
-        )
-    else:
-        y = ctx.call(
-            mkldnn._convolution_pointwise.binary,
-            ctx.arg(0),
-            ctx.arg(3),
-            weight,
-            ctx.arg(2),
-            *geometry,
-            "add",
-            1.0,
-            fused_act,
-            [],
-            None,
-        )
-    return y if fused_act == a["act"] else ctx.call(apply_act, y, a["act"], tuple(a["act_params"]))
-
-
-def _conv1x1_kernel(ctx, x, channels_last: bool) -> str:
-    """The kernel of a 1×1, stride-1, unpadded, one-group convolution on a static input — ``onednn`` or ``gemm``
-    (:func:`gawee.backend.kernels.measure_conv1x1`, or as ``TorchOptions.conv1x1_kernel`` forces) — and
-    ``onednn`` for every other convolution."""
-    from gawee.backend import kernels
-    from gawee.errors import GaweeError
-
-    a, w = ctx.attrs, ctx.type(1)
-    forced = ctx.options.conv1x1_kernel
-    if forced not in kernels.CONV1X1_CHOICES:
-        raise GaweeError(
-            f"unknown 1x1 convolution kernel {forced!r}",
-            hint=f"TorchOptions.conv1x1_kernel is one of {', '.join(kernels.CONV1X1_CHOICES)}",
-        )
-    if not (
-        tuple(w.shape[2:]) == (1, 1)
-        and a["groups"] == 1
-        and tuple(a["stride"]) == (1, 1)
-        and tuple(a["padding"]) == (0, 0)
-        and not has_symbols(x.shape)
-        and 0 not in x.shape
-    ):
-        return "onednn"
-    shape, bias, residual = tuple(x.shape), ctx.type(2) is not None, ctx.type(3) is not None
-    if forced != "measure":
-        choice = kernels.forced_conv1x1(shape, w.shape[0], bias, residual, a["act"], forced)
-    else:
-        params = tuple(a["act_params"])
-        choice = kernels.measure_conv1x1(shape, w.shape[0], bias, residual, a["act"], params, channels_last)
-    ctx.record_kernel(choice)
-    return choice.kernel
-
-
 def conv_low_precision(fn, input, weight, bias, *args):
     """``fn(input, weight, bias, *args)`` (a torch convolution) for every dtype, safe on every CPU.
 
@@ -959,7 +852,6 @@ def _conv(name: str, nd: int, fused: bool = False, doc: str = "") -> OpDef:
             flops=_conv_flops,
             canonicalize=_conv_canon(nd),
             sample=_conv_sample(nd, fused),
-            lower_torch=_conv2d_lower_torch if fused else None,
             onnx=_conv_onnx,
             mlir=_conv_mlir,
             aten=(
@@ -1172,14 +1064,6 @@ def _sdpa_sample(draw, slots, attrs):
     return [q, k, v, None if m is S.ABSENT else m], attrs
 
 
-def _linear_lower_torch(ctx):
-    """act(linear) on the kernel measured fastest for its shape (gawee.backend.kernels: torch's GEMM,
-    MKL's or oneDNN's prepacked one), the input flattened to a matrix."""
-    from gawee.backend.kernels import lower_linear
-
-    return lower_linear(ctx)
-
-
 def _linear(input, weight, bias=None, *, act=None, act_params=()):
     return apply_act(F.linear(input, weight, bias), act, act_params)
 
@@ -1199,7 +1083,6 @@ register(
         sample=_linear_sample,
         onnx=_linear_onnx,
         mlir=_linear_mlir,
-        lower_torch=_linear_lower_torch,
         aten=("aten.linear.default",),
         doc="act(input @ weight.T + bias): act is an optional fused epilogue",
     )
@@ -1458,6 +1341,26 @@ def _batch_norm_training_onnx(c):
     return [y, c.emit("Reshape", mean, channels), c.emit("Reshape", rstd, channels)]
 
 
+def _batch_norm_training_mlir(c):
+    """Mean and biased variance over every dim but 1, then the per-channel weight and bias; the statistics
+    in float32 for f16/bf16 inputs, as the reference computes them."""
+    t = c.x(0)
+    stats = c.outs[1].dtype
+    x = c.convert(t, stats)
+    dims = [d for d in range(t.rank) if d != 1]
+    count = math.prod(t.shape[d] for d in dims)
+    mean = c.div(c.reduce(x, dims, "add", keepdim=True), count)
+    d = c.sub(x, mean)
+    var = c.div(c.reduce(c.mul(d, d), dims, "add", keepdim=True), count)
+    rstd = c.unary("stablehlo.rsqrt", c.add(var, c.attrs["eps"]))
+    y = c.convert(c.mul(d, rstd), t.dtype)
+    for i, op in ((1, c.mul), (2, c.add)):
+        if c.arity > i and c.x(i) is not None:
+            y = op(y, c.broadcast_dims(c.convert(c.x(i), t.dtype), t.shape, [1]))
+    channels = (t.shape[1],)
+    return [y, c.reshape(mean, channels), c.reshape(rstd, channels)]
+
+
 register(
     OpDef(
         "batch_norm_training",
@@ -1468,6 +1371,7 @@ register(
         flops=per_element(5),
         sample=_bn_training_sample,
         onnx=_batch_norm_training_onnx,
+        mlir=_batch_norm_training_mlir,
         aten=(
             AtenBinding(
                 "aten._native_batch_norm_legit.no_stats", fixed={"training": True}, drop=frozenset({"momentum"})
@@ -1796,14 +1700,6 @@ def _sdpa(query, key, value, attn_mask=None, *, dropout_p, is_causal, scale, ena
     return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs)
 
 
-def _sdpa_lower_torch(ctx):
-    """aten's fused kernel or oneDNN Graph's attention partition, whichever measured faster for the node's shapes
-    (gawee.backend.attention)."""
-    from gawee.backend.attention import lower_attention
-
-    return lower_attention(ctx)
-
-
 def _sdpa_flops(ins, outs, attrs):
     q, k, v = ins[0], ins[1], ins[2]
     batch = math.prod(q.shape[:-2])
@@ -1846,7 +1742,6 @@ register(
         aten=("aten.scaled_dot_product_attention.default",),
         onnx=_sdpa_onnx,
         mlir=_sdpa_mlir,
-        lower_torch=_sdpa_lower_torch,
         doc="softmax(q @ k.T * scale + mask) @ v; FLOPs: the two matrix products (as flop_counter)",
     )
 )

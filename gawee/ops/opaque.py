@@ -8,18 +8,16 @@ so the node is plain JSON and replays without pickles. Rules never match it.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import sympy
 import torch
 
 from gawee.errors import EvaluationError, InferenceError
+from gawee.ir.registry import OPAQUE
 from gawee.ir.symbolic import dim
 from gawee.ir.types import DType
 from gawee.ops.base import Attr, OpDef, Operand, register
-
-OPAQUE = "aten"
 
 _TAGS = {
     "$dtype": (torch.dtype, lambda v: DType.from_torch(v).value, lambda s: DType.parse(s).torch),
@@ -77,19 +75,6 @@ def _evaluate(*inputs, target: str, args: tuple, kwargs: tuple):
     return tuple(out)
 
 
-def _lower_torch(ctx):
-    """A direct call of the recorded ATen overload (4-D operands made contiguous: it may be a view)."""
-    fn = resolve_target(ctx.attrs["target"])
-    inputs = tuple(ctx.standard(i) for i in range(len(ctx.node.inputs)))
-    args, kwargs = ctx.dims(ctx.attrs["args"]), ctx.dims(ctx.attrs["kwargs"])
-    out = ctx.call(fn, *decode_arg(args, inputs), **{k: decode_arg(v, inputs) for k, v in kwargs})
-    returns = fn._schema.returns
-    single = len(returns) == 1 and str(returns[0].type) == "Tensor"
-    if len(ctx.node.outputs) == 1 and not single:
-        return ctx.call(operator.getitem, out, 0)
-    return out
-
-
 def _no_inference(ins, attrs):
     raise InferenceError(
         f"opaque node {attrs.get('target')} cannot infer types",
@@ -106,7 +91,6 @@ register(
         traits=frozenset(),
         infer=_no_inference,
         flops=None,
-        lower_torch=_lower_torch,
         doc="an ATen call without an OpDef, replayed through torch; rules never match it",
     )
 )

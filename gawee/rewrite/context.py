@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gawee.analysis.tensor_facts import abs_peak, all_finite, has_zero
 from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import TensorType
 from gawee.ops import get_op
-from gawee.rewrite.constants import abs_peak, all_finite, has_zero
 
 if TYPE_CHECKING:
     from gawee.dsl.compiler import Rule

@@ -21,12 +21,12 @@ import torch
 
 from gawee.dsl.compiler import Rule
 from gawee.dsl.library import GuardFailed
+from gawee.dsl.matcher import MatchContext, OpM
 from gawee.errors import RewriteError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ops import get_op
 from gawee.rewrite.context import RewriteContext
 from gawee.rewrite.instances import Instance, extract, instance_key
-from gawee.rewrite.matcher import MatchContext, OpM
 from gawee.rewrite.ruleset import Phase, RuleSet, default_rules
 from gawee.threads import torch_threads
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gawee.dsl.library import GuardFailed
+from gawee.dsl.matcher import MatchContext
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node
 from gawee.rewrite.context import RewriteContext
 from gawee.rewrite.driver import root_value
-from gawee.rewrite.matcher import MatchContext
 from gawee.rewrite.ruleset import RuleSet
 
 

@@ -18,25 +18,19 @@ import torch
 
 from gawee.dsl import ast as A
 from gawee.dsl.compiler import Rule
+from gawee.dsl.matcher import AttrList, AttrLit, AttrVar, LitM, OpM, VarM
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import has_symbols
 from gawee.ir.types import DType, Layout, TensorType
+from gawee.numerics import AWKWARD, CANCEL_MAGNITUDE, NONFINITE, fill, special_values  # noqa: F401  (re-exported)
 from gawee.ops import OPAQUE, all_ops, get_op
 from gawee.ops import sampling as S
 from gawee.ops.base import REQUIRED
-from gawee.rewrite.matcher import AttrList, AttrLit, AttrVar, LitM, OpM, VarM
 
 FLOAT_DTYPES = [DType.f32, DType.f32, DType.f32, DType.f32, DType.f16, DType.bf16, DType.f64]
 """Dtype mix of the drawn examples (float32 most of the time)."""
 
-AWKWARD = [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, 1e-4, -1e-4, 1e3, -1e3, 6e4, -6e4, 1e-30]
-"""Values that break sloppy rewrites: zeros (of both signs), tiny, huge, cancelling pairs."""
-
-CANCEL_MAGNITUDE = {DType.f16: 1e3, DType.bf16: 1e3, DType.f32: 1e8, DType.f64: 1e17}
-"""In "cancel" mode every float leaf is filled with one value, M, -M or 0.3 (chosen by hypothesis, so
-the combinations are explored and shrunk), where 0.3 is below M's rounding step. (M + -M) + 0.3 and
-M + (-M + 0.3) then differ in every element, exposing reassociation even under a max-norm tolerance."""
 
 STYLES = ["normal", "awkward", "ints", "wide"]
 """Styles of leaf data: wide is normal times a power of ten up to 1e4 (activations past relu6's 6)."""
@@ -49,9 +43,6 @@ FINITE_STYLES = ["normal", "awkward", "ints", "wide", "extreme", "extreme1"]
 
 SMALL_STYLES = ["unit", "normal"]
 """Styles of constants the guard wants small (`reassociable(a, b)`): no wide or extreme draws."""
-
-NONFINITE = [float("inf"), float("-inf"), float("nan")]
-"""Added to the awkward pool of graph inputs (not of constants: weights are finite)."""
 
 
 class DataDraw:
@@ -120,68 +111,6 @@ class Example:
 def in_layout(x: torch.Tensor, layout: Layout) -> torch.Tensor:
     """``x`` stored in ``layout`` (channels-last applies to 4-D tensors only)."""
     return x.contiguous(memory_format=torch.channels_last) if layout is Layout.channels_last and x.dim() == 4 else x
-
-
-def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = False) -> torch.Tensor:
-    """Random data of type ``t`` in a style (see Leaf.style); ``nonfinite`` adds inf/nan to awkward values."""
-    if t.dtype is DType.bool:
-        return torch.rand(t.shape, generator=gen) > 0.5
-    if not (t.dtype.is_float or t.dtype.is_complex):  # small ints; in [0, 3] for a nonnegative operand (indices)
-        low = 0 if style.startswith("abs-") else -3
-        return torch.randint(low, 4, t.shape, generator=gen).to(t.dtype.torch)
-    if style.startswith("abs-"):
-        return fill(t, style[4:], gen, nonfinite).abs()
-    if style.startswith("cancel:"):
-        m = CANCEL_MAGNITUDE.get(t.dtype, 1e3)
-        value = (m, -m, 0.3)[int(style.partition(":")[2])]
-        return torch.full(t.shape, value, dtype=t.dtype.torch)
-    if style == "awkward":
-        values = AWKWARD + (NONFINITE if nonfinite else [])
-        pool = torch.tensor(values, dtype=torch.float64)
-        idx = torch.randint(0, len(values), t.shape, generator=gen)
-        x = pool[idx] * torch.where(
-            torch.rand(t.shape, generator=gen) < 0.5, 1.0, 1.0 + torch.rand(t.shape, generator=gen, dtype=torch.float64)
-        )
-    elif style == "positive":
-        x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 + 0.05
-    elif style in ("special", "special1", "extreme", "extreme1", "nonfinite1"):
-        finite = style.startswith("extreme") or not nonfinite
-        values = NONFINITE if style == "nonfinite1" and nonfinite else special_values(t.dtype, finite=finite)
-        pool = torch.tensor(values, dtype=torch.float64)
-        if style.endswith("1"):  # one value everywhere (a scalar constant, an all-equal bias)
-            x = pool[torch.randint(0, len(pool), (), generator=gen)].expand(t.shape).clone()
-        else:  # each element special or ordinary
-            pick = pool[torch.randint(0, len(pool), t.shape, generator=gen)]
-            x = torch.where(
-                torch.rand(t.shape, generator=gen) < 0.5, pick, torch.randn(t.shape, generator=gen, dtype=torch.float64)
-            )
-    elif style == "wide":
-        scale = 10.0 ** torch.randint(0, 5, t.shape, generator=gen).double()
-        x = torch.randn(t.shape, generator=gen, dtype=torch.float64) * scale
-    elif style == "ints":
-        x = torch.randint(-3, 4, t.shape, generator=gen).double()
-    elif style == "unit":
-        x = torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1
-    else:
-        x = torch.randn(t.shape, generator=gen, dtype=torch.float64)
-    return x.to(t.dtype.torch)
-
-
-def special_values(dtype: DType, finite: bool = False) -> list[float]:
-    """Values a constant may hold that break rewrites assuming ordinary numbers: huge ones, the dtype's
-    smallest normal and a subnormal, signed zeros, 1/eps, and (unless ``finite``) inf, -inf and nan.
-
-    Huge is max^(3/4) and sqrt(max) of the dtype (7.6e28 and 1.8e19 for f32, 4096 and 256 for f16):
-    huge enough to swamp ordinary values (x + c == c) and to overflow products, with headroom below
-    max, so that a fold that is exact in real arithmetic is not blamed for an intermediate overflow
-    at max itself (a conv over weights of 1.7e38 scaled by 1.5: the original's sum stays finite,
-    the folded one's does not). The huge ones are listed twice: they matter most."""
-    # f64 gets float32's extremes: where an f64 original overflows, the harness has no wider truth to
-    # tell a rewrite that avoids the overflow (more accurate) from a wrong one
-    fi = torch.finfo(dtype.torch if dtype.is_float and dtype is not DType.f64 else torch.float32)
-    big = [fi.max**0.75, -(fi.max**0.75), fi.max**0.5, -(fi.max**0.5)]
-    out = big + big + [fi.tiny, -fi.tiny, fi.tiny / 4, 0.0, -0.0, 1 / fi.eps]
-    return out if finite else out + NONFINITE + NONFINITE
 
 
 # -- hints from the guard ---------------------------------------------------------------
@@ -797,9 +726,9 @@ def guard_verdict(rule: Rule, ex: Example) -> tuple[bool | None, list[str]]:
     blame whichever comes first in the text (`const(w) and x.rank == 4 and ...`) for draws where a
     later, rarer one is false as well, and the "most often false" hint would point at the wrong one."""
     from gawee.dsl.library import GuardFailed
+    from gawee.dsl.matcher import MatchContext
     from gawee.rewrite.context import RewriteContext
     from gawee.rewrite.driver import match_roots
-    from gawee.rewrite.matcher import MatchContext
 
     env: dict = {}
     for roots in match_roots(rule, ex.root, env, MatchContext()):

@@ -27,12 +27,13 @@ from pathlib import Path
 import torch
 
 from gawee.dsl.compiler import Rule
-from gawee.equivalence import TOLERANCE, format_error, no_farther, output_error
 from gawee.errors import GaweeError, RewriteError
 from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import Sym, draw_values
 from gawee.ir.types import DType, TensorType
+from gawee.numerics import TOLERANCE, format_error, no_farther, output_error, upcast
+from gawee.numerics import recast as _recast
 from gawee.ops import sampling as S
 from gawee.rewrite.driver import fire
 from gawee.rewrite.ruleset import RuleSet
@@ -188,40 +189,6 @@ def _no_source_constants():
 
 
 # -- numeric comparison ----------------------------------------------------------------
-def upcast(graph: Graph) -> Graph | None:
-    """The graph recomputed in float64 (floats only), or None if an op refuses it."""
-
-    def up(t: TensorType) -> TensorType:
-        return TensorType(t.shape, DType.f64, t.layout) if t.dtype.is_float else t
-
-    return _recast(graph, "_f64", up, lambda d: d.double() if d.is_floating_point() else d)
-
-
-def _recast(graph: Graph, suffix: str, retype, redata) -> Graph | None:
-    """``graph`` rebuilt with input types mapped by ``retype`` and constant data by ``redata``."""
-    g = Graph(graph.name + suffix)
-    vmap: dict[int, object] = {}
-    for v in graph.inputs:
-        vmap[id(v)] = g.add_input(retype(v.type), v.name)
-    try:
-        for node in graph:
-            ins = []
-            for v in node.inputs:
-                if v is not None and id(v) not in vmap:
-                    vmap[id(v)] = g.constant(redata(v.data), v.name)
-                ins.append(None if v is None else vmap[id(v)])
-            n = g.create_node(node.op, ins, node.attrs, name=node.name)
-            for a, b in zip(node.outputs, n.outputs):
-                vmap[id(a)] = b
-        outs = []
-        for v in graph.outputs:
-            if id(v) not in vmap:
-                vmap[id(v)] = g.constant(redata(v.data), v.name)
-            outs.append(vmap[id(v)])
-    except GaweeError:
-        return None
-    g.set_outputs(outs)
-    return g
 
 
 def _wiggle(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 import gawee
 from gawee.backend import dnnl, kernels, winograd
 from gawee.backend.dnnl import DnnlModule
-from gawee.errors import GaweeError
+from gawee.errors import GaweeError, InputError
 from gawee.ir.builder import GraphBuilder
+from gawee.ir.symbolic import ShapeOutOfRange
 
 pytestmark = pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available()))
 
@@ -506,8 +507,10 @@ def test_a_lowering_refused_midway_leaves_no_step_behind(monkeypatch):
 def test_inputs_of_another_type_are_refused():
     model, x = nn.Conv2d(3, 8, 1).eval(), torch.randn(1, 3, 4, 4)
     module = DnnlModule(_graph(model, x))
-    with pytest.raises(TypeError, match="input 0 must be"):
+    with pytest.raises(ShapeOutOfRange, match=r"input input dimension 2 is 5, the graph needs 4 \(static\)"):
         module(torch.randn(1, 3, 5, 5))
+    with pytest.raises(InputError, match=r"input input is f64\[1,3,4,4\], the graph takes f32\[1,3,4,4\]"):
+        module(x.double())
 
 
 def test_a_missing_library_is_a_reason_not_a_crash(monkeypatch, tmp_path):

@@ -126,9 +126,10 @@ def test_a_unary_op_runs_in_place_on_a_dead_operand_that_owns_its_memory(case):
 
 def test_every_in_place_lowering_computes_its_op():
     """The in-place method a unary op is lowered to (``relu_`` for relu) computes what the op's reference does."""
-    from gawee.ops.base import all_ops
+    from gawee.backend.lower_torch import IN_PLACE
+    from gawee.ops.base import get_op
 
-    lowered = {n: o for n, o in all_ops().items() if getattr(o.lower_torch, "__qualname__", "").startswith("_in_place")}
+    lowered = {n: get_op(n) for n in IN_PLACE}
     assert "relu" in lowered and "sigmoid" in lowered
     torch.manual_seed(0)
     for name, op in lowered.items():
@@ -209,3 +210,17 @@ def masked_rows_and_nan_sign() -> tuple[gawee.Graph, list[torch.Tensor]]:
     )
     rows = torch.tensor([[True, False, True], [False, False, False], [True, True, True]])
     return graph, [torch.randn(1, 2, 3, 4), rows, torch.tensor([torch.nan, -2.0, 0.0, 3.0])]
+
+
+def test_every_unary_op_with_an_in_place_method_is_lowered_in_place():
+    """The torch table lists, as in-place lowerings, exactly the elementwise ops of one operand and no attributes
+    whose torch method ``<op>_`` exists (a new such op is added to ``IN_PLACE``)."""
+    from gawee.backend.lower_torch import IN_PLACE
+    from gawee.ops.base import all_ops
+
+    eligible = [
+        n
+        for n, o in all_ops().items()
+        if "elementwise" in o.traits and len(o.operands) == 1 and not o.attrs and hasattr(torch.Tensor, f"{n}_")
+    ]
+    assert list(IN_PLACE) == eligible

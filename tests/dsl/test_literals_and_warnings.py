@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from gawee import load_rules_text
+from gawee.dsl.matcher import MatchContext
 from gawee.errors import RuleError
 from gawee.ir.builder import GraphBuilder
 from gawee.rewrite.driver import rewrite
-from gawee.rewrite.matcher import MatchContext
 
 
 def _relu6_graph(max_val: float):

@@ -76,3 +76,19 @@ def test_half_inputs_keep_float32_statistics_as_inference_says():
     got = gawee.ops.get_op("batch_norm_training").run([half, None, None], node.attrs)
     assert [gawee.TensorType.of(t) for t in got] == [v.type for v in node.outputs]
     assert [v.type.dtype for v in node.outputs] == [gawee.DType.f16, gawee.DType.f32, gawee.DType.f32]
+
+
+def test_batch_statistics_of_an_activation_bind_and_lower_to_stablehlo():
+    """``F.batch_norm(x, None, None, training=True)`` exports as ``aten.batch_norm.default``, one result against
+    the op's three: the binding checks the results the call has (it was kept opaque), and StableHLO lowers it."""
+    from gawee.backend.mlir import to_mlir
+
+    class Normalize(torch.nn.Module):
+        def forward(self, x):
+            return F.batch_norm(x, None, None, training=True, eps=1e-5) * 2
+
+    x = torch.randn(2, 3, 4, 5)
+    graph = gawee.capture(Normalize(), (x,))
+    assert _ops(graph) == ["batch_norm_training", "mul"]
+    np.testing.assert_allclose(gawee.run(graph, x)[0], Normalize()(x), atol=1e-5)
+    assert "stablehlo.rsqrt" in str(to_mlir(graph))

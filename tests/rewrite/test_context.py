@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from gawee.rewrite.constants import SMALL, abs_peak, all_finite, has_zero
+from gawee.analysis.tensor_facts import SMALL, abs_peak, all_finite, has_zero
 
 
 @pytest.mark.parametrize("n", [1, SMALL, SMALL + 1, 5000])

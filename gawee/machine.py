@@ -1,0 +1,95 @@
+"""This machine as gawee's measurements see it: timing a call, counting page faults, the CPU's name and flags.
+
+Below the backends (which time kernel candidates) and the cache (whose answers are keyed by the CPU); the
+runtime profile of a compiled graph (:mod:`gawee.profile`) is built on it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Timing:
+    """Seconds per call over ``samples`` timed calls."""
+
+    samples: list[float]
+    page_faults: float | None = None
+    """Minor page faults of the process per timed call (None where not counted): memory the allocator gave back
+    to the OS and the call faulted in again (``gawee.backend.allocator``)."""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """(10th, 90th) percentile."""
+        s = sorted(self.samples)
+        return s[len(s) // 10], s[(len(s) * 9) // 10]
+
+    def __str__(self) -> str:
+        lo, hi = self.spread
+        faults = "" if self.page_faults is None else f", {self.page_faults:.0f} page faults per call"
+        return f"{self.median * 1e3:.2f} ms (p10 {lo * 1e3:.2f}, p90 {hi * 1e3:.2f}, n={len(self.samples)}{faults})"
+
+    def as_dict(self) -> dict:
+        lo, hi = self.spread
+        return {
+            "median_s": self.median,
+            "p10_s": lo,
+            "p90_s": hi,
+            "samples": len(self.samples),
+            "page_faults_per_call": self.page_faults,
+        }
+
+
+def minor_faults() -> int:
+    """Minor page faults of this process so far (``getrusage``): first writes to pages the OS handed out."""
+    import resource  # POSIX only
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def time_call(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, budget_s: float = 10.0) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones (fewer if they would take
+    longer than ``budget_s``, never fewer than 3)."""
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn()
+        samples: list[float] = []
+        faults = minor_faults()
+        start = time.perf_counter()
+        while len(samples) < repeats and (len(samples) < 3 or time.perf_counter() - start < budget_s):
+            t0 = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - t0)
+    return Timing(samples, (minor_faults() - faults) / len(samples))
+
+
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields of ``/proc/cpuinfo`` (``model name``, ``flags``...; they describe them all);
+    empty where there is none (not Linux)."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_name() -> str:
+    """The CPU's model name (the figures depend on it), or the platform's processor string."""
+    import platform
+
+    return cpu_info().get("model name") or platform.processor() or "unknown CPU"
