@@ -18,9 +18,12 @@ demo: $(STAMP)
 	$(VENV)/bin/gawee-rewrite optimize resnet18 --bench
 
 # pytest-xdist: one worker per core (the soundness harness is Python-bound); TEST_WORKERS=0 runs in one process.
+# PYTEST_ARGS go to pytest: .ci/run passes --require-renderers (the picture tests fail, not skip, without
+# Chromium or Graphviz); e.g. make test PYTEST_ARGS="-k rules -x".
 TEST_WORKERS ?= 2
+PYTEST_ARGS ?=
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Model zoo (benchmarks/README.md, ## Model zoo and ## Model zoo: transformers); e.g. make zoo ZOO_ARGS="--section transformers"
 # With the IREE column when IREE is installed (the dev extra has it): ZOO_ARGS="--no-iree" skips it.

@@ -1,4 +1,5 @@
-"""gawee-rewrite: the command line. Exit codes: 0 ok, 1 a finding, 2 usage or input error."""
+"""gawee-rewrite: the command line. Exit codes: 0 ok, 1 a finding (an unsound rule, a failed verification, a rule
+that misbehaves while rewriting: ``GaweeError.finding``), 2 usage or input error."""
 
 from __future__ import annotations
 
@@ -263,6 +264,7 @@ def cmd_optimize(args, console: Console) -> int:
     from gawee.equivalence import verify_rewrite
     from gawee.errors import GaweeError as _Err
     from gawee.frontend.capture import CaptureStats
+    from gawee.ir.serialize import check_writable
     from gawee.report import Column, markdown_report, rich_report
     from gawee.rewrite.driver import rewrite
     from gawee.rewrite.explain import explain, find_node
@@ -274,6 +276,12 @@ def cmd_optimize(args, console: Console) -> int:
     if args.output and not args.output.endswith(".json"):
         raise _Err(f"-o {args.output}: the output is a .json file (its tensors go to a .npz beside it)")
     pictures = plan_pictures(html=args.html, mermaid=args.mermaid, dot=args.dot)
+    for flag, path in (("-o", args.output), ("--mlir", args.mlir), ("--vmfb", args.vmfb)):
+        if path:
+            check_writable(path, flag)
+    for flag, path in (("--html", pictures.html), ("--mermaid", pictures.mermaid), ("--dot", pictures.dot)):
+        if path is not None:
+            check_writable(path, flag)
     rules = load_rules(*args.rules) if args.rules else default_rules()
     stats = CaptureStats()
     graph, _src = _load(args, console, stats)
@@ -564,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args, console)
     except GaweeError as e:
         err.print(str(e), markup=False)
-        return EXIT_USAGE
+        return EXIT_FINDING if e.finding else EXIT_USAGE
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130

@@ -14,7 +14,7 @@ from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import draw_values, symbols_of
 from gawee.ir.types import DType, TensorType
-from gawee.numerics import TOLERANCE, fill, no_farther, output_error, upcast
+from gawee.numerics import TOLERANCE, fill, format_error, no_farther, output_error, upcast
 
 
 def random_inputs(
@@ -329,7 +329,7 @@ class RewriteVerification:
             d = first.first_divergence
             lines.append(
                 f"  on {first.distribution} inputs, first difference: {d.describe()}: "
-                f"max error {d.max_error:.3g} > allowed {d.allowed:.3g}"
+                f"max error {format_error(d.max_error)} > allowed {format_error(d.allowed)}"
             )
         if self.blame is not None:
             lines.append(f"  blamed: {self.blame}")

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+CARET_WIDTH = 120
+"""The most characters of a source line a diagnostic quotes."""
 
 
 @dataclass(frozen=True)
@@ -29,18 +34,28 @@ class SourceSpan:
         return None
 
     def render_caret(self) -> str:
-        """The quoted source line with ``^^^`` under the span, or "" if unavailable."""
+        """The quoted source line with ``^^^`` under the span, or "" if unavailable. A line longer than
+        CARET_WIDTH is quoted as the window of it that starts at the span (``...`` marks what is cut), so that
+        a diagnostic stays one screen on a generated file."""
         line = self.source_line()
         if line is None:
             return ""
+        line = line.expandtabs(1)
         start = max(self.col - 1, 0)
         if self.end_line == self.line and self.end_col is not None and self.end_col > self.col:
             width = self.end_col - self.col
         else:
             width = 1
         width = max(1, min(width, max(len(line) - start, 1)))
-        expanded = line.expandtabs(1)
-        return f"    {expanded}\n    {' ' * start}{'^' * width}"
+        if len(line) > CARET_WIDTH:
+            lead = min(start, 20)  # some context before the span
+            first = start - lead
+            shown = line[first : first + CARET_WIDTH]
+            before = "..." if first > 0 else ""
+            after = "..." if first + CARET_WIDTH < len(line) else ""
+            line, start = before + shown + after, len(before) + lead
+            width = min(width, CARET_WIDTH - lead)
+        return f"    {line}\n    {' ' * start}{'^' * width}"
 
 
 class GaweeError(Exception):
@@ -51,6 +66,9 @@ class GaweeError(Exception):
     """
 
     kind = "error"
+    finding = False
+    """True where the error is a finding about the rules or the model (a rule that builds a replacement of the
+    wrong type, rules that never reach a fixpoint), not bad usage or input: the CLI exits 1 for it, else 2."""
 
     def __init__(
         self, message: str, *, span: SourceSpan | None = None, hint: str | None = None, where: str | None = None
@@ -97,6 +115,7 @@ class RewriteError(GaweeError):
     """A rule misbehaved while rewriting (wrong replacement type, non-termination...)."""
 
     kind = "rewrite error"
+    finding = True
 
 
 class IRError(GaweeError):
@@ -159,3 +178,24 @@ def first_line(e: BaseException) -> str:
     error, quoted in one of gawee's own."""
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
+
+
+def read_text_file(path: str | os.PathLike, shown: str, error: type[GaweeError] = GaweeError) -> str:
+    """The text of the UTF-8 file at ``path`` (a leading byte-order mark dropped), named ``shown`` in errors.
+
+    Raises ``error`` instead of OSError (a file that cannot be read) or UnicodeDecodeError (bytes that are not
+    UTF-8: located at their line and column, so the offending spot is found)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise error(f"cannot read {shown}: {e.strerror or first_line(e)}", hint="check the path") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise error(
+            f"not a UTF-8 text file (byte 0x{data[e.start]:02x} at line {line}, column {col})",
+            where=shown,
+            hint="save the file as UTF-8 text",
+        ) from None

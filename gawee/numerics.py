@@ -3,6 +3,8 @@ float64 recomputation, and the awkward values that break sloppy rewrites."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from gawee.errors import GaweeError
@@ -29,11 +31,12 @@ M + (-M + 0.3) then differ in every element, exposing reassociation even under a
 
 
 def output_error(ref: torch.Tensor, got: torch.Tensor) -> float:
-    """max|ref - got| with NaN/inf compared by position (a mismatch is inf)."""
+    """max|ref - got| with NaN/inf compared by position (a mismatch is inf). Integers (and bools, as 0 and 1)
+    differ by the exact integer: a rewrite off by 2**32 reports 4294967296, not inf."""
     if ref.numel() == 0:
         return 0.0
     if not (ref.dtype.is_floating_point or ref.dtype.is_complex):
-        return 0.0 if torch.equal(ref, got) else float("inf")
+        return _integer_error(ref, got)
     a, b = ref.double() if not ref.is_complex() else ref, got.double() if not got.is_complex() else got
     nan_a, nan_b = torch.isnan(a), torch.isnan(b)
     if not torch.equal(nan_a, nan_b):
@@ -45,6 +48,28 @@ def output_error(ref: torch.Tensor, got: torch.Tensor) -> float:
     if not finite.any():
         return 0.0
     return (a[finite] - b[finite]).abs().max().item()
+
+
+def _integer_error(ref: torch.Tensor, got: torch.Tensor) -> float:
+    """max|ref - got| of integer tensors, exact (as a float: exact up to 2**53, never 0 for a mismatch)."""
+    if ref.shape != got.shape or got.is_floating_point() or got.is_complex():
+        return 0.0 if torch.equal(ref, got) else float("inf")
+    differ = ref != got
+    if not differ.any():
+        return 0.0
+    a, b = ref[differ].long(), got[differ].long()  # every integer dtype fits in int64
+    safe = 2**62  # |a - b| < 2**63: no int64 overflow
+    if all(bool(((t > -safe) & (t < safe)).all()) for t in (a, b)):
+        return float((a - b).abs().max().item())
+    return float(max(abs(x - y) for x, y in zip(a.tolist(), b.tolist())))
+
+
+def format_error(x: float) -> str:
+    """An error or a tolerance as reports print it: an integral value as the integer (an integer output off by
+    2**32 reads 4294967296), any other to three significant digits."""
+    if math.isfinite(x) and x == int(x) and abs(x) < 2**63:
+        return str(int(x))
+    return f"{x:.3g}"
 
 
 def no_farther(ref: torch.Tensor, got: torch.Tensor, truth: torch.Tensor, allowed: float) -> bool:

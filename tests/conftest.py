@@ -7,6 +7,7 @@ import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -38,6 +39,29 @@ os.environ["XDG_CACHE_HOME"] = _CACHE = tempfile.mkdtemp(prefix="gawee-test-cach
 """The suite's answers about this machine (gawee.cache) start empty and are its own (its CLI runs share them):
 nothing a developer's or an earlier run's cache holds decides a test."""
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--require-renderers",
+        action="store_true",
+        help="fail, instead of skip, the picture tests whose renderer (headless Chromium, Graphviz's dot) is not "
+        "installed: CI installs both and passes this (.ci/run)",
+    )
+
+
+def renderer(config: pytest.Config, names: Sequence[str], install: str) -> str:
+    """The path of the first program of ``names`` on PATH. Without one, the test is skipped with ``install`` as the
+    reason (``make test`` on a fresh machine needs no system package), or fails with it under
+    ``--require-renderers`` (CI, where skipping would hide a broken picture)."""
+    for name in names:
+        exe = shutil.which(name)
+        if exe is not None:
+            return exe
+    reason = f"{' or '.join(names)} not found on PATH: {install}"
+    if config.getoption("--require-renderers"):
+        pytest.fail(f"{reason} (--require-renderers: this run must render)")
+    pytest.skip(reason)
 
 
 HARNESS: dict[str, float] = {

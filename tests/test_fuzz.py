@@ -168,13 +168,15 @@ def _loads_or_gawee_error(text: str) -> None:
         str(e)  # rendering the diagnostic (caret, hint) must not fail either
 
 
-@settings(max_examples=300, deadline=2000, suppress_health_check=list(HealthCheck))
+# No deadline: loading the whole bundled pipeline takes 1-2 s on a loaded 2-core machine, so a 2 s deadline failed
+# at random in parallel runs (a wall-clock limit inside a parallel test run is not a reliable claim).
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.text(max_size=200))
 def test_random_text_only_raises_gawee_errors(text):
     _loads_or_gawee_error(text)
 
 
-@settings(max_examples=400, deadline=2000, suppress_health_check=list(HealthCheck))
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_mutated_rule_files_only_raise_gawee_errors(data):
     text = BUNDLED

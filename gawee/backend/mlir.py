@@ -1046,11 +1046,12 @@ def compile_iree(
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> Path:
-    """Write ``path`` atomically (temp file + rename), as gawee writes every artifact."""
-    from gawee.ir.serialize import _atomic_write
+    """Write ``path`` atomically (temp file + rename), as gawee writes every artifact; GaweeError if it cannot be
+    written."""
+    from gawee.ir.serialize import write_output
 
     path = Path(path)
-    _atomic_write(path, data.encode() if isinstance(data, str) else data)
+    write_output(path, data.encode() if isinstance(data, str) else data)
     return path
 
 

@@ -79,6 +79,12 @@ class Rule:
     """Load-time warnings (e.g. a variable bound and never used)."""
 
     @property
+    def root_output(self) -> int | None:
+        """For a root that is one output of a multi-output op (`split(x, ...)[1]`), its index (negative counts
+        from the end): only that output's uses are replaced. None for an op root."""
+        return self.matcher.output
+
+    @property
     def location(self) -> str:
         return f"{self.span.file}:{self.span.line}"
 
@@ -132,6 +138,9 @@ def compile_rule(rule: A.RuleAST, helpers: dict[str, Builtin] | None = None, com
         )
     choices = [_alternatives(_desugar(p)) for p in [rule.pattern, *rule.extra_roots]]
     rules = [_compile_variant(rule, list(ps), helpers, comment) for ps in itertools.product(*choices)]
+    noop = _no_op(rule)
+    for r in rules:
+        r.warnings += noop
     if len(rules) > 1:
         for i, r in enumerate(rules, 1):
             r.variant = (i, len(rules))
@@ -197,7 +206,8 @@ def _bound_names(p: A.Pattern | None) -> set[str]:
 def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, comment: str) -> Rule:
     scope = _Scope(helpers=dict(helpers or {}))
     root, root_bind = _root(patterns[0])
-    whole_node = _is_whole_node(rule.replacement, root_bind) if len(patterns) == 1 else None
+    whole = len(patterns) == 1 and isinstance(root, A.POp)  # an output root is replaced alone, never its node
+    whole_node = _is_whole_node(rule.replacement, root_bind) if whole else None
     compiler = _PatternCompiler(scope)
     matcher = compiler.compile_root(root, root_bind, whole_node)
     extra_roots = [compiler.compile_root(*_root(p), None) for p in patterns[1:]]
@@ -233,7 +243,7 @@ def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, commen
     return Rule(
         rule.name,
         rule.span,
-        root.op,
+        _root_op(root),
         matcher,
         guard,
         guard_parts or [],
@@ -280,6 +290,27 @@ def _assumption(e: A.Expr, scope: _Scope) -> Assumed:
         )
     var.uses += 1
     return Assumed(ASSUMPTIONS[e.func], name, e.text)
+
+
+def _no_op(rule: A.RuleAST) -> list[RuleWarning]:
+    """A replacement written as its pattern (`relu(x) => relu(x)`, spaces and a root's `name:` aside) changes
+    nothing. The rewriter never fires a replacement that rebuilds what it matched (rewrite/driver.py), so such a
+    rule is dead: worth a warning where it is written."""
+
+    def bare(p: A.Node) -> str:
+        return "".join((p.pattern if isinstance(p, A.PBind) else p).text.split())
+
+    pairs = list(zip([rule.pattern, *rule.extra_roots], [rule.replacement, *rule.extra_results]))
+    if not all(bare(p) == bare(e) and bare(p) for p, e in pairs):
+        return []
+    return [
+        RuleWarning(
+            "the replacement is the pattern itself: the rule changes nothing",
+            span=rule.replacement.span,
+            hint="the rewriter never fires a replacement that rebuilds the nodes it matched; "
+            "change the replacement or delete the rule",
+        )
+    ]
 
 
 def _unused(scope: _Scope) -> list[RuleWarning]:
@@ -340,13 +371,20 @@ def _desugar(p: A.Pattern) -> A.Pattern:
     return p
 
 
-def _root(p: A.Pattern) -> tuple[A.POp, str | None]:
+def _root(p: A.Pattern) -> tuple[A.POp | A.POutput, str | None]:
+    """The root pattern (an op, or one output of a multi-output op: `split(x, ...)[1]`) and its `name:`."""
     if isinstance(p, A.PBind):
         inner, _ = _root(p.pattern)
         return inner, p.name
-    if isinstance(p, A.POp):
+    if isinstance(p, A.POp) or (isinstance(p, A.POutput) and isinstance(p.pattern, A.POp)):
         return p, None
-    raise RuleError("a rule's pattern must be an op pattern such as relu(x)", span=p.span)
+    raise RuleError(
+        "a rule's pattern must be an op pattern such as relu(x), or an output of one: split(x, ...)[1]", span=p.span
+    )
+
+
+def _root_op(p: A.POp | A.POutput) -> str | None:
+    return p.pattern.op if isinstance(p, A.POutput) else p.op
 
 
 def _is_whole_node(e: A.Expr, root_bind: str | None) -> str | None:
@@ -405,7 +443,7 @@ class _PatternCompiler:
                 hint="a variable binds either an operand or an attribute value",
             )
 
-    def compile_root(self, p: A.POp, bind: str | None, whole_node: str | None) -> OpM:
+    def compile_root(self, p: A.POp | A.POutput, bind: str | None, whole_node: str | None) -> OpM:
         m = self.value(p)
         assert isinstance(m, OpM)
         if bind is not None:
@@ -549,6 +587,10 @@ class _PatternCompiler:
         return OpM(None, slots, [f"operand{i}" for i in range(len(slots))], {}, {}, rest, variadic_from=0)
 
     def attr(self, p: A.Pattern, kind: K.Kind, name: str, op: str) -> AttrMatcher:
+        if isinstance(p, A.PVar) and p.name in DTYPE_NAMES:  # `cast(x, dtype=i64)`: a dtype literal
+            if not K.accepts(kind, K.DTYPE):
+                raise RuleError(f"{op}.{name} is {kind}; the dtype {p.name} can never match", span=p.span)
+            return AttrLit(p.name)
         if isinstance(p, A.PVar):
             self.declare(p.name, kind, p.span)
             return AttrVar(p.name)
@@ -567,8 +609,13 @@ class _PatternCompiler:
         if isinstance(p, A.PList):
             if kind.base not in (K.Base.LIST, K.Base.ANY):
                 raise RuleError(f"{op}.{name} is {kind}, not a list", span=p.span)
-            return AttrList([self.attr(x, K.ANY, name, op) for x in p.items])
+            item = _ITEM_KINDS.get(get_op(op).attr(name).kind.rstrip("?"), K.ANY) if kind.base is K.Base.LIST else K.ANY
+            return AttrList([self.attr(x, item, f"{name} item", op) for x in p.items])
         raise RuleError(f"attribute {name} takes a name, `_` or a literal, not a pattern", span=p.span)
+
+
+_ITEM_KINDS = {"ints": K.INT, "floats": K.FLOAT}
+"""The kind of each item of a list attribute (`permute(x, dims=[0, 2, 1])`): a float where ints go never matches."""
 
 
 # ---------------------------------------------------------------------------------------

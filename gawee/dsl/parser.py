@@ -3,15 +3,35 @@
 from __future__ import annotations
 
 import functools
+import math
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from gawee.dsl import ast as A
-from gawee.errors import GaweeError, RuleSyntaxError, SourceSpan
+from gawee.errors import GaweeError, RuleError, RuleSyntaxError, SourceSpan
 from gawee.resources import bundled_dir, missing_hint
 
 GRAMMAR_PATH = bundled_dir("grammar") / "rules.lark"
+
+MAX_NESTING = 100
+"""How deeply one rule may nest calls, brackets and operators (``relu(relu(x))`` is 2 levels, a chain of 100 ``+``
+is 100). Every later stage (the AST, the compiler, the matcher, the harness) walks a rule recursively; a bound
+checked once, right after parsing, turns a file nested thousands deep into one located error instead of a
+RecursionError. Hand-written rules nest about ten deep."""
+
+_NOT_A_LEVEL = frozenset(
+    {"start", "rule_def", "roots", "results", "options", "option", "guard", "assumes", "withs", "binding"}
+    | {"pos_pat", "kw_pat", "rest_pat", "pos_arg", "kw_arg", "rest_arg", "op_name", "any_op"}
+    | {"var", "wildcard", "name", "number", "negnum", "string", "true", "false", "none"}
+)
+"""Parse-tree nodes that wrap a construct without nesting it (a rule's parts, an argument, an op's name) or hold
+nothing nested (a name, a literal)."""
+
+INT_LITERAL_MAX = 2**63 - 1
+"""The largest integer a rule may write: i64's, the widest integer dtype. A literal beyond it could become a
+constant of no dtype; it is refused where it is written. Float literals that round to inf or to 0 (``1e400``,
+``1e-400``) are refused likewise: ``inf`` is spelled ``inf``."""
 
 KEYWORDS = {"rule", "where", "assume", "with", "and", "or", "not", "in", "true", "false", "none", "inf", "nan"}
 
@@ -29,12 +49,32 @@ def parse_rules(text: str, file: str = "<string>") -> list[A.RuleAST]:
         tree = _parser().parse(text)
     except UnexpectedInput as e:
         raise _syntax_error(e, text, file) from None
+    _check_nesting(tree, text, file)
     try:
         return _ToAST(text, file).transform(tree)
     except VisitError as e:  # lark wraps errors raised inside the transformer
         if isinstance(e.orig_exc, GaweeError):
             raise e.orig_exc from None
         raise
+
+
+def _check_nesting(tree: Tree, text: str, file: str) -> None:
+    """Raise RuleSyntaxError at the first construct (in source order) nested deeper than MAX_NESTING. The walk
+    keeps its own stack: the parser (LALR) builds any depth of tree without recursing, this walk neither."""
+    stack: list[tuple[Tree, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.data not in _NOT_A_LEVEL:
+            depth += 1
+        if depth > MAX_NESTING:
+            meta = node.meta
+            span = SourceSpan(file, meta.line, meta.column, meta.line, meta.column + 1, text)
+            raise RuleSyntaxError(
+                f"nesting deeper than {MAX_NESTING} levels (calls, brackets and operators each count one)",
+                span=span,
+                hint="a rule this deep is not read: nest less, or name parts of a replacement with `with`",
+            )
+        stack.extend((c, depth) for c in reversed(node.children) if isinstance(c, Tree))
 
 
 def _syntax_error(e: UnexpectedInput, text: str, file: str) -> RuleSyntaxError:
@@ -143,7 +183,7 @@ class _ToAST(Transformer):
         return dict(children)
 
     def option(self, meta, children):
-        return (str(children[0]), int(children[1]))
+        return (str(children[0]), _int(str(children[1]), self._tok_span(children[1])))
 
     def guard(self, meta, children):
         return ("guard", children[0])
@@ -167,7 +207,7 @@ class _ToAST(Transformer):
         return A.PAlt(self._span(meta), [*options, right])
 
     def pat_output(self, meta, children):
-        return A.POutput(self._span(meta), children[0], int(children[1]))
+        return A.POutput(self._span(meta), children[0], _int(str(children[1]), self._tok_span(children[1])))
 
     def bound(self, meta, children):
         return A.PBind(self._span(meta), str(children[0]), _as_pattern(children[1]))
@@ -264,8 +304,19 @@ class _ToAST(Transformer):
     def number(self, meta, children):
         tok = children[0]
         text = str(tok)
-        value = float(text) if any(c in text for c in ".eE") or "inf" in text or "nan" in text else int(text)
-        return A.ELit(self._span(meta), value)
+        span = self._span(meta)
+        is_float = any(c in text for c in ".eE") or "inf" in text or "nan" in text
+        value = float(text) if is_float else _int(text, span)
+        if text not in ("inf", "nan") and (
+            math.isinf(value) or (value == 0 and any(c in "123456789" for c in text.lower().split("e")[0]))
+        ):
+            what = "overflows to inf" if math.isinf(value) else "underflows to 0"
+            raise RuleError(
+                f"the number {_clip(text)} {what} in every dtype (f64 included)",
+                span=span,
+                hint="write `inf` or `-inf`" if math.isinf(value) else "write 0 or 0.0",
+            )
+        return A.ELit(span, value)
 
     def string(self, meta, children):
         return A.ELit(self._span(meta), str(children[0])[1:-1])
@@ -278,6 +329,24 @@ class _ToAST(Transformer):
 
     def none(self, meta, children):
         return A.ELit(self._span(meta), None)
+
+
+def _int(text: str, span: SourceSpan) -> int:
+    """An integer literal's value; RuleError beyond INT_LITERAL_MAX in magnitude (checked on the digits first:
+    Python refuses to convert more than a few thousand of them)."""
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(INT_LITERAL_MAX)) or abs(int(text)) > INT_LITERAL_MAX:
+        raise RuleError(
+            f"the integer {_clip(text)} is beyond every integer dtype (i64 holds at most {INT_LITERAL_MAX})",
+            span=span,
+            hint="write a number that fits, or a float (1e30) if a float is meant",
+        )
+    return int(text)
+
+
+def _clip(text: str, most: int = 40) -> str:
+    """A literal's text as a message quotes it: its start and end when it is long."""
+    return text if len(text) <= most else f"{text[:18]}...{text[-18:]}"
 
 
 def _as_pattern(value):

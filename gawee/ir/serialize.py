@@ -15,6 +15,7 @@ import json
 import os
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import numpy as np
 import sympy
 import torch
 
-from gawee.errors import GaweeError, SerializationError
+from gawee.errors import GaweeError, SerializationError, first_line, read_text_file
 from gawee.ir import symbolic
 from gawee.ir.core import Graph, Value
 from gawee.ir.types import NUMPY_STORAGE, DType, Layout, TensorType
@@ -33,6 +34,12 @@ VERSION = 2
 dimension may be a string (``"s0"``, ``"2*s0"``), an attribute size an object ``{"dim": "s0"}``.
 Version 1 files (static shapes only) still load."""
 READS = (1, 2)
+
+MAX_JSON_DEPTH = 32
+"""The deepest nesting a saved graph may have (it has about 8: nodes, a node, its attributes, a list of lists)."""
+
+MAX_DIM = 2**62
+"""The largest size a saved shape may give a dimension (torch counts elements in 64-bit integers)."""
 
 
 # -- saving ----------------------------------------------------------------------------
@@ -105,8 +112,8 @@ def save(graph: Graph, path: str | os.PathLike) -> tuple[Path, Path]:
     npz_path = path.with_suffix(".npz")
     doc["data"] = npz_path.name
     text = json.dumps(doc, indent=1, allow_nan=True) + "\n"
-    _atomic_write(npz_path, _npz_bytes(arrays))
-    _atomic_write(path, text.encode())
+    write_output(npz_path, _npz_bytes(arrays))
+    write_output(path, text.encode())
     return path, npz_path
 
 
@@ -126,6 +133,9 @@ def _npz_bytes(arrays: dict[str, torch.Tensor]) -> bytes:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``path`` through a temporary file beside it and a rename: a reader never sees half a file, and a
+    failure leaves nothing behind. Missing directories are created. Raises OSError (caches that may fail
+    silently catch it); :func:`write_output` is the form for files a user asked for."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -141,6 +151,43 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def write_output(path: Path, data: bytes) -> None:
+    """:func:`_atomic_write` for a file the user asked for: a directory that cannot be created or written, or a
+    full disk, is a GaweeError naming the path (and nothing is left behind)."""
+    try:
+        _atomic_write(path, data)
+    except OSError as e:
+        raise GaweeError(
+            f"cannot write {path}: {e.strerror or e}",
+            hint="check that the directory can be created and written, and that the disk has space",
+        ) from None
+
+
+def check_writable(path: str | os.PathLike, flag: str = "") -> None:
+    """Raise GaweeError now if :func:`_atomic_write` could not write ``path`` later: ``path`` is a directory, or
+    no file can be made in its nearest existing ancestor directory (a temporary one is made and removed there —
+    permission bits alone do not tell, e.g. under ``/proc``). For commands that check their outputs before any
+    work; ``flag`` (``-o``) names the option in the message."""
+    path = Path(path)
+    name = f"{flag} {path}" if flag else str(path)
+    if path.is_dir():
+        raise GaweeError(f"{name} is a directory", hint="give a file name")
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise GaweeError(f"{name}: {ancestor} is not a directory", hint="give a path in a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".gawee-probe.", dir=ancestor)
+    except OSError as e:
+        raise GaweeError(
+            f"{name}: cannot create files in {ancestor} ({e.strerror or e})",
+            hint="write to a directory you can create files in",
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 # -- loading ---------------------------------------------------------------------------
 class _Doc:
     """Typed access into the JSON document; every failure names the file and JSON path."""
@@ -153,24 +200,36 @@ class _Doc:
         raise SerializationError(msg, where=f"{self.path}: {where}" if where else str(self.path), hint=hint)
 
     def get(self, obj: Any, key: str | int, kind: type | tuple, where: str) -> Any:
+        if not isinstance(obj, dict):
+            self.fail(where, f"expected an object, got {type(obj).__name__} {str(obj)[:40]}")
         try:
             v = obj[key]
-        except (KeyError, IndexError, TypeError):
+        except KeyError:
             self.fail(where, f"missing {key!r}")
         if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
             names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            self.fail(f"{where}.{key}", f"expected {names}, got {type(v).__name__} {str(v)[:40]}")
+            self.fail(
+                f"{where}.{key}" if where else str(key), f"expected {names}, got {type(v).__name__} {str(v)[:40]}"
+            )
         return v
+
+    def optional(self, obj: dict, key: str, kind: type | tuple, where: str, default: Any) -> Any:
+        """``obj[key]`` checked like :meth:`get`, or ``default`` where the key is absent."""
+        return self.get(obj, key, kind, where) if key in obj else default
 
     def type(self, obj: Any, where: str) -> TensorType:
         t = self.get(obj, "type", dict, where)
         shape = self.get(t, "shape", list, f"{where}.type")
-        if not all((isinstance(s, int) and not isinstance(s, bool) and s >= 0) or isinstance(s, str) for s in shape):
-            self.fail(f"{where}.type.shape", f"shape must be non-negative ints or symbolic sizes, got {shape}")
+        if not all(
+            (isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_DIM) or isinstance(s, str) for s in shape
+        ):
+            self.fail(f"{where}.type.shape", f"shape must be ints in 0..2**62 or symbolic sizes, got {str(shape)[:60]}")
         shape = [self.dim(s, f"{where}.type.shape") if isinstance(s, str) else s for s in shape]
+        dtype_text = self.get(t, "dtype", str, f"{where}.type")
+        layout_text = self.optional(t, "layout", str, f"{where}.type", "contiguous")
         try:
-            dtype = DType.parse(self.get(t, "dtype", str, f"{where}.type"))
-            layout = Layout(t.get("layout", "contiguous"))
+            dtype = DType.parse(dtype_text)
+            layout = Layout(layout_text)
         except (GaweeError, ValueError) as e:
             self.fail(f"{where}.type", str(e.args[0] if e.args else e))
         return TensorType(tuple(shape), dtype, layout)
@@ -182,7 +241,7 @@ class _Doc:
             self.fail(where, e.message, hint=e.hint or 'declare every symbol in "symbols"')
 
     def read_symbols(self, doc: dict) -> None:
-        for name, e in self.get(doc, "symbols", dict, "").items() if "symbols" in doc else ():
+        for name, e in self.optional(doc, "symbols", dict, "", {}).items():
             w = f"symbols.{name}"
             if not name.isidentifier():
                 self.fail(w, f"symbol name {name!r} is not an identifier")
@@ -192,6 +251,19 @@ class _Doc:
             if bad_hi or lo < 0 or ex < lo:
                 self.fail(w, f"symbol {name}: need 0 <= min <= example <= max, got {e}")
             self.symbols[name] = symbolic.Sym(name, lo, hi, ex)
+
+    def check_depth(self, doc: Any) -> None:
+        """Refuse JSON nested deeper than MAX_JSON_DEPTH, at its path. A saved graph nests a few levels (an
+        attribute's list of lists is the deepest); reading deeper would only end in a RecursionError."""
+        stack: list[tuple[Any, str, int]] = [(doc, "", 0)]
+        while stack:
+            v, where, depth = stack.pop()
+            if depth > MAX_JSON_DEPTH:
+                self.fail(where, f"nested deeper than {MAX_JSON_DEPTH} levels", hint="a saved graph nests a few")
+            if isinstance(v, dict):
+                stack.extend((x, f"{where}.{k}" if where else str(k), depth + 1) for k, x in v.items())
+            elif isinstance(v, list):
+                stack.extend((x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v))
 
     def attr(self, v: Any, where: str) -> Any:
         if isinstance(v, list):
@@ -205,10 +277,7 @@ def load(path: str | os.PathLike) -> Graph:
     """Load a graph saved by :func:`save`. Raises SerializationError saying where and what is wrong."""
     path = Path(path)
     d = _Doc(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SerializationError(f"cannot read {path}: {e.strerror}", hint="check the path") from None
+    text = read_text_file(path, str(path), SerializationError)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
@@ -217,6 +286,9 @@ def load(path: str | os.PathLike) -> Graph:
             where=str(path),
             hint="the file may be truncated or hand-edited",
         ) from None
+    except RecursionError:  # json's reader recurses per level of nesting
+        d.fail("", f"nested deeper than {MAX_JSON_DEPTH} levels", hint="a saved graph nests a few")
+    d.check_depth(doc)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         d.fail(
             "format",
@@ -230,7 +302,7 @@ def load(path: str | os.PathLike) -> Graph:
     arrays = _load_npz(path, doc, d)
 
     graph = Graph(d.get(doc, "name", str, ""))
-    graph.meta = d.get(doc, "meta", dict, "") if "meta" in doc else {}
+    graph.meta = d.optional(doc, "meta", dict, "", {})
     values: dict[str, Value] = {}
 
     def define(v: Value, where: str) -> None:
@@ -244,8 +316,11 @@ def load(path: str | os.PathLike) -> Graph:
     for i, e in enumerate(d.get(doc, "constants", list, "")):
         w = f"constants[{i}]"
         name, t = d.get(e, "name", str, w), d.type(e, w)
-        if e.get("meta"):
-            data = torch.empty(t.shape, dtype=t.dtype.torch, device="meta")
+        if d.optional(e, "meta", bool, w, False):
+            try:
+                data = torch.empty(t.shape, dtype=t.dtype.torch, device="meta")
+            except RuntimeError as err:  # more elements than torch can count
+                d.fail(w, f"constant {name!r} of type {t}: {first_line(err)}")
         else:
             data = _array_for(name, t, arrays, d, w)
         v = Value(t, name, data=data)
@@ -269,11 +344,15 @@ def load(path: str | os.PathLike) -> Graph:
                 inputs.append(values[ref])
         outs = d.get(e, "outputs", list, w)
         types = [d.type(o, f"{w}.outputs[{k}]") for k, o in enumerate(outs)]
-        attrs = {k: d.attr(v, f"{w}.attrs.{k}") for k, v in d.get(e, "attrs", dict, w).items()} if "attrs" in e else {}
+        attrs = {k: d.attr(v, f"{w}.attrs.{k}") for k, v in d.optional(e, "attrs", dict, w, {}).items()}
+        source = d.optional(e, "source", str, w, "")
         try:
-            node = graph.create_node(op, inputs, attrs, types=types, name=name, source=e.get("source", ""))
+            node = graph.create_node(op, inputs, attrs, types=types, name=name, source=source)
         except GaweeError as err:
             d.fail(w, f"node {name!r}: {err.message}", hint=err.hint)
+        except (RuntimeError, ValueError, TypeError, IndexError, KeyError, OverflowError, ZeroDivisionError) as err:
+            # the op's own inference (torch on meta tensors) refused what the file says: quoted, with its node
+            d.fail(w, f"node {name!r} ({op}) cannot be built from what the file says: {first_line(err)}")
         if node.name != name:
             d.fail(w, f"name {name!r} is defined twice")
         for k, (o, v) in enumerate(zip(outs, node.outputs)):
@@ -282,7 +361,7 @@ def load(path: str | os.PathLike) -> Graph:
             define(v, f"{w}.outputs[{k}]")
     outs = []
     for i, ref in enumerate(d.get(doc, "outputs", list, "")):
-        if ref not in values:
+        if not isinstance(ref, str) or ref not in values:
             d.fail(f"outputs[{i}]", f"output {ref!r} is not defined")
         outs.append(values[ref])
     graph.set_outputs(outs)
@@ -297,7 +376,8 @@ def load(path: str | os.PathLike) -> Graph:
 
 
 def _load_npz(path: Path, doc: dict, d: _Doc) -> dict[str, np.ndarray]:
-    needs_data = any(not c.get("meta") for c in doc.get("constants", []) if isinstance(c, dict))
+    constants = d.get(doc, "constants", list, "")
+    needs_data = any(not c.get("meta") for c in constants if isinstance(c, dict))
     if not needs_data:
         return {}
     npz = path.parent / d.get(doc, "data", str, "")
@@ -310,8 +390,10 @@ def _load_npz(path: Path, doc: dict, d: _Doc) -> dict[str, np.ndarray]:
             where=str(path),
             hint="keep the .npz written by save() next to the .json",
         ) from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise SerializationError(f"cannot read tensor data {npz}: {e}", where=str(path)) from None
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+        raise SerializationError(f"cannot read tensor data {npz}: {first_line(e)}", where=str(path)) from None
+    except (RuntimeError, NotImplementedError) as e:  # zipfile: an entry that is encrypted, or compressed unknown
+        raise SerializationError(f"cannot read tensor data {npz}: {first_line(e)}", where=str(path)) from None
 
 
 def _array_for(name: str, t: TensorType, arrays: dict[str, np.ndarray], d: _Doc, where: str) -> torch.Tensor:

@@ -223,7 +223,8 @@ class OpDef:
         if self.canonicalize is not None:
             try:
                 out = {**out, **freeze_attrs(self.canonicalize(dict(out), in_types))}
-            except (IndexError, KeyError, TypeError, ValueError, StopIteration, ZeroDivisionError) as e:
+            except (AttributeError, IndexError, KeyError, TypeError, ValueError, StopIteration, ZeroDivisionError) as e:
+                # AttributeError: an operand the canonicalization reads is absent (None has no rank)
                 raise InferenceError(
                     f"{self.name}: attributes {out} do not fit its operands: {first_line(e)}", where=where or None
                 ) from None
@@ -259,7 +260,8 @@ class OpDef:
             RuntimeError,
             ValueError,
             TypeError,
-            IndexError,
+            LookupError,  # an attribute value the op's own tables lack (act="gelu_exact"), an index past the end
+            AttributeError,  # an operand the op reads is absent (None has no shape)
             NotImplementedError,
             AssertionError,
             ArithmeticError,

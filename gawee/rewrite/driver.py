@@ -17,11 +17,14 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import torch
+
 from gawee.dsl.compiler import Rule
 from gawee.dsl.library import GuardFailed
-from gawee.dsl.matcher import MatchContext
+from gawee.dsl.matcher import MatchContext, OpM
 from gawee.errors import RewriteError
 from gawee.ir.core import Graph, Node, Value
+from gawee.ops import get_op
 from gawee.rewrite.context import RewriteContext
 from gawee.rewrite.instances import Instance, extract, instance_key
 from gawee.rewrite.ruleset import Phase, RuleSet, default_rules
@@ -176,7 +179,7 @@ class Rewriter:
 
     # -- one rule on one node ------------------------------------------------------------
     def _try(self, rule: Rule, node: Node, phase: str, use_guard: bool = True) -> bool:
-        if len(node.outputs) != 1 and rule.whole_node is None:
+        if len(node.outputs) != 1 and rule.whole_node is None and rule.root_output is None:
             return False
         mctx = MatchContext()
         env: dict = {}
@@ -214,7 +217,7 @@ class Rewriter:
                 results = list(dup.producer.outputs)
         else:
             results = [rule.build(rctx)] + [build(rctx) for build in rule.extra_builds]
-        old_values = [v for root in rctx.roots for v in root.outputs]
+        old_values = replaced_values(rule, rctx.roots)
         for old, new in zip(old_values, results):
             if new is None or not isinstance(new, Value):
                 raise rctx.error(f"the replacement is {'absent' if new is None else repr(new)}, not a tensor")
@@ -223,8 +226,9 @@ class Rewriter:
                     f"the replacement is {new.type} but %{old.name} is {old.type}",
                     hint="a rule must keep the exact shape and dtype; tighten its guard",
                 )
-        if all(new is old for old, new in zip(old_values, results)):
-            return None
+        made, same = {id(n) for n in rctx.new_nodes}, {}
+        if all(_rebuilds(new, old, made, same) for old, new in zip(old_values, results)):
+            return None  # `relu(x) => relu(x)`: firing it would change nothing, forever
         return [rctx.name_result(v) for v in results]
 
     def _apply(
@@ -232,7 +236,7 @@ class Rewriter:
     ) -> None:
         graph = self.graph
         replaced_by = results[0].name
-        old_values = [v for root in roots for v in root.outputs]
+        old_values = replaced_values(rule, roots)
         if self.trace:
             self._instance(rule, rctx, matched, old_values, results)
         for old, new in zip(old_values, results):
@@ -327,14 +331,86 @@ def match_roots(rule: Rule, node: Node, env: dict, mctx: MatchContext) -> Iterat
             for v in env.values()
             if isinstance(v, Value)
             for user in v.users()
-            if id(user) not in taken and (m.op is None or user.op == m.op) and len(user.outputs) == 1
+            if id(user) not in taken and (m.op is None or user.op == m.op)
         }
         for user in sorted(candidates.values(), key=graph.position):
-            for _ in m.match(user.outputs[0], env, mctx, 0):
-                yield from extra(k + 1, [*roots, user])
+            v = root_value(m, user)
+            if v is not None:
+                for _ in m.match(v, env, mctx, 0):
+                    yield from extra(k + 1, [*roots, user])
 
-    for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
-        yield from extra(0, [node])
+    v = node.outputs[0] if rule.whole_node is not None else root_value(rule.matcher, node)
+    if v is not None:
+        for _ in rule.matcher.match(v, env, mctx, 0):
+            yield from extra(0, [node])
+
+
+def root_value(m: OpM, node: Node) -> Value | None:
+    """The value a root matcher is matched against at ``node``: its only output, or output ``m.output`` for a
+    root like `split(x, ...)[1]`; None where ``node`` has no such output, or where that output has no use (the
+    node lives on for its other outputs: replacing this one would change nothing)."""
+    n = len(node.outputs)
+    if m.output is None:
+        return node.outputs[0] if n == 1 else None
+    v = node.outputs[m.output] if -n <= m.output < n else None
+    return v if v is not None and v.num_uses else None
+
+
+def replaced_values(rule: Rule, roots: list[Node]) -> list[Value]:
+    """The values a firing of ``rule`` at ``roots`` replaces, in the order of its results: each root's outputs,
+    or for a root like `split(x, ...)[1]` that one output (the node's other outputs keep their uses)."""
+    out: list[Value] = []
+    for m, root in zip([rule.matcher, *rule.extra_roots], roots):
+        out += list(root.outputs) if m.output is None else [root.outputs[m.output]]
+    return out
+
+
+def _rebuilds(new: Value, old: Value, made: set[int], same: dict[tuple[int, int], bool]) -> bool:
+    """Whether ``new`` computes ``old`` the same way: it is ``old``, a constant equal to the constant ``old``
+    (type and elements), or the same output of a node made by this firing (``made``: node ids) with ``old``'s
+    producer's op, attributes and number of outputs, whose operands rebuild that producer's operands in turn. A
+    replacement that only rebuilds what it matched changes nothing, and the rule would match it again and again.
+    ``same`` memoizes pairs (a replacement is a DAG)."""
+    if new is old:
+        return True
+    key = (id(new), id(old))
+    if key in same:
+        return same[key]
+    p, q = new.producer, old.producer
+    if p is None:
+        a, b = new.data, old.data
+        found = (
+            q is None
+            and a is not None
+            and b is not None
+            and not (a.is_meta or b.is_meta)
+            and new.type == old.type
+            and torch.equal(a, b)
+        )
+    else:
+        found = (
+            q is not None
+            and id(p) in made
+            and p.op == q.op
+            and new.output_index == old.output_index
+            and len(p.outputs) == len(q.outputs)
+            and len(p.inputs) == len(q.inputs)
+            and p.attrs == q.attrs
+            and any(
+                all(a is b or (a is not None and b is not None and _rebuilds(a, b, made, same)) for a, b in pairs)
+                for pairs in _operand_pairings(p, q)
+            )
+        )
+    same[key] = found
+    return found
+
+
+def _operand_pairings(p: Node, q: Node) -> Iterator[list[tuple[Value | None, Value | None]]]:
+    """How the operands of ``p`` may stand for those of ``q``: in order, and for a binary commutative op also
+    swapped (the matcher takes either order, so `add(x, y) => add(y, x)` would swap forever)."""
+    yield list(zip(p.inputs, q.inputs))
+    if len(p.inputs) == 2 and get_op(p.op).has_trait("commutative"):
+        yield list(zip(p.inputs, reversed(q.inputs)))
 
 
 def _dead(node: Node) -> bool:

@@ -9,6 +9,7 @@ from gawee.dsl.matcher import MatchContext
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node
 from gawee.rewrite.context import RewriteContext
+from gawee.rewrite.driver import root_value
 from gawee.rewrite.ruleset import RuleSet
 
 
@@ -80,12 +81,17 @@ def _symbols(env: dict) -> set:
 
 
 def _explain_one(graph: Graph, node: Node, rule) -> Explanation:
-    if len(node.outputs) != 1 and rule.whole_node is None:
-        return Explanation(rule.name, rule.location, "pattern", f"{node.name} has {len(node.outputs)} outputs")
+    value = node.outputs[0] if rule.whole_node is not None else root_value(rule.matcher, node)
+    if value is None:
+        if rule.root_output is None:
+            why = f"{node.name} has {len(node.outputs)} outputs"
+        else:
+            why = f"{node.name} has no used output {rule.root_output} (it has {len(node.outputs)}): nothing to replace"
+        return Explanation(rule.name, rule.location, "pattern", why)
     mctx = MatchContext(explain=True)
     env: dict = {}
     guard_reason = None
-    for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
+    for _ in rule.matcher.match(value, env, mctx, 0):
         rctx = RewriteContext(graph, rule, node, env)
         failed = None
         for text, part in rule.guard_parts:

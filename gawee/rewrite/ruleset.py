@@ -13,7 +13,7 @@ from gawee.dsl.ast_cache import parse_rules_cached
 from gawee.dsl.compiler import Rule, compile_rule
 from gawee.dsl.library import BUILTINS, Helper, helper_builtin
 from gawee.dsl.parser import parse_rules
-from gawee.errors import GaweeError, RuleError
+from gawee.errors import GaweeError, RuleError, RuleSyntaxError, read_text_file
 from gawee.resources import bundled_dir, missing_hint
 
 RULES_DIR = bundled_dir("rules")
@@ -105,9 +105,11 @@ def load_rules(*paths: str | os.PathLike, helpers: Mapping[str, Helper | Callabl
         if name in BUILTINS:
             raise GaweeError(f"helper {name!r} would shadow the builtin of that name")
         compiled_helpers[name] = helper_builtin(name, h)
-    phases = [
-        load_phase(f.read_text(), display_path(f), f.stem, compiled_helpers, keep=True) for f in rule_files(paths)
-    ]
+    phases = []
+    for f in rule_files(paths):
+        shown = display_path(f)
+        text = read_text_file(f, shown, RuleSyntaxError)
+        phases.append(load_phase(text, shown, f.stem, compiled_helpers, keep=True))
     return _number(phases)
 
 

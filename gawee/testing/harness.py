@@ -32,7 +32,7 @@ from gawee.interp import run, run_observed
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import Sym, draw_values
 from gawee.ir.types import DType, TensorType
-from gawee.numerics import TOLERANCE, no_farther, output_error, upcast
+from gawee.numerics import TOLERANCE, format_error, no_farther, output_error, upcast
 from gawee.numerics import recast as _recast
 from gawee.ops import sampling as S
 from gawee.rewrite.driver import fire
@@ -63,8 +63,8 @@ class Counterexample:
 
     def __str__(self) -> str:
         lines = [f"counterexample for {self.rule}: {self.reason}"]
-        if self.allowed:
-            lines.append(f"  max abs error {self.max_error:.4g} > allowed {self.allowed:.4g}")
+        if self.allowed or self.max_error:
+            lines.append(f"  max abs error {format_error(self.max_error)} > allowed {format_error(self.allowed)}")
         if self.assumed:
             lines.append(f"  assuming {', '.join(self.assumed)} (true for these values)")
         lines.append("  values:")

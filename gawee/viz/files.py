@@ -98,13 +98,7 @@ def plan_pictures(*, html: str | None = None, mermaid: str | None = None, dot: s
 
 
 def _write(path: Path, text: str) -> Path:
-    from gawee.ir.serialize import _atomic_write  # the one atomic writer (temp file + rename)
+    from gawee.ir.serialize import write_output  # the one atomic writer (temp file + rename; GaweeError)
 
-    try:
-        _atomic_write(path, text.encode())
-    except OSError as e:
-        raise GaweeError(
-            f"cannot write {path}: {e.strerror or e}",
-            hint="check that the directory is writable and the disk has space",
-        ) from None
+    write_output(path, text.encode())
     return path

@@ -498,7 +498,7 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError):
+    with pytest.raises(gawee.GaweeError, match=r"cannot write .*m\.mlir: disk full"):
         write_atomic(path, "new text")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["m.mlir"]

@@ -59,7 +59,7 @@ def test_a_variable_bound_and_never_used_warns_with_a_caret(caplog):
     ],
 )
 def test_no_warning_when_every_variable_is_used(text):
-    assert not load_rules_text(text).rules[0].warnings
+    assert not [w for w in load_rules_text(text).rules[0].warnings if "never used" in w.message]
 
 
 def test_the_bundled_rules_have_no_warnings():

@@ -57,11 +57,11 @@ def test_svg_without_graphviz_exits_2_before_any_work(capsys, tmp_path, monkeypa
     assert code == 2 and "Graphviz" in err and "apt-get install graphviz" in err  # checked before the model
 
 
-def test_an_unwritable_destination_exits_2(capsys, tmp_path):
+def test_an_unwritable_destination_exits_2_before_any_work(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    code, _, err = run_cli(capsys, "optimize", MODEL, "--no-verify", "--html", str(blocker / "r.html"))
-    assert code == 2 and "cannot write" in err and "hint:" in err
+    code, _, err = run_cli(capsys, "optimize", "no_such_model", "--html", str(blocker / "r.html"))
+    assert code == 2 and f"--html {blocker / 'r.html'}: {blocker} is not a directory" in err and "hint:" in err
 
 
 def test_picture_extensions_keep_every_file_apart_from_the_inputs_and_each_other(tmp_path):

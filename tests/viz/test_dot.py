@@ -7,6 +7,7 @@ import pytest
 
 import gawee
 from gawee.viz.dot import RenderError, _quote, to_dot, to_svg
+from tests.conftest import renderer
 from tests.viz.conftest import conv_block
 
 
@@ -48,8 +49,8 @@ def test_strings_are_quoted_for_dot():
     assert _quote('a "b"\\c\nd') == '"a \\"b\\"\\\\c\\nd"'
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz not installed (.ci/run installs it)")
-def test_to_svg_renders_with_graphviz(block):
+def test_to_svg_renders_with_graphviz(block, request):
+    renderer(request.config, ["dot"], "Graphviz renders DOT to SVG (apt-get install -y graphviz; .ci/run installs it)")
     graph, optimized, report = block
     svg = to_svg(to_dot(optimized, trace=report.trace, before=graph))
     assert "<svg" in svg and svg.count('class="node"') == (1 + len(graph) + 2) + (1 + len(optimized) + 2)
