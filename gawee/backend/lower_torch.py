@@ -67,34 +67,12 @@ def conv2d(ctx):
     if r is None:
         return ctx.call(mkldnn._convolution_pointwise.default, ctx.arg(0), weight, ctx.arg(2), *geometry, *post)
     fused_act = a["act"] if a["act"] in onednn.BINARY_POST_OPS else None
-    if ctx.can_overwrite(3):  # the sum goes into the dead residual, as Inductor does: no allocation
-        y = ctx.call(
-            mkldnn._convolution_pointwise_.binary,
-            ctx.arg(3),
-            ctx.arg(0),
-            weight,
-            ctx.arg(2),
-            *geometry,
-            "add",
-            1.0,
-            fused_act,
-            [],
-            None,
-        )
+    # the sum goes into the dead residual where nothing else reads it, as Inductor does: no allocation
+    if ctx.can_overwrite(3):
+        op, operands = mkldnn._convolution_pointwise_.binary, (ctx.arg(3), ctx.arg(0))
     else:
-        y = ctx.call(
-            mkldnn._convolution_pointwise.binary,
-            ctx.arg(0),
-            ctx.arg(3),
-            weight,
-            ctx.arg(2),
-            *geometry,
-            "add",
-            1.0,
-            fused_act,
-            [],
-            None,
-        )
+        op, operands = mkldnn._convolution_pointwise.binary, (ctx.arg(0), ctx.arg(3))
+    y = ctx.call(op, *operands, weight, ctx.arg(2), *geometry, "add", 1.0, fused_act, [], None)
     return y if fused_act == a["act"] else ctx.call(apply_act, y, a["act"], tuple(a["act_params"]))
 
 
