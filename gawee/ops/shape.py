@@ -492,7 +492,7 @@ def _free_for_unsqueeze(draw, attrs):
 
 def _draw_expand(draw, x, attrs):
     size = [draw.integers(1, 3) if d == 1 and draw.boolean() else (-1 if draw.boolean(0.2) else d) for d in x.shape]
-    lead = [draw.integers(1, 3) for _ in range(draw.integers(0, 1))]
+    lead = [draw.size(1, 3) for _ in range(draw.integers(0, 2))]
     return {"size": (*lead, *size)}
 
 
@@ -527,7 +527,9 @@ def _draw_split(draw, x, attrs):
     size, sizes = x.shape[d], []
     while sum(sizes) < size:
         sizes.append(min(draw.integers(1, 3), size - sum(sizes)))
-    return {"split_sizes": tuple(sizes) or (0,), "dim": d}
+    if not sizes or draw.boolean(0.2):  # a piece of size 0, anywhere
+        sizes.insert(draw.integers(0, len(sizes)), 0)
+    return {"split_sizes": tuple(sizes), "dim": d}
 
 
 def _stack_sample(draw, slots, attrs):

@@ -16,6 +16,7 @@ no farther from the truth than the original was (it avoided an overflow of the o
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import traceback
 import warnings
@@ -37,6 +38,8 @@ from gawee.ops import sampling as S
 from gawee.rewrite.driver import fire
 from gawee.rewrite.ruleset import RuleSet
 from gawee.testing.generate import Example, Leaf, fill, generate, guard_verdict, hints_of, small
+from gawee.testing.scope import BUDGET, LEVELS, Scope, build, enumerate_scope
+from gawee.testing.values import classes_for
 from gawee.threads import torch_threads
 
 MIN_FIRED = 10
@@ -55,9 +58,11 @@ class Counterexample:
     allowed: float = 0.0
     assumed: list[str] = field(default_factory=list)
     """The rule's `assume` facts, all true for these values."""
+    found_by: str = "sampling"
+    """How the instance was found: sampling, or the small-scope enumeration (its level and value class)."""
 
     def __str__(self) -> str:
-        lines = [f"counterexample for {self.rule}: {self.reason}"]
+        lines = [f"counterexample for {self.rule}: {self.reason}", f"  found by {self.found_by}"]
         if self.allowed:
             lines.append(f"  max abs error {self.max_error:.4g} > allowed {self.allowed:.4g}")
         if self.assumed:
@@ -69,6 +74,36 @@ class Counterexample:
         lines.append("  after:")
         lines += ["    " + x for x in self.after.splitlines()]
         return "\n".join(lines)
+
+
+@dataclass
+class Extent:
+    """The largest instance a rule was checked on: the shape with the most elements, the highest rank,
+    the widest kernel (a convolution's weight or a pooling window; 0 without either)."""
+
+    shape: tuple[int, ...] = ()
+    rank: int = 0
+    kernel: int = 0
+
+    def note(self, graph: Graph) -> None:
+        """Widen the extent to cover every value and kernel of ``graph``."""
+        values = [*graph.inputs, *graph.constants(), *(v for node in graph for v in node.outputs)]
+        for v in values:
+            shape = tuple(int(d) for d in v.type.shape if isinstance(d, int))
+            if len(shape) == v.type.rank and math.prod(shape) > math.prod(self.shape or (0,)):
+                self.shape = shape
+            self.rank = max(self.rank, v.type.rank)
+        for node in graph:
+            kernel = node.attrs.get("kernel_size")
+            if isinstance(kernel, int) or (isinstance(kernel, tuple) and kernel):
+                self.kernel = max(self.kernel, *(kernel if isinstance(kernel, tuple) else (kernel,)))
+            if node.op.startswith("conv") and len(node.inputs) > 1 and node.inputs[1] is not None:
+                spatial = [d for d in node.inputs[1].type.shape[2:] if isinstance(d, int)]
+                self.kernel = max(self.kernel, *spatial, 0)
+
+    def __str__(self) -> str:
+        text = f"{list(self.shape)} (rank {self.rank})" if self.shape or self.rank else "-"
+        return text + (f", kernel {self.kernel}" if self.kernel else "")
 
 
 @dataclass
@@ -100,6 +135,26 @@ class RuleCheck:
     symbolic_fired: int = 0
     """With ``symbolic=True``: examples whose dynamic-batch variant the rule also rewrote (each then
     checked at several batch sizes)."""
+    extent: Extent = field(default_factory=Extent)
+    """The largest shape, rank and kernel among the instances checked."""
+    scope_instances: int = 0
+    """Instances of the small-scope enumeration (gawee.testing.scope) checked."""
+    scope_bound: str = ""
+    """The highest level of the enumeration covered completely ("" if none)."""
+    scope_truncated: bool = False
+    """Whether the instance budget cut the enumeration short (``scope_bound`` is then what was covered,
+    ``scope_partial`` the level it stopped in)."""
+    scope_partial: str = ""
+    value_classes: set[str] = field(default_factory=set)
+    """The boundary classes of values (gawee.testing.values) some instance was checked with."""
+
+    @property
+    def scope(self) -> str:
+        """The enumeration's coverage in words: complete levels, and the level cut short."""
+        if not self.scope_instances and not self.scope_bound:
+            return "-"
+        text = self.scope_bound or "no level complete"
+        return text + (f"; part of {self.scope_partial}" if self.scope_truncated else "")
 
     @property
     def verdict(self) -> str:
@@ -400,14 +455,143 @@ def _apply(rule: Rule, ex: Example, use_guard: bool) -> Graph | None:
     return after if fire(after, rule, root, use_guard=use_guard) else None
 
 
+SCOPE_BUDGET = BUDGET
+"""Instances of the small-scope enumeration per rule (see gawee.testing.scope.BUDGET)."""
+
+CLASSES_PER_INSTANCE = 2
+"""Boundary classes of values each enumerated instance is also checked with (the classes least used so
+far for its dtype: over a rule's instances every class meets every dtype that has enough of them)."""
+
+
+def _check_scope(
+    rule: Rule, result: RuleCheck, on_example: Callable[[Example, list[torch.Tensor]], None] | None, budget: int
+) -> None:
+    """Check every instance of the small-scope enumeration, with its own data and with boundary classes
+    of values; raises _Unsound with the first counterexample (its ``found_by`` names the level)."""
+
+    def accept(ex: Example) -> bool:  # an instance counts if its guard holds and the original runs
+        if guard_verdict(rule, ex)[0] is not True:
+            return False
+        try:
+            run(ex.graph, *ex.inputs())
+        except GaweeError:
+            return False
+        return True
+
+    scope = Scope(budget=budget, accept=accept)
+    used: Counter = Counter()
+    try:
+        for inst in enumerate_scope(rule, scope):
+            result.scope_instances += 1
+            level = LEVELS[inst.level]
+            fills: list[tuple[str | None, Example]] = [(None, inst.example)]
+            classes = classes_for(rule, inst.example.graph)
+            dtype = inst.example.dtype
+            for c in sorted(classes, key=lambda c: (used[dtype, c], classes.index(c)))[:CLASSES_PER_INSTANCE]:
+                used[dtype, c] += 1
+                try:
+                    fills.append((c, build(rule, inst, c)))
+                except (S.Reject, GaweeError):
+                    continue
+            for c, ex in fills:
+                try:
+                    judged = _judge(rule, ex, result, on_example, symbolic=False)
+                except _Unsound as e:
+                    e.cx.found_by = f"the small-scope enumeration ({level})" + (f", values: {c}" if c else "")
+                    raise
+                if judged and c is not None:
+                    result.value_classes.add(c)
+    finally:
+        rep = scope.report
+        result.scope_bound = str(rep.covered) if rep.covered is not None else ""
+        result.scope_truncated = rep.truncated
+        result.scope_partial = str(rep.partial) if rep.partial is not None else ""
+
+
+def _judge(
+    rule: Rule,
+    ex: Example,
+    result: RuleCheck,
+    on_example: Callable[[Example, list[torch.Tensor]], None] | None,
+    symbolic: bool,
+    xs: list[torch.Tensor] | None = None,
+) -> bool:
+    """Check one instance: apply the rule where its guard holds (and anyway where it does not, to see
+    whether the guard is needed) and compare. False if the instance is invalid (it does not match, its
+    data breaks an `assume` fact, the original does not run); raises _Unsound with a counterexample.
+    ``xs``: the input data (default: the example's own draw)."""
+    if on_example is not None:
+        on_example(ex, ex.inputs() if xs is None else xs)
+    holds, failed_part = guard_verdict(rule, ex)
+    if holds is None:
+        result.rejected += 1
+        return False
+    xs = _inputs(rule, ex) if xs is None else xs
+    if xs is None:
+        result.rejected += 1
+        result.assumption_false += 1
+        return False
+    if on_example is not None and rule.assumptions:
+        on_example(ex, xs)
+    try:
+        run(ex.graph, *xs)  # ops without a kernel for this dtype make the draw invalid
+    except GaweeError:
+        result.rejected += 1
+        return False
+    result.examples += 1
+    result.dtypes.add(ex.dtype.value)
+    result.extent.note(ex.graph)
+    if holds:
+        result.guard_hits += 1
+        try:
+            after = _apply(rule, ex, use_guard=True)
+        except RewriteError as e:
+            raise _Unsound(
+                Counterexample(rule.name, e.message, str(ex.graph), "(no graph: the rule failed)", _describe(ex, xs))
+            ) from None
+        if after is None:
+            return True
+        result.fired += 1
+        found = _compare(rule, ex, after, xs)
+        if found is not None:
+            raise _Unsound(found)
+        if symbolic:
+            fired, found = _check_symbolic(rule, ex)
+            result.symbolic_fired += fired
+            if found is not None:
+                raise _Unsound(found)
+        return True
+    result.guard_failures.update(failed_part)
+    try:
+        after = _apply(rule, ex, use_guard=False)
+    except (RewriteError, S.Reject):
+        result.guard_needed += 1
+        return True
+    if after is None:
+        return True
+    try:
+        bad = _compare(rule, ex, after, xs)
+    except S.Reject:
+        return True
+    if bad is not None:
+        result.guard_needed += 1
+    else:
+        result.guard_false_sound += 1
+    return True
+
+
 def check_rule(
     rule: Rule,
     examples: int = 200,
     seed: int | None = None,
     on_example: Callable[[Example, list[torch.Tensor]], None] | None = None,
     symbolic: bool = False,
+    scope_budget: int = SCOPE_BUDGET,
 ) -> RuleCheck:
-    """Run the harness on one rule with ``examples`` valid draws (reproducible for a given seed).
+    """Run the harness on one rule: first the small-scope enumeration (gawee.testing.scope, at most
+    ``scope_budget`` instances, 0 skips it; the same on every seed), each instance also filled with
+    boundary classes of values (gawee.testing.values), then ``examples`` valid random draws
+    (reproducible for a given seed).
 
     ``symbolic``: where the rule fires, also rewrite the example with its batch dimension a size
     symbol (``symbolic_variant``) — the guard then decides over the symbol's whole range — and check
@@ -432,64 +616,12 @@ def check_rule(
         except S.Reject:
             result.rejected += 1
             reject()
-        if on_example is not None:
-            on_example(ex, ex.inputs())
-        holds, failed_part = guard_verdict(rule, ex)
-        if holds is None:
-            result.rejected += 1
+        if not _judge(rule, ex, result, on_example, symbolic):
             reject()
-        xs = _inputs(rule, ex)
-        if xs is None:
-            result.rejected += 1
-            result.assumption_false += 1
-            reject()
-        if on_example is not None and rule.assumptions:
-            on_example(ex, xs)
-        try:
-            run(ex.graph, *xs)  # ops without a kernel for this dtype make the draw invalid
-        except GaweeError:
-            result.rejected += 1
-            reject()
-        result.examples += 1
-        result.dtypes.add(ex.dtype.value)
-        if holds:
-            result.guard_hits += 1
-            try:
-                after = _apply(rule, ex, use_guard=True)
-            except RewriteError as e:
-                raise _Unsound(
-                    Counterexample(
-                        rule.name, e.message, str(ex.graph), "(no graph: the rule failed)", _describe(ex, xs)
-                    )
-                ) from None
-            if after is None:
-                return
-            result.fired += 1
-            found = _compare(rule, ex, after, xs)
-            if found is not None:
-                raise _Unsound(found)
-            if symbolic:
-                fired, found = _check_symbolic(rule, ex)
-                result.symbolic_fired += fired
-                if found is not None:
-                    raise _Unsound(found)
-        else:
-            result.guard_failures.update(failed_part)
-            try:
-                after = _apply(rule, ex, use_guard=False)
-            except (RewriteError, S.Reject):
-                result.guard_needed += 1
-                return
-            if after is None:
-                return
-            try:
-                bad = _compare(rule, ex, after, xs)
-            except S.Reject:
-                return
-            if bad is not None:
-                result.guard_needed += 1
-            else:
-                result.guard_false_sound += 1
+
+    def enumerate_instances() -> None:
+        if scope_budget:
+            _check_scope(rule, result, on_example, scope_budget)
 
     test = settings(
         max_examples=examples,
@@ -508,6 +640,7 @@ def check_rule(
         # tiny examples: one thread, no pool
         with torch_threads(1), _shrink_budget(SHRINK_SECONDS), _no_source_constants(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's numeric warnings on random draws say nothing here
+            enumerate_instances()
             test()
     except _Unsound as e:
         result.counterexample = e.cx
