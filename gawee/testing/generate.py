@@ -478,7 +478,9 @@ class Generator:
         return True if self.scoped else self.draw.boolean(p)
 
     # -- one op pattern ------------------------------------------------------------------
-    def op(self, m: OpM) -> Value:
+    def op(self, m: OpM, want: TensorType | None = None) -> Value:
+        """Build the op pattern ``m`` (its inner patterns first) and return its output. ``want``: the type
+        the enclosing op would like this output to have (an elementwise op then takes its shape)."""
         if m.op is not None:
             op = m.op
         elif m.bind in self.hints.ops and self.hinted(0.9):
@@ -494,25 +496,24 @@ class Generator:
         else:
             n_slots = len(opdef.operands)
         matchers = list(m.operands) + [None] * (n_slots - len(m.operands)) if m.op is not None else [None] * n_slots
+        sampler = opdef.sample or (lambda d, sl, a: _fallback(d, sl, a, opdef))
+        wants = self.demands(m, opdef, matchers, sampler)
         slots: list[Any] = []
         built: dict[int, Value] = {}
         for i, sub in enumerate(matchers):
             if isinstance(sub, OpM):
-                built[i] = self.op(sub)
+                built[i] = self.op(sub, wants.get(i))
                 slots.append(built[i].type)
-            elif isinstance(sub, VarM) and sub.name in self.env:
-                v = self.env[sub.name]
-                slots.append(S.ABSENT if v is None else v.type)
-            elif (isinstance(sub, LitM) and sub.value is None) or (
-                sub is None and m.rest is False and m.op is not None
-            ):
-                slots.append(S.ABSENT)
             else:
-                slots.append(S.FREE)
+                slots.append(self.slot(m, sub))
+        free = [i for i, slot in enumerate(slots) if slot is S.FREE]
+        if want is not None and opdef.has_trait("elementwise") and free and S.first_fixed(slots) is None:
+            slots[free[0]] = TensorType(want.shape, self.draw.dtype)  # the enclosing op's operand, top-down
         fixed = self.fixed_attrs(m, opdef)
-        sampler = opdef.sample or (lambda d, sl, a: _fallback(d, sl, a, opdef))
         reason = ""
-        for attempt in range(8):  # redraw until lists fit the pattern (dims=[d]) and the op accepts the draw
+        # redraw until lists fit the pattern (dims=[d]) and the op accepts the draw; an enumeration tries once
+        # (the other draws are other branches of its tree)
+        for attempt in range(1 if self.scoped else 8):
             try:
                 types, attrs = sampler(self.draw, slots, fixed)
             except S.Reject as e:
@@ -589,6 +590,29 @@ class Generator:
                 continue  # undecided here: the whole guard decides on the finished instance
             if not ok:
                 raise S.Reject("a conjunct of the guard is false for the structure drawn so far")
+
+    def slot(self, m: OpM, sub) -> Any:
+        """What an operand that is not an inner pattern leaves the sampler: the type of a variable bound
+        already, ABSENT (an absent variable, `none`, an operand the pattern omits), or FREE."""
+        if isinstance(sub, VarM) and sub.name in self.env:
+            v = self.env[sub.name]
+            return S.ABSENT if v is None else v.type
+        if (isinstance(sub, LitM) and sub.value is None) or (sub is None and m.rest is False and m.op is not None):
+            return S.ABSENT
+        return S.FREE
+
+    def demands(self, m: OpM, opdef, matchers, sampler) -> dict[int, TensorType]:
+        """Operand types the op would draw where its operands are inner patterns (most of the time): an
+        inner elementwise op then builds that shape, so `conv2d(mul(x, c), w)` gets a mul of a
+        convolution's input, where building bottom-up alone draws a mul of any rank."""
+        if not any(isinstance(sub, OpM) for sub in matchers) or not self.hinted(0.8):
+            return {}
+        slots = [S.FREE if isinstance(sub, OpM) else self.slot(m, sub) for sub in matchers]
+        try:
+            types, _ = sampler(self.draw, slots, self.fixed_attrs(m, opdef))
+        except (S.Reject, GaweeError):
+            return {}
+        return {i: t for i, (sub, t) in enumerate(zip(matchers, types)) if isinstance(sub, OpM) and t is not None}
 
     def shape_from_guard(self, m: OpM, matchers, types, attrs: dict[str, Any], fixed) -> dict[str, Any]:
         """`y.shape == E` in the guard and y's output shape is a free attribute (reshape's `shape`, expand's
@@ -673,6 +697,21 @@ class Generator:
                 isinstance(x, AttrLit) or (isinstance(x, AttrVar) and x.var in self.attr_env) for x in am.items
             ):
                 attrs[name] = tuple(x.value if isinstance(x, AttrLit) else self.attr_env[x.var] for x in am.items)
+            elif (
+                isinstance(am, AttrList)
+                and any(isinstance(x, AttrVar) and x.var in self.hints.attr_values for x in am.items)
+                and all(
+                    isinstance(x, AttrLit)
+                    or (isinstance(x, AttrVar) and (x.var in self.attr_env or x.var in self.hints.attr_values))
+                    for x in am.items
+                )
+                and self.hinted(0.6)
+            ):  # `kernel_size=[k, k] where k >= 4`: the items the guard compares with a number take such values
+                picked = dict(self.attr_env)
+                for x in am.items:
+                    if isinstance(x, AttrVar) and x.var not in picked:
+                        picked[x.var] = int(self.draw.choice(self.hints.attr_values[x.var]))
+                attrs[name] = tuple(x.value if isinstance(x, AttrLit) else picked[x.var] for x in am.items)
         return attrs
 
     def lengths_fit(self, m: OpM, attrs: dict[str, Any]) -> bool:

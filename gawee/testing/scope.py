@@ -13,9 +13,10 @@ constant seeds, float attributes) are not enumerated: they come from a generator
 The bound is a ladder of levels (LEVELS): level k admits ranks up to ``rank`` and sizes, attribute
 integers and dim indices up to ``size`` (plus the sizes and ranks the guard names, `x.shape[1] >= 5`
 adds 5 and 6), every dtype in DTYPES (or those the guard asks for). Levels are enumerated in order;
-an instance seen at a lower level is not enumerated again. Within a level the tree is walked in a
-pseudo-random order without replacement (each walk picks uniformly among the options whose subtrees
-still hold unvisited leaves), so an enumeration cut short by the instance budget is a spread-out
+an instance seen at a lower level is not enumerated again. Each level gets an equal share of the
+budget left (a level that needs less leaves the rest to the next). Within a level the tree is walked in a
+pseudo-random order without replacement (each walk picks among the options whose subtrees still hold
+unvisited leaves, the first and last ones likelier: boundary values), so an enumeration cut short by the instance budget is a spread-out
 sample of that level, not the corner of it a depth-first walk would reach. The enumeration depends
 on the rule alone, never on the harness's seed: a counterexample within the bound is found on
 every seed. ``Enumeration.covered`` is the highest level visited completely; ``truncated`` says
@@ -49,7 +50,7 @@ class Bound:
         return f"rank <= {self.rank}, dims <= {self.size}"
 
 
-LEVELS = (Bound(1, 1), Bound(2, 2), Bound(3, 2), Bound(4, 2), Bound(4, 3))
+LEVELS = (Bound(1, 1), Bound(2, 2), Bound(4, 3))
 """The ladder of bounds, smallest first; the last is the small scope (ranks 0-4, dims 0-3)."""
 
 DTYPES = (DType.f32, DType.f16, DType.bf16, DType.f64, DType.i32, DType.i64, DType.i8, DType.u8)
@@ -61,6 +62,11 @@ BUDGET = 48
 WORK = 12
 """Walks per instance of the budget at most (pruned walks included): the enumeration of a rule whose
 tree is mostly invalid still ends."""
+
+
+EDGE_WEIGHT = 3
+"""How much likelier a walk takes the first or last option of a choice than one in between: when the budget
+cuts a level short, its sample leans to the boundary values (largest padding and dilation, smallest input)."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,11 @@ class _Walk:
             i = self.prefix[k]
         else:
             open_ = [i for i in range(n) if i not in node.children or not node.children[i].done]
-            i = self.rng.choice(open_) if open_ else self.rng.randrange(n)
+            if not open_:
+                i = self.rng.randrange(n)
+            else:  # the ends of a range first (the largest padding, the smallest input: where windows misfit)
+                weights = [EDGE_WEIGHT if j in (0, n - 1) else 1 for j in open_]
+                i = self.rng.choices(open_, weights)[0]
         self.path.append(i)
         self.node = node.children.setdefault(i, _Node())
         self.stack.append(self.node)
@@ -311,15 +321,23 @@ def enumerate_scope(rule: Rule, scope: Scope) -> Iterator[Instance]:
     hints = hints_of(rule)
     rep = scope.report
     seen: set[str] = set()
-    max_walks = scope.budget * WORK
-    for level, bound in enumerate(LEVELS[: scope.levels]):
+    levels = LEVELS[: scope.levels]
+    complete = True
+    for level, bound in enumerate(levels):
+        # each level gets an equal share of what is left, so that a level too big for the budget does
+        # not starve the larger sizes of the next ones (where a window first fits, a sum first overflows)
+        share = (scope.budget - rep.instances) // (len(levels) - level)
+        walks = share * WORK
         root = _Node()
         rng = random.Random(f"{rule.name}/{level}")
         found = 0
         while not root.done:
-            if rep.instances >= scope.budget or rep.walks >= max_walks:
-                rep.partial, rep.partial_instances = bound, found
-                return
+            if found >= share or walks <= 0:
+                if rep.partial is None:
+                    rep.partial, rep.partial_instances = bound, found
+                complete = False
+                break
+            walks -= 1
             rep.walks += 1
             walk = _Walk(root, rng)
             seed = zlib.crc32(f"{rule.name}/{level}/{rep.walks}".encode())
@@ -338,4 +356,5 @@ def enumerate_scope(rule: Rule, scope: Scope) -> Iterator[Instance]:
             rep.instances += 1
             found += 1
             yield Instance(tuple(walk.path), level, seed, ex)
-        rep.covered = bound
+        if complete and root.done:
+            rep.covered = bound

@@ -103,8 +103,8 @@ def _float_pool(base: str, dtype: DType, nonfinite: bool) -> list[float]:
         return out + ([math.inf, -math.inf, math.nan] if nonfinite else [])
     if base == "past_exact":
         return [float(s * v) for v in PAST_EXACT if v < fi.max for s in (1, -1)]
-    if base == "overflow":  # sums of a few of them pass the dtype's max; each, and their mean, does not
-        return [fi.max * f for f in (0.3, 0.4, 0.5, 0.6)]
+    if base == "overflow":  # the sum of any two passes the dtype's max; each, and their mean, does not
+        return [fi.max * f for f in (0.55, 0.6, 0.7, 0.8)]
     if base == "tenths":  # quotients of these round to integers they are not: floor(1 / 0.1) vs 1 // 0.1
         return [k / 10 for k in range(-30, 31)] + [0.7, 1.1, 2.3, 4.9, 5.0, 10.0]
     if base == "ties":
