@@ -1341,7 +1341,7 @@ register(
 def _bn_sample(draw, slots, attrs):
     x = slots[0]
     if not isinstance(x, TensorType):
-        x = S.tensor(draw, draw.integers(2, 4))
+        x = S.tensor(draw, draw.rank(2, 4))
     if x.rank < 2:
         raise S.Reject("batch_norm needs rank >= 2")
     c = TensorType((x.shape[1],), x.dtype)
@@ -1368,7 +1368,7 @@ def _gn_sample(draw, slots, attrs):
     """[N, C, *] with num_groups dividing C; per-channel weight and bias, each maybe absent."""
     x = slots[0]
     if not isinstance(x, TensorType):
-        x = S.tensor(draw, draw.integers(2, 4))
+        x = S.tensor(draw, draw.rank(2, 4))
     if x.rank < 2 or has_symbols(x.shape[1:2]) or not x.shape[1]:
         raise S.Reject("group_norm needs rank >= 2 and a known, nonzero channel count")
     groups = attrs.get("num_groups") or draw.choice([g for g in range(1, x.shape[1] + 1) if x.shape[1] % g == 0])
@@ -1378,7 +1378,7 @@ def _gn_sample(draw, slots, attrs):
 
 
 def _ln_sample(draw, slots, attrs):
-    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(1, 4))
+    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.rank(1, 4))
     if x.rank == 0:
         raise S.Reject("layer_norm needs rank >= 1")
     attrs = dict(attrs)

@@ -369,7 +369,7 @@ def unary_sample(draw_attrs=None, min_rank: int = 0, free=None):
     def sample(draw, slots, attrs):
         x = slots[0] if isinstance(slots[0], TensorType) else free(draw, attrs) if free else None
         if x is None:
-            x = S.tensor(draw, draw.integers(min_rank, 4))
+            x = S.tensor(draw, draw.rank(min_rank, 4))
         if x.rank < min_rank:
             raise S.Reject(f"needs rank >= {min_rank}")
         drawn = draw_attrs(draw, x, attrs) if draw_attrs else {}
@@ -487,7 +487,7 @@ def _free_for_unsqueeze(draw, attrs):
     if not isinstance(dim, int):
         return None
     need = dim if dim >= 0 else -dim - 1
-    return S.tensor(draw, draw.integers(min(need, 4), max(need, 4)))
+    return S.tensor(draw, draw.rank(min(need, 4), max(need, 4)))
 
 
 def _draw_expand(draw, x, attrs):
@@ -537,7 +537,7 @@ def _stack_sample(draw, slots, attrs):
     like = S.first_fixed(slots)
     if like is None:
         lo = 0 if fixed is None else (fixed if fixed >= 0 else -fixed - 1)
-        like = S.tensor(draw, draw.integers(lo, max(lo, 3)))
+        like = S.tensor(draw, draw.rank(lo, max(lo, 3)))
     if any(isinstance(s, TensorType) and s.shape != like.shape for s in slots):
         raise S.Reject("stack needs operands of one shape")
     dim = S.dim(draw, like.rank, 1) if fixed is None else fixed
@@ -551,7 +551,7 @@ def _cat_sample(draw, slots, attrs):
     like = S.first_fixed(slots)
     if like is None:
         lo = 1 if fixed is None else (fixed + 1 if fixed >= 0 else -fixed)
-        like = S.tensor(draw, draw.integers(lo, max(lo, 3)))
+        like = S.tensor(draw, draw.rank(lo, max(lo, 3)))
     if like.rank == 0:
         raise S.Reject("cat needs rank >= 1")
     dim = S.dim(draw, like.rank) if fixed is None else fixed
@@ -1084,7 +1084,7 @@ move_op(
 
 def _select_scatter_sample(draw, slots, attrs):
     """self, and src of its shape without ``dim``."""
-    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(1, 3))
+    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.rank(1, 3))
     if not x.rank or has_symbols(x.shape):
         raise S.Reject("select_scatter needs a dim of known size")
     dim = attrs.get("dim", S.dim(draw, x.rank))

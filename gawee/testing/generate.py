@@ -10,6 +10,7 @@ a twin node), each only most of the time, so that guard-false draws also occur.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -262,7 +263,23 @@ def hints_of(rule: Rule) -> Hints:
     guard = rule.ast.guard if rule.ast is not None else None
     if guard is not None:
         _collect(guard, h, positive=True)
+    for m in [rule.matcher, *rule.extra_roots]:
+        _literal_sizes(m, h)
     return h
+
+
+def _literal_sizes(m: OpM, h: Hints) -> None:
+    """Integer attribute literals of the pattern past the usual sizes (`slice(x, end=4)`, `kernel_size=[5, 5]`)
+    are sizes worth drawing, with the next one: where a bound in the pattern starts to cut."""
+    for am in m.attrs.values():
+        items = am.items if isinstance(am, AttrList) else [am]
+        for x in items:
+            v = x.value if isinstance(x, AttrLit) else None
+            if isinstance(v, int) and not isinstance(v, bool) and 4 <= v <= 16:
+                h.sizes |= {v, v + 1}
+    for sub in m.operands:
+        if isinstance(sub, OpM):
+            _literal_sizes(sub, h)
 
 
 def _names(args) -> list[str]:
@@ -962,4 +979,10 @@ def small(t: torch.Tensor, limit: int = 48) -> str:
     if t.numel() <= limit:
         return str(t.tolist())
     flat = t.flatten().double()
-    return f"{t.numel()} values in [{flat.min().item():.4g}, {flat.max().item():.4g}], mean {flat.mean().item():.4g}"
+    finite = flat[torch.isfinite(flat)]
+    text = f"{t.numel()} values"
+    if finite.numel():  # one nan would poison min, max and mean: the finite ones, and a count of the rest
+        text += f", finite in [{finite.min().item():.4g}, {finite.max().item():.4g}], mean {finite.mean().item():.4g}"
+    counts = [(int(n), what) for n, what in ((flat.isnan().sum(), "nan"), ((flat == math.inf).sum(), "inf"))]
+    counts.append((int((flat == -math.inf).sum()), "-inf"))
+    return text + "".join(f", {n} {what}" for n, what in counts if n)
