@@ -1,5 +1,6 @@
 """Small-scope enumeration, boundary classes of values and guard-directed sizes: found every time, not by luck."""
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,25 @@ def test_the_summary_line_counts_harness_errors_apart(tmp_path, capsys):
     main(["check", str(rules), "--examples", "5", "--jobs", "1"])
     out = capsys.readouterr().out
     assert "0 untested, 0 harness errors" in out and "largest" in out and "scope" in out
+
+
+def test_every_sampler_draws_or_rejects_when_enumerated():
+    """Each sampler walked by the enumerating draw at every level: a draw or a typed Reject (sizes of 0,
+    the guard's sizes past the level, ranks 5 and 6 included), never another exception."""
+    import random
+
+    from gawee.ops import all_ops
+    from gawee.ops import sampling as S
+    from gawee.testing.generate import Hints
+    from gawee.testing.scope import RandomDraw, ScopeDraw, _Node, _Walk
+
+    hints = Hints(sizes={5, 6}, rank_values={5, 6})
+    for op in sorted((op for op in all_ops().values() if op.sample is not None), key=lambda op: op.name):
+        for bound in LEVELS:
+            root, rng = _Node(), random.Random(op.name)
+            for k in range(3):
+                walk = _Walk(root, rng)
+                draw = ScopeDraw(walk, bound, DType.f32, hints, RandomDraw(k, DType.f32))
+                with contextlib.suppress(S.Reject):
+                    op.sample(draw, [S.FREE] * len(op.operands), {})
+                walk.finish()
