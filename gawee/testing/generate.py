@@ -622,8 +622,9 @@ class Generator:
         """Operand types the op would draw where its operands are inner patterns (most of the time): an
         inner elementwise op then builds that shape, so `conv2d(mul(x, c), w)` gets a mul of a
         convolution's input, where building bottom-up alone draws a mul of any rank."""
-        if not any(isinstance(sub, OpM) for sub in matchers) or not self.hinted(0.8):
-            return {}
+        inner = [sub for sub in matchers if isinstance(sub, OpM) and sub.op is not None]
+        if not any(get_op(sub.op).has_trait("elementwise") for sub in inner) or not self.hinted(0.8):
+            return {}  # only an elementwise inner op takes the demand (other draws are left as they were)
         slots = [S.FREE if isinstance(sub, OpM) else self.slot(m, sub) for sub in matchers]
         try:
             types, _ = sampler(self.draw, slots, self.fixed_attrs(m, opdef))

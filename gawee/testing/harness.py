@@ -132,6 +132,10 @@ class RuleCheck:
     dtypes: set[str] = field(default_factory=set)
     guard_failures: Counter = field(default_factory=Counter)
     """For guard-false draws: how often each `and` conjunct was false (its source text)."""
+    scope_fired: int = 0
+    """Checks of enumerated instances (each with its own data and with value classes) where the rule fired;
+    they count towards ``sound`` like ``fired``, but not in ``examples`` and ``guard_hits``, which
+    describe the random draws (the enumeration keeps only guard-true instances)."""
     symbolic_fired: int = 0
     """With ``symbolic=True``: examples whose dynamic-batch variant the rule also rewrote (each then
     checked at several batch sizes)."""
@@ -164,9 +168,9 @@ class RuleCheck:
             return "crashed"
         if self.error:
             return "error"
-        if self.fired == 0:
+        if self.fired + self.scope_fired == 0:
             return "untested"
-        if self.fired < MIN_FIRED:
+        if self.fired + self.scope_fired < MIN_FIRED:
             return "weak"
         return "sound"
 
@@ -472,14 +476,17 @@ def _check_scope(
     def accept(ex: Example) -> bool:  # an instance counts if its guard holds and the original runs
         if guard_verdict(rule, ex)[0] is not True:
             return False
+        if on_example is not None:
+            on_example(ex, ex.inputs())
         try:
             run(ex.graph, *ex.inputs())
         except GaweeError:
             return False
-        return True
+        return runs_nonempty(ex.graph)
 
     scope = Scope(budget=budget, accept=accept)
     used: Counter = Counter()
+    tally = RuleCheck(rule)  # the enumeration's own counts: examples and guard hits describe the random draws
     try:
         for inst in enumerate_scope(rule, scope):
             result.scope_instances += 1
@@ -495,17 +502,49 @@ def _check_scope(
                     continue
             for c, ex in fills:
                 try:
-                    judged = _judge(rule, ex, result, on_example, symbolic=False)
+                    judged = _judge(rule, ex, tally, on_example, symbolic=False)
                 except _Unsound as e:
                     e.cx.found_by = f"the small-scope enumeration ({level})" + (f", values: {c}" if c else "")
                     raise
                 if judged and c is not None:
                     result.value_classes.add(c)
     finally:
+        result.scope_fired = tally.fired
+        result.dtypes |= tally.dtypes
+        result.extent = tally.extent
         rep = scope.report
         result.scope_bound = str(rep.covered) if rep.covered is not None else ""
         result.scope_truncated = rep.truncated
         result.scope_partial = str(rep.partial) if rep.partial is not None else ""
+
+
+def _smaller(a: Counterexample, b: Counterexample) -> bool:
+    """Whether counterexample ``a`` shows fewer values than ``b`` (a shrunk draw against an enumerated one)."""
+    return sum(len(d) for _, _, d in a.values) < sum(len(d) for _, _, d in b.values)
+
+
+def runs_nonempty(graph: Graph) -> bool:
+    """Whether ``graph`` also runs with every size-0 dim of its leaves made 1 (True when it cannot be
+    rebuilt so). torch lets some ops through on an empty tensor of a dtype they have no kernel for
+    (softmax of an empty int8 tensor): such an instance is not one a model can hold."""
+    leaves = [*graph.inputs, *graph.constants()]
+    if not any(0 in v.type.shape for v in leaves):
+        return True
+
+    def grow(t: TensorType) -> TensorType:
+        return TensorType(tuple(1 if d == 0 else d for d in t.shape), t.dtype, t.layout)
+
+    def grow_data(x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(tuple(1 if d == 0 else d for d in x.shape), dtype=x.dtype) if 0 in x.shape else x
+
+    probe = _recast(graph, "_nonempty", grow, grow_data)
+    if probe is None:
+        return True
+    try:
+        run(probe, *[torch.zeros(v.type.shape, dtype=v.type.dtype.torch) for v in probe.inputs])
+    except GaweeError:
+        return False
+    return True
 
 
 def _judge(
@@ -640,10 +679,14 @@ def check_rule(
         # tiny examples: one thread, no pool
         with torch_threads(1), _shrink_budget(SHRINK_SECONDS), _no_source_constants(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's numeric warnings on random draws say nothing here
-            enumerate_instances()
+            try:
+                enumerate_instances()
+            except _Unsound as e:  # found every time; sampling may still shrink it further
+                result.counterexample = e.cx
             test()
     except _Unsound as e:
-        result.counterexample = e.cx
+        if result.counterexample is None or _smaller(e.cx, result.counterexample):
+            result.counterexample = e.cx
     except Unsatisfiable:
         result.error = "no valid example could be generated for this pattern"
     except Exception as e:  # a bug of the harness or of an op's sampler: a verdict for this rule, not a crash
