@@ -474,10 +474,10 @@ def _check_scope(
     of values; raises _Unsound with the first counterexample (its ``found_by`` names the level)."""
 
     def accept(ex: Example) -> bool:  # an instance counts if its guard holds and the original runs
-        if guard_verdict(rule, ex)[0] is not True:
-            return False
         if on_example is not None:
             on_example(ex, ex.inputs())
+        if guard_verdict(rule, ex)[0] is not True:
+            return False
         try:
             run(ex.graph, *ex.inputs())
         except GaweeError:
