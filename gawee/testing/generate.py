@@ -849,6 +849,7 @@ class Generator:
             style = "value:" + repr(draw.choice(hinted_value))
         elif self.value_class is not None:  # a boundary class of values (gawee.testing.values)
             style = self.value_class + ("!finite" if name in self.hints.finite or name in self.hints.small else "")
+            style += "" if constant else "!input"
         elif not constant:
             style = draw.choice(STYLES)
         elif name in self.hints.small and follow(0.9):

@@ -524,8 +524,8 @@ def _smaller(a: Counterexample, b: Counterexample) -> bool:
 
 
 def runs_nonempty(graph: Graph) -> bool:
-    """Whether ``graph`` also runs with every size-0 dim of its leaves made 1 (True when it cannot be
-    rebuilt so). torch lets some ops through on an empty tensor of a dtype they have no kernel for
+    """Whether ``graph`` also runs with every size-0 dim of its leaves made 1 (when it cannot be rebuilt so:
+    True for float leaves only). torch lets some ops through on an empty tensor of a dtype they have no kernel for
     (softmax of an empty int8 tensor): such an instance is not one a model can hold."""
     leaves = [*graph.inputs, *graph.constants()]
     if not any(0 in v.type.shape for v in leaves):
@@ -538,8 +538,8 @@ def runs_nonempty(graph: Graph) -> bool:
         return torch.zeros(tuple(1 if d == 0 else d for d in x.shape), dtype=x.dtype) if 0 in x.shape else x
 
     probe = _recast(graph, "_nonempty", grow, grow_data)
-    if probe is None:
-        return True
+    if probe is None:  # cannot tell: an integer instance is set aside (where the empty-tensor leniency bites)
+        return all(v.type.dtype.is_float for v in leaves)
     try:
         run(probe, *[torch.zeros(v.type.shape, dtype=v.type.dtype.torch) for v in probe.inputs])
     except GaweeError:

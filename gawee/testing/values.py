@@ -74,12 +74,13 @@ def is_class(style: str) -> bool:
 def fill_class(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = True) -> torch.Tensor:
     """Data of type ``t`` in a value class; ``style`` may end in ``!finite`` (no inf or nan: the guard
     asks for finite values), as may ``nonfinite=False``."""
-    base, _, flag = style.partition("!")
-    nonfinite = nonfinite and flag != "finite"
+    base, *flags = style.split("!")
+    nonfinite = nonfinite and "finite" not in flags
+    capped = "input" in flags
     if t.dtype is DType.bool:
         return torch.rand(t.shape, generator=gen) > 0.5
     if t.dtype.is_float:
-        values = _float_pool(base, t.dtype, nonfinite)
+        values = _float_pool(base, t.dtype, nonfinite, capped)
     else:
         values = _int_pool(base, t.dtype)
     pool = torch.tensor(values, dtype=torch.float64 if t.dtype.is_float else torch.int64)
@@ -96,10 +97,18 @@ def fill_class(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool 
     return pick.to(t.dtype.torch)
 
 
-def _float_pool(base: str, dtype: DType, nonfinite: bool) -> list[float]:
+INPUT_CAP = 65504.0
+"""The largest magnitude of a float *input* in the limits and overflow classes (float16's max): activations
+of 1e38 are not what a model holds, and torch's fused kernels square them (layer_norm overflows past
+1.8e19 in float32 where the written-out variance does not). Constants take the dtype's own extremes."""
+
+
+def _float_pool(base: str, dtype: DType, nonfinite: bool, capped: bool = False) -> list[float]:
     # f64 gets float32's extremes: where an f64 original overflows, no wider type gives the truth that
     # would tell a rewrite avoiding the overflow from a wrong one (as gawee.testing.generate.special_values)
     fi = torch.finfo(torch.float32 if dtype is DType.f64 else dtype.torch)
+    if capped and base in ("limits", "overflow") and fi.max > INPUT_CAP:
+        fi = torch.finfo(torch.float16)
     if base == "limits":
         out = [fi.max, -fi.max, fi.tiny, -fi.tiny, fi.tiny / 4, -fi.tiny / 4, 0.0, -0.0, 1 / fi.eps, fi.eps]
         return out + ([math.inf, -math.inf, math.nan] if nonfinite else [])
