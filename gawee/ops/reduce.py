@@ -444,7 +444,7 @@ for _name, _fn in [("max_dim", torch.max), ("min_dim", torch.min)]:
             SELF,
             (lambda fn: lambda self, *, dim, keepdim: tuple(fn(self, dim, keepdim)))(_fn),
             attrs=(Attr("dim", "int"), Attr("keepdim", "bool", False)),
-            traits=PURE,
+            traits=PURE | {"multi_output"},
             flops=_in_numel,
             aten=(f"aten.{_name[:3]}.dim",),
             onnx=(lambda big: lambda c: _max_dim_onnx(c, big))(_name == "max_dim"),
@@ -494,7 +494,7 @@ register(
         SELF,
         lambda self, *, k, dim, largest, sorted: tuple(torch.topk(self, k, dim, largest, sorted)),
         attrs=(Attr("k", "int"), Attr("dim", "int", -1), Attr("largest", "bool", True), Attr("sorted", "bool", True)),
-        traits=PURE,
+        traits=PURE | {"multi_output"},
         flops=_in_numel,
         aten=("aten.topk.default",),
         onnx=lambda c: _topk_onnx(c, c.attrs["k"], c.attrs["dim"], c.attrs["largest"]),
@@ -508,11 +508,12 @@ register(
         SELF,
         lambda self, *, dim, descending: tuple(torch.sort(self, dim=dim, descending=descending)),
         attrs=(Attr("dim", "int", -1), Attr("descending", "bool", False)),
-        traits=PURE,
+        traits=PURE | {"multi_output"},
         flops=_in_numel,
         aten=(AtenBinding("aten.sort.default"), AtenBinding("aten.sort.stable", fixed={"stable": None})),
         onnx=lambda c: _topk_onnx(c, None, c.attrs["dim"], c.attrs["descending"]),
         mlir=lambda c: _sort_mlir(c, c.attrs["dim"], c.attrs["descending"]),
+        doc="(values, indices) sorted along dim",
     )
 )
 register(

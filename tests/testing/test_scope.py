@@ -136,3 +136,17 @@ def test_every_sampler_draws_or_rejects_when_enumerated():
                 with contextlib.suppress(S.Reject):
                     op.sample(draw, [S.FREE] * len(op.operands), {})
                 walk.finish()
+
+
+def test_indices_of_topk_and_sort_are_usable_and_checked_with_ties():
+    rules = gawee.load_rules_text(
+        "rule topk_index: squeeze(topk(x, k=1, dim=d, largest=true, sorted=true)[1], dims=[d])"
+        " where x.dtype in {f32, f64} assume finite(x) => argmax(x, dim=d, keepdim=false)\n"
+        "rule sort_index: neg(sort(x, dim=d, descending=false)[1]) assume finite(x)"
+        " => neg(sort(x, dim=d, descending=false)[1])\n",
+        "idx.rules",
+    )
+    topk, sort = (check_rule(r, examples=10) for r in rules.rules)
+    # ties (all-equal rows): torch's topk need not pick the first of equal values, argmax does
+    assert topk.verdict == "UNSOUND" and not topk.error
+    assert sort.verdict in ("sound", "weak") and "ties" in sort.value_classes
