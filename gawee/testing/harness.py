@@ -149,6 +149,9 @@ class RuleCheck:
     """Whether the instance budget cut the enumeration short (``scope_bound`` is then what was covered,
     ``scope_partial`` the level it stopped in)."""
     scope_partial: str = ""
+    scope_refuted: bool = False
+    """Whether the enumeration found a counterexample (the same on every seed; sampling may then have
+    replaced it with a smaller one)."""
     value_classes: set[str] = field(default_factory=set)
     """The boundary classes of values (gawee.testing.values) some instance was checked with."""
 
@@ -682,7 +685,7 @@ def check_rule(
             try:
                 enumerate_instances()
             except _Unsound as e:  # found every time; sampling may still shrink it further
-                result.counterexample = e.cx
+                result.counterexample, result.scope_refuted = e.cx, True
             test()
     except _Unsound as e:
         if result.counterexample is None or _smaller(e.cx, result.counterexample):

@@ -31,7 +31,7 @@ def test_planted_rules_are_refuted_on_every_seed(rule):
     for seed in (1, 7):
         result = check_rule(rule, examples=5, seed=seed)
         assert result.verdict == "UNSOUND", f"{rule.name} on seed {seed}: {result.verdict}"
-        assert "small-scope enumeration" in result.counterexample.found_by
+        assert result.scope_refuted  # by the enumeration (sampling may have shown a smaller instance)
 
 
 @pytest.mark.parametrize("name", ["two_strided_pools_are_one", "neg_neg_rank6", "relu_through_max_pool_undilated"])
