@@ -52,7 +52,8 @@ def run_corpus(path, examples: int, seeds: int) -> list[list[RuleCheck]]:
         print(
             f"  {rule.name:<32} {', '.join(f'{n} {v}' for v, n in sorted(verdicts.items())):<22} "
             f"fired {sum(c.fired for c in checks):>5}/{sum(c.examples for c in checks):<5} "
-            f"guard {hit_rate(checks):4.0%} {sum(c.seconds for c in checks):5.1f} s",
+            f"guard {hit_rate(checks):4.0%} scope {checks[0].scope_instances:>3} largest {checks[0].extent} "
+            f"{sum(c.seconds for c in checks):5.1f} s",
             flush=True,
         )
         out.append(checks)
@@ -106,6 +107,8 @@ def rule_rows(results: list[list[RuleCheck]]) -> list[list[str]]:
                 f"{hit_rate(checks):.0%}",
                 guards.most_common(1)[0][0],
                 ", ".join(sorted(set().union(*(c.dtypes for c in checks)))),
+                f"{checks[0].scope_instances}: {checks[0].scope}",
+                str(checks[0].extent),
                 checks[0].proof_note,
                 f"{sum(c.seconds for c in checks):.1f} s",
             ]
@@ -160,7 +163,19 @@ def main(argv: list[str] | None = None) -> int:
             "Per bundled rule (*guard*: *needed* = applying the rewrite where the guard is false broke equivalence "
             "on some draw, so the guard is shown to matter; *possibly vacuous* = no such draw was found):",
             table(
-                ["rule", "verdicts", "examples", "fired", "guard hits", "guard", "dtypes", "solver", "time"],
+                [
+                    "rule",
+                    "verdicts",
+                    "examples",
+                    "fired",
+                    "guard hits",
+                    "guard",
+                    "dtypes",
+                    "scope",
+                    "largest",
+                    "solver",
+                    "time",
+                ],
                 rule_rows(results[CORPORA[0][0]]),
             ),
         ]

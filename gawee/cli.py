@@ -486,6 +486,14 @@ def cmd_check(args, console: Console) -> int:
                         "assumption_false": r.assumption_false,
                         "error": r.error or None,
                         "crash": r.crash or None,
+                        "scope_instances": r.scope_instances,
+                        "scope_bound": r.scope_bound or None,
+                        "scope_truncated": r.scope_truncated,
+                        "scope_partial": r.scope_partial or None,
+                        "value_classes": sorted(r.value_classes),
+                        "largest_shape": list(r.extent.shape),
+                        "largest_rank": r.extent.rank,
+                        "largest_kernel": r.extent.kernel,
                     }
                     for r in results
                 ],
@@ -494,7 +502,8 @@ def cmd_check(args, console: Console) -> int:
         )
         return EXIT_FINDING if bad else EXIT_OK
     table = Table(show_edge=False, header_style="bold")
-    for col in ("rule", "location", "examples", "guard hits", "fired", "guard", "verdict", "solver"):
+    cols = ("rule", "location", "examples", "guard hits", "fired", "guard", "scope", "largest", "verdict", "solver")
+    for col in cols:
         table.add_column(col, justify="right" if col in ("examples", "guard hits", "fired") else "left")
     for r in results:
         style = {"UNSOUND": "bold red", "crashed": "bold red", "untested": "red", "error": "red", "weak": "yellow"}.get(
@@ -507,6 +516,8 @@ def cmd_check(args, console: Console) -> int:
             f"{r.hit_rate:.0%}",
             str(r.fired),
             r.guard_verdict,
+            f"{r.scope_instances}: {r.scope}" if r.scope_instances else "-",
+            str(r.extent),
             f"[{style}]{r.verdict}[/]",
             _solver_cell(r),
         )
@@ -533,7 +544,7 @@ def cmd_check(args, console: Console) -> int:
         f"{sum(r.tier == 'tested' for r in results)} tested, "
         f"{sum(r.verdict == 'UNSOUND' for r in results)} unsound, "
         f"{sum(r.verdict == 'untested' for r in results)} untested, "
-        f"{sum(r.verdict == 'error' for r in results)} error, "
+        f"{sum(r.verdict == 'error' for r in results)} harness errors, "
         f"{sum(r.verdict == 'crashed' for r in results)} crashed, {total:.1f} s "
         f"(solver {sum(r.proof.seconds for r in results if r.proof):.1f} s)",
         highlight=False,

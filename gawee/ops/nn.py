@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from gawee.errors import InferenceError
 from gawee.ir.symbolic import broadcast_shapes, has_symbols, prove
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
@@ -745,7 +746,7 @@ def _conv_sample(nd: int, fused: bool):
                 raise S.Reject("weight rank")
             cout, cin_g, kernel = w.shape[0], w.shape[1], w.shape[2:]
         else:
-            cout, cin_g, kernel = None, None, tuple(draw.integers(1, 3) for _ in range(nd))
+            cout, cin_g, kernel = None, None, None
         groups = attrs.get("groups")
         if isinstance(x, TensorType):
             if x.rank != nd + 2:
@@ -767,12 +768,20 @@ def _conv_sample(nd: int, fused: bool):
             if k not in attrs:
                 attrs[k] = tuple(draw.integers(lo, hi) for _ in range(nd))
         attrs["groups"] = groups
+        if kernel is None and isinstance(x, TensorType):  # a kernel that fits the given input (a conv fed by a mul)
+            fits = [
+                (n + 2 * p - 1) // d + 1
+                for n, d, p in zip(x.shape[2:], _pair(attrs["dilation"], nd), _pair(attrs["padding"], nd))
+            ]
+            kernel = tuple(draw.integers(1, min(k, 3)) for k in fits)
+        elif kernel is None:
+            kernel = tuple(draw.integers(1, 3) for _ in range(nd))
         if not isinstance(x, TensorType):
             need = [
                 (kk - 1) * d + 1 - 2 * p
                 for kk, d, p in zip(kernel, _pair(attrs["dilation"], nd), _pair(attrs["padding"], nd))
             ]
-            spatial = tuple(max(n, 1) + draw.integers(0, 3) for n in need)
+            spatial = tuple(max(n, 1) + draw.size(0, 3) for n in need)
             x = TensorType((draw.integers(1, 2), cin, *spatial), draw.dtype)
         if not isinstance(w, TensorType):
             w = TensorType((cout, cin // groups, *kernel), x.dtype)
@@ -783,7 +792,10 @@ def _conv_sample(nd: int, fused: bool):
                 attrs.update({k: v for k, v in _draw_act(draw).items() if k not in attrs})
             res = slots[3]
             if res is S.FREE and draw.boolean(0.3):
-                res = get_op("conv2d").infer_types([*types, None], {**attrs, "act": None, "act_params": ()})[0]
+                try:
+                    res = get_op("conv2d").infer_types([*types, None], {**attrs, "act": None, "act_params": ()})[0]
+                except InferenceError as e:
+                    raise S.Reject(e.message) from None
             types.append(None if res in (S.FREE, S.ABSENT) else res)
         return types, attrs
 
@@ -1212,7 +1224,7 @@ register(
 def _bn_sample(draw, slots, attrs):
     x = slots[0]
     if not isinstance(x, TensorType):
-        x = S.tensor(draw, draw.integers(2, 4))
+        x = S.tensor(draw, draw.rank(2, 4))
     if x.rank < 2:
         raise S.Reject("batch_norm needs rank >= 2")
     c = TensorType((x.shape[1],), x.dtype)
@@ -1239,7 +1251,7 @@ def _gn_sample(draw, slots, attrs):
     """[N, C, *] with num_groups dividing C; per-channel weight and bias, each maybe absent."""
     x = slots[0]
     if not isinstance(x, TensorType):
-        x = S.tensor(draw, draw.integers(2, 4))
+        x = S.tensor(draw, draw.rank(2, 4))
     if x.rank < 2 or has_symbols(x.shape[1:2]) or not x.shape[1]:
         raise S.Reject("group_norm needs rank >= 2 and a known, nonzero channel count")
     groups = attrs.get("num_groups") or draw.choice([g for g in range(1, x.shape[1] + 1) if x.shape[1] % g == 0])
@@ -1249,7 +1261,7 @@ def _gn_sample(draw, slots, attrs):
 
 
 def _ln_sample(draw, slots, attrs):
-    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(1, 4))
+    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.rank(1, 4))
     if x.rank == 0:
         raise S.Reject("layer_norm needs rank >= 1")
     attrs = dict(attrs)
@@ -1448,9 +1460,19 @@ def _pool_canon(attrs, _types):
     return attrs
 
 
+POOL_KERNEL = 5
+"""The largest pooling window a sampler draws (windows of 4 and 5 included: where stride and padding bugs show)."""
+
+
 def _pool_sample(has_dilation: bool):
     def sample(draw, slots, attrs):
-        k = attrs.get("kernel_size") or (draw.integers(1, 3), draw.integers(1, 3))
+        x = slots[0]
+        if attrs.get("kernel_size"):
+            k = attrs["kernel_size"]
+        elif isinstance(x, TensorType) and x.rank in (3, 4):  # a window that fits the given input
+            k = tuple(draw.integers(1, max(1, min(POOL_KERNEL, n))) for n in x.shape[-2:])
+        else:
+            k = (draw.integers(1, POOL_KERNEL), draw.integers(1, POOL_KERNEL))
         if any(kk < 1 for kk in _pair(k)):
             raise S.Reject(f"kernel_size {k}")
         drawn = {
@@ -1465,13 +1487,12 @@ def _pool_sample(has_dilation: bool):
             drawn["count_include_pad"] = draw.boolean(0.7)
             drawn["divisor_override"] = None if draw.boolean(0.8) else draw.integers(1, 5)
         drawn = {**drawn, **attrs}
-        x = slots[0]
         if not isinstance(x, TensorType):  # big enough for the window
             need = [
                 (kk - 1) * d + 1 - 2 * p
                 for kk, d, p in zip(_pair(k), _pair(drawn.get("dilation", 1)), _pair(drawn["padding"]))
             ]
-            spatial = tuple(max(n, 1) + draw.integers(0, 3) for n in need)
+            spatial = tuple(max(n, 1) + draw.size(0, 3) for n in need)
             x = TensorType((*S.shape(draw, draw.integers(1, 2)), *spatial), draw.dtype)
         if x.rank not in (3, 4):
             raise S.Reject("pooling needs rank 3 or 4")

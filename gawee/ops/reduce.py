@@ -37,12 +37,15 @@ def _reduction_sample(draw, slots, attrs):
     if isinstance(slots[0], TensorType):
         x = slots[0]
     else:  # a rank that fits dims the pattern fixed (dim=[-1], dim=[2])
-        need = max((d + 1 if d >= 0 else -d for d in fixed), default=1) if isinstance(fixed, tuple) else 1
-        x = S.tensor(draw, draw.integers(need, max(need, 4)))
+        # dims 0 and -1 fit a 0-d tensor too (torch reduces a scalar "along" them)
+        need = max((d + 1 if d >= 0 else -d for d in fixed), default=0) if isinstance(fixed, tuple) else 0
+        x = S.tensor(draw, draw.rank(0 if need <= 1 else need, max(need, 4)))
     dims: tuple[int, ...] | None = None
     if x.rank and not draw.boolean(0.2):  # None: all dims; else one or more distinct dims, some negative
         picked = {draw.integers(0, x.rank - 1) for _ in range(draw.integers(1, 3))}
         dims = tuple(d - x.rank if draw.boolean(0.3) else d for d in sorted(picked))
+    elif not x.rank and draw.boolean(0.5):  # a dim list on a 0-d tensor: keepdim shapes differ only here
+        dims = (draw.choice([0, -1]),)
     return [x], {"dim": dims, "keepdim": draw.boolean(), **attrs}
 
 
@@ -441,7 +444,7 @@ for _name, _fn in [("max_dim", torch.max), ("min_dim", torch.min)]:
             SELF,
             (lambda fn: lambda self, *, dim, keepdim: tuple(fn(self, dim, keepdim)))(_fn),
             attrs=(Attr("dim", "int"), Attr("keepdim", "bool", False)),
-            traits=PURE,
+            traits=PURE | {"multi_output"},
             flops=_in_numel,
             aten=(f"aten.{_name[:3]}.dim",),
             onnx=(lambda big: lambda c: _max_dim_onnx(c, big))(_name == "max_dim"),
@@ -491,7 +494,7 @@ register(
         SELF,
         lambda self, *, k, dim, largest, sorted: tuple(torch.topk(self, k, dim, largest, sorted)),
         attrs=(Attr("k", "int"), Attr("dim", "int", -1), Attr("largest", "bool", True), Attr("sorted", "bool", True)),
-        traits=PURE,
+        traits=PURE | {"multi_output"},
         flops=_in_numel,
         aten=("aten.topk.default",),
         onnx=lambda c: _topk_onnx(c, c.attrs["k"], c.attrs["dim"], c.attrs["largest"]),
@@ -505,11 +508,12 @@ register(
         SELF,
         lambda self, *, dim, descending: tuple(torch.sort(self, dim=dim, descending=descending)),
         attrs=(Attr("dim", "int", -1), Attr("descending", "bool", False)),
-        traits=PURE,
+        traits=PURE | {"multi_output"},
         flops=_in_numel,
         aten=(AtenBinding("aten.sort.default"), AtenBinding("aten.sort.stable", fixed={"stable": None})),
         onnx=lambda c: _topk_onnx(c, None, c.attrs["dim"], c.attrs["descending"]),
         mlir=lambda c: _sort_mlir(c, c.attrs["dim"], c.attrs["descending"]),
+        doc="(values, indices) sorted along dim",
     )
 )
 register(

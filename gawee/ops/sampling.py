@@ -11,6 +11,7 @@ part admits no valid instance. ``draw`` is any object with the ``Draw`` methods
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -30,6 +31,14 @@ class Draw(Protocol):
 
     def boolean(self, p: float = 0.5) -> bool: ...
     def floats(self, lo: float, hi: float) -> float: ...
+
+    def size(self, lo: int, hi: int) -> int:
+        """The size of one dimension, typically in [lo, hi]: ``hi`` is the usual end, not a limit of validity
+        (a draw may go past it, to sizes a guard asks for or to large instances), ``lo`` is a limit (a draw
+        enumerating small scopes may give 0 for ``lo == 1``)."""
+
+    def rank(self, lo: int, hi: int) -> int:
+        """A rank, typically in [lo, hi]; like ``size``, a draw may go past ``hi`` (ranks 5 and 6)."""
 
 
 class _Marker:
@@ -51,9 +60,20 @@ class Reject(Exception):
 Slot = Any  # TensorType | FREE | ABSENT
 
 
+MAX_ELEMENTS = 4096
+"""The most elements a drawn tensor holds (``shape`` halves its largest dims past it): large sizes and ranks
+stay cheap to run."""
+
+
 def shape(draw: Draw, rank: int | None = None, lo: int = 1, hi: int = 4) -> tuple[int, ...]:
-    rank = draw.integers(0, 4) if rank is None else rank
-    return tuple(draw.integers(lo, hi) for _ in range(rank))
+    """A shape of ``rank`` dims (drawn when None) whose sizes are ``draw.size(lo, hi)``, at most MAX_ELEMENTS
+    elements."""
+    rank = draw.rank(0, 4) if rank is None else rank
+    dims = [draw.size(lo, hi) for _ in range(rank)]
+    while math.prod(dims) > MAX_ELEMENTS:
+        i = dims.index(max(dims))
+        dims[i] = max(lo, dims[i] // 2)
+    return tuple(dims)
 
 
 def tensor(draw: Draw, rank: int | None = None, dtype: DType | None = None) -> TensorType:

@@ -369,7 +369,7 @@ def unary_sample(draw_attrs=None, min_rank: int = 0, free=None):
     def sample(draw, slots, attrs):
         x = slots[0] if isinstance(slots[0], TensorType) else free(draw, attrs) if free else None
         if x is None:
-            x = S.tensor(draw, draw.integers(min_rank, 4))
+            x = S.tensor(draw, draw.rank(min_rank, 4))
         if x.rank < min_rank:
             raise S.Reject(f"needs rank >= {min_rank}")
         drawn = draw_attrs(draw, x, attrs) if draw_attrs else {}
@@ -487,12 +487,12 @@ def _free_for_unsqueeze(draw, attrs):
     if not isinstance(dim, int):
         return None
     need = dim if dim >= 0 else -dim - 1
-    return S.tensor(draw, draw.integers(min(need, 4), max(need, 4)))
+    return S.tensor(draw, draw.rank(min(need, 4), max(need, 4)))
 
 
 def _draw_expand(draw, x, attrs):
     size = [draw.integers(1, 3) if d == 1 and draw.boolean() else (-1 if draw.boolean(0.2) else d) for d in x.shape]
-    lead = [draw.integers(1, 3) for _ in range(draw.integers(0, 1))]
+    lead = [draw.size(1, 3) for _ in range(draw.integers(0, 2))]
     return {"size": (*lead, *size)}
 
 
@@ -527,7 +527,9 @@ def _draw_split(draw, x, attrs):
     size, sizes = x.shape[d], []
     while sum(sizes) < size:
         sizes.append(min(draw.integers(1, 3), size - sum(sizes)))
-    return {"split_sizes": tuple(sizes) or (0,), "dim": d}
+    if not sizes or draw.boolean(0.2):  # a piece of size 0, anywhere
+        sizes.insert(draw.integers(0, len(sizes)), 0)
+    return {"split_sizes": tuple(sizes), "dim": d}
 
 
 def _stack_sample(draw, slots, attrs):
@@ -535,7 +537,7 @@ def _stack_sample(draw, slots, attrs):
     like = S.first_fixed(slots)
     if like is None:
         lo = 0 if fixed is None else (fixed if fixed >= 0 else -fixed - 1)
-        like = S.tensor(draw, draw.integers(lo, max(lo, 3)))
+        like = S.tensor(draw, draw.rank(lo, max(lo, 3)))
     if any(isinstance(s, TensorType) and s.shape != like.shape for s in slots):
         raise S.Reject("stack needs operands of one shape")
     dim = S.dim(draw, like.rank, 1) if fixed is None else fixed
@@ -549,7 +551,7 @@ def _cat_sample(draw, slots, attrs):
     like = S.first_fixed(slots)
     if like is None:
         lo = 1 if fixed is None else (fixed + 1 if fixed >= 0 else -fixed)
-        like = S.tensor(draw, draw.integers(lo, max(lo, 3)))
+        like = S.tensor(draw, draw.rank(lo, max(lo, 3)))
     if like.rank == 0:
         raise S.Reject("cat needs rank >= 1")
     dim = S.dim(draw, like.rank) if fixed is None else fixed
@@ -1082,7 +1084,7 @@ move_op(
 
 def _select_scatter_sample(draw, slots, attrs):
     """self, and src of its shape without ``dim``."""
-    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.integers(1, 3))
+    x = slots[0] if isinstance(slots[0], TensorType) else S.tensor(draw, draw.rank(1, 3))
     if not x.rank or has_symbols(x.shape):
         raise S.Reject("select_scatter needs a dim of known size")
     dim = attrs.get("dim", S.dim(draw, x.rank))

@@ -10,6 +10,7 @@ a twin node), each only most of the time, so that guard-false draws also occur.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +24,12 @@ from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import has_symbols
 from gawee.ir.types import DType, Layout, TensorType
-from gawee.numerics import AWKWARD, CANCEL_MAGNITUDE, NONFINITE, fill, special_values  # noqa: F401  (re-exported)
+from gawee.numerics import AWKWARD, CANCEL_MAGNITUDE, NONFINITE, special_values  # noqa: F401  (re-exported)
+from gawee.numerics import fill as fill_style
 from gawee.ops import OPAQUE, all_ops, get_op
 from gawee.ops import sampling as S
 from gawee.ops.base import REQUIRED
+from gawee.testing.values import fill_class, is_class
 
 FLOAT_DTYPES = [DType.f32, DType.f32, DType.f32, DType.f32, DType.f16, DType.bf16, DType.f64]
 """Dtype mix of the drawn examples (float32 most of the time)."""
@@ -45,10 +48,17 @@ SMALL_STYLES = ["unit", "normal"]
 """Styles of constants the guard wants small (`reassociable(a, b)`): no wide or extreme draws."""
 
 
+LARGE_SHARE = 0.25
+"""Share of drawn examples that are large (see DataDraw.large)."""
+
+LARGE_SIZE = 16
+LARGE_RANK = 6
+
+
 class DataDraw:
     """Adapts a hypothesis ``data`` object to the sampler protocol (gawee.ops.sampling.Draw)."""
 
-    def __init__(self, data, dtype: DType):
+    def __init__(self, data, dtype: DType, hints: Hints | None = None):
         from hypothesis import strategies as st
 
         self._data = data
@@ -56,6 +66,23 @@ class DataDraw:
         self.dtype = dtype
         self.shapes: list[tuple[int, ...]] = []
         """Shapes of the example's tensors so far (a reshape may draw one of them: unflattening)."""
+        self.wanted_sizes = sorted(hints.sizes) if hints is not None else []
+        """Sizes the guard compares dims with (`x.shape[1] >= 5`): a size draw picks one of them now and then."""
+        self.wanted_ranks = sorted(hints.rank_values) if hints is not None else []
+        self.large = self.boolean(LARGE_SHARE)
+        """A large instance: sizes up to LARGE_SIZE and ranks up to LARGE_RANK (within sampling.MAX_ELEMENTS)."""
+
+    def size(self, lo: int, hi: int) -> int:
+        wanted = [n for n in self.wanted_sizes if n >= lo]
+        if wanted and self.boolean(0.3):
+            return self.choice(wanted)
+        return self.integers(lo, max(hi, LARGE_SIZE) if self.large else hi)
+
+    def rank(self, lo: int, hi: int) -> int:
+        wanted = [n for n in self.wanted_ranks if n >= lo]
+        if wanted and self.boolean(0.3):
+            return self.choice(wanted)
+        return self.integers(lo, max(hi, LARGE_RANK) if self.large else hi)
 
     def integers(self, lo: int, hi: int) -> int:
         if hi < lo:
@@ -113,6 +140,14 @@ def in_layout(x: torch.Tensor, layout: Layout) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if layout is Layout.channels_last and x.dim() == 4 else x
 
 
+def fill(t: TensorType, style: str, gen: torch.Generator, nonfinite: bool = False) -> torch.Tensor:
+    """Random data of type ``t`` in a style (see Leaf.style): a boundary class of values
+    (gawee.testing.values) or one of gawee.numerics.fill's styles."""
+    if is_class(style) and t.dtype is not DType.bool and not t.dtype.is_complex:
+        return fill_class(t, style, gen, nonfinite=nonfinite)
+    return fill_style(t, style, gen, nonfinite)
+
+
 # -- hints from the guard ---------------------------------------------------------------
 @dataclass
 class Hints:
@@ -139,6 +174,12 @@ class Hints:
     """leaf -> the rank the guard asks for (`w.rank == 1`)."""
     unit_dims: dict[str, set[int]] = field(default_factory=dict)
     """leaf -> dims the guard wants of size 1 (`m.shape[0] == 1`: a bias the same for every batch)."""
+    dim_values: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    """leaf -> dim -> sizes that satisfy the guard's comparison of that dim with a number (`x.shape[2] >= 7`)."""
+    sizes: set[int] = field(default_factory=set)
+    """Every size the guard compares a dim with (`y.shape[-1] >= 5`): size draws pick them now and then."""
+    rank_values: set[int] = field(default_factory=set)
+    """Every rank the guard compares a rank with (`x.rank == 5`, `x.rank >= 5`)."""
     ops: dict[str, list[str]] = field(default_factory=dict)
     """y -> ops to pick for the `_(...)` bound to y (from `op(y) in {...}`)."""
     dtypes: list[str] = field(default_factory=list)
@@ -158,7 +199,23 @@ def hints_of(rule: Rule) -> Hints:
     guard = rule.ast.guard if rule.ast is not None else None
     if guard is not None:
         _collect(guard, h, positive=True)
+    for m in [rule.matcher, *rule.extra_roots]:
+        _literal_sizes(m, h)
     return h
+
+
+def _literal_sizes(m: OpM, h: Hints) -> None:
+    """Integer attribute literals of the pattern past the usual sizes (`slice(x, end=4)`, `kernel_size=[5, 5]`)
+    are sizes worth drawing, with the next one: where a bound in the pattern starts to cut."""
+    for am in m.attrs.values():
+        items = am.items if isinstance(am, AttrList) else [am]
+        for x in items:
+            v = x.value if isinstance(x, AttrLit) else None
+            if isinstance(v, int) and not isinstance(v, bool) and 4 <= v <= 16:
+                h.sizes |= {v, v + 1}
+    for sub in m.operands:
+        if isinstance(sub, OpM):
+            _literal_sizes(sub, h)
 
 
 def _names(args) -> list[str]:
@@ -240,14 +297,24 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
                 h.values.setdefault(_names(a.args)[0], []).append(n)
             elif isinstance(a, A.ECall) and a.func == "len" and _names(a.args) and op == "==":
                 h.lengths.setdefault(_names(a.args)[0], []).append(int(n))
-            elif isinstance(a, A.EAttr) and a.name == "rank" and isinstance(a.obj, A.EName) and op == "==":
-                h.ranks[a.obj.name] = int(n)
+            elif isinstance(a, A.EAttr) and a.name == "rank" and isinstance(a.obj, A.EName):
+                if op == "==":
+                    h.ranks[a.obj.name] = int(n)
+                h.rank_values |= {int(n) + k for k in SATISFY.get(op, [0]) if 0 <= int(n) + k <= 6}
             elif n == 1 and op == "==" and _shape_index(a) is not None:
                 name, i = _shape_index(a)
                 h.unit_dims.setdefault(name, set()).add(i)
+            elif _shape_index(a) is not None and op != "!=":
+                name, i = _shape_index(a)
+                values = [int(n) + k for k in SATISFY[op] if int(n) + k >= 0]
+                h.dim_values.setdefault(name, {}).setdefault(i, []).extend(values)
+                h.sizes |= set(values)
             elif isinstance(a, A.EName) and op != "!=":
-                step = {"==": [0], "<=": [0, -1], ">=": [0, 1], "<": [-1, -2], ">": [1, 2]}[op]
-                h.attr_values.setdefault(a.name, []).extend(n + k for k in step)
+                h.attr_values.setdefault(a.name, []).extend(n + k for k in SATISFY[op])
+
+
+SATISFY = {"==": [0], "<=": [0, -1], ">=": [0, 1], "<": [-1, -2], ">": [1, 2]}
+"""Offsets from n of values that satisfy `v op n` (the boundary first)."""
 
 
 def _shape_index(e: A.Expr) -> tuple[str, int] | None:
@@ -309,22 +376,38 @@ def _sampleable_ops() -> list[str]:
 class Generator:
     """Builds one Example for ``rule`` from the choices of ``draw``. Raises S.Reject if the draw is invalid."""
 
-    def __init__(self, rule: Rule, draw: DataDraw, hints: Hints):
+    def __init__(
+        self, rule: Rule, draw: DataDraw, hints: Hints, data: S.Draw | None = None, value_class: str | None = None
+    ):
         self.rule = rule
         self.draw = draw
+        """Where the structure comes from: operand types, attributes, absent operands, ops of `_(...)`."""
+        self.data = data if data is not None else draw
+        """Where the data comes from: leaf styles, constant seeds, the cancel mode (``draw`` unless given)."""
+        self.scoped = data is not None
+        """Small-scope enumeration (gawee.testing.scope): every hint of the guard is followed, every leaf
+        the guard does not ask to be constant is a graph input, and only structure is drawn from ``draw``."""
         self.hints = hints
+        self.value_class = value_class
+        """A boundary class of values (gawee.testing.values) every leaf's data is drawn from, where the guard
+        asks for nothing else (a `positive(c)` or `all_equal(c, v)` leaf keeps its own)."""
         self.graph = Graph(f"check_{rule.name}")
         self.env: dict[str, Value | None] = {}
         self.attr_env: dict[str, Any] = {}
         self.bound_before: set[str] = set()
         self.leaves: list[Leaf] = []
+        self.partial_guard: list[tuple[frozenset[str], Any]] = []
+        """Guard conjuncts decided by structure alone, with the names each reads (set when enumerating):
+        each is evaluated as soon as its names are built, and a false one prunes the draw (``prune``)."""
+        self._decided: set[int] = set()
         self.all_const = False
+        draw = self.data
         self.cancel = draw.boolean(0.4)
         """Every float leaf in "cancel" style (see CANCEL_MAGNITUDE)."""
         self.cancel_run: int | None = draw.integers(0, 2) if self.cancel and draw.boolean(0.5) else None
         """When set, cancel values go M, -M, 0.3, M, ... in leaf (operand) order from this offset: the
         large pair cancels and a small term follows, the order that exposes reassociation."""
-        self.steer = draw.boolean(0.75)
+        self.steer = self.scoped or draw.boolean(0.75)
         """Follow the guard's const/absent hints for all leaves at once (a guard naming five constants
         then holds on most draws); otherwise each leaf goes its own way, so guard-false draws occur."""
 
@@ -334,20 +417,26 @@ class Generator:
         out = self.op(m)
         root = out.producer
         outputs = list(root.outputs)
-        if m.bind in self.hints.duplicate and self.draw.boolean(0.85):
+        if m.bind in self.hints.duplicate and self.hinted(0.85):
             twin = self.graph.create_node(root.op, list(root.inputs), root.attrs, before=root)
             outputs = list(twin.outputs) + outputs
         for extra in self.rule.extra_roots:  # later roots share the variables bound so far
             outputs.append(self.op(extra))
         self.graph.set_outputs(outputs)
-        seed = self.draw.integers(0, 2**16)
+        seed = self.data.integers(0, 2**16)
         return Example(self.graph, root, self.leaves, seed, self.draw.dtype, dict(self.env))
 
+    def hinted(self, p: float) -> bool:
+        """Whether to follow a hint of the guard (with probability ``p``; always when enumerating)."""
+        return True if self.scoped else self.draw.boolean(p)
+
     # -- one op pattern ------------------------------------------------------------------
-    def op(self, m: OpM) -> Value:
+    def op(self, m: OpM, want: TensorType | None = None) -> Value:
+        """Build the op pattern ``m`` (its inner patterns first) and return its output. ``want``: the type
+        the enclosing op would like this output to have (an elementwise op then takes its shape)."""
         if m.op is not None:
             op = m.op
-        elif m.bind in self.hints.ops and self.draw.boolean(0.9):
+        elif m.bind in self.hints.ops and self.hinted(0.9):
             op = self.draw.choice(self.hints.ops[m.bind])
         else:
             op = self.draw.choice(_sampleable_ops())
@@ -360,25 +449,24 @@ class Generator:
         else:
             n_slots = len(opdef.operands)
         matchers = list(m.operands) + [None] * (n_slots - len(m.operands)) if m.op is not None else [None] * n_slots
+        sampler = opdef.sample or (lambda d, sl, a: _fallback(d, sl, a, opdef))
+        wants = self.demands(m, opdef, matchers, sampler)
         slots: list[Any] = []
         built: dict[int, Value] = {}
         for i, sub in enumerate(matchers):
             if isinstance(sub, OpM):
-                built[i] = self.op(sub)
+                built[i] = self.op(sub, wants.get(i))
                 slots.append(built[i].type)
-            elif isinstance(sub, VarM) and sub.name in self.env:
-                v = self.env[sub.name]
-                slots.append(S.ABSENT if v is None else v.type)
-            elif (isinstance(sub, LitM) and sub.value is None) or (
-                sub is None and m.rest is False and m.op is not None
-            ):
-                slots.append(S.ABSENT)
             else:
-                slots.append(S.FREE)
+                slots.append(self.slot(m, sub))
+        free = [i for i, slot in enumerate(slots) if slot is S.FREE]
+        if want is not None and opdef.has_trait("elementwise") and free and S.first_fixed(slots) is None:
+            slots[free[0]] = TensorType(want.shape, self.draw.dtype)  # the enclosing op's operand, top-down
         fixed = self.fixed_attrs(m, opdef)
-        sampler = opdef.sample or (lambda d, sl, a: _fallback(d, sl, a, opdef))
         reason = ""
-        for attempt in range(8):  # redraw until lists fit the pattern (dims=[d]) and the op accepts the draw
+        # redraw until lists fit the pattern (dims=[d]) and the op accepts the draw; an enumeration tries once
+        # (the other draws are other branches of its tree)
+        for attempt in range(1 if self.scoped else 8):
             try:
                 types, attrs = sampler(self.draw, slots, fixed)
             except S.Reject as e:
@@ -393,7 +481,7 @@ class Generator:
             for name, am in m.attrs.items():  # `all_zero(p)` in the guard: zeros, half of the time
                 value = attrs.get(name)
                 wanted = isinstance(am, AttrVar) and am.var in self.hints.zeros and am.var not in self.attr_env
-                if wanted and isinstance(value, tuple) and self.draw.boolean(0.5):
+                if wanted and isinstance(value, tuple) and self.hinted(0.5):
                     attrs = {**attrs, name: (0,) * len(value)}
             try:
                 opdef.infer_types(list(types), opdef.prepare_attrs(attrs, list(types)))
@@ -433,7 +521,52 @@ class Generator:
         if m.bind is not None:
             self.env[m.bind] = out
         self.bind_canonical(m, node.attrs)
+        self.prune(node)
         return out
+
+    def prune(self, node: Node) -> None:
+        """Raise S.Reject when a conjunct of ``partial_guard`` whose names are all built is false: no
+        completion of this draw can satisfy the guard (constraint propagation for enumeration)."""
+        if not self.partial_guard:
+            return
+        from gawee.dsl.library import GuardFailed
+        from gawee.rewrite.context import RewriteContext
+
+        env = {**self.attr_env, **self.env}
+        for i, (names, part) in enumerate(self.partial_guard):
+            if i in self._decided or not names <= env.keys():
+                continue
+            self._decided.add(i)
+            try:
+                ok = bool(part(RewriteContext(self.graph, self.rule, node, env)))
+            except (GaweeError, GuardFailed, LookupError, TypeError, ValueError, AttributeError):
+                continue  # undecided here: the whole guard decides on the finished instance
+            if not ok:
+                raise S.Reject("a conjunct of the guard is false for the structure drawn so far")
+
+    def slot(self, m: OpM, sub) -> Any:
+        """What an operand that is not an inner pattern leaves the sampler: the type of a variable bound
+        already, ABSENT (an absent variable, `none`, an operand the pattern omits), or FREE."""
+        if isinstance(sub, VarM) and sub.name in self.env:
+            v = self.env[sub.name]
+            return S.ABSENT if v is None else v.type
+        if (isinstance(sub, LitM) and sub.value is None) or (sub is None and m.rest is False and m.op is not None):
+            return S.ABSENT
+        return S.FREE
+
+    def demands(self, m: OpM, opdef, matchers, sampler) -> dict[int, TensorType]:
+        """Operand types the op would draw where its operands are inner patterns (most of the time): an
+        inner elementwise op then builds that shape, so `conv2d(mul(x, c), w)` gets a mul of a
+        convolution's input, where building bottom-up alone draws a mul of any rank."""
+        inner = [sub for sub in matchers if isinstance(sub, OpM) and sub.op is not None]
+        if not any(get_op(sub.op).has_trait("elementwise") for sub in inner) or not self.hinted(0.8):
+            return {}  # only an elementwise inner op takes the demand (other draws are left as they were)
+        slots = [S.FREE if isinstance(sub, OpM) else self.slot(m, sub) for sub in matchers]
+        try:
+            types, _ = sampler(self.draw, slots, self.fixed_attrs(m, opdef))
+        except (S.Reject, GaweeError):
+            return {}
+        return {i: t for i, (sub, t) in enumerate(zip(matchers, types)) if isinstance(sub, OpM) and t is not None}
 
     def shape_from_guard(self, m: OpM, matchers, types, attrs: dict[str, Any], fixed) -> dict[str, Any]:
         """`y.shape == E` in the guard and y's output shape is a free attribute (reshape's `shape`, expand's
@@ -442,7 +575,7 @@ class Generator:
         keeps the drawn dim 1 and takes dim 0 from k)."""
         want = self.hints.shapes.get(m.bind) if m.bind is not None else None
         name = next((n for n in SHAPE_ATTRS if n in attrs), None)
-        if want is None or name is None or name in fixed or not self.steer or not self.draw.boolean(0.8):
+        if want is None or name is None or name in fixed or not self.steer or not self.hinted(0.8):
             return attrs
         operands = {
             sub.name: t for sub, t in zip(matchers, types) if isinstance(sub, VarM) and isinstance(t, TensorType)
@@ -506,7 +639,7 @@ class Generator:
                 attrs[name] = am.value
             elif isinstance(am, AttrVar) and am.var in self.attr_env:
                 attrs[name] = self.attr_env[am.var]
-            elif isinstance(am, AttrVar) and am.var in self.hints.attr_values and self.draw.boolean(0.6):
+            elif isinstance(am, AttrVar) and am.var in self.hints.attr_values and self.hinted(0.6):
                 # a value the guard compares the variable with (`lo <= -1`): drawn as the op's kind
                 kind = opdef.attr(name).kind.rstrip("?") if opdef.attr(name) else "any"
                 value = self.draw.choice(self.hints.attr_values[am.var])
@@ -518,6 +651,21 @@ class Generator:
                 isinstance(x, AttrLit) or (isinstance(x, AttrVar) and x.var in self.attr_env) for x in am.items
             ):
                 attrs[name] = tuple(x.value if isinstance(x, AttrLit) else self.attr_env[x.var] for x in am.items)
+            elif (
+                isinstance(am, AttrList)
+                and any(isinstance(x, AttrVar) and x.var in self.hints.attr_values for x in am.items)
+                and all(
+                    isinstance(x, AttrLit)
+                    or (isinstance(x, AttrVar) and (x.var in self.attr_env or x.var in self.hints.attr_values))
+                    for x in am.items
+                )
+                and self.hinted(0.6)
+            ):  # `kernel_size=[k, k] where k >= 4`: the items the guard compares with a number take such values
+                picked = dict(self.attr_env)
+                for x in am.items:
+                    if isinstance(x, AttrVar) and x.var not in picked:
+                        picked[x.var] = int(self.draw.choice(self.hints.attr_values[x.var]))
+                attrs[name] = tuple(x.value if isinstance(x, AttrLit) else picked[x.var] for x in am.items)
         return attrs
 
     def lengths_fit(self, m: OpM, attrs: dict[str, Any]) -> bool:
@@ -561,19 +709,26 @@ class Generator:
             if name is None or types[i] is None:
                 continue
             want = self.hints.ranks.get(name)
-            if want is not None and types[i].rank != want and name not in self.env and self.draw.boolean(0.7):
+            if want is not None and types[i].rank != want and name not in self.env and self.hinted(0.7):
                 # `w.rank == 1` in the guard: the trailing dims of another operand (they broadcast against it)
                 like = next((t for k, t in enumerate(types) if k != i and t is not None and t.rank >= want), None)
                 if like is not None:
                     types[i] = TensorType(like.shape[like.rank - want :], types[i].dtype)
+            sized = self.hints.dim_values.get(name, {})
+            if sized and name not in self.env and self.hinted(0.8):  # `x.shape[2] >= 7`: solved, not hoped for
+                shape = list(types[i].shape)
+                for d, values in sized.items():
+                    if -len(shape) <= d < len(shape):
+                        shape[d] = self.draw.choice(values)
+                types[i] = TensorType(tuple(shape), types[i].dtype)
             unit = self.hints.unit_dims.get(name, set())
-            if unit and name not in self.env and self.draw.boolean(0.8):  # `m.shape[0] == 1`: it broadcasts there
+            if unit and name not in self.env and self.hinted(0.8):  # `m.shape[0] == 1`: it broadcasts there
                 shape = list(types[i].shape)
                 for d in unit:
                     if -len(shape) <= d < len(shape):
                         shape[d] = 1
                 types[i] = TensorType(tuple(shape), types[i].dtype)
-            if name in self.hints.along and self.draw.boolean(0.8):
+            if name in self.hints.along and self.hinted(0.8):
                 partner, d = self.hints.along[name]
                 y = self._partner_type(partner, types, matchers)
                 if y is not None and y.rank:
@@ -582,7 +737,7 @@ class Generator:
                         keep = self.draw.integers(0, dd)  # leading dims dropped
                         shape = tuple(y.shape[dd] if k == dd else 1 for k in range(keep, y.rank))
                         types[i] = TensorType(shape, y.dtype)
-            if name in self.hints.same and self.draw.boolean(0.8):
+            if name in self.hints.same and self.hinted(0.8):
                 y = self._partner_type(self.hints.same[name], types, matchers)
                 if y is not None:
                     types[i] = y
@@ -615,26 +770,38 @@ class Generator:
             self.env[name] = None
             return None
         hinted = name in self.hints.const
-        constant = self.all_const or (hinted and self.steer) or self.draw.boolean(0.5 if hinted else 0.2)
+        constant = (
+            self.all_const or (hinted and self.steer) or (not self.scoped and self.draw.boolean(0.5 if hinted else 0.2))
+        )
+        draw = self.data
+
+        def follow(p: float) -> bool:  # a hint about the leaf's values: always followed when enumerating
+            return self.scoped or draw.boolean(p)
+
         hinted_value = self.hints.values.get(name or "")
         if name in self.hints.positive:
-            style = "positive" if self.draw.boolean(0.9) else self.draw.choice(CONST_STYLES)
+            style = "positive" if follow(0.9) else draw.choice(CONST_STYLES)
+        elif hinted_value and self.scoped:
+            style = "value:" + repr(draw.choice(hinted_value))
+        elif self.value_class is not None:  # a boundary class of values (gawee.testing.values)
+            style = self.value_class + ("!finite" if name in self.hints.finite or name in self.hints.small else "")
+            style += "" if constant else "!input"
         elif not constant:
-            style = self.draw.choice(STYLES)
-        elif name in self.hints.small and self.draw.boolean(0.9):
-            style = self.draw.choice(SMALL_STYLES)
+            style = draw.choice(STYLES)
+        elif name in self.hints.small and follow(0.9):
+            style = draw.choice(SMALL_STYLES)
         elif name in self.hints.finite:
-            style = self.draw.choice(FINITE_STYLES) if self.draw.boolean(0.9) else "nonfinite1"
-        elif hinted_value and self.draw.boolean(0.8):
-            style = "value:" + repr(self.draw.choice(hinted_value))
+            style = draw.choice(FINITE_STYLES) if follow(0.9) else "nonfinite1"
+        elif hinted_value and draw.boolean(0.8):
+            style = "value:" + repr(draw.choice(hinted_value))
         else:
-            style = self.draw.choice(CONST_STYLES)
+            style = draw.choice(CONST_STYLES)
         small = style in SMALL_STYLES and name in self.hints.small
         # a small constant the guard asks for stays small among cancelling leaves when steered: the rule is then
         # tested where the rest of the sum is huge
-        if self.cancel and not style.startswith("value:") and not (small and self.steer):
+        if self.cancel and self.value_class is None and not style.startswith("value:") and not (small and self.steer):
             if self.cancel_run is None:
-                style = f"cancel:{self.draw.integers(0, 2)}"
+                style = f"cancel:{draw.integers(0, 2)}"
             else:
                 style, self.cancel_run = f"cancel:{self.cancel_run % 3}", self.cancel_run + 1
         if opdef.operands[min(index, len(opdef.operands) - 1)].domain == "nonnegative":
@@ -647,7 +814,7 @@ class Generator:
             else:
                 t = TensorType(t.shape, t.dtype, self.draw.choice(list(Layout)))
         if constant:
-            gen = torch.Generator().manual_seed(self.draw.integers(0, 2**16))
+            gen = torch.Generator().manual_seed(draw.integers(0, 2**16))
             if style.startswith("value:"):  # the value the guard asks for (`all_equal(c, 0.5)`)
                 data = torch.full(t.shape, float(style[6:]), dtype=torch.float64).to(t.dtype.torch)
             else:  # constants are not tamed: weights can be huge, tiny, inf or nan (see special_values)
@@ -687,8 +854,8 @@ def generate(rule: Rule, data, hints: Hints | None = None) -> Example:
 
     def drawer() -> DataDraw:  # the example's dtype: mostly one the guard asks for, if it names any
         if wanted and data.draw(st.integers(0, 9)) < 8:
-            return DataDraw(data, data.draw(st.sampled_from(wanted)))
-        return DataDraw(data, data.draw(st.sampled_from(FLOAT_DTYPES)))
+            return DataDraw(data, data.draw(st.sampled_from(wanted)), hints)
+        return DataDraw(data, data.draw(st.sampled_from(FLOAT_DTYPES)), hints)
 
     draw = drawer()
     if rule.guard is None or not draw.boolean(STEER_GUARD):
@@ -750,4 +917,10 @@ def small(t: torch.Tensor, limit: int = 48) -> str:
     if t.numel() <= limit:
         return str(t.tolist())
     flat = t.flatten().double()
-    return f"{t.numel()} values in [{flat.min().item():.4g}, {flat.max().item():.4g}], mean {flat.mean().item():.4g}"
+    finite = flat[torch.isfinite(flat)]
+    text = f"{t.numel()} values"
+    if finite.numel():  # one nan would poison min, max and mean: the finite ones, and a count of the rest
+        text += f", finite in [{finite.min().item():.4g}, {finite.max().item():.4g}], mean {finite.mean().item():.4g}"
+    counts = [(int(n), what) for n, what in ((flat.isnan().sum(), "nan"), ((flat == math.inf).sum(), "inf"))]
+    counts.append((int((flat == -math.inf).sum()), "-inf"))
+    return text + "".join(f", {n} {what}" for n, what in counts if n)

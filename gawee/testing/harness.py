@@ -16,11 +16,12 @@ no farther from the truth than the original was (it avoided an overflow of the o
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import traceback
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,14 +39,16 @@ from gawee.ops import sampling as S
 from gawee.rewrite.driver import fire
 from gawee.rewrite.ruleset import RuleSet
 from gawee.testing.generate import Example, Leaf, fill, generate, guard_verdict, hints_of, small
+from gawee.testing.scope import BUDGET, LEVELS, Scope, build, enumerate_scope
 from gawee.testing.smt.verdict import RuleProof, prove_rule
+from gawee.testing.values import classes_for
 from gawee.threads import torch_threads
 
 MIN_FIRED = 10
 """Fewer firing examples than this and a rule is reported as weakly tested."""
 
 SOLVER_DRAWS = 8
-"""Distinct drawn instances the solver decides when no small-scope enumeration is available."""
+"""Distinct drawn instances the solver decides when the small-scope enumeration gave it none."""
 
 
 @dataclass
@@ -60,9 +63,11 @@ class Counterexample:
     allowed: float = 0.0
     assumed: list[str] = field(default_factory=list)
     """The rule's `assume` facts, all true for these values."""
+    found_by: str = "sampling"
+    """How the instance was found: sampling, or the small-scope enumeration (its level and value class)."""
 
     def __str__(self) -> str:
-        lines = [f"counterexample for {self.rule}: {self.reason}"]
+        lines = [f"counterexample for {self.rule}: {self.reason}", f"  found by {self.found_by}"]
         if self.allowed or self.max_error:
             lines.append(f"  max abs error {format_error(self.max_error)} > allowed {format_error(self.allowed)}")
         if self.assumed:
@@ -74,6 +79,36 @@ class Counterexample:
         lines.append("  after:")
         lines += ["    " + x for x in self.after.splitlines()]
         return "\n".join(lines)
+
+
+@dataclass
+class Extent:
+    """The largest instance a rule was checked on: the shape with the most elements, the highest rank,
+    the widest kernel (a convolution's weight or a pooling window; 0 without either)."""
+
+    shape: tuple[int, ...] = ()
+    rank: int = 0
+    kernel: int = 0
+
+    def note(self, graph: Graph) -> None:
+        """Widen the extent to cover every value and kernel of ``graph``."""
+        values = [*graph.inputs, *graph.constants(), *(v for node in graph for v in node.outputs)]
+        for v in values:
+            shape = tuple(int(d) for d in v.type.shape if isinstance(d, int))
+            if len(shape) == v.type.rank and math.prod(shape) > math.prod(self.shape or (0,)):
+                self.shape = shape
+            self.rank = max(self.rank, v.type.rank)
+        for node in graph:
+            kernel = node.attrs.get("kernel_size")
+            if isinstance(kernel, int) or (isinstance(kernel, tuple) and kernel):
+                self.kernel = max(self.kernel, *(kernel if isinstance(kernel, tuple) else (kernel,)))
+            if node.op.startswith("conv") and len(node.inputs) > 1 and node.inputs[1] is not None:
+                spatial = [d for d in node.inputs[1].type.shape[2:] if isinstance(d, int)]
+                self.kernel = max(self.kernel, *spatial, 0)
+
+    def __str__(self) -> str:
+        text = f"{list(self.shape)} (rank {self.rank})" if self.shape or self.rank else "-"
+        return text + (f", kernel {self.kernel}" if self.kernel else "")
 
 
 @dataclass
@@ -102,11 +137,38 @@ class RuleCheck:
     dtypes: set[str] = field(default_factory=set)
     guard_failures: Counter = field(default_factory=Counter)
     """For guard-false draws: how often each `and` conjunct was false (its source text)."""
+    scope_fired: int = 0
+    """Checks of enumerated instances (each with its own data and with value classes) where the rule fired;
+    they count towards ``sound`` like ``fired``, but not in ``examples`` and ``guard_hits``, which
+    describe the random draws (the enumeration keeps only guard-true instances)."""
     symbolic_fired: int = 0
     """With ``symbolic=True``: examples whose dynamic-batch variant the rule also rewrote (each then
     checked at several batch sizes)."""
+    extent: Extent = field(default_factory=Extent)
+    """The largest shape, rank and kernel among the instances checked."""
+    scope_instances: int = 0
+    """Instances of the small-scope enumeration (gawee.testing.scope) checked."""
+    scope_bound: str = ""
+    """The highest level of the enumeration covered completely ("" if none)."""
+    scope_truncated: bool = False
+    """Whether the instance budget cut the enumeration short (``scope_bound`` is then what was covered,
+    ``scope_partial`` the level it stopped in)."""
+    scope_partial: str = ""
+    scope_refuted: bool = False
+    """Whether the enumeration found a counterexample (the same on every seed; sampling may then have
+    replaced it with a smaller one)."""
+    value_classes: set[str] = field(default_factory=set)
+    """The boundary classes of values (gawee.testing.values) some instance was checked with."""
     proof: RuleProof | None = None
     """What the SMT solver decided over the rule's instances (None: not run)."""
+
+    @property
+    def scope(self) -> str:
+        """The enumeration's coverage in words: complete levels, and the level cut short."""
+        if not self.scope_instances and not self.scope_bound:
+            return "-"
+        text = self.scope_bound or "no level complete"
+        return text + (f"; part of {self.scope_partial}" if self.scope_truncated else "")
 
     @property
     def verdict(self) -> str:
@@ -118,9 +180,9 @@ class RuleCheck:
             return "error"
         if self.proof is not None and self.proof.complete:
             return "proven"
-        if self.fired == 0:
+        if self.fired + self.scope_fired == 0:
             return "untested"
-        if self.fired < MIN_FIRED:
+        if self.fired + self.scope_fired < MIN_FIRED:
             return "weak"
         return "sound"
 
@@ -211,8 +273,6 @@ def _no_source_constants():
 
 
 # -- numeric comparison ----------------------------------------------------------------
-
-
 def _wiggle(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """``t`` with every float element moved by one relative unit roundoff, up or down at random."""
     if not t.is_floating_point():
@@ -391,30 +451,20 @@ def _check_symbolic(rule: Rule, ex: Example) -> tuple[bool, Counterexample | Non
 
 
 # -- the solver tier -------------------------------------------------------------------
-def small_scope(rule: Rule) -> tuple[Iterable[Example], str] | None:
-    """Every instance of ``rule`` within the small scope, and the scope's bound; None where no
-    enumeration is available (then the solver decides drawn instances, and no rule is *proven*)."""
-    return None
-
-
-def _solver_instances(rule: Rule, drawn: list[tuple[Example, Graph]]):
-    """(instances, bound) for the solver: the small scope's, each rewritten, or the drawn ones."""
-    scope = small_scope(rule)
-    if scope is None:
-        return drawn, None
-    examples, bound = scope
-
-    def rewritten():
-        for ex in examples:
-            after = _apply(rule, ex, use_guard=True)
-            if after is not None:
-                yield ex, after
-
-    return rewritten(), bound
-
-
-def _prove(rule: Rule, drawn: list[tuple[Example, Graph]]) -> RuleProof:
-    instances, bound = _solver_instances(rule, drawn)
+def _prove(rule: Rule, result: RuleCheck, scoped: list[tuple[Example, Graph]], drawn: list[tuple[Example, Graph]]):
+    """The solver over the rule's instances: the small-scope enumeration's where it gave any (the bound is
+    its highest complete level: every instance of it is among them), else up to SOLVER_DRAWS distinct drawn
+    ones (no bound: a rule is *proven* only over a whole level of the small scope)."""
+    if scoped:
+        instances, bound = scoped, result.scope_bound or None
+    else:
+        seen: set[str] = set()
+        instances, bound = [], None
+        for ex, after in drawn:
+            key = str(ex.graph)
+            if key not in seen and len(instances) < SOLVER_DRAWS:
+                seen.add(key)
+                instances.append((ex, after))
     with torch_threads(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return prove_rule(rule, instances, bound)
@@ -427,20 +477,193 @@ def _apply(rule: Rule, ex: Example, use_guard: bool) -> Graph | None:
     return after if fire(after, rule, root, use_guard=use_guard) else None
 
 
+SCOPE_BUDGET = BUDGET
+"""Instances of the small-scope enumeration per rule (see gawee.testing.scope.BUDGET)."""
+
+CLASSES_PER_INSTANCE = 2
+"""Boundary classes of values each enumerated instance is also checked with (the classes least used so
+far for its dtype: over a rule's instances every class meets every dtype that has enough of them)."""
+
+
+def _check_scope(
+    rule: Rule,
+    result: RuleCheck,
+    on_example: Callable[[Example, list[torch.Tensor]], None] | None,
+    budget: int,
+    fired: list[tuple[Example, Graph]] | None = None,
+) -> None:
+    """Check every instance of the small-scope enumeration, with its own data and with boundary classes
+    of values; raises _Unsound with the first counterexample (its ``found_by`` names the level). Each
+    instance where the rule fired is appended to ``fired`` with its rewritten graph (the solver's)."""
+
+    def accept(ex: Example) -> bool:  # an instance counts if its guard holds and the original runs
+        if on_example is not None:
+            on_example(ex, ex.inputs())
+        if guard_verdict(rule, ex)[0] is not True:
+            return False
+        try:
+            run(ex.graph, *ex.inputs())
+        except GaweeError:
+            return False
+        return runs_nonempty(ex.graph)
+
+    scope = Scope(budget=budget, accept=accept)
+    used: Counter = Counter()
+    tally = RuleCheck(rule)  # the enumeration's own counts: examples and guard hits describe the random draws
+    try:
+        for inst in enumerate_scope(rule, scope):
+            result.scope_instances += 1
+            level = LEVELS[inst.level]
+            fills: list[tuple[str | None, Example]] = [(None, inst.example)]
+            classes = classes_for(rule, inst.example.graph)
+            dtype = inst.example.dtype
+            for c in sorted(classes, key=lambda c: (used[dtype, c], classes.index(c)))[:CLASSES_PER_INSTANCE]:
+                used[dtype, c] += 1
+                try:
+                    fills.append((c, build(rule, inst, c)))
+                except (S.Reject, GaweeError):
+                    continue
+            for c, ex in fills:
+                try:
+                    judged = _judge(rule, ex, tally, on_example, symbolic=False, fired=fired if c is None else None)
+                except _Unsound as e:
+                    e.cx.found_by = f"the small-scope enumeration ({level})" + (f", values: {c}" if c else "")
+                    raise
+                if judged and c is not None:
+                    result.value_classes.add(c)
+    finally:
+        result.scope_fired = tally.fired
+        result.dtypes |= tally.dtypes
+        result.extent = tally.extent
+        rep = scope.report
+        result.scope_bound = str(rep.covered) if rep.covered is not None else ""
+        result.scope_truncated = rep.truncated
+        result.scope_partial = str(rep.partial) if rep.partial is not None else ""
+
+
+def _smaller(a: Counterexample, b: Counterexample) -> bool:
+    """Whether counterexample ``a`` shows fewer values than ``b`` (a shrunk draw against an enumerated one)."""
+    return sum(len(d) for _, _, d in a.values) < sum(len(d) for _, _, d in b.values)
+
+
+def runs_nonempty(graph: Graph) -> bool:
+    """Whether ``graph`` also runs with every size-0 dim of its leaves made 1 (when it cannot be rebuilt so:
+    True for float leaves only). torch lets some ops through on an empty tensor of a dtype they have no kernel for
+    (softmax of an empty int8 tensor): such an instance is not one a model can hold."""
+    leaves = [*graph.inputs, *graph.constants()]
+    if not any(0 in v.type.shape for v in leaves):
+        return True
+
+    def grow(t: TensorType) -> TensorType:
+        return TensorType(tuple(1 if d == 0 else d for d in t.shape), t.dtype, t.layout)
+
+    def grow_data(x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(tuple(1 if d == 0 else d for d in x.shape), dtype=x.dtype) if 0 in x.shape else x
+
+    probe = _recast(graph, "_nonempty", grow, grow_data)
+    if probe is None:  # cannot tell: an integer instance is set aside (where the empty-tensor leniency bites)
+        return all(v.type.dtype.is_float for v in leaves)
+    try:
+        run(probe, *[torch.zeros(v.type.shape, dtype=v.type.dtype.torch) for v in probe.inputs])
+    except GaweeError:
+        return False
+    return True
+
+
+def _judge(
+    rule: Rule,
+    ex: Example,
+    result: RuleCheck,
+    on_example: Callable[[Example, list[torch.Tensor]], None] | None,
+    symbolic: bool,
+    xs: list[torch.Tensor] | None = None,
+    fired: list[tuple[Example, Graph]] | None = None,
+) -> bool:
+    """Check one instance: apply the rule where its guard holds (and anyway where it does not, to see
+    whether the guard is needed) and compare. False if the instance is invalid (it does not match, its
+    data breaks an `assume` fact, the original does not run); raises _Unsound with a counterexample.
+    ``xs``: the input data (default: the example's own draw). ``fired``: where the rule fired and agreed,
+    (instance, rewritten graph) is appended to it (the solver's instances)."""
+    if on_example is not None:
+        on_example(ex, ex.inputs() if xs is None else xs)
+    holds, failed_part = guard_verdict(rule, ex)
+    if holds is None:
+        result.rejected += 1
+        return False
+    xs = _inputs(rule, ex) if xs is None else xs
+    if xs is None:
+        result.rejected += 1
+        result.assumption_false += 1
+        return False
+    if on_example is not None and rule.assumptions:
+        on_example(ex, xs)
+    try:
+        run(ex.graph, *xs)  # ops without a kernel for this dtype make the draw invalid
+    except GaweeError:
+        result.rejected += 1
+        return False
+    result.examples += 1
+    result.dtypes.add(ex.dtype.value)
+    result.extent.note(ex.graph)
+    if holds:
+        result.guard_hits += 1
+        try:
+            after = _apply(rule, ex, use_guard=True)
+        except RewriteError as e:
+            raise _Unsound(
+                Counterexample(rule.name, e.message, str(ex.graph), "(no graph: the rule failed)", _describe(ex, xs))
+            ) from None
+        if after is None:
+            return True
+        result.fired += 1
+        found = _compare(rule, ex, after, xs)
+        if found is not None:
+            raise _Unsound(found)
+        if fired is not None:
+            fired.append((ex, after))
+        if symbolic:
+            fired, found = _check_symbolic(rule, ex)
+            result.symbolic_fired += fired
+            if found is not None:
+                raise _Unsound(found)
+        return True
+    result.guard_failures.update(failed_part)
+    try:
+        after = _apply(rule, ex, use_guard=False)
+    except (RewriteError, S.Reject):
+        result.guard_needed += 1
+        return True
+    if after is None:
+        return True
+    try:
+        bad = _compare(rule, ex, after, xs)
+    except S.Reject:
+        return True
+    if bad is not None:
+        result.guard_needed += 1
+    else:
+        result.guard_false_sound += 1
+    return True
+
+
 def check_rule(
     rule: Rule,
     examples: int = 200,
     seed: int | None = None,
     on_example: Callable[[Example, list[torch.Tensor]], None] | None = None,
     symbolic: bool = False,
+    scope_budget: int = SCOPE_BUDGET,
     solver: bool = True,
 ) -> RuleCheck:
-    """Run the harness on one rule with ``examples`` valid draws (reproducible for a given seed).
+    """Run the harness on one rule: first the small-scope enumeration (gawee.testing.scope, at most
+    ``scope_budget`` instances, 0 skips it; the same on every seed), each instance also filled with
+    boundary classes of values (gawee.testing.values), then ``examples`` valid random draws
+    (reproducible for a given seed).
 
-    ``solver``: also decide the rule's instances with the SMT solver (``gawee.testing.smt``): the
-    small scope's when it is enumerated (every one proven: the verdict is *proven*), else up to
-    SOLVER_DRAWS distinct drawn instances; a counterexample it finds is replayed through the same
-    comparison and reported like any other.
+    ``solver``: also decide the rule's instances with the SMT solver (``gawee.testing.smt``): the small
+    scope's (every instance of a complete level proven: the verdict is *proven*, with that level as its
+    bound), else up to SOLVER_DRAWS distinct drawn instances; a counterexample it finds is replayed through
+    the same comparison and reported like any other.
 
     ``symbolic``: where the rule fires, also rewrite the example with its batch dimension a size
     symbol (``symbolic_variant``) — the guard then decides over the symbol's whole range — and check
@@ -458,8 +681,8 @@ def check_rule(
     result = RuleCheck(rule)
     hints = hints_of(rule)
     t0 = time.perf_counter()
+    scoped: list[tuple[Example, Graph]] = []
     drawn: list[tuple[Example, Graph]] = []
-    drawn_keys: set[str] = set()
 
     def prop(data):
         try:
@@ -467,68 +690,12 @@ def check_rule(
         except S.Reject:
             result.rejected += 1
             reject()
-        if on_example is not None:
-            on_example(ex, ex.inputs())
-        holds, failed_part = guard_verdict(rule, ex)
-        if holds is None:
-            result.rejected += 1
+        if not _judge(rule, ex, result, on_example, symbolic, fired=drawn if solver else None):
             reject()
-        xs = _inputs(rule, ex)
-        if xs is None:
-            result.rejected += 1
-            result.assumption_false += 1
-            reject()
-        if on_example is not None and rule.assumptions:
-            on_example(ex, xs)
-        try:
-            run(ex.graph, *xs)  # ops without a kernel for this dtype make the draw invalid
-        except GaweeError:
-            result.rejected += 1
-            reject()
-        result.examples += 1
-        result.dtypes.add(ex.dtype.value)
-        if holds:
-            result.guard_hits += 1
-            try:
-                after = _apply(rule, ex, use_guard=True)
-            except RewriteError as e:
-                raise _Unsound(
-                    Counterexample(
-                        rule.name, e.message, str(ex.graph), "(no graph: the rule failed)", _describe(ex, xs)
-                    )
-                ) from None
-            if after is None:
-                return
-            result.fired += 1
-            found = _compare(rule, ex, after, xs)
-            if found is not None:
-                raise _Unsound(found)
-            key = f"{ex.graph}"
-            if solver and len(drawn) < SOLVER_DRAWS and key not in drawn_keys:
-                drawn_keys.add(key)
-                drawn.append((ex, after))
-            if symbolic:
-                fired, found = _check_symbolic(rule, ex)
-                result.symbolic_fired += fired
-                if found is not None:
-                    raise _Unsound(found)
-        else:
-            result.guard_failures.update(failed_part)
-            try:
-                after = _apply(rule, ex, use_guard=False)
-            except (RewriteError, S.Reject):
-                result.guard_needed += 1
-                return
-            if after is None:
-                return
-            try:
-                bad = _compare(rule, ex, after, xs)
-            except S.Reject:
-                return
-            if bad is not None:
-                result.guard_needed += 1
-            else:
-                result.guard_false_sound += 1
+
+    def enumerate_instances() -> None:
+        if scope_budget:
+            _check_scope(rule, result, on_example, scope_budget, fired=scoped if solver else None)
 
     test = settings(
         max_examples=examples,
@@ -547,9 +714,14 @@ def check_rule(
         # tiny examples: one thread, no pool
         with torch_threads(1), _shrink_budget(SHRINK_SECONDS), _no_source_constants(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's numeric warnings on random draws say nothing here
+            try:
+                enumerate_instances()
+            except _Unsound as e:  # found every time; sampling may still shrink it further
+                result.counterexample, result.scope_refuted = e.cx, True
             test()
     except _Unsound as e:
-        result.counterexample = e.cx
+        if result.counterexample is None or _smaller(e.cx, result.counterexample):
+            result.counterexample = e.cx
     except Unsatisfiable:
         result.error = "no valid example could be generated for this pattern"
     except Exception as e:  # a bug of the harness or of an op's sampler: a verdict for this rule, not a crash
@@ -559,7 +731,7 @@ def check_rule(
         blame = "a bug of gawee's harness: please report it" if ours else "raised outside gawee (a helper?)"
         result.error = f"checking this rule raised {type(e).__name__}: {e} (at {where}; {blame})"
     if solver and result.counterexample is None and not result.error:
-        result.proof = _prove(rule, drawn)
+        result.proof = _prove(rule, result, scoped, drawn)
         if result.proof.counterexample is not None:
             result.counterexample = result.proof.counterexample
     result.seconds = time.perf_counter() - t0

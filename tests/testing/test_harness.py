@@ -86,14 +86,15 @@ def test_draws_do_not_depend_on_the_modules_the_process_imported(tmp_path, monke
 
 def test_guard_coverage_and_necessity_are_reported():
     rules = gawee.load_rules_text(
-        "rule rare: y: relu(x) where x.rank == 4 and x.shape[0] == 3 and x.shape[1] == 3 and x.shape[2] == 3 "
-        "and x.shape[3] == 3 => y\n"
+        "rule rare: y: relu(x) where x.numel == 81 => y\n"
         "rule needed: y: reshape(x, shape=_) where y.shape == x.shape => x\n"
         "rule vacuous: y: relu(x) where x.rank >= 0 and x.rank < 100 => relu(relu(x))\n",
         "cov.rules",
     )
-    rare, needed, vacuous = (check_rule(r, 100) for r in rules.rules)
-    assert rare.verdict in ("untested", "weak") and rare.hit_rate < 0.05
+    rare, needed, vacuous = (check_rule(r, 100, scope_budget=0) for r in rules.rules)
+    assert rare.verdict in ("untested", "weak") and rare.hit_rate < 0.05  # random draws alone
+    solved = gawee.load_rules_text("rule r: relu(x) where x.rank == 4 and x.shape[1] == 3 => relu(x)\n", "s.rules")
+    assert check_rule(solved.rules[0], 20, scope_budget=0).hit_rate > 0.5  # a guard on dims: solved, not hoped for
     assert needed.guard_verdict == "needed" and needed.guard_needed > 0
     assert vacuous.guard_verdict == "always true"
 
@@ -106,7 +107,7 @@ def test_check_cli_exit_codes(capsys):
         main(["check", str(DATA / "unsound" / "algebra.rules"), "--examples", "100", "--rule", "cast_any_dtype"]) == 1
     )
     out = capsys.readouterr().out
-    assert "cast_any_dtype" in out and "is unsound" in out and "f16" in out
+    assert "cast_any_dtype" in out and "is unsound" in out and re.search(r"\b(f16|bf16|f32|f64|i\d+|u8)\b", out)
     assert main(["check", str(DATA / "nope.rules")]) == 2
     assert "no such rules file" in capsys.readouterr().err
 

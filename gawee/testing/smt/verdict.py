@@ -23,7 +23,7 @@ RULE_RLIMIT = 5 * RLIMIT
 """z3's resource budget for all the queries of one rule (deterministic, like RLIMIT); instances left
 when it is spent are not decided, and the rule is not proven."""
 
-NO_SCOPE = "no small-scope enumeration available"
+NO_SCOPE = "no level of the small scope enumerated completely"
 
 
 @dataclass
@@ -67,7 +67,7 @@ class RuleProof:
             return f"solver budget spent after {self.instances} instances"
         if self.instances == 0:
             return "no instance to prove"
-        return f"{NO_SCOPE} (the solver proved all {self.instances} drawn instances)"
+        return f"{NO_SCOPE} (the solver proved all {self.instances} instances it was given)"
 
     def summary(self) -> str:
         """One cell's worth: "proven ≤ rank 4, dims ≤ 3, 120 instances" or why not."""
