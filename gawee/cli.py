@@ -420,7 +420,7 @@ def _solver_cell(r) -> str:
     if r.proof is None:
         return "-"
     if r.proof.complete:
-        return f"proven ≤ {r.proof.bound} ({r.proof.instances})"
+        return f"proven within {r.proof.bound} ({r.proof.instances})"
     if r.proof.counterexample is not None:
         return "refuted"
     return f"{r.proof.proven}/{r.proof.instances} instances"

@@ -13,8 +13,9 @@ constant seeds, float attributes) are not enumerated: they come from a generator
 The bound is a ladder of levels (LEVELS): level k admits ranks up to ``rank`` and sizes, attribute
 integers and dim indices up to ``size`` (plus the sizes and ranks the guard names, `x.shape[1] >= 5`
 adds 5 and 6), every dtype in DTYPES (or those the guard asks for). Levels are enumerated in order;
-an instance seen at a lower level is not enumerated again. Each level gets an equal share of the
-budget left (a level that needs less leaves the rest to the next). Within a level the tree is walked
+an instance seen at a lower level is not enumerated again. Each level may take what is left of the
+budget but RESERVE instances for each level after it (a level that needs less leaves the rest to the
+next): the small levels complete where the budget allows, which is what a *proven* verdict needs. Within a level the tree is walked
 in a pseudo-random order without replacement (each walk picks among the options whose subtrees still
 hold unvisited leaves, the first and last ones likelier: boundary values), so an enumeration cut short
 by the instance budget is a spread-out sample of that level, not the corner of it a depth-first walk
@@ -56,8 +57,14 @@ LEVELS = (Bound(1, 1), Bound(2, 2), Bound(4, 3))
 DTYPES = (DType.f32, DType.f16, DType.bf16, DType.f64, DType.i32, DType.i64, DType.i8, DType.u8)
 """The example dtypes enumerated (free operands take it; an op that refuses it prunes the walk)."""
 
-BUDGET = 48
+BUDGET = 80
 """Instances enumerated per rule at most (a guard-true, runnable instance counts; pruned walks do not)."""
+
+RESERVE = 16
+"""Instances of the budget kept for each level above the one being enumerated: a level may take all the
+rest (so that the first levels complete, and the solver can prove the rule within them), but a level too
+big for the budget does not starve the larger sizes of the next ones (where a window first fits, a sum
+first overflows)."""
 
 WORK = 12
 """Walks per instance of the budget at most (pruned walks included): the enumeration of a rule whose
@@ -324,9 +331,7 @@ def enumerate_scope(rule: Rule, scope: Scope) -> Iterator[Instance]:
     levels = LEVELS[: scope.levels]
     complete = True
     for level, bound in enumerate(levels):
-        # each level gets an equal share of what is left, so that a level too big for the budget does
-        # not starve the larger sizes of the next ones (where a window first fits, a sum first overflows)
-        share = (scope.budget - rep.instances) // (len(levels) - level)
+        share = scope.budget - rep.instances - RESERVE * (len(levels) - level - 1)
         walks = share * WORK
         root = _Node()
         rng = random.Random(f"{rule.name}/{level}")

@@ -65,8 +65,9 @@ def test_a_guard_on_sizes_and_ranks_is_satisfied_by_construction():
 
 def test_a_conv_fed_by_a_mul_is_checked_like_any_rule():
     rule = _rule(
-        "rule conv_mul_self: conv2d(mul(x, c), w, b, ...attrs) where const(c) => conv2d(mul(x, c), w, b, ...attrs)"
-    )
+        "rule conv_mul_negneg: conv2d(mul(x, c), w, b, ...attrs) where const(c)"
+        " => conv2d(neg(neg(mul(x, c))), w, b, ...attrs)"
+    )  # (the rule rebuilt its own pattern, which never fires now: a rewrite that changes nothing)
     result = check_rule(rule, examples=20)
     assert result.verdict == "sound" and not result.error
     assert result.scope_instances and result.extent.kernel >= 1

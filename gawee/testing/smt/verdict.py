@@ -70,9 +70,9 @@ class RuleProof:
         return f"{NO_SCOPE} (the solver proved all {self.instances} instances it was given)"
 
     def summary(self) -> str:
-        """One cell's worth: "proven ≤ rank 4, dims ≤ 3, 120 instances" or why not."""
+        """One cell's worth: "proven within rank <= 1, dims <= 1, 80 instances" or why not."""
         if self.complete:
-            return f"proven ≤ {self.bound}, {self.instances} instances"
+            return f"proven within {self.bound}, {self.instances} instances"
         if self.counterexample is not None:
             return "refuted by the solver"
         return self.why_not
