@@ -12,16 +12,16 @@ constant seeds, float attributes) are not enumerated: they come from a generator
 
 The bound is a ladder of levels (LEVELS): level k admits ranks up to ``rank`` and sizes, attribute
 integers and dim indices up to ``size`` (plus the sizes and ranks the guard names, `x.shape[1] >= 5`
-adds 5 and 6), every dtype in DTYPES (or those the guard asks for). Levels are enumerated in order;
-an instance seen at a lower level is not enumerated again. Each level may take what is left of the
-budget but RESERVE instances for each level after it (a level that needs less leaves the rest to the
-next): the small levels complete where the budget allows, which is what a *proven* verdict needs. Within a level the tree is walked
-in a pseudo-random order without replacement (each walk picks among the options whose subtrees still
-hold unvisited leaves, the first and last ones likelier: boundary values), so an enumeration cut short
-by the instance budget is a spread-out sample of that level, not the corner of it a depth-first walk
-would reach. The enumeration depends on the rule alone, never on the harness's seed: a counterexample
-within the bound is found on every seed. ``Enumeration.covered`` is the highest level visited
-completely; ``truncated`` says whether the budget cut a level short.
+adds 5 and 6), every dtype in DTYPES (or those the guard asks for). Levels are enumerated in order; an
+instance seen at a lower level is not enumerated again. Each level may take what is left of the budget
+but RESERVE instances for each level after it (a level that needs less leaves the rest to the next): the
+small levels complete where the budget allows, which is what a *proven* verdict needs. Within a level
+the tree is walked in a pseudo-random order without replacement (each walk picks among the options whose
+subtrees still hold unvisited leaves, the first and last ones likelier: boundary values), so an
+enumeration cut short by the instance budget is a spread-out sample of that level, not the corner of it
+a depth-first walk would reach. The enumeration depends on the rule alone, never on the harness's seed:
+a counterexample within the bound is found on every seed. ``Enumeration.covered`` is the highest level
+visited completely; ``truncated`` says whether the budget cut a level short.
 """
 
 from __future__ import annotations
