@@ -228,7 +228,8 @@ class Executor:
             return y
         op, act_attrs = act_as_op(act, params)
         act_attrs = {**get_op(op).complete_attrs(act_attrs)}
-        return self.elementwise(op, act_attrs, [y], [y_c], tuple(y_c.shape), y.dtype)
+        # the activation's result type is the node's: tanh of an integer convolution is float
+        return self.elementwise(op, act_attrs, [y], [y_c], tuple(y_c.shape), node.outputs[0].type.dtype)
 
     def opaque(self, op: str, attrs: dict, ins: list, concrete: list, observed_outs: list, pure: bool) -> list:
         if all(t is None or t.concrete for t in ins) and pure:
