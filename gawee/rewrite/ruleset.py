@@ -166,10 +166,13 @@ def _number(phases: list[Phase]) -> RuleSet:
 
 
 def _comment_above(lines: list[str], line: int) -> str:
+    """The comment block right above line ``line`` (1-based), its lines joined by spaces."""
     i = line - 2
-    if 0 <= i < len(lines) and lines[i].strip().startswith("#"):
-        return lines[i].strip().lstrip("#").strip()
-    return ""
+    block: list[str] = []
+    while 0 <= i < len(lines) and lines[i].strip().startswith("#"):
+        block.append(lines[i].strip().lstrip("#").strip())
+        i -= 1
+    return " ".join(reversed(block))
 
 
 def default_rules() -> RuleSet:

@@ -276,9 +276,11 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
             h.positive.update(names)
         elif e.func == "all_zero":
             h.zeros.update(names)
-        elif e.func == "finite":
+        elif e.func == "finite":  # a guard's finite() asks a constant
+            h.const.update(names)
             h.finite.update(names)
         elif e.func == "reassociable":
+            h.const.update(names)
             h.finite.update(names)
             h.small.update(names)
         elif e.func == "all_equal" and len(names) == 1 and _number(e.args[1].value) is not None:

@@ -39,9 +39,9 @@ def test_layout_is_a_string_field():
 def test_the_harness_draws_both_layouts_when_a_guard_reads_them(wanted):
     rule = load_rules_text(
         f"""
-# relu(x), x {wanted} -> relu(x) (a no-op rewrite: what matters is which layouts are drawn)
+# relu(x), x {wanted} -> relu(relu(x)) (relu is idempotent: what matters is which layouts are drawn)
 rule r:
-    relu(x) where x.layout == "{wanted}" and x.rank == 4 => relu(x)
+    relu(x) where x.layout == "{wanted}" and x.rank == 4 => relu(relu(x))
 """
     ).rules[0]
     seen = []

@@ -59,7 +59,7 @@ def test_an_output_root_matches_only_its_output():
 @pytest.mark.parametrize("rule", load_rules_text(PIECE).rules, ids=lambda r: r.name)
 def test_output_roots_are_checked_by_the_harness(rule):
     result = check_rule(rule, examples=40)
-    assert result.verdict == "sound" and result.fired > 0
+    assert result.verdict in ("proven", "sound") and result.fired > 0
 
 
 def test_the_harness_catches_an_unsound_output_root(monkeypatch):
