@@ -256,7 +256,10 @@ def test_negative_and_literal_attributes_are_generated(text):
     the harness draws instances for it: the identity rule matches them, not refused or crashed (it never
     fires: a replacement that rebuilds what it matched is not applied)."""
     result = check_rule(gawee.load_rules_text(text, "attrs.rules").rules[0], 30)
-    assert result.guard_hits >= 10 and not result.error and result.counterexample is None, (result.verdict, result.error)
+    assert result.guard_hits >= 10 and not result.error and result.counterexample is None, (
+        result.verdict,
+        result.error,
+    )
 
 
 def test_every_sampler_draws_or_rejects():
