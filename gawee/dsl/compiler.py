@@ -77,6 +77,10 @@ class Rule:
     """`assume ...`: facts about runtime values the rule is sound under."""
     warnings: list[RuleWarning] = field(default_factory=list)
     """Load-time warnings (e.g. a variable bound and never used)."""
+    match_fns: list[Callable] | None = field(default=None, repr=False)
+    """The generated matchers of the roots, in order (gawee.dsl.codegen); None until installed."""
+    code: str | None = field(default=None, repr=False)
+    """Their Python source."""
 
     @property
     def location(self) -> str:
@@ -530,6 +534,7 @@ class _PatternCompiler:
             rest,
             commutative=opdef.has_trait("commutative"),
             variadic_from=variadic_from,
+            span=p.span,
         )
 
     def _any_op(self, p: A.POp) -> OpM:
@@ -546,7 +551,7 @@ class _PatternCompiler:
                 slots.append(self.value(arg.pattern))
         if rest is False:
             raise RuleError("`_(...)` needs `...` (its operands are unknown)", span=p.span)
-        return OpM(None, slots, [f"operand{i}" for i in range(len(slots))], {}, {}, rest, variadic_from=0)
+        return OpM(None, slots, [f"operand{i}" for i in range(len(slots))], {}, {}, rest, variadic_from=0, span=p.span)
 
     def attr(self, p: A.Pattern, kind: K.Kind, name: str, op: str) -> AttrMatcher:
         if isinstance(p, A.PVar):

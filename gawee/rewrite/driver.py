@@ -17,6 +17,7 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from gawee.dsl.codegen import match_functions
 from gawee.dsl.compiler import Rule
 from gawee.dsl.library import GuardFailed
 from gawee.dsl.matcher import MatchContext
@@ -315,6 +316,9 @@ def match_roots(rule: Rule, node: Node, env: dict, mctx: MatchContext) -> Iterat
     the users of the values bound so far (roots share operands), in graph order, distinct from every node
     matched already."""
     graph = node.graph
+    fns = match_functions(rule)
+    if not fns:  # no generated code for this rule: its pattern is interpreted
+        fns = [lambda v, env, ctx, m=m: m.match(v, env, ctx, 0) for m in (rule.matcher, *rule.extra_roots)]
 
     def extra(k: int, roots: list[Node]) -> Iterator[list[Node]]:
         if k == len(rule.extra_roots):
@@ -330,10 +334,14 @@ def match_roots(rule: Rule, node: Node, env: dict, mctx: MatchContext) -> Iterat
             if id(user) not in taken and (m.op is None or user.op == m.op) and len(user.outputs) == 1
         }
         for user in sorted(candidates.values(), key=graph.position):
-            for _ in m.match(user.outputs[0], env, mctx, 0):
+            for _ in fns[k + 1](user.outputs[0], env, mctx):
                 yield from extra(k + 1, [*roots, user])
 
-    for _ in rule.matcher.match(node.outputs[0], env, mctx, 0):
+    if not rule.extra_roots:
+        for _ in fns[0](node.outputs[0], env, mctx):
+            yield [node]
+        return
+    for _ in fns[0](node.outputs[0], env, mctx):
         yield from extra(0, [node])
 
 
