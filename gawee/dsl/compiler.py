@@ -80,7 +80,7 @@ class Rule:
     match_fns: list[Callable] | None = field(default=None, repr=False)
     """The generated matchers of the roots, in order (gawee.dsl.codegen); None until installed."""
     code: str | None = field(default=None, repr=False)
-    """Their Python source."""
+    """Their Python source ("": the generator has no code for this rule; None: not generated yet)."""
 
     @property
     def location(self) -> str:

@@ -310,13 +310,16 @@ def fire(graph: Graph, rule: Rule, node: Node, *, use_guard: bool = True) -> boo
     return rewriter._try(rule, node, rule.phase, use_guard=use_guard)
 
 
-def match_roots(rule: Rule, node: Node, env: dict, mctx: MatchContext) -> Iterator[list[Node]]:
+def match_roots(
+    rule: Rule, node: Node, env: dict, mctx: MatchContext, *, interpreted: bool = False
+) -> Iterator[list[Node]]:
     """Every match of ``rule`` with its first root at ``node``: yields the root nodes, in pattern order,
     with ``env`` bound (valid until the next item). A rule with several roots finds each later root among
     the users of the values bound so far (roots share operands), in graph order, distinct from every node
-    matched already."""
+    matched already. The rule's generated matchers (gawee.dsl.codegen) do the matching; ``interpreted``
+    (or a rule with no generated code) walks its pattern tree instead, as ``explain`` does."""
     graph = node.graph
-    fns = match_functions(rule)
+    fns = [] if interpreted else match_functions(rule)
     if not fns:  # no generated code for this rule: its pattern is interpreted
         fns = [lambda v, env, ctx, m=m: m.match(v, env, ctx, 0) for m in (rule.matcher, *rule.extra_roots)]
 
