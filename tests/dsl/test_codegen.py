@@ -139,3 +139,11 @@ def test_rewrite_through_generated_code_equals_interpreted(resnet18):
         r.code, r.match_fns = "", []
     _, want = rewrite(resnet18[0], plain, trace=True)
     assert [f.as_dict() for f in report.trace] == [f.as_dict() for f in want.trace]
+
+
+def test_nothing_from_a_rule_file_or_its_name_becomes_code():
+    name = "evil\nraise SystemExit('ran')\n.rules"
+    text = "# a comment\rraise SystemExit('ran')\nrule rr: relu(relu(x)) => relu(x)\n"
+    rule = load_rules_text(text, name=name).rules[0]
+    codegen.match_functions(rule)  # compiles and runs the module: nothing raised
+    assert not any(line.lstrip().startswith("raise") for line in rule.code.splitlines())
