@@ -147,3 +147,14 @@ def test_nothing_from_a_rule_file_or_its_name_becomes_code():
     rule = load_rules_text(text, name=name).rules[0]
     codegen.match_functions(rule)  # compiles and runs the module: nothing raised
     assert not any(line.lstrip().startswith("raise") for line in rule.code.splitlines())
+
+
+def test_show_rule_prints_the_rule_and_its_generated_code(capsys):
+    from gawee.cli import main
+
+    assert main(["show-rule", "fuse_conv_relu", "--code"]) == 0
+    out = capsys.readouterr().out
+    assert "rule fuse_conv_relu:" in out and "conv2d(x, w, b, act=none, ...attrs) |> relu()" in out
+    assert "def _r" in out and "n1.op != 'relu'" in out and "# rules/3-fuse.rules:12:" in out
+    assert main(["show-rule", "fuse_conv_relu"]) == 0 and "def _r" not in capsys.readouterr().out
+    assert main(["show-rule", "no_such_rule"]) == 2
