@@ -302,6 +302,8 @@ def _typed(v: Any) -> Any:
     t = type(v)
     if t is int or t is str or t is bool or v is None:  # the common cases first
         return (t, v)
+    if t is tuple and all(type(x) is int for x in v):  # ints only: no element to tell apart (stride=(1, 1))
+        return (t, v)
     if isinstance(v, (tuple, list)):
         return (t, tuple([_typed(x) for x in v]))
     if isinstance(v, float):
