@@ -123,6 +123,9 @@ def test_the_cached_source_is_used_and_a_stale_one_never(tmp_path, monkeypatch):
     monkeypatch.setattr(codegen, "generator_digest", lambda: "another generator")
     assert code_cache.key(again, text, "t.rules") != entry.stem
     monkeypatch.undo()
+    monkeypatch.setattr(code_cache, "registry_digest", lambda: "an op's defaults changed")
+    assert code_cache.key(again, text, "t.rules") != entry.stem
+    monkeypatch.undo()
     # an entry that does not split into the rules it was made for is regenerated
     entry.write_text("garbage")
     fresh = load_rules_text(text, name="t.rules").rules
