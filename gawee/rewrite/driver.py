@@ -11,7 +11,9 @@ the rules that keep firing.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -403,7 +405,25 @@ def rewrite(
     rewrite (verification uses it to find the firing after which a value first differs).
     """
     rules = default_rules() if rules is None else rules
-    work = graph.clone()
-    with torch_threads(1):
+    with torch_threads(1), _old_objects_frozen():
+        work = graph.clone()
         report = Rewriter(work, rules, trace=trace, check=check, max_firings=max_firings).run()
     return work, report
+
+
+@contextlib.contextmanager
+def _old_objects_frozen() -> Iterator[None]:
+    """Keep the cyclic garbage collector off the objects that exist before a rewrite (the graph, the
+    rules, the caller's heap: ``gc.freeze``) while it copies the graph and rewrites the copy: a full
+    collection, which a rewrite's allocations trigger again and again, then walks only what the rewrite
+    made — on graphs of thousands of nodes the walks were a fifth of the time. Cyclic garbage among the
+    old objects is collected once they are unfrozen, after. Left alone when the collector is off or a
+    caller froze objects itself (unfreezing would undo that)."""
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
