@@ -46,6 +46,7 @@ from gawee.dsl.matcher import (
     OpM,
     ValueMatcher,
     VarM,
+    _int_data,
     canonical_equal,
     data_equal,
     literal_matches,
@@ -275,12 +276,6 @@ def _literal_attr(expr: str, value: Any, name: str, node: str, root: _Root) -> s
     if not _int_data(value):
         return plain  # canonical_equal is False for anything but integer data
     return f"({plain} or _canonical_equal({root.const(value)}, {expr}, {name!r}, {node}))"
-
-
-def _int_data(x: Any) -> bool:
-    return (isinstance(x, int) and not isinstance(x, bool)) or (
-        isinstance(x, (list, tuple)) and bool(x) and all(_int_data(v) for v in x)
-    )
 
 
 # -- scheduling and emitting ------------------------------------------------------------
