@@ -154,6 +154,19 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--after", action="store_true", help="explain NODE in the optimized graph instead")
     exp.set_defaults(func=cmd_explain)
 
+    rule = sub.add_parser(
+        "show-rule",
+        help="print a rule as written and, with --code, the matcher generated for it",
+        description="Print rule NAME (every spelling its alternatives make) from the rules given, "
+        "and with --code the Python each pattern was compiled to (gawee.dsl.codegen).",
+    )
+    rule.add_argument("name", metavar="NAME", help="the rule's name (e.g. fuse_conv_relu)")
+    rule.add_argument(
+        "--rules", action="append", metavar="FILE_OR_DIR", help="rule files or directories (default: the bundled rules)"
+    )
+    rule.add_argument("--code", action="store_true", help="also print the generated matcher")
+    rule.set_defaults(func=cmd_show_rule)
+
     chk = sub.add_parser(
         "check",
         help="prove rules sound on random instances (the soundness harness)",
@@ -424,6 +437,27 @@ def _solver_cell(r) -> str:
     if r.proof.counterexample is not None:
         return "refuted"
     return f"{r.proof.proven}/{r.proof.instances} instances"
+
+
+def cmd_show_rule(args, console: Console) -> int:
+    from gawee.dsl.codegen import match_functions
+    from gawee.rewrite.ruleset import default_rules, load_rules
+
+    rules = load_rules(*args.rules) if args.rules else default_rules()
+    found = [r for r in rules.rules if r.name == args.name]
+    if not found:
+        raise GaweeError(f"no rule named {args.name!r}", hint="`gawee-rewrite show-rule NAME` takes a rule's name")
+    first = found[0]
+    console.print(f"# {first.location}" + (f"  {first.comment}" if first.comment else ""), markup=False)
+    span = first.span
+    if span.text is not None and span.end_line is not None:
+        console.print("\n".join(span.text.splitlines()[span.line - 1 : span.end_line]), markup=False)
+    if args.code:
+        for r in found:
+            match_functions(r)
+            console.print(f"\n# {r.label}: generated matcher", markup=False)
+            console.print(r.code or "# no generated code: the pattern is interpreted", markup=False)
+    return EXIT_OK
 
 
 def cmd_check(args, console: Console) -> int:

@@ -77,6 +77,10 @@ class Rule:
     """`assume ...`: facts about runtime values the rule is sound under."""
     warnings: list[RuleWarning] = field(default_factory=list)
     """Load-time warnings (e.g. a variable bound and never used)."""
+    match_fns: list[Callable] | None = field(default=None, repr=False)
+    """The generated matchers of the roots, in order (gawee.dsl.codegen); None until installed."""
+    code: str | None = field(default=None, repr=False)
+    """Their Python source ("": the generator has no code for this rule; None: not generated yet)."""
 
     @property
     def root_output(self) -> int | None:
@@ -568,6 +572,7 @@ class _PatternCompiler:
             rest,
             commutative=opdef.has_trait("commutative"),
             variadic_from=variadic_from,
+            span=p.span,
         )
 
     def _any_op(self, p: A.POp) -> OpM:
@@ -584,7 +589,7 @@ class _PatternCompiler:
                 slots.append(self.value(arg.pattern))
         if rest is False:
             raise RuleError("`_(...)` needs `...` (its operands are unknown)", span=p.span)
-        return OpM(None, slots, [f"operand{i}" for i in range(len(slots))], {}, {}, rest, variadic_from=0)
+        return OpM(None, slots, [f"operand{i}" for i in range(len(slots))], {}, {}, rest, variadic_from=0, span=p.span)
 
     def attr(self, p: A.Pattern, kind: K.Kind, name: str, op: str) -> AttrMatcher:
         if isinstance(p, A.PVar) and p.name in DTYPE_NAMES:  # `cast(x, dtype=i64)`: a dtype literal

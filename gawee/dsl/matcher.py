@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from gawee.errors import SourceSpan
 from gawee.ir.core import Node, Value
 
 Env = dict[str, Any]
@@ -126,12 +127,20 @@ class LitM(ValueMatcher):
         if v is None or not v.has_known_data:
             ctx.fail(depth, lambda: f"expected the constant {self.value!r}, found {_ref(v)} (not a known constant)")
             return
-        data = v.data
-        same = torch.isnan(data) if _is_nan(self.value) and data.is_floating_point() else data == self.value
-        if data.numel() == 0 or not bool(same.all()):
+        if not literal_matches(v, self.value):
             ctx.fail(depth, lambda: f"expected the constant {self.value!r}, found %{v.name} with other values")
             return
         yield
+
+
+def literal_matches(v: Value | None, value: Any) -> bool:
+    """Whether ``v`` is a known constant, not empty, whose elements all equal the number ``value``
+    (a ``nan`` literal matches nans)."""
+    if v is None or not v.has_known_data:
+        return False
+    data = v.data
+    same = torch.isnan(data) if _is_nan(value) and data.is_floating_point() else data == value
+    return data.numel() != 0 and bool(same.all())
 
 
 @dataclass
@@ -170,6 +179,8 @@ class OpM(ValueMatcher):
     """Allow multi-output producers (whole-node rules)."""
     output: int | None = None
     """`split(...)[i]`: the value must be output ``i`` of its node (negative counts from the end)."""
+    span: SourceSpan | None = field(default=None, repr=False, compare=False)
+    """Where the pattern is written (comments of the generated matcher)."""
 
     def _match(self, v, env, ctx, depth):
         if v is None:
@@ -270,16 +281,26 @@ class OpM(ValueMatcher):
         ctx.nodes.pop()
 
     def _rest_record(self, node: Node) -> RestRecord:
-        mentioned_attrs = set(self.attrs)
-        n_fixed = self.variadic_from if self.variadic_from is not None else len(node.inputs)
-        operands = {
-            self.operand_names[i]: node.inputs[i]
-            for i in range(n_fixed)
-            if i >= len(self.operands) or self.operands[i] is None
-        }
-        variadic = tuple(node.inputs[len(self.operands) :]) if self.variadic_from is not None else ()
-        attrs = {k: v for k, v in node.attrs.items() if k not in mentioned_attrs}
-        return RestRecord(node.op, operands, attrs, variadic)
+        free = tuple(i for i, m in enumerate(self.operands) if m is None)
+        names = tuple(self.operand_names)
+        return rest_record(node, names, len(self.operands), free, tuple(self.attrs), self.variadic_from)
+
+
+def rest_record(
+    node: Node,
+    operand_names: tuple[str, ...],
+    n_operands: int,
+    free: tuple[int, ...],
+    mentioned: tuple[str, ...],
+    variadic_from: int | None,
+) -> RestRecord:
+    """What `...name` binds at ``node``: the operands in slots the pattern left free (``free``, or past its
+    ``n_operands``), the variadic tail, and the attributes it did not mention."""
+    n_fixed = variadic_from if variadic_from is not None else len(node.inputs)
+    operands = {operand_names[i]: node.inputs[i] for i in range(n_fixed) if i >= n_operands or i in free}
+    variadic = tuple(node.inputs[n_operands:]) if variadic_from is not None else ()
+    attrs = {k: v for k, v in node.attrs.items() if k not in mentioned}
+    return RestRecord(node.op, operands, attrs, variadic)
 
 
 def _chain(steps: list[Callable[[], Iterator[None]]], i: int) -> Iterator[None]:

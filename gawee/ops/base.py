@@ -216,7 +216,25 @@ class OpDef:
         return out
 
     def prepare_attrs(self, attrs: Mapping[str, Any], in_types: TypeList, where: str = "") -> dict[str, Any]:
-        """``complete_attrs`` then the op's canonicalization (which may need operand types)."""
+        """``complete_attrs`` then the op's canonicalization (which may need operand types). Both are functions
+        of the attributes and operand types alone, so a prepared result is kept per op, attributes (told apart
+        as ``infer_types``' cache does) and operand types; failures are not kept (their message names
+        ``where``). Returns a fresh dict."""
+        try:
+            key = (self.name, _typed(tuple(attrs.items())), tuple(in_types))
+            cached = _PREPARED.get(key)
+        except TypeError:  # an unhashable attribute value
+            key, cached = None, None
+        if cached is not None:
+            return dict(cached)
+        out = self._prepare(attrs, in_types, where)
+        if key is not None:
+            if len(_PREPARED) > 65536:
+                _PREPARED.clear()
+            _PREPARED[key] = dict(out)
+        return out
+
+    def _prepare(self, attrs: Mapping[str, Any], in_types: TypeList, where: str) -> dict[str, Any]:
         from gawee.ir.core import freeze_attrs
 
         out = self.complete_attrs(attrs, where)
@@ -276,6 +294,8 @@ class OpDef:
 
 
 _INFER_CACHE: dict[Any, tuple[TensorType, ...]] = {}
+_PREPARED: dict[Any, dict[str, Any]] = {}
+"""(op, attributes, operand types) -> prepared attributes (``OpDef.prepare_attrs``)."""
 
 
 def _typed(v: Any) -> Any:
@@ -283,6 +303,8 @@ def _typed(v: Any) -> Any:
     integer result, a float one promotes it), 0.0 and -0.0, a list and a tuple."""
     t = type(v)
     if t is int or t is str or t is bool or v is None:  # the common cases first
+        return (t, v)
+    if t is tuple and all(type(x) is int for x in v):  # ints only: no element to tell apart (stride=(1, 1))
         return (t, v)
     if isinstance(v, (tuple, list)):
         return (t, tuple([_typed(x) for x in v]))

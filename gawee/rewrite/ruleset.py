@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gawee.dsl.ast_cache import parse_rules_cached
+from gawee.dsl.code_cache import attach_cached
 from gawee.dsl.compiler import Rule, compile_rule
 from gawee.dsl.library import BUILTINS, Helper, helper_builtin
 from gawee.dsl.parser import parse_rules
@@ -134,8 +135,9 @@ def load_rules_text(
 
 
 def load_phase(text: str, file: str, name: str, helpers, keep: bool = False) -> Phase:
-    """One phase from rule text; ``keep``: the text is a file's, whose parsed form is kept on disk
-    between processes (gawee.dsl.ast_cache) — not done for texts given directly, which are rarely loaded twice."""
+    """One phase from rule text; ``keep``: the text is a file's, whose parsed form and generated matchers are
+    kept on disk between processes (gawee.dsl.ast_cache, gawee.dsl.code_cache) — not done for texts given
+    directly, which are rarely loaded twice (their matchers are generated on first use)."""
     asts = parse_rules_cached(text, file) if keep else parse_rules(text, file)
     lines = text.splitlines()
     rules = []
@@ -145,6 +147,8 @@ def load_phase(text: str, file: str, name: str, helpers, keep: bool = False) -> 
             rules.append(rule)
             for w in rule.warnings:
                 log.warning("%s", w)
+    if keep:
+        attach_cached(rules, text, file)
     return Phase(name, rules)
 
 

@@ -1,0 +1,74 @@
+"""Generated matcher source kept between processes, beside the parsed rule files of gawee.dsl.ast_cache.
+
+What :func:`gawee.dsl.codegen.module_source` makes of a file's rules depends on the file's text and
+name (the rules, their spans and comments), on the compiled patterns — which the compiler's code and the
+op registry shape (operand names, attribute defaults, commutativity) — and on the generator's code. An
+entry is named by a sha256 of all of them — the text and name, the registry as registered when the file
+is loaded, the parser's, compiler's and generator's code and gawee's version — so a changed file, op or
+generator is a different entry and a stale one is never read.
+
+Trust: an entry is Python source, compiled and run when a rule is first tried, so the cache directory
+must be the user's own (``$XDG_CACHE_HOME/gawee``, as for the parsed files). The source is what gawee
+generated from rule text the user loaded; it is read as text and split per rule (never unpickled),
+and an entry that does not split into the rules it was made for is ignored and written anew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from functools import cache
+from pathlib import Path
+
+from gawee.dsl import ast_cache, codegen
+from gawee.dsl.compiler import Rule
+from gawee.ops import all_ops
+from gawee.resources import VERSION
+
+
+@cache
+def _compiler_digest() -> str:
+    """The code that turns rule text into compiled patterns, besides the generator: the compiler and the
+    parsed-rules cache's digest (grammar, parser, AST)."""
+    from gawee.dsl import compiler, kinds
+
+    h = hashlib.sha256(ast_cache._code_digest().encode())
+    for path in (Path(compiler.__file__), Path(kinds.__file__)):
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def registry_digest() -> str:
+    """What a compiled pattern takes from the op registry, for every op registered now: operand names and
+    kinds, attributes and their defaults, traits (commutativity)."""
+    h = hashlib.sha256()
+    for name, op in sorted(all_ops().items()):
+        operands = [(o.name, o.optional, o.variadic) for o in op.operands]
+        attrs = [(a.name, a.kind, repr(a.default)) for a in op.attrs]
+        h.update(repr((name, operands, attrs, sorted(op.traits))).encode())
+    return h.hexdigest()
+
+
+def key(rules: list[Rule], text: str, file: str) -> str:
+    """The entry's name for the generated source of ``rules``, compiled from ``text`` read from ``file``:
+    a sha256 of the text and name, the registry, the compiler's and the generator's code and gawee's version."""
+    parts = (VERSION, codegen.generator_digest(), _compiler_digest(), registry_digest(), str(len(rules)), file)
+    h = hashlib.sha256("\n".join(parts).encode() + b"\0" + text.encode())
+    return h.hexdigest()[:32]
+
+
+def attach_cached(rules: list[Rule], text: str, file: str, where: Path | None = None) -> None:
+    """``codegen.attach`` with the source of ``rules`` kept in ``where`` (default: gawee.dsl.ast_cache's
+    directory): read when a valid entry is there, else generated and kept."""
+    path = (where or ast_cache.directory()) / f"{key(rules, text, file)}.py"
+    try:
+        codegen.attach(rules, path.read_text(encoding="utf-8"))
+        return
+    except (OSError, ValueError):
+        pass  # absent, unreadable or not made for these rules: generate again and replace it
+    source = codegen.module_source(rules)
+    codegen.attach(rules, source)
+    from gawee.ir.serialize import _atomic_write
+
+    with contextlib.suppress(OSError):
+        _atomic_write(path, source.encode())
