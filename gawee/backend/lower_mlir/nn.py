@@ -6,17 +6,11 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from gawee.backend.lower_mlir import MLIR
+from gawee.backend.lower_mlir import MLIR, widen
 from gawee.backend.lowering import LOW_FLOATS, masks_a_whole_row, rms_norm_eps
 from gawee.ir.types import DType, TensorType
 from gawee.ops.nn import act_as_op
-
-
-def _up(c, v):
-    """f16/bf16 compute in float32 and round once, as torch's CPU kernels do (see conv_low_precision)."""
-    return c.convert(v, DType.f32) if v is not None and v.dtype in LOW_FLOATS else v
 
 
 def _act_mlir(c, y, act, params=()):
@@ -30,7 +24,7 @@ def _act_mlir(c, y, act, params=()):
 @MLIR.register("conv1d", "conv2d", "conv3d")
 def _conv_mlir(c):
     """stablehlo.convolution (+ bias) (+ residual) (+ the activation's ops): IREE fuses them again."""
-    a, x, out = c.attrs, _up(c, c.x(0)), c.out
+    a, x, out = c.attrs, widen(c, c.x(0)), c.out
     w = c.const(1)
     if w is not None:  # a constant weight goes in spatial-first (HWIO): no transpose left to IREE
         w = c.constant(w.to(x.dtype.torch).permute(*range(2, w.dim()), 1, 0).contiguous())
@@ -55,7 +49,7 @@ def _conv_mlir(c):
 @MLIR.register("conv_transpose2d")
 def _conv_transpose_mlir(c):
     """A convolution of the stride-dilated input with the flipped kernel (in and out channels swapped per group)."""
-    a, x, w, out = c.attrs, _up(c, c.x(0)), c.x(1), c.out
+    a, x, w, out = c.attrs, widen(c, c.x(0)), c.x(1), c.out
     g, (cin, cout_g, *ks) = a["groups"], w.shape
     w = c.convert(w, x.dtype)
     w = c.reshape(c.transpose(c.reshape(w, (g, cin // g, cout_g, *ks)), [0, 2, 1, 3, 4]), (g * cout_g, cin // g, *ks))
@@ -81,7 +75,7 @@ def _conv_transpose_mlir(c):
 
 def _matmul_v(c, a, b, out: TensorType):
     """torch.matmul of two values (1-D operands, broadcast batch dims) as one batched dot_general."""
-    a, b = _up(c, a), c.convert(_up(c, b), _up(c, a).dtype)
+    a, b = widen(c, a), c.convert(widen(c, b), widen(c, a).dtype)
     a2 = a if a.rank > 1 else c.reshape(a, (1, a.shape[0]))
     b2 = b if b.rank > 1 else c.reshape(b, (b.shape[0], 1))
     batch = tuple(torch.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
@@ -93,7 +87,7 @@ def _matmul_v(c, a, b, out: TensorType):
 @MLIR.register("linear")
 def _linear_mlir(c):
     """dot_general contracting the input's last dim with the weight's second (+ bias)."""
-    x, out = _up(c, c.x(0)), c.out
+    x, out = widen(c, c.x(0)), c.out
     y = c.dot_general(x, c.convert(c.x(1), x.dtype), contract=([x.rank - 1], [1]))
     if c.x(2) is not None:
         y = c.add(y, c.convert(c.x(2), y.dtype))
@@ -109,7 +103,7 @@ def _addmm_mlir(c):
     )
     if a["alpha"] != 1:
         prod = c.mul(prod, a["alpha"])
-    base = _up(c, c.x(0))
+    base = widen(c, c.x(0))
     if a["beta"] != 1:
         base = c.mul(base, a["beta"]) if a["beta"] else None
     return c.convert(prod if base is None else c.add(prod, base, prod.dtype), c.out.dtype)
@@ -118,7 +112,7 @@ def _addmm_mlir(c):
 @MLIR.register("batch_norm")
 def _batch_norm_mlir(c):
     """(x - mean) * (rsqrt(var + eps) * weight) + bias, per channel (dim 1)."""
-    x = _up(c, c.x(0))
+    x = widen(c, c.x(0))
     chan = lambda v: c.broadcast_dims(c.convert(v, x.dtype), x.shape, [1])
     scale = c.unary("stablehlo.rsqrt", c.add(c.convert(c.x(4), x.dtype), c.attrs["eps"]))
     if c.x(1) is not None:
@@ -140,7 +134,7 @@ def _normalize(c, x, dims, eps):
 
 @MLIR.register("layer_norm")
 def _layer_norm_mlir(c):
-    x, n = _up(c, c.x(0)), len(c.attrs["normalized_shape"])
+    x, n = widen(c, c.x(0)), len(c.attrs["normalized_shape"])
     y = _normalize(c, x, list(range(x.rank - n, x.rank)), c.attrs["eps"])
     if c.x(1) is not None:
         y = c.mul(y, c.convert(c.x(1), x.dtype))
@@ -151,7 +145,7 @@ def _layer_norm_mlir(c):
 
 @MLIR.register("rms_norm")
 def _rms_norm_mlir(c):
-    x, n = _up(c, c.x(0)), len(c.attrs["normalized_shape"])
+    x, n = widen(c, c.x(0)), len(c.attrs["normalized_shape"])
     dims = list(range(x.rank - n, x.rank))
     ms = c.div(c.reduce(c.mul(x, x), dims, "add", keepdim=True), math.prod(x.shape[d] for d in dims))
     y = c.convert(c.mul(x, c.unary("stablehlo.rsqrt", c.add(ms, rms_norm_eps(c)))), c.out.dtype)
@@ -160,7 +154,7 @@ def _rms_norm_mlir(c):
 
 @MLIR.register("group_norm")
 def _group_norm_mlir(c):
-    x, g = _up(c, c.x(0)), c.attrs["num_groups"]
+    x, g = widen(c, c.x(0)), c.attrs["num_groups"]
     n = x.shape[0]
     y = _normalize(c, c.reshape(x, (n, g, math.prod(x.shape) // (n * g))), [2], c.attrs["eps"])
     y = c.reshape(y, x.shape)
@@ -170,90 +164,9 @@ def _group_norm_mlir(c):
     return c.convert(y, c.out.dtype)
 
 
-def _window_padding(c, nd: int, padding, dilation=None):
-    """(low, high) padding per dim of a pooling window: high grows so that ceil_mode's last window fits."""
-    a, x, out = c.attrs, c.x(0), c.out
-    lead, dilation = x.rank - nd, dilation or (1,) * nd
-    pads = [(0, 0)] * lead
-    for i in range(nd):
-        n, o, k, s, p, d = (
-            x.shape[lead + i],
-            out.shape[lead + i],
-            a["kernel_size"][i],
-            a["stride"][i],
-            padding[i],
-            dilation[i],
-        )
-        pads.append((p, max(p, (o - 1) * s + d * (k - 1) + 1 - n - p)))
-    return lead, pads
-
-
-@MLIR.register("max_pool2d", "max_pool3d")
-def _max_pool_mlir(c):
-    a, x = c.attrs, c.x(0)
-    nd = len(a["kernel_size"])
-    lead, pads = _window_padding(c, nd, a["padding"], a["dilation"])
-    one = [1] * lead
-    return c.reduce_window(
-        x, "max", one + list(a["kernel_size"]), one + list(a["stride"]), pads, one + list(a["dilation"])
-    )
-
-
-@MLIR.register("avg_pool2d", "avg_pool3d")
-def _avg_pool_mlir(c):
-    """Window sums times 1/divisor per output position; the divisors (padding counted or not, ceil-mode
-    windows cut short, divisor_override) come from torch's own pooling of ones, so they match it exactly."""
-    a, x = c.attrs, _up(c, c.x(0))
-    nd = len(a["kernel_size"])
-    lead, pads = _window_padding(c, nd, a["padding"])
-    one = [1] * lead
-    total = c.reduce_window(x, "add", one + list(a["kernel_size"]), one + list(a["stride"]), pads)
-    pool = (F.avg_pool2d, F.avg_pool3d)[nd - 2]
-    ones = torch.ones((1,) * max(lead, 1) + x.shape[lead:], dtype=torch.float64)
-    args = (a["kernel_size"], a["stride"], a["padding"], a["ceil_mode"])
-    avg = pool(ones, *args, a["count_include_pad"], a["divisor_override"])
-    count = pool(ones, *args, False, 1)
-    scale = (avg / count.clamp(min=1)).reshape((1,) * lead + tuple(avg.shape[-nd:]))
-    y = c.mul(total, c.constant(scale.to(x.dtype.torch)))
-    return c.convert(y, c.out.dtype)
-
-
-def _adaptive_pool_mlir(kind: str):
-    """Equal bins: a reduction (output 1) or a window; unequal bins (avg only): one contraction per
-    spatial dim with the matrix of bin weights 1/len over [floor(i*n/o), ceil((i+1)*n/o))."""
-
-    def lower(c):
-        out_size, x = tuple(c.attrs["output_size"]), _up(c, c.x(0)) if kind == "add" else c.x(0)
-        nd = len(out_size)
-        lead, size = x.rank - nd, x.shape[x.rank - nd :]
-        if all(o == 1 for o in out_size):
-            dims = list(range(lead, x.rank))
-            y = c.reduce(x, dims, kind, keepdim=True)
-            y = c.div(y, math.prod(size)) if kind == "add" else y
-        elif all(s % o == 0 for s, o in zip(size, out_size)):
-            k = [1] * lead + [s // o for s, o in zip(size, out_size)]
-            y = c.reduce_window(x, kind, k, k, [(0, 0)] * x.rank)
-            y = c.div(y, math.prod(k)) if kind == "add" else y
-        elif kind == "max":
-            c.fail(f"adaptive max pooling to {list(out_size)} from {list(size)} (unequal bins)")
-        else:
-            y = x
-            for i, (n, o) in enumerate(zip(size, out_size)):
-                m = torch.zeros(o, n, dtype=torch.float64)
-                for j in range(o):
-                    lo, hi = (j * n) // o, -(-((j + 1) * n) // o)
-                    m[j, lo:hi] = 1 / (hi - lo)
-                y = c.dot_general(y, c.constant(m.to(x.dtype.torch)), contract=([lead + i], [1]))
-                perm = [*range(lead + i), y.rank - 1, *range(lead + i, y.rank - 1)]
-                y = c.transpose(y, perm)
-        return c.convert(y, c.out.dtype)
-
-    return lower
-
-
 def _softmax_v(c, x, dim: int, log: bool = False):
     """exp(x - max) / sum, over ``dim`` (float32 for f16/bf16); log: (x - max) - log(sum)."""
-    xf = _up(c, x)
+    xf = widen(c, x)
     z = c.sub(xf, c.reduce(xf, [dim], "max", keepdim=True))
     e = c.unary("stablehlo.exponential", z)
     s = c.reduce(e, [dim], "add", keepdim=True)
@@ -308,7 +221,7 @@ def _einsum_mlir(c):
     eq = c.attrs["equation"].replace(" ", "")
     terms, _, out = eq.partition("->")
     terms = terms.split(",")
-    xs = [_up(c, v) for v in c.xs]
+    xs = [widen(c, v) for v in c.xs]
     if not _ or "." in eq or len(xs) > 2 or len(terms) != len(xs) or any(len(set(t)) != len(t) for t in terms):
         c.fail(f"einsum {c.attrs['equation']!r} (one or two operands, explicit output, no ellipsis or diagonals)")
 
@@ -354,7 +267,7 @@ def _upsample_nearest_mlir(c):
 def _upsample_bilinear_mlir(c):
     """One contraction per spatial dim with the matrix of interpolation weights, taken from torch's
     own kernel applied to one-hot rows (align_corners, scale factors and edge clamping as torch has them)."""
-    x, out, factors = _up(c, c.x(0)), c.out, c.attrs["scale_factors"]
+    x, out, factors = widen(c, c.x(0)), c.out, c.attrs["scale_factors"]
     y = x
     for i in (0, 1):
         dim = x.rank - 2 + i
@@ -398,10 +311,6 @@ def _batch_norm_training_mlir(c):
 MLIR.add("matmul", lambda c: _matmul_v(c, c.x(0), c.x(1), c.out))
 MLIR.add("mm", lambda c: _matmul_v(c, c.x(0), c.x(1), c.out))
 MLIR.add("bmm", lambda c: _matmul_v(c, c.x(0), c.x(1), c.out))
-MLIR.add("adaptive_avg_pool2d", _adaptive_pool_mlir("add"))
-MLIR.add("adaptive_max_pool2d", _adaptive_pool_mlir("max"))
-MLIR.add("adaptive_avg_pool3d", _adaptive_pool_mlir("add"))
-MLIR.add("adaptive_max_pool3d", _adaptive_pool_mlir("max"))
 MLIR.add("softmax", lambda c: _softmax_v(c, c.x(0), c.attrs["dim"] % max(c.x(0).rank, 1)))
 MLIR.add("log_softmax", lambda c: _softmax_v(c, c.x(0), c.attrs["dim"] % max(c.x(0).rank, 1), True))
 MLIR.add("dropout", lambda c: c.x(0) if not (c.attrs["train"] and c.attrs["p"]) else c.fail("dropout in training"))
