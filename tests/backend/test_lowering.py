@@ -3,12 +3,15 @@ lowering, or a lowering taken away, is a choice someone made and not an accident
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gawee.backend.lower_mlir import MLIR
 from gawee.backend.lower_onnx import ONNX
 from gawee.backend.lower_torch import TORCH
 from gawee.backend.lowering import LoweringTable
+from gawee.backend.ops_reference import reference
 from gawee.ops import OPAQUE, all_ops
 
 TABLES = {"torch": TORCH, "onnx": ONNX, "mlir": MLIR}
@@ -51,3 +54,8 @@ def test_an_op_registers_once_per_table():
     table.add("relu", "Relu")
     with pytest.raises(ValueError, match="op 'relu' has two demo lowerings"):
         table.register("relu")(lambda c: c)
+
+
+def test_docs_ops_md_is_current():
+    doc = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
+    assert doc.read_text() == reference(), "regenerate it: python -m gawee.backend.ops_reference > docs/ops.md"
