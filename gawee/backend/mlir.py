@@ -991,8 +991,8 @@ def compile_flags(target_cpu: str = "host", input_type: str = "stablehlo") -> li
 
     ``"host"`` is this machine as IREE's runtime sees it (:func:`host_cpu_features`), not
     ``--iree-llvmcpu-target-cpu=host``: that flag takes LLVM's CPU *name* and the features the name
-    implies, so a virtual machine that hides AVX-512 from an AVX-512 CPU (AMD EPYC reporting
-    znver4, measured) got code tuned for AVX-512 that ran 4× slower than AVX2 code. Any other
+    implies, so a virtual machine that hides AVX-512 from an AVX-512 CPU (its CPU name still the
+    AVX-512 one) got code tuned for AVX-512 that ran several times slower than AVX2 code. Any other
     value is an LLVM CPU name (``"generic"``: portable). im2col
     (``--iree-global-opt-use-im2col-for-convs``) makes convolutions matmuls, IREE's fast path on
     CPU: resnet18 ran 7× faster with it (docs/mlir.md, "Compiling and running"). float64 stays float64

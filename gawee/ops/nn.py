@@ -189,8 +189,8 @@ def conv_low_precision(fn, input, weight, bias, *args):
     """``fn(input, weight, bias, *args)`` (a torch convolution) for every dtype, safe on every CPU.
 
     f16/bf16 on CPU compute in float32 and round once to the input dtype. Why not torch's own
-    low-precision kernels: oneDNN's f16 convolution (torch 2.14.1) segfaults on Sapphire Rapids
-    (AVX-512/AMX) for valid strided/padded/dilated geometries, and its result depends on the ISA;
+    low-precision kernels: oneDNN's f16 convolution (torch 2.14.1) segfaults on AVX-512/AMX CPUs
+    for valid strided/padded/dilated geometries, and its result depends on the ISA;
     the non-oneDNN path (``mkldnn.flags(enabled=False)``, a process-global switch) rounds partial
     sums to f16/bf16: against float64, its f16 conv_transpose2d differed from the correctly rounded
     result in 41% of the elements with 2.6x the max error (tests/ops/test_conv_low_precision.py
