@@ -161,12 +161,12 @@ def verification_fields(v) -> dict:
 
 def unlowered_ops(graph) -> dict[str, int]:
     """The graph's ops with no StableHLO lowering (opaque ATen calls by target), with their counts."""
-    from gawee.ops import OPAQUE, get_op
+    from gawee.backend.lower_mlir import MLIR
+    from gawee.ops import OPAQUE
 
     missing: dict[str, int] = {}
     for node in graph:
-        d = get_op(node.op)
-        key = f"aten:{node.attrs['target']}" if d.name == OPAQUE else node.op if d.mlir is None else None
+        key = f"aten:{node.attrs['target']}" if node.op == OPAQUE else node.op if node.op not in MLIR else None
         if key is not None:
             missing[key] = missing.get(key, 0) + 1
     return missing

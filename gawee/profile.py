@@ -33,9 +33,8 @@ if TYPE_CHECKING:
 def peak_flops(n: int = 1024, repeats: int = 5) -> float:
     """This machine's float32 FLOP/s as the fastest large matrix multiply gawee can call reaches it (torch's
     current threads): torch's own (MKL's sgemm) and the prepacked ones of MKL and oneDNN
-    (:func:`gawee.backend.kernels.gemm_flops_per_s`). MKL alone takes a slower path on AMD CPUs: on an AMD EPYC
-    (Zen 5) torch's matmul measured 227 GFLOP/s where oneDNN's convolutions ran at 400-480, which put them at
-    "210% of peak"."""
+    (:func:`gawee.backend.kernels.gemm_flops_per_s`). MKL alone takes a slower path on AMD CPUs, where torch's
+    matmul measured about half of what oneDNN's convolutions ran at, which put them at "210% of peak"."""
     from gawee.backend.kernels import gemm_flops_per_s
 
     return max(gemm_flops_per_s(n, repeats).values())

@@ -4,7 +4,8 @@
 Why: DenseNet's every layer concatenates all earlier features and normalizes the result (cat → batch norm → ReLU
 → 1×1 convolution). Run as oneDNN's concatenation and then the batch norm, that is two passes over the
 concatenated tensor, each reading and writing all of it; here one pass reads the parts and writes the normalized
-result. On one AMD EPYC (Zen 3, 2 cores), densenet121 at batch 8 spent 62 ms of its 384 in those two passes.
+result. Those two passes were a sixth of densenet121's call (benchmarks/README.md, "Runtime" → "Figures behind
+the code").
 The C source (``affine_cat.c``) is compiled once per machine (:mod:`gawee.backend.native`); without a C compiler
 the runtime concatenates and normalizes in two steps, as before.
 """

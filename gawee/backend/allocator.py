@@ -7,13 +7,10 @@ the sizes freed so far, and on a graph whose activations come in many sizes they
 first writes to the returned pages fault again, one minor page fault per 4 KiB page. ONNX Runtime never pays for
 this, as its arena keeps the memory of one run for the next.
 
-Measured on densenet121 under oneDNN Graph's runtime (AMD EPYC, 2 cores; ``benchmarks/bench_allocator.py``,
-figures in benchmarks/README.md, "Runtime" → Notes), plain glibc against the settings below, two processes each:
-
-- batch 1: 4,086 and 5,447 page faults per call, 22.1 and 24.3 ms, against none and 18.5-18.7 ms;
-- batch 8: 6,882 and 12,512 page faults per call, 130.9 and 135.5 ms, against none and 120.8-124.0 ms.
-
-Models whose calls did not fault ran within the spread between processes either way.
+On densenet121 under oneDNN Graph's runtime, plain glibc faulted thousands of pages on every call and ran slower
+than with the settings below, which faulted none (``benchmarks/bench_allocator.py``; the figures are in
+benchmarks/README.md, "Runtime" → Notes). Models whose calls did not fault ran within the spread between
+processes either way.
 
 :func:`keep_freed_memory` fixes both thresholds (``mallopt``): blocks up to 32 MiB, the largest glibc allows
 for the mmap threshold, come from the heap, and the heap's top is kept up to 1 GiB. The process then holds on

@@ -5,9 +5,8 @@
 * ``aten``: ``F.scaled_dot_product_attention`` (torch's flash-attention kernel for CPU);
 * ``onednn_graph``: ``softmax(q @ k^T * scale + mask) @ v`` written out, traced into TorchScript and compiled by
   oneDNN Graph into one attention partition for this node's shapes (:mod:`gawee.backend.onednn_graph`, whose
-  fuser the whole-graph runtime uses too). Alone, on 2 threads of an AMD EPYC, it ran deit_tiny's heads
-  (1×3×197×64) in 105 µs against aten's 231 µs, BERT-base's (1×12×128×64) in 161 against 474 µs
-  (benchmarks/README.md, "Runtime: transformers" → Notes).
+  fuser the whole-graph runtime uses too). Timed alone, it ran the attention of deit_tiny's and BERT-base's heads
+  two to three times faster than aten's kernel (benchmarks/README.md, "Runtime: transformers" → Notes).
 
 Which wins depends on the CPU and the shapes, so the lowering times both on random inputs of the node's shapes
 at compile time, once per distinct shape, scale and mask per process, after checking the partition against aten's

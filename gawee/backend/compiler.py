@@ -475,27 +475,24 @@ and its share of the timing rounds, which the measurement's time budget bounds o
 long), nor the rounds the close candidates get past the budget (:data:`gawee.backend.measure.FINAL_ROUNDS`, at most
 :data:`gawee.backend.measure.FINAL_BUDGET_S` more), nor the trial of each runtime in a child process first
 (:data:`ISOLATED`: one more build and call, on one thread). With all of it but the trials, resnet50's compile at
-batch 8 took 43 s, 18 s of it before measuring (AMD EPYC, ad1d1d0)."""
+batch 8 spent more than half its time measuring (benchmarks/README.md, "Runtime" → "Figures behind the code")."""
 
 WHOLE_GRAPH_SHARE = 1.0
 """``TorchOptions.whole_graph="measure"`` measures when that cost (:data:`WHOLE_GRAPH_CALLS` times the lowering's first
 call on the example inputs) is at most this share of the time the compile has taken so far, or at most
-:data:`WHOLE_GRAPH_MIN_BUDGET_S`. The estimate leaves out tracing and compiling the partitions: with the whole
-compile time as the budget, BERT-base at batch 1 (53 ms per call, 16 calls 0.9 s) compiled in 2.9 s against 1.2 s
-without measuring, and kept the lowering. Half the compile was the budget until oneDNN's primitives came: then
-resnet50 at batch 8 (a 636 ms call, 18 s of compile before measuring) went unmeasured, though the primitives in
-per-convolution layouts ran it in 466 ms beside ONNX Runtime's 462 ms; densenet121 at batch 8, measured, chose
-primitives 35% faster than the lowering (395 against 607 ms; AMD EPYC, 2026-11-27). Which runtime wins is not a
-matter of call length. On short calls the torch lowering's per-op costs are a large share: on deit_tiny at batch 1
-(8.6 ms per call here) the lowering spent 6.6 ms in oneDNN's primitives and 2.0 ms around them, oneDNN Graph's
-runtime 6.5 and 0.9 ms with the same primitives (``ONEDNN_VERBOSE``). On long calls of CNNs whose normalizations
-cannot be folded, the fused partitions save passes over memory: densenet121 at batch 8 ran 209 ms on the lowering
-and 142 ms on oneDNN Graph's runtime (benchmarks/README.md, "Runtime" → Notes). Where a call is long beside the
-compile (a transformer at batch 8: 0.4-0.7 s per call, 3-4 s of compile), its time is in GEMMs both runtimes run
-alike; ``backend="auto"`` measures every runtime whatever it costs."""
+:data:`WHOLE_GRAPH_MIN_BUDGET_S`. The estimate leaves out tracing and compiling the partitions, so with the whole
+compile time as the budget a transformer at batch 1 still more than doubled its compile by measuring (and kept the
+lowering). A smaller share left long CNN calls unmeasured that oneDNN's primitives ran faster than the lowering
+(resnet50 and densenet121 at batch 8): which runtime wins is not a matter of call length. On short calls the torch
+lowering's costs around each op are a large share, which oneDNN Graph's runtime does not pay for the same
+primitives (``ONEDNN_VERBOSE``); on long calls of CNNs whose normalizations cannot be folded, the fused partitions
+save passes over memory; where a call is long beside the compile (a transformer at batch 8), its time is in GEMMs
+both runtimes run alike. ``backend="auto"`` measures every runtime whatever it costs. The figures behind this are
+in benchmarks/README.md, "Runtime" → "Figures behind the code"."""
 
 WHOLE_GRAPH_MIN_BUDGET_S = 0.8
-"""Measuring is always worth this much: a model whose call takes up to 50 ms is always measured."""
+"""Measuring is always worth this much: a model whose call takes up to this budget over :data:`WHOLE_GRAPH_CALLS`
+is always measured."""
 
 
 def _whole_graph(

@@ -2,16 +2,17 @@
 EfficientNet's k×k depthwise convolutions).
 
 Why: oneDNN 3.2 applies an expensive activation after its depthwise kernel at a fraction of the speed of the
-convolution. Measured on an Intel Xeon (AVX-512, 2 cores), 144 channels at 56×56, 3×3, batch 1: ``jit_dw`` took
-0.099 ms alone and 0.232 ms with SiLU as its post-op (ONNX Runtime: 0.064 ms for the convolution, 0.082 for the
-SiLU after it); efficientnet_b0's 16 depthwise convolutions, each followed by SiLU, took 1.3 ms of the model's 6.
+convolution: its ``jit_dw`` kernel with SiLU as a post-op took more than twice as long as the convolution alone,
+slower than ONNX Runtime's convolution and separate SiLU together, and efficientnet_b0's depthwise convolutions
+(each followed by SiLU) were a fifth of the model's call (benchmarks/README.md, "Runtime" → "Figures behind the
+code").
 This kernel (``depthwise.c``) reads and writes the activations where oneDNN keeps them (nChw16c / nChw8c, or
 NHWC), one vector of channels per pixel. It keeps the input rows an output row reads in a ring of rows padded with
 zeros (no tap checks bounds), computes output pixels in tiles of 8, and the bias, a residual and the activation in
 its epilogue (SiLU with a polynomial e^x). It can also apply an activation to its input as the rows enter the ring,
 once per element: a SiLU only it reads moves there from its producer's post-op (:data:`MOVED`). The runtime times
-it beside oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl._Plan.fastest`); on
-efficientnet_b0 (Intel Xeon) the blocked module ran 6.33 → 5.74 ms at batch 1 and 44.4 → 41.1 ms at batch 8.
+it beside oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl._Plan.fastest`), which
+made efficientnet_b0's blocked module about a tenth faster.
 
 The C is compiled once per machine (:mod:`gawee.backend.native`) with floating-point contraction on; its vector
 is 16 channels where the compiler targets AVX-512, else 8, and the blocked layout is offered only where oneDNN's
@@ -38,11 +39,10 @@ around the image."""
 
 MOVED = frozenset({"silu"})
 """The activations moved from a producer's oneDNN post-op into this kernel's prologue where the kernel alone reads
-the producer's output (:func:`gawee.backend.dnnl._moved_acts`). Measured on an Intel Xeon (AVX-512, 2 cores): as
-oneDNN's post-op SiLU cost a 1×1 convolution of 16 → 96 channels at 112×112 0.32 ms, in the prologue of the
-depthwise convolution after it 0.16 ms (144 channels at 56×56: 0.11 against 0.07 ms); ReLU and hardswish cost
-oneDNN's post-ops next to nothing, and moving them would only take the convolution out of the race with oneDNN's
-kernels."""
+the producer's output (:func:`gawee.backend.dnnl._moved_acts`). A SiLU cost half as much in the prologue of the
+depthwise convolution as in oneDNN's post-op of the 1×1 convolution before it (it reads each element once there,
+after the expansion); ReLU and hardswish cost oneDNN's post-ops next to nothing, and moving them would only take
+the convolution out of the race with oneDNN's kernels."""
 
 
 @cache

@@ -1,20 +1,20 @@
 """oneDNN's primitives as gawee's own runtime: each node's primitive created once, activations in blocked layouts.
 
 Why: the torch lowering reaches oneDNN through torch's operators, which rebuild a primitive's descriptor on every
-call (about 110 µs per convolution on an AVX2 AMD EPYC, 18 µs on AVX-512 machines), and they run oneDNN's
+call (a cost per convolution comparable to a small convolution itself), and they run oneDNN's
 channels-last or plain kernels. ONNX Runtime, the fastest CPU runtime on these models, creates each kernel once
 and keeps activations in a channel-blocked layout (its NCHWc transformer, blocks of 8 channels on AVX2, 16 on
 AVX-512) between the graph's edges. This module does the same with oneDNN itself: at build time it plans the
 rewritten graph into a list of primitives — convolutions with their fused epilogues as post-ops, pooling (and
 means over the image), inner products, eltwise, binary, concatenation, splits and permutations (reorders of
 regions, or through permuted strides) — with weights reordered once into the layout each primitive
-asked for, and buffers reused by liveness; a call sets the input's address and executes the list (about 5 µs per
-primitive through ctypes). The layout of the activations is ``layout``: ``"blocked"`` (nChw8c / nChw16c, the
-block the CPU's vector width gives), ``"channels_last"`` (NHWC, where oneDNN 3's brgemm convolutions run), or
-``"per_conv"``: every implementation oneDNN has of each convolution, in both layouts, is compiled and timed here
-with the reorders of its operands that its layout would need, and the fastest kept (the pooling, eltwise, binary
-and concatenation primitives between convolutions run in their input's layout). Which is fastest depends on the
-CPU and the model (on one AMD EPYC, AVX2, no layout won every convolution of resnet50's shapes), so
+asked for, and buffers reused by liveness; a call sets the input's address and executes the list (a small,
+fixed cost per primitive through ctypes). The layout of the activations is ``layout``: ``"blocked"`` (nChw8c /
+nChw16c, the block the CPU's vector width gives), ``"channels_last"`` (NHWC, where oneDNN 3's brgemm convolutions
+run), or ``"per_conv"``: every implementation oneDNN has of each convolution, in both layouts, is compiled and timed
+here with the reorders of its operands that its layout would need, and the fastest kept (the pooling, eltwise,
+binary and concatenation primitives between convolutions run in their input's layout). Which is fastest depends on the
+CPU and the model (on an AVX2 machine, no layout won every convolution of resnet50's shapes), so
 :func:`gawee.backend.compiler.whole_graph_choice` builds all three and measures them on the machine. A convolution
 for which oneDNN has only its reference kernel in the module's layout runs in another layout (:func:`_reference`:
 on AVX-512, RegNet's groups of 8 channels in blocks of 16). In every
@@ -310,8 +310,8 @@ class _Plan:
     def implementations(self, create, *args, attr: int | None) -> list[tuple[int, int]]:
         """Every implementation oneDNN has of the primitive ``create(*args, attr)``, compiled: (the descriptor the
         primitive keeps, the primitive); the reference one only where there is no other. oneDNN's own first choice
-        is a heuristic: on one AMD EPYC (AVX2) its second implementation of channels-last 1×1 convolutions
-        (``jit_1x1``) took 7-21% less time than its first (``brgconv_1x1``). Each implementation once: oneDNN 3.2's
+        is a heuristic: on an AVX2 machine its second implementation of channels-last 1×1 convolutions
+        (``jit_1x1``) took less time than its first (``brgconv_1x1``). Each implementation once: oneDNN 3.2's
         iteration visited a resnet50's implementations of a shape once more for each earlier convolution of that
         shape (the 4th 1×1 convolution of a shape, 4 times each)."""
         pd, found, names = self.descriptor(create, *args, attr=attr), [], set()
@@ -417,7 +417,7 @@ class _Plan:
         (:func:`gawee.backend.kernels.best_calls`). The others are dropped. A convolution of the same ``situation``
         (its shapes, geometry and epilogue), with the same candidates and its operands held in the same layouts,
         takes the winner of the race run for the first one in this plan (a resnet repeats its blocks' convolutions:
-        resnet50's 53 took 25 races at batch 8 on one AMD EPYC)."""
+        resnet50's 53 convolutions took 25 races)."""
         held = tuple(self._held(v) for v in reads.values())
         key = situation and (situation, tuple(c.key for c in candidates), held)
         winner = self.raced.get(key) if key else None
@@ -942,8 +942,8 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
 def _reference(implementation: str) -> bool:
     """Whether ``implementation`` (a kernel's name) is oneDNN's reference one, which races only where nothing else
     computes the convolution. On AVX-512, oneDNN has no other for a convolution of 8 channels per group in the
-    blocked layout (blocks of 16): there nine of RegNet's took 886 ms of a regnet_y_400mf call at batch 1 (the
-    module ran 5.1 ms a call with them in channels-last). Where oneDNN has only its reference kernel in the
+    blocked layout (blocks of 16): there nine of RegNet's made a regnet_y_400mf call two orders of magnitude slower
+    than with them in channels-last. Where oneDNN has only its reference kernel in the
     module's layout, the other layouts' kernels are candidates too."""
     return implementation.startswith("ref")
 
@@ -1065,8 +1065,8 @@ def _adaptive_avg_pool2d(plan: _Plan, node: Node) -> _Tensor:
 
 def _mean(plan: _Plan, node: Node) -> _Tensor:
     """The mean over the image (MnasNet's and ShuffleNet's global pooling) as an average pooling of the whole image,
-    in the input's layout (a torch step would first reorder a blocked input to plain: on mnasnet1_0 at batch 8 the
-    reorder and the step took 0.53 ms, ONNX Runtime's ReduceMean 0.06); without ``keepdim``, the pooled (N, C, 1, 1)
+    in the input's layout (a torch step would first reorder a blocked input to plain, and the reorder and the step
+    took several times as long as ONNX Runtime's ReduceMean on mnasnet1_0); without ``keepdim``, the pooled (N, C, 1, 1)
     in the plain layout viewed as (N, C)."""
     x, a = node.inputs[0], node.attrs
     if sorted(d % 4 for d in a["dim"] or ()) != [2, 3] or a.get("dtype") is not None:
@@ -1125,7 +1125,7 @@ def _cat(plan: _Plan, node: Node) -> _Tensor:
     layout = plan.layout_of(first, node.inputs[0].shape) if len(out) == 4 else None
     plain = plan.lib.dnnl_memory_desc_equal(_P(first.md), _P(plan.md(node.inputs[0].shape)))
     # all in the first one's layout (blocked, channels-last or plain): concatenating mixed layouts is oneDNN's
-    # reference kernel (ShuffleNet's split part, plain, and its branch, blocked: 1.4 of 14 ms at batch 8)
+    # reference kernel (ShuffleNet's split part, plain, and its branch, blocked: a tenth of its call)
     want = lambda v: plan.activation_md(v.shape, layout) if layout else plan.md(v.shape) if plain else None
     srcs = [first] + [plan.operand(v, want(v)) for v in node.inputs[1:]]
     mds = (_P * len(srcs))(*(_P(s.md) for s in srcs))

@@ -1,8 +1,9 @@
 """Grouped convolution of 8 channels per group: a candidate kernel of :mod:`gawee.backend.dnnl` (RegNet's 3×3s).
 
 Why: oneDNN 3.2 runs a convolution whose groups have 8 input and 8 output channels (RegNet's group width) on its
-generic ``jit:avx2`` kernel at a third of an AVX2 CPU's peak of fused multiply-adds or less. Measured on one AMD
-EPYC (Zen 3, 2 cores, about 190 GFLOP/s), batch 1 of regnet_y_400mf: 31-65 GFLOP/s, 2.3 ms of the model's 9.
+generic ``jit:avx2`` kernel at a third of an AVX2 CPU's peak of fused multiply-adds or less, and those
+convolutions were a quarter of regnet_y_400mf's call at batch 1 (benchmarks/README.md, "Runtime" → "Figures
+behind the code").
 A group's 8 channels are contiguous in each of oneDNN's layouts (nChw8c, nChw16c, NHWC), so this kernel
 (``grouped.c``) reads and writes the activations where they are and computes a group's 8 output channels as one
 AVX2 vector: a tile of up to 12 output pixels of a row keeps 12 accumulators in registers, each loaded weight

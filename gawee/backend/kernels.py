@@ -13,7 +13,7 @@ batched-matmul path, which expands the weight per batch):
   activation as fused post-ops (``mkldnn._linear_pointwise``) — Inductor's path for bf16/f16.
 
 Which one wins depends on the CPU (oneDNN's prepacked linear was slower than torch's GEMM on
-one AMD EPYC, faster on others) and on the shape, so ``to_torch`` times the candidates at
+some machines, faster on others) and on the shape, so ``to_torch`` times the candidates at
 compile time on random inputs of the node's shape, once per distinct shape and activation
 per process, and keeps the fastest (:class:`KernelChoice`, listed in the compile report). Under a
 symbolic ``M`` (dynamic shapes) the candidates are timed at the example's ``M``, and the packed
@@ -26,8 +26,8 @@ candidates are oneDNN's fused convolution (``onednn``: the weight packed once, t
 reordered to oneDNN's blocked layout and back inside every call) and that GEMM (``gemm``: torch's
 ``addmm``/``matmul``, MKL's sgemm, then the residual and the activation in place). On small
 spatial sizes the reorders dominate: mobilenet_v3_large's squeeze-excitation 1×1 convolutions on
-1×1 maps took 32–38 µs on oneDNN and 7–15 µs as a GEMM, timed alone (Intel Xeon, AVX-512); the whole
-model at batch 1 gained only 2–3% (44 of its 46 1×1 convolutions chose the GEMM). They are timed
+1×1 maps ran several times faster as a GEMM, timed alone, though the whole model gained only a few
+percent (almost all of its 1×1 convolutions chose the GEMM). They are timed
 the same way (:func:`measure_conv1x1`), and ``TorchOptions(conv1x1_kernel=...)`` forces one.
 """
 

@@ -6,8 +6,8 @@ phase) converts each 4-D convolution's input to channels-last (NHWC) and its out
 them, so only the graph's edges convert; the soundness harness checks it like any other rules.
 Whether it pays depends on the CPU and on the model: oneDNN's fused convolution
 (``mkldnn._convolution_pointwise``) reorders NCHW activations into its blocked layout inside every
-call and runs NHWC ones directly; convolutions timed alone on one AMD EPYC ran up to 2× faster
-channels-last, yet whole mobilenet_v3_large took the same time either way. So :func:`choose`
+call and runs NHWC ones directly; convolutions timed alone ran up to twice as fast channels-last,
+yet whole mobilenet_v3_large took the same time either way. So :func:`choose`
 lowers the graph without and with the phase, times the two modules in alternation on random inputs
 of the graph's input types within a small budget (:func:`gawee.backend.measure.fastest`), and keeps
 the phase only when it wins by more than :data:`MARGIN` — a noisy tie keeps NCHW. Where the
@@ -40,8 +40,8 @@ CONV_SHARE = 0.01
 """Below this share of the graph's FLOPs in 4-D convolutions the layout is not measured: NCHW is kept.
 Channels-last changes only the convolutions' kernels (and adds conversions), so to win by MARGIN they
 would have to run MARGIN / CONV_SHARE = 5x slower per FLOP than the rest of the model. A vision
-transformer's patch embedding is 0.66% of vit_b_16's FLOPs; building and timing the two whole-model
-candidates for it took 2.3 s of vit_b_16's 4.1 s compile (AMD EPYC, 2 cores)."""
+transformer's patch embedding is under 1% of vit_b_16's FLOPs, and building and timing the two whole-model
+candidates for it was more than half of vit_b_16's compile."""
 
 
 @dataclass(frozen=True)

@@ -37,18 +37,18 @@ CLOSE = 0.10
 the rounds left go to the close ones."""
 
 FINAL_ROUNDS = 9
-"""Rounds the close candidates get, past the time budget, up to :data:`FINAL_BUDGET_S` more. Three rounds of whole
-calls chose wrongly in 14 of 78 windows between resnet50's three oneDNN layouts at batch 1 on an AMD EPYC (55.3,
-59.2 and 62.8 ms over 80 interleaved rounds; plain medians of three rounds: 23 of 78), nine rounds in 7 of 72."""
+"""Rounds the close candidates get, past the time budget, up to :data:`FINAL_BUDGET_S` more. Between candidates
+within a few percent of each other (resnet50's three oneDNN layouts at batch 1), three rounds of whole calls chose
+wrongly about twice as often as nine (benchmarks/README.md, "Runtime" → "Figures behind the code")."""
 
 FINAL_BUDGET_S = 1.5
 """At most this much more time, past the budget, for the close candidates' rounds."""
 
 HOPELESS = 4.0
 """A candidate whose second call (the first is creation's) took this many times the quickest candidate's is not
-timed further: it cannot win, and timing it could cost more than the compile (oneDNN's blocked module of
-regnet_y_400mf at batch 8 on an AVX-512 Xeon, before its reference convolutions were replaced, ran 7.2 s a call
-against 0.03 s: 76 s of compile time). Its seconds are that call's. The default is always timed."""
+timed further: it cannot win, and timing it could cost more than the compile (a module that runs oneDNN's
+reference convolutions, as regnet_y_400mf's blocked module once did on AVX-512, is hundreds of times slower than
+the others). Its seconds are that call's. The default is always timed."""
 
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
@@ -59,16 +59,14 @@ candidate's call is LONG_CALL_S or more."""
 
 LONG_CALL_S = 0.05
 """A call this long is not moved by what a previous runtime leaves behind (its threads spin for
-milliseconds) and its data does not fit in cache anyway: one untimed call per round suffices. On
-vit_b_16 at batch 8 (0.7 s per call) ``backend="auto"`` compiled in 18.0-18.5 s with one, 21.1 s with two
-(each in a process of its own)."""
+milliseconds) and its data does not fit in cache anyway: one untimed call per round suffices, and a second
+only lengthens the compile (by a sixth on vit_b_16 at batch 8)."""
 
 SETTLE_S = 0.1
 """Pause before each candidate's calls when they are different runtimes: the previous one's
 spin-waiting threads (ONNX Runtime's pool, OpenMP's) go idle instead of taking the cores from it.
-Measured on mobilenet_v3_large at batch 1 on an Intel Xeon (torch lowering 9.0 ms alone, ORT 4.5 ms):
-single calls alternating with ORT's read 21 ms after a 10 ms pause and one untimed call; with this
-pause and two untimed calls, 8.9–9.9 ms."""
+Without it, the torch lowering's calls alternating with ONNX Runtime's read more than twice their time alone
+(mobilenet_v3_large at batch 1); with this pause and two untimed calls, about their time alone."""
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,11 @@
 """to_mlir: a Graph as an MLIR module in the StableHLO dialect, and its IREE compilation.
 
-Each node lowers through its op's registry record: ``OpDef.mlir`` is a StableHLO (or CHLO)
-op name for an op that maps one to one onto it (operands broadcast to the result's shape and
-converted to its element type), or a function of an :class:`MlirLowering` that emits the
-op's composition. Fused gawee ops lower to their parts (``conv2d(..., residual=r, act=a)``
-is a ``stablehlo.convolution``, an ``add``, the activation's ops): IREE's dispatch formation
-fuses them again. Constants become ``dense_resource`` blobs in the module's
-``dialect_resources`` section (small ones are hex ``dense`` literals), never giant decimal
+Each node lowers through the MLIR target's lowering table (:data:`gawee.backend.lower_mlir.MLIR`): an entry is
+a StableHLO (or CHLO) op name for an op that maps one to one onto it (operands broadcast to the result's shape
+and converted to its element type), or a function of an :class:`MlirLowering` that emits the op's composition.
+Fused gawee ops lower to their parts (``conv2d(..., residual=r, act=a)`` is a ``stablehlo.convolution``, an
+``add``, the activation's ops): IREE's dispatch formation fuses them again. Constants become ``dense_resource``
+blobs in the module's ``dialect_resources`` section (small ones are hex ``dense`` literals), never giant decimal
 literals; or, for a large model (:data:`EXTERNAL_BYTES`), IREE *parameters*: immutable
 ``util.global``s named in the scope :data:`PARAMETER_SCOPE`, whose data stays out of the text and
 out of the compiler and is handed to the runtime (:class:`IreeModule`) or written to an ``.irpa``
@@ -36,6 +35,7 @@ from typing import Any
 import torch
 
 from gawee.backend.host import InputSignature, arrange, as_structure, numpy_inputs
+from gawee.backend.lower_mlir import MLIR
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType, TensorType
@@ -171,7 +171,8 @@ _REDUCERS = {
 
 
 class MlirLowering:
-    """What ``OpDef.mlir`` sees for one node: its operands as :class:`V`, and StableHLO builders.
+    """What an MLIR lowering (:data:`gawee.backend.lower_mlir.MLIR`) sees for one node: its operands as
+    :class:`V`, and StableHLO builders.
 
     The builders broadcast (numpy rules), convert element types and splat Python numbers where
     that is what the op means, so a lowering reads like the op's formula. The function returns
@@ -238,7 +239,7 @@ class MlirLowering:
         raise LoweringError(
             f"node {self.node.name} ({self.opdef.name}) has no StableHLO lowering: {why}",
             where=self.node.name,
-            hint=f"extend the `mlir=` lowering of {self.opdef.name} in gawee/ops",
+            hint=f"extend the MLIR lowering of {self.opdef.name} (gawee/backend/lower_mlir/)",
         )
 
     # -- emitting ------------------------------------------------------------------
@@ -801,18 +802,18 @@ class _Emitter:
         return v
 
     def lower(self, ctx: MlirLowering) -> V | list[V]:
-        spec = ctx.opdef.mlir
+        spec = MLIR.get(ctx.opdef.name)
         if ctx.opdef.name == OPAQUE:
             raise LoweringError(
                 f"node {ctx.node.name} is an opaque ATen call ({ctx.attrs['target']}): no StableHLO lowering",
                 where=ctx.node.name,
-                hint="opaque nodes run through torch only; give the op an OpDef with `mlir=`",
+                hint="opaque nodes run through torch only; give the op an OpDef and an MLIR lowering",
             )
         if spec is None:
             raise LoweringError(
                 f"op {ctx.opdef.name} has no StableHLO lowering (node {ctx.node.name})",
                 where=ctx.node.name,
-                hint=f"add `mlir=` to the OpDef of {ctx.opdef.name} in gawee/ops",
+                hint=f'add `@MLIR.register("{ctx.opdef.name}")` to the MLIR table (gawee/backend/lower_mlir/)',
             )
         if isinstance(spec, str):
             return ctx.ew(spec, *ctx.xs, dtype=ctx.out.dtype)
@@ -837,7 +838,7 @@ class _Emitter:
                     raise LoweringError(
                         f"the StableHLO lowering of {node.op} made {v.type}, the node's output is {value.type}",
                         where=node.name,
-                        hint=f"a bug in the `mlir=` lowering of {node.op}",
+                        hint=f"a bug in the MLIR lowering of {node.op} (gawee/backend/lower_mlir/)",
                     )
                 self.values[value] = v
         outs = [self.value(v) for v in self.graph.outputs]
@@ -990,8 +991,8 @@ def compile_flags(target_cpu: str = "host", input_type: str = "stablehlo") -> li
 
     ``"host"`` is this machine as IREE's runtime sees it (:func:`host_cpu_features`), not
     ``--iree-llvmcpu-target-cpu=host``: that flag takes LLVM's CPU *name* and the features the name
-    implies, so a virtual machine that hides AVX-512 from an AVX-512 CPU (AMD EPYC reporting
-    znver4, measured) got code tuned for AVX-512 that ran 4× slower than AVX2 code. Any other
+    implies, so a virtual machine that hides AVX-512 from an AVX-512 CPU (its CPU name still the
+    AVX-512 one) got code tuned for AVX-512 that ran several times slower than AVX2 code. Any other
     value is an LLVM CPU name (``"generic"``: portable). im2col
     (``--iree-global-opt-use-im2col-for-convs``) makes convolutions matmuls, IREE's fast path on
     CPU: resnet18 ran 7× faster with it (docs/mlir.md, "Compiling and running"). float64 stays float64

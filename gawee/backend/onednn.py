@@ -59,7 +59,7 @@ def supports(dtype: DType) -> bool:
 
     f16/bf16 are deliberately excluded even where the ISA advertises them
     (``torch.ops.mkldnn._is_mkldnn_fp16_supported()``): torch 2.14.1's oneDNN f16 convolution
-    segfaults on Sapphire Rapids (AVX-512/AMX) for valid strided/padded/dilated geometries,
+    segfaults on AVX-512/AMX CPUs for valid strided/padded/dilated geometries,
     and a low-precision kernel's rounding depends on the ISA it picks. Those convolutions
     take the op's reference lowering instead, which computes in float32 and rounds once
     (``gawee.ops.nn.conv_low_precision``): correct on every CPU. The f32 path is unchanged.

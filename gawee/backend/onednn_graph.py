@@ -1,9 +1,9 @@
 """oneDNN Graph as a runtime: the rewritten graph traced into TorchScript and compiled into fused partitions.
 
 The torch lowering calls one oneDNN primitive per node through torch's operator, which rebuilds the
-primitive's descriptor on every call: about 18 µs per convolution on the machines measured, against 2 µs
-of oneDNN's own execution (``ONEDNN_VERBOSE``) and 4 µs for ONNX Runtime's whole call of a one-convolution
-session (``benchmarks/conv_overhead.py``). On a small CNN that fixed cost is a third of the time
+primitive's descriptor on every call: several times oneDNN's own execution of a small convolution
+(``ONEDNN_VERBOSE``) and of ONNX Runtime's whole call of a one-convolution session
+(``benchmarks/conv_overhead.py``). On a small CNN that fixed cost is a third of the time
 (mobilenet_v3_large has 62 convolutions). TorchScript's oneDNN Graph fuser (``torch.jit.enable_onednn_fusion``)
 instead compiles each fusible subgraph (convolution + activation + add, pools, ...) once, after two
 profiling runs, and executes the compiled partitions: the per-call cost is gone and whole models run close
@@ -209,7 +209,7 @@ def _attention_plan(graph: Graph) -> tuple[dict[tuple, torch.Tensor | None], lis
     the mask is none or constant (a run-time mask needs a check per call, which a trace cannot hold; grouped-query
     attention is folded by the torch lowering only): each call's key → its mask's term; and every choice made.
     Measuring each shape alone replaces compiling and timing the whole graph twice, with and without the
-    written-out attention (swin_t's 674 ms written out, the reason for that, was its strided mask:
+    written-out attention (swin_t was much slower written out, because of its strided mask:
     :func:`additive_mask`)."""
     from gawee.backend import attention
 
@@ -247,9 +247,9 @@ def additive_mask(mask: torch.Tensor) -> torch.Tensor | None:
     with ``mask``, or None where it cannot: a bool mask (True attends) becomes 0 / -inf; a float32 one is itself.
     None where a query row attends to no key (torch's CPU kernel gives 0 there, a softmax NaN) or the mask holds
     NaN or +inf, and for other dtypes. The term is contiguous and 4-D, as the fuser needs: swin_t's permuted bias
-    (strides 3, 1, 147, 3) made its attention take 137 ms against 0.59 ms contiguous (64 windows x 3 heads x 49 x
-    32), and a 3-D mask of 3 x 5 x 5 added to 2 x 3 x 5 x 5 scores gave another result than its 1 x 3 x 5 x 5 view
-    (the partition broadcasts a lower-rank operand otherwise than torch)."""
+    (strides 3, 1, 147, 3) made its attention (64 windows x 3 heads x 49 x 32) hundreds of times slower than a
+    contiguous one, and a 3-D mask of 3 x 5 x 5 added to 2 x 3 x 5 x 5 scores gave another result than its
+    1 x 3 x 5 x 5 view (the partition broadcasts a lower-rank operand otherwise than torch)."""
     if mask.dim() > 4 or mask.dtype not in (torch.bool, torch.float32):
         return None
     if mask.dtype == torch.bool:

@@ -1,7 +1,7 @@
 """to_onnx: a Graph as an ONNX model (opset 20), so other runtimes run the optimized graph.
 
-Each node exports through its op's registry record: ``OpDef.onnx`` is an ONNX op type
-(the present operands passed as they are, no attributes) or a function of an
+Each node exports through the ONNX target's lowering table (:data:`gawee.backend.lower_onnx.ONNX`): an entry is
+an ONNX op type (the present operands passed as they are, no attributes) or a function of an
 :class:`OnnxLowering` that emits ONNX nodes. ONNX has no fused convolution, so a fused
 ``conv2d(..., residual=r, act=a)`` exports as ``Conv`` (+ ``Add``) (+ the activation's own
 nodes); a runtime that fuses them again does so with its own optimizer. Constants become
@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from gawee.backend.lower_onnx import ONNX
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import Sym, has_symbols, text
@@ -51,7 +52,8 @@ class ExportError(GaweeError):
 
 
 class OnnxLowering:
-    """What ``OpDef.onnx`` sees for one node: operand names, types, and ways to emit ONNX nodes.
+    """What an ONNX lowering (:data:`gawee.backend.lower_onnx.ONNX`) sees for one node: operand names, types,
+    and ways to emit ONNX nodes.
 
     The function returns the name of the value holding the op's output (a list of names
     for a multi-output op).
@@ -248,7 +250,7 @@ class _Exporter:
         return outputs
 
     def lower(self, ctx: OnnxLowering) -> str | list[str]:
-        spec = ctx.opdef.onnx
+        spec = ONNX.get(ctx.opdef.name)
         if ctx.opdef.name == OPAQUE:
             raise ExportError(
                 f"node {ctx.node.name} is an opaque ATen call ({ctx.attrs['target']})",
@@ -259,7 +261,7 @@ class _Exporter:
             raise ExportError(
                 f"op {ctx.opdef.name} has no ONNX lowering (node {ctx.node.name})",
                 where=ctx.node.name,
-                hint=f"add `onnx=` to the OpDef of {ctx.opdef.name} in gawee/ops",
+                hint=f'add `@ONNX.register("{ctx.opdef.name}")` to the ONNX table (gawee/backend/lower_onnx/)',
             )
         if isinstance(spec, str):
             return ctx.emit(spec, *(ctx.x(i) for i in range(ctx.arity)))

@@ -1,17 +1,17 @@
 """ONNX Runtime as a backend: the rewritten graph, exported by :func:`gawee.to_onnx`, run by an ORT session.
 
 Why a second runtime beside the torch lowering: which kernels are fastest depends on the CPU. On an
-AVX-512 Intel Xeon, ONNX Runtime's MLAS convolutions in its channel-blocked layout (the NCHWc
+AVX-512 machine, ONNX Runtime's MLAS convolutions in its channel-blocked layout (the NCHWc
 transformer, weights reordered once at session start) ran mobilenet_v3_large at batch 1 in half the
 time of oneDNN's fused convolutions as torch reaches them (whole calls; why is open, see
-benchmarks/README.md); on an AVX2 AMD EPYC the torch lowering tied or beat it. So
+benchmarks/README.md); on an AVX2 machine the torch lowering tied or beat it. So
 ``gawee.compile(backend="auto")`` builds both and keeps the one measured faster on this machine
 (:func:`gawee.backend.measure.fastest`); ``backend="onnxruntime"`` asks for this one.
 
 The session runs with all of ORT's graph optimizations (its layout transformer and fusions run on
 gawee's graph), ``torch.get_num_threads()`` intra-op threads, and ORT's default spin-waiting
-between calls (turning it off cost 48% at batch 1 on mobilenet_v3_large on that Xeon: 4.4 → 6.5 ms,
-median of 120 calls each, alternating), which keeps the cores busy for a while after each call.
+between calls (turning it off made mobilenet_v3_large's calls at batch 1 half as slow again on that machine),
+which keeps the cores busy for a while after each call.
 """
 
 from __future__ import annotations

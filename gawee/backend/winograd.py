@@ -5,12 +5,11 @@ the machine's peak of floating-point operations, so no direct kernel can be much
 (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016) does fewer of them: each 6×6 input tile
 and 3×3 filter are transformed so that a 4×4 block of outputs needs 36 multiplications per input-output channel
 pair instead of 144. The products become 36 independent matrix products over the channels, which oneDNN's matmul
-primitive runs near peak; the transforms are a pass over the input and one over the output (``winograd.c``). On one
-AMD EPYC (Zen 3, 2 cores) resnet's 3×3 convolutions at batch 1 took 0.65–0.85 ms this way against 1.5–1.6 ms for
-ONNX Runtime's. Where the channels are many and the image small (512 channels at 7×7) the transformed weights,
-4× the plain ones, make it slower: the runtime times it beside oneDNN's kernels and keeps the fastest per
-convolution. Its rounding differs from the direct convolution's by a few units in the sixth digit (relative to
-the output's magnitude; float32).
+primitive runs near peak; the transforms are a pass over the input and one over the output (``winograd.c``).
+resnet's 3×3 convolutions at batch 1 ran about twice as fast this way as ONNX Runtime's. Where the channels are many
+and the image small (512 channels at 7×7) the transformed weights, 4× the plain ones, make it slower: the runtime
+times it beside oneDNN's kernels and keeps the fastest per convolution. Its rounding differs from the direct
+convolution's by a few units in the sixth digit (relative to the output's magnitude; float32).
 
 The transforms are C, compiled once per machine (:mod:`gawee.backend.native`). Without a C compiler the candidate
 is not offered (:func:`available` says why); nothing else changes.
@@ -77,8 +76,8 @@ def tiles(size: int, padding: int) -> int:
 
 CHUNK_BYTES = (8 << 20, 2 << 20)
 """Besides the whole batch at once, chunks whose transformed input and output fit these many bytes (the last
-levels of cache): the runtime times each chunking and keeps the fastest. On one AMD EPYC (Zen 3, 2 cores) batch 8
-of 64 channels at 56×56 ran 1.5-2× faster in chunks of 2-4 MB than whole (57 MB of transformed tiles); with 512
+levels of cache): the runtime times each chunking and keeps the fastest. Batch 8 of 64 channels at 56×56 ran up
+to twice as fast in chunks of a few megabytes as whole (tens of megabytes of transformed tiles); with 512
 channels at 7×7 the whole batch was fastest (the matmul's rows are the tiles: fewer rows, less reuse of the
 weights)."""
 

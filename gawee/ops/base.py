@@ -145,14 +145,6 @@ class OpDef:
     """Draws a valid instance: ``sample(draw, slots, attrs) -> (operand types, attrs)``; see ops.sampling."""
     aten: tuple[AtenBinding | str, ...] = ()
     """ATen overloads that capture maps here; a plain string is a binding by names alone."""
-    onnx: str | Callable[[Any], Any] | None = None
-    """How a node exports to ONNX: an ONNX op type taking the present operands as they are and no
-    attributes, or ``onnx(ctx)`` emitting nodes through a ``gawee.backend.onnx.OnnxLowering``;
-    None: the op cannot be exported."""
-    mlir: str | Callable[[Any], Any] | None = None
-    """How a node lowers to StableHLO (``gawee.to_mlir``): a StableHLO/CHLO op name applied to the
-    operands broadcast to the result's shape and converted to its dtype, or ``mlir(ctx)`` emitting
-    ops through a ``gawee.backend.mlir.MlirLowering``; None: the op has no MLIR lowering."""
     doc: str = ""
 
     def __post_init__(self):

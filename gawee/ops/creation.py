@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import torch
 
-from gawee.ir.symbolic import has_symbols
 from gawee.ir.types import DType
 from gawee.ops import sampling as S
 from gawee.ops.base import AtenBinding, Attr, OpDef, Operand, register, zero_flops
@@ -65,8 +64,6 @@ register(
         attrs=(Attr("shape", "ints"), Attr("value", "scalar"), Attr("dtype", "dtype")),
         traits=CREATE,
         flops=zero_flops,
-        onnx=lambda c: c.constant(c.opdef.evaluate(**c.attrs)),
-        mlir=lambda c: c.splat(c.attrs["value"], c.out.dtype, c.out.shape),
         sample=lambda d, sl, a: (
             [],
             {"shape": S.shape(d), "value": d.choice([0, 1, -2.5, 0.5]), "dtype": d.choice(["f32", "f16", "i64"]), **a},
@@ -118,14 +115,6 @@ def _arange_args(args, types):
     return {"start": start, "end": end, "step": step, "dtype": dtype}
 
 
-def _arange_constant(c) -> torch.Tensor:
-    """The values of a static arange, as an ONNX or MLIR constant; a length that is a size symbol (the
-    batch of a dynamic capture: `arange(batch)`) has no constant form there."""
-    if has_symbols(tuple(c.attrs[k] for k in ("start", "end", "step"))):
-        c.fail("arange of a symbolic length (it runs through gawee.run and gawee.compile)")
-    return c.opdef.evaluate(**c.attrs)
-
-
 register(
     OpDef(
         "arange",
@@ -134,8 +123,6 @@ register(
         attrs=(Attr("start", "scalar", 0), Attr("end", "scalar"), Attr("step", "scalar", 1), Attr("dtype", "dtype")),
         traits=CREATE,
         flops=zero_flops,
-        onnx=lambda c: c.constant(_arange_constant(c)),
-        mlir=lambda c: c.constant(_arange_constant(c)),
         aten=(
             AtenBinding("aten.arange.start_step", convert=_arange_args),
             AtenBinding("aten.arange.start", convert=_arange_args),
@@ -151,8 +138,6 @@ register(
         lambda self, value: value.to(self.dtype).expand(self.shape).clone(),
         traits=frozenset({"pure"}),
         flops=zero_flops,
-        onnx=lambda c: c.emit("Expand", c.x_as(1, c.out.dtype), c.ints(c.out.shape)),
-        mlir=lambda c: c.broadcast(c.convert(c.x(1), c.out.dtype), c.out.shape),
         aten=(
             "aten.fill.Tensor",
             "aten.fill.Scalar",

@@ -33,9 +33,7 @@ def _view_bytes(ins, outs, attrs):
     return (0, 0)
 
 
-def _shape_op(
-    traits, name, operands, fn, attrs=(), canonicalize=None, aten=(), sample=None, onnx=None, doc="", **extra
-) -> OpDef:
+def _shape_op(traits, name, operands, fn, attrs=(), canonicalize=None, aten=(), sample=None, doc="", **extra) -> OpDef:
     return register(
         OpDef(
             name,
@@ -47,7 +45,6 @@ def _shape_op(
             sample=sample,
             canonicalize=canonicalize,
             aten=aten,
-            onnx=onnx,
             doc=doc,
             **extra,
         )
@@ -62,304 +59,6 @@ def view_op(*args, **kwargs) -> OpDef:
 def move_op(*args, traits=(), **kwargs) -> OpDef:
     """An op that copies elements into a new arrangement: no FLOPs, its bytes read and written."""
     return _shape_op(frozenset(MOVE) | frozenset(traits), *args, **kwargs)
-
-
-# -- ONNX lowerings (OpDef.onnx; see gawee.backend.onnx) ---------------------------------
-def _reshape_onnx(c):
-    """Any view that keeps the element order is a Reshape to the (static) output shape."""
-    shape = c.out.shape
-    return c.emit("Reshape", c.x(0), c.ints(shape), allowzero=1 if 0 in shape else None)
-
-
-def _pad_onnx(c):
-    rank, pad = c.type(0).rank, c.attrs["pad"]
-    begins, ends = [0] * rank, [0] * rank
-    for i in range(len(pad) // 2):  # F.pad lists (before, after) pairs from the last dim backwards
-        begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
-    mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}[c.attrs["mode"]]
-    value = c.scalar(c.attrs["value"], c.out.dtype) if mode == "constant" else ""
-    return c.emit("Pad", c.x(0), c.ints(begins + ends), value, mode=mode)
-
-
-def _unbind_onnx(c):
-    dim, n = c.attrs["dim"], c.type(0).shape[c.attrs["dim"]]
-    pieces = c.emit_multi("Split", [c.x(0), c.ints([1] * n)], n, axis=dim)
-    return [c.emit("Squeeze", piece, c.ints([dim])) for piece in pieces]
-
-
-def _repeat_onnx(c):
-    repeats, x = c.attrs["repeats"], c.x(0)
-    if len(repeats) > c.type(0).rank:  # repeat adds leading dims first
-        x = c.emit("Reshape", x, c.ints((1,) * (len(repeats) - c.type(0).rank) + c.type(0).shape))
-    return c.emit("Tile", x, c.ints(repeats))
-
-
-# -- MLIR lowerings (OpDef.mlir; see gawee.backend.mlir) ---------------------------------
-def _reshape_mlir(c):
-    return c.reshape(c.x(0), c.out.shape)
-
-
-def _select_mlir(c):
-    i = c.attrs["index"]
-    return c.reshape(c.slice_dim(c.x(0), c.attrs["dim"], i, i + 1), c.out.shape)
-
-
-def _cat_mlir(c):
-    """stablehlo.concatenate of the operands in the result's dtype (torch skips legacy empty 1-D ones)."""
-    xs = [c.convert(v, c.out.dtype) for v in c.xs]
-    if c.out.rank > 1:
-        xs = [v for v in xs if v.shape != (0,)]
-    return c.concat(xs, c.attrs["dim"])
-
-
-def _stack_mlir(c):
-    d = c.attrs["dim"]
-    return c.concat([c.reshape(c.convert(v, c.out.dtype), (*v.shape[:d], 1, *v.shape[d:])) for v in c.xs], d)
-
-
-def _split_mlir(c):
-    x, d, start, outs = c.x(0), c.attrs["dim"], 0, []
-    for n in c.attrs["split_sizes"]:
-        outs.append(c.slice_dim(x, d, start, start + n))
-        start += n
-    return outs
-
-
-def _unbind_mlir(c):
-    x, d = c.x(0), c.attrs["dim"]
-    return [c.reshape(c.slice_dim(x, d, i, i + 1), t.shape) for i, t in enumerate(c.outs)]
-
-
-def _pad_mlir(c):
-    """constant: stablehlo.pad (negative pads crop); reflect, replicate, circular: slices and concatenations."""
-    x, pad, mode = c.x(0), c.attrs["pad"], c.attrs["mode"]
-    low, high = [0] * x.rank, [0] * x.rank
-    for i in range(len(pad) // 2):  # F.pad lists (before, after) pairs from the last dim backwards
-        low[x.rank - 1 - i], high[x.rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
-    if mode == "constant":
-        return c.pad(x, c.splat(c.attrs["value"], x.dtype), low, high)
-    for d, (lo, hi) in enumerate(zip(low, high)):
-        if not lo and not hi:
-            continue
-        n = x.shape[d]
-        if mode == "reflect":
-            left, right = (
-                c.reverse(c.slice_dim(x, d, 1, lo + 1), [d]),
-                c.reverse(c.slice_dim(x, d, n - 1 - hi, n - 1), [d]),
-            )
-        elif mode == "replicate":
-            edge = lambda i, k: c.broadcast(c.slice_dim(x, d, i, i + 1), (*x.shape[:d], k, *x.shape[d + 1 :]))
-            left, right = edge(0, lo), edge(n - 1, hi)
-        elif mode == "circular":
-            left, right = c.slice_dim(x, d, n - lo, n), c.slice_dim(x, d, 0, hi)
-        else:
-            c.fail(f"pad mode {mode!r}")
-        x = c.concat([v for v, k in ((left, lo), (x, 1), (right, hi)) if k], d)
-    return x
-
-
-def _roll_mlir(c):
-    x, shifts, dims = c.x(0), c.attrs["shifts"], c.attrs["dims"]
-    if not dims:
-        flat = c.reshape(x, (math.prod(x.shape),))
-        return c.reshape(_roll_v(c, flat, shifts[0], 0), x.shape)
-    for s, d in zip(shifts, dims):
-        x = _roll_v(c, x, s, d % x.rank)
-    return x
-
-
-def _roll_v(c, x, shift, d):
-    n = x.shape[d]
-    s = shift % n if n else 0
-    return c.concat([c.slice_dim(x, d, n - s, n), c.slice_dim(x, d, 0, n - s)], d) if s else x
-
-
-def _roll_onnx(c):
-    """torch.roll: per dim, the last ``shift`` entries then the rest (two Slices and a Concat); no dims
-    rolls the flattened tensor."""
-    x, t, shifts, dims = c.x(0), c.type(0), c.attrs["shifts"], c.attrs["dims"]
-    if has_symbols(t.shape):
-        c.fail("a symbolic size (the split point depends on it)")
-    if not dims:
-        zero = 1 if 0 in t.shape else None
-        flat = c.emit("Reshape", x, c.ints([math.prod(t.shape)]), allowzero=zero)
-        rolled = _roll_onnx_dim(c, flat, shifts[0], 0, math.prod(t.shape))
-        return c.emit("Reshape", rolled, c.ints(t.shape), allowzero=zero)
-    for shift, d in zip(shifts, dims):
-        x = _roll_onnx_dim(c, x, shift, d % t.rank, t.shape[d % t.rank])
-    return x
-
-
-def _roll_onnx_dim(c, x: str, shift: int, d: int, n: int) -> str:
-    s = shift % n if n else 0
-    if not s:
-        return x
-    tail = c.emit("Slice", x, c.ints([n - s]), c.ints([n]), c.ints([d]))
-    head = c.emit("Slice", x, c.ints([0]), c.ints([n - s]), c.ints([d]))
-    return c.emit("Concat", tail, head, axis=d)
-
-
-def _index_onnx(c):
-    """Advanced indexing with adjacent index tensors, as in :func:`_index_mlir`: the indexed dims merged
-    into one (Reshape), the broadcast indices linearized with negative ones wrapped, one Gather."""
-    t = c.type(0)
-    pos = [i for i in range(1, c.arity) if c.type(i) is not None]
-    if not pos:
-        return c.emit("Identity", c.x(0))
-    dims = [p - 1 for p in pos]
-    if dims != list(range(dims[0], dims[-1] + 1)) or any(c.type(p).dtype is DType.bool for p in pos):
-        c.fail("boolean masks or index tensors separated by a slice")
-    d0, d1 = dims[0], dims[-1] + 1
-    if has_symbols(t.shape[d0:d1]) or any(has_symbols(c.type(p).shape) for p in pos):
-        c.fail("a symbolic size in an indexed dim or an index")
-    shape = tuple(torch.broadcast_shapes(*(c.type(p).shape for p in pos)))
-    flat = None
-    for p in pos:
-        n = c.scalar(t.shape[p - 1], DType.i64)
-        v = c.x_as(p, DType.i64)
-        v = c.emit("Where", c.emit("Less", v, c.scalar(0, DType.i64)), c.emit("Add", v, n), v)
-        v = c.emit("Expand", v, c.ints(shape))
-        flat = v if flat is None else c.emit("Add", c.emit("Mul", flat, n), v)
-    merged_shape = (*t.shape[:d0], math.prod(t.shape[d0:d1]), *t.shape[d1:])
-    merged = c.emit("Reshape", c.x(0), c.ints(merged_shape), allowzero=1 if 0 in merged_shape else None)
-    return c.emit("Gather", merged, flat, axis=d0)
-
-
-def _index_mlir(c):
-    """Advanced indexing with adjacent index tensors: their dims merged into one, the broadcast
-    indices linearized (negative ones wrapped), one index_select. Boolean masks (data-dependent
-    shapes) and index tensors separated by a slice have no lowering."""
-    x, idx = c.x(0), [c.x(i) for i in range(1, c.arity)]
-    pos = [i for i, v in enumerate(idx) if v is not None]
-    if not pos:
-        return x
-    if pos != list(range(pos[0], pos[-1] + 1)) or any(idx[p].dtype is DType.bool for p in pos):
-        c.fail("boolean masks or index tensors separated by a slice")
-    shape = tuple(torch.broadcast_shapes(*(idx[p].shape for p in pos)))
-    flat = None
-    for p in pos:
-        v = c.convert(idx[p], DType.i64)
-        v = c.broadcast(c.select(c.compare("LT", v, 0), c.add(v, x.shape[p]), v), shape)
-        flat = v if flat is None else c.add(c.mul(flat, x.shape[p]), v)
-    d0, d1 = pos[0], pos[-1] + 1
-    merged = c.reshape(x, (*x.shape[:d0], math.prod(x.shape[d0:d1]), *x.shape[d1:]))
-    return c.index_select(merged, flat, d0)
-
-
-def _gather_mlir(c):
-    """torch.gather: every output element's coordinates are its own, with the index along dim
-    (torch rejects negative ones), one point gather."""
-    x, idx = c.x(0), c.convert(c.x(1), DType.i64)
-    d = c.attrs["dim"] % max(x.rank, 1)
-    if x.rank == 0:
-        return x
-    coords = [idx if i == d else c.iota(idx.shape, i, DType.i64) for i in range(x.rank)]
-    coords = c.concat([c.reshape(v, (*idx.shape, 1)) for v in coords], idx.rank)
-    return c.gather_points(x, coords)
-
-
-def _index_put_mlir(c):
-    """x[indices] = values (or +=): integer index tensors (broadcast together, negative ones
-    wrapped) as one stablehlo.scatter into the indexed dims moved first, whose windows are the
-    unindexed dims; values arranged as
-    torch's indexing result (the index dims in place when adjacent, first otherwise). A boolean
-    mask with one value is a select. Other boolean masks (data-dependent shapes) have no lowering."""
-    x, values, idx = c.x(0), c.convert(c.x(1), c.x(0).dtype), [c.x(i) for i in range(2, c.arity)]
-    acc = c.attrs["accumulate"]
-    pos = [i for i, v in enumerate(idx) if v is not None]
-    if not pos:
-        c.fail("index_put without index tensors")
-    if any(idx[p].dtype is DType.bool for p in pos):
-        mask = idx[pos[0]]
-        if len(pos) > 1 or math.prod(values.shape) != 1 or mask.shape != x.shape[pos[0] : pos[0] + mask.rank]:
-            c.fail("a boolean mask with more than one value, or beside other indices")
-        mask = c.broadcast_dims(mask, x.shape, range(pos[0], pos[0] + mask.rank))
-        one = c.reshape(values, ())
-        if acc:
-            one = c.add(x, one) if x.dtype is not DType.bool else c.ew("stablehlo.or", x, one)
-        return c.select(mask, one, x)
-    batch = tuple(torch.broadcast_shapes(*(idx[p].shape for p in pos)))
-    coords = []
-    for p in pos:
-        v = c.convert(idx[p], DType.i64)
-        v = c.broadcast(c.select(c.compare("LT", v, 0), c.add(v, x.shape[p]), v), batch)
-        coords.append(c.reshape(v, (*batch, 1)))
-    coords = c.concat(coords, len(batch))
-    rest = [d for d in range(x.rank) if d not in pos]
-    adjacent = pos == list(range(pos[0], pos[-1] + 1))
-    first = pos[0] if adjacent else 0
-    before = [x.shape[d] for d in rest if d < first]
-    shape = (*before, *batch, *(x.shape[d] for d in rest if d >= first))
-    updates = c.broadcast(values, shape)
-    nb, nbefore = len(batch), len(before)
-    updates = c.transpose(updates, [*range(nbefore, nbefore + nb), *range(nbefore), *range(nbefore + nb, len(shape))])
-    if not math.prod(batch):
-        return x
-    combine = ("or" if x.dtype is DType.bool else "add") if acc else None
-    # the indexed dims first (IREE lowers only scatters into leading dims), then back
-    perm = [*pos, *rest]
-    y = c.scatter(c.transpose(x, perm), coords, updates, range(len(pos)), combine)
-    return c.transpose(y, [perm.index(d) for d in range(x.rank)])
-
-
-def _slice_scatter_onnx(c, src: str, src_shape: tuple, dim: int, start: int, step: int) -> str:
-    """``src`` (of ``src_shape``, in the output's dtype) written over x[start::step] along ``dim``: with step 1 the
-    parts of x before and after it concatenated around it; else ScatterElements at start, start + step, ..."""
-    if has_symbols(src_shape) or has_symbols(c.out.shape):
-        c.fail("a scatter of a symbolic shape")
-    k = src_shape[dim]
-    if not k:
-        return c.emit("Identity", c.x(0))
-    if step == 1:
-        axis, parts = c.ints([dim]), []
-        if start:
-            parts.append(c.emit("Slice", c.x(0), c.ints([0]), c.ints([start]), axis))
-        parts.append(src)
-        if start + k < c.out.shape[dim]:
-            parts.append(c.emit("Slice", c.x(0), c.ints([start + k]), c.ints([c.out.shape[dim]]), axis))
-        return c.emit("Concat", *parts, axis=dim) if len(parts) > 1 else c.emit("Identity", src)
-    shape = [1] * len(src_shape)
-    shape[dim] = k
-    index = torch.arange(start, start + step * k, step, dtype=torch.int64).reshape(shape).expand(src_shape)
-    return c.emit("ScatterElements", c.x(0), c.constant(index.contiguous()), src, axis=dim)
-
-
-def _slice_scatter_v(c, x, src, dim: int, start: int, step: int):
-    """``x`` with ``x[start::step]`` along ``dim`` (as many as ``src`` has) replaced by ``src``: src
-    padded into place (interior padding step - 1) and a mask of where it lands."""
-    k = src.shape[dim]
-    if not k:
-        return x
-    low, high, interior = [0] * x.rank, [0] * x.rank, [0] * x.rank
-    low[dim], interior[dim] = start, step - 1
-    high[dim] = x.shape[dim] - start - ((k - 1) * step + 1)
-    placed = c.pad(c.convert(src, x.dtype), c.splat(0, x.dtype), low, high, interior)
-    mask = c.pad(c.splat(True, DType.bool, src.shape), c.splat(False, DType.bool), low, high, interior)
-    return c.select(mask, placed, x)
-
-
-def _select_scatter_onnx(c):
-    d = c.attrs["dim"] % c.out.rank
-    src = c.emit("Unsqueeze", c.x_as(1, c.out.dtype), c.ints([d]))
-    shape = (*c.out.shape[:d], 1, *c.out.shape[d + 1 :])
-    return _slice_scatter_onnx(c, src, shape, d, c.attrs["index"] % c.out.shape[d], 1)
-
-
-def _select_scatter_mlir(c):
-    x, src = c.x(0), c.x(1)
-    d = c.attrs["dim"] % x.rank
-    src = c.reshape(src, (*x.shape[:d], 1, *x.shape[d + 1 :]))
-    return _slice_scatter_v(c, x, src, d, c.attrs["index"] % x.shape[d], 1)
-
-
-def _repeat_mlir(c):
-    """Broadcast to (r0, s0, r1, s1, ...) and merge each pair: tile by repeats."""
-    x, reps = c.x(0), c.attrs["repeats"]
-    shape = (1,) * (len(reps) - x.rank) + x.shape
-    x = c.reshape(x, shape)
-    tiled = [v for r, s in zip(reps, shape) for v in (r, s)]
-    y = c.broadcast_dims(x, tiled, [2 * i + 1 for i in range(len(shape))])
-    return c.reshape(y, c.out.shape)
 
 
 def unary_sample(draw_attrs=None, min_rank: int = 0, free=None):
@@ -587,8 +286,6 @@ view_op(
     sample=unary_sample(_draw_reshape, free=_free_for_reshape),
     attrs=(Attr("shape", "ints"),),
     canonicalize=lambda a, t: {**a, "shape": _resolve_shape(a["shape"], t[0].numel)},
-    onnx=_reshape_onnx,
-    mlir=_reshape_mlir,
     aten=(
         AtenBinding("aten.view.default", rename={"size": "shape"}),
         "aten.reshape.default",
@@ -608,8 +305,6 @@ view_op(
         "end_dim": _norm_dim(a["end_dim"], max(t[0].rank, 1)),
     },
     aten=("aten.flatten.using_ints",),
-    onnx=_reshape_onnx,
-    mlir=_reshape_mlir,
 )
 view_op(
     "permute",
@@ -619,10 +314,6 @@ view_op(
     sample=unary_sample(lambda d, x, a: {"dims": S.permutation(d, x.rank)}, free=_free_for_dims),
     canonicalize=lambda a, t: {"dims": tuple(_norm_dim(d, t[0].rank) for d in a["dims"])},
     aten=("aten.permute.default",),
-    onnx=lambda c: (
-        c.emit("Transpose", c.x(0), perm=list(c.attrs["dims"])) if c.attrs["dims"] else c.emit("Identity", c.x(0))
-    ),
-    mlir=lambda c: c.transpose(c.x(0), c.attrs["dims"]),
     doc="output dim i is input dim dims[i]",
 )
 view_op(
@@ -632,17 +323,6 @@ view_op(
     sample=unary_sample(lambda d, x, a: {"dim0": S.dim(d, x.rank), "dim1": S.dim(d, x.rank)}, 1),
     attrs=(Attr("dim0", "int"), Attr("dim1", "int")),
     canonicalize=lambda a, t: {"dim0": _norm_dim(a["dim0"], t[0].rank), "dim1": _norm_dim(a["dim1"], t[0].rank)},
-    onnx=lambda c: c.emit(
-        "Transpose",
-        c.x(0),
-        perm=[
-            {c.attrs["dim0"]: c.attrs["dim1"], c.attrs["dim1"]: c.attrs["dim0"]}.get(i, i) for i in range(c.out.rank)
-        ],
-    ),
-    mlir=lambda c: c.transpose(
-        c.x(0),
-        [{c.attrs["dim0"]: c.attrs["dim1"], c.attrs["dim1"]: c.attrs["dim0"]}.get(i, i) for i in range(c.out.rank)],
-    ),
     aten=(
         "aten.transpose.int",
         AtenBinding(
@@ -660,8 +340,6 @@ view_op(
         "size": tuple(t[0].shape[i - (len(a["size"]) - t[0].rank)] if s == -1 else s for i, s in enumerate(a["size"]))
     },
     aten=(AtenBinding("aten.expand.default", fixed={"implicit": False}),),
-    onnx=lambda c: c.emit("Expand", c.x(0), c.ints(c.out.shape)),
-    mlir=lambda c: c.broadcast(c.x(0), c.out.shape),
     doc="broadcast to size (-1 keeps a dim)",
 )
 view_op(
@@ -672,8 +350,6 @@ view_op(
     sample=unary_sample(lambda d, x, a: {"dim": S.dim(d, x.rank, extra=1)}, free=_free_for_unsqueeze),
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank + 1)},
     aten=("aten.unsqueeze.default",),
-    onnx=_reshape_onnx,
-    mlir=_reshape_mlir,
 )
 
 
@@ -699,8 +375,6 @@ view_op(
         AtenBinding("aten.squeeze.dim", convert=lambda a, t: {"self": a["self"], "dims": [a["dim"]]}),
         "aten.squeeze.default",
     ),
-    onnx=_reshape_onnx,
-    mlir=_reshape_mlir,
     doc="drop size-1 dims (canonical: exactly the dims removed)",
 )
 view_op(
@@ -714,8 +388,6 @@ view_op(
         "index": _norm_dim(a["index"], t[0].shape[_norm_dim(a["dim"], t[0].rank)]),
     },
     aten=("aten.select.int",),
-    onnx=lambda c: c.emit("Gather", c.x(0), c.constant(torch.tensor(c.attrs["index"])), axis=c.attrs["dim"]),
-    mlir=_select_mlir,
 )
 
 
@@ -761,8 +433,6 @@ view_op(
     attrs=(Attr("dim", "int", 0), Attr("start", "int?", None), Attr("end", "int?", None), Attr("step", "int", 1)),
     canonicalize=_slice_canon,
     aten=("aten.slice.Tensor",),
-    onnx=lambda c: c.emit("Slice", c.x(0), *(c.ints([c.attrs[k]]) for k in ("start", "end", "dim", "step"))),
-    mlir=lambda c: c.slice_dim(c.x(0), c.attrs["dim"], c.attrs["start"], c.attrs["end"], c.attrs["step"]),
     doc="self[start:end:step] along dim (bounds clamped at creation)",
 )
 view_op(
@@ -771,8 +441,6 @@ view_op(
     lambda self: self.view(self.shape),
     aten=("aten.alias.default", "aten.detach.default"),
     sample=unary_sample(),
-    onnx="Identity",
-    mlir=lambda c: c.x(0),
     doc="the same tensor",
 )
 
@@ -823,8 +491,6 @@ move_op(
     infer=_to_layout_infer,
     sample=unary_sample(_draw_layout, free=_free_for_layout),
     attrs=(Attr("layout", "str"),),
-    onnx="Identity",
-    mlir=lambda c: c.x(0),
     doc='the same values stored in another memory layout ("contiguous", or "channels_last" for a 4-D tensor)',
 )
 move_op(
@@ -832,8 +498,6 @@ move_op(
     SELF,
     lambda self: self.clone(),
     sample=unary_sample(),
-    onnx="Identity",
-    mlir=lambda c: c.x(0),
     aten=(
         AtenBinding("aten.clone.default", drop=frozenset({"memory_format"})),
         "aten.lift_fresh_copy.default",
@@ -866,8 +530,6 @@ move_op(
     sample=_cat_sample,
     attrs=(Attr("dim", "int", 0),),
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], next(x for x in t if x is not None).rank)},
-    onnx=lambda c: c.emit("Concat", *(c.x_as(i, c.out.dtype) for i in range(c.arity)), axis=c.attrs["dim"]),
-    mlir=_cat_mlir,
     aten=(AtenBinding("aten.cat.default", convert=_cat_without_legacy_empty),),
 )
 move_op(
@@ -878,12 +540,6 @@ move_op(
     attrs=(Attr("dim", "int", 0),),
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank + 1)},
     aten=("aten.stack.default",),
-    mlir=_stack_mlir,
-    onnx=lambda c: c.emit(
-        "Concat",
-        *(c.emit("Unsqueeze", c.x_as(i, c.out.dtype), c.ints([c.attrs["dim"]])) for i in range(c.arity)),
-        axis=c.attrs["dim"],
-    ),
 )
 
 
@@ -911,10 +567,6 @@ move_op(
         AtenBinding("aten.split.Tensor", convert=_split_sizes),
         AtenBinding("aten.chunk.default", convert=_split_sizes),
     ),
-    onnx=lambda c: c.emit_multi(
-        "Split", [c.x(0), c.ints(c.attrs["split_sizes"])], len(c.attrs["split_sizes"]), axis=c.attrs["dim"]
-    ),
-    mlir=_split_mlir,
     doc="consecutive pieces along dim, one output each",
 )
 move_op(
@@ -925,8 +577,6 @@ move_op(
     traits=("multi_output",),
     canonicalize=lambda a, t: {"dim": _norm_dim(a["dim"], t[0].rank)},
     aten=("aten.unbind.int",),
-    onnx=_unbind_onnx,
-    mlir=_unbind_mlir,
     doc="one output per index along dim",
 )
 
@@ -961,8 +611,6 @@ move_op(
         AtenBinding("aten.constant_pad_nd.default", convert=_pad_args),
     ),
     sample=unary_sample(_draw_pad, 1),
-    onnx=_pad_onnx,
-    mlir=_pad_mlir,
     doc="F.pad: pairs (before, after) from the last dim backwards",
 )
 move_op(
@@ -972,8 +620,6 @@ move_op(
     sample=unary_sample(_draw_roll, 1),
     attrs=(Attr("shifts", "ints"), Attr("dims", "ints", ())),
     aten=("aten.roll.default",),
-    onnx=_roll_onnx,
-    mlir=_roll_mlir,
 )
 move_op(
     "flip",
@@ -981,16 +627,7 @@ move_op(
     lambda self, *, dims: torch.flip(self, dims),
     attrs=(Attr("dims", "ints"),),
     sample=unary_sample(lambda d, x, a: {"dims": _draw_dims(d, x)}, 1),
-    onnx=lambda c: c.emit(
-        "Slice",
-        c.x(0),
-        c.ints([-1] * len(c.attrs["dims"])),
-        c.ints([-(2**63)] * len(c.attrs["dims"])),
-        c.ints(c.attrs["dims"]),
-        c.ints([-1] * len(c.attrs["dims"])),
-    ),
     aten=("aten.flip.default",),
-    mlir=lambda c: c.reverse(c.x(0), sorted({d % c.x(0).rank for d in c.attrs["dims"]})),
 )
 move_op(
     "repeat",
@@ -998,16 +635,12 @@ move_op(
     lambda self, *, repeats: self.repeat(repeats),
     attrs=(Attr("repeats", "ints"),),
     aten=("aten.repeat.default",),
-    onnx=_repeat_onnx,
-    mlir=_repeat_mlir,
 )
 move_op(
     "index",
     (Operand("self"), Operand("indices", optional=True, variadic=True)),
     lambda self, *indices: torch.ops.aten.index.Tensor(self, list(indices)),
     aten=("aten.index.Tensor",),
-    onnx=_index_onnx,
-    mlir=_index_mlir,
     doc="advanced indexing self[i0, i1, ...]; absent indices take a whole dim",
 )
 
@@ -1039,12 +672,6 @@ move_op(
     attrs=(Attr("dim", "int"),),
     sample=_index_select_sample,
     aten=("aten.index_select.default",),
-    onnx=lambda c: c.emit(  # a 0-d index selects as a 1-element one (ONNX's Gather would drop the dim)
-        "Gather", c.x(0), c.x(1) if c.type(1).rank else c.emit("Reshape", c.x(1), c.ints([1])), axis=c.attrs["dim"]
-    ),
-    mlir=lambda c: c.index_select(
-        c.x(0), c.x(1) if c.x(1).rank else c.reshape(c.x(1), (1,)), c.attrs["dim"] % c.x(0).rank
-    ),
 )
 move_op(
     "gather",
@@ -1053,8 +680,6 @@ move_op(
     attrs=(Attr("dim", "int"),),
     sample=_gather_sample,
     aten=(AtenBinding("aten.gather.default", fixed={"sparse_grad": False}),),
-    onnx=lambda c: c.emit("GatherElements", c.x(0), c.x(1), axis=c.attrs["dim"]),
-    mlir=_gather_mlir,
 )
 
 # -- functional forms of in-place writes (what functionalization leaves) ---------------
@@ -1063,8 +688,6 @@ move_op(
     (Operand("self"), Operand("src")),
     lambda self, src: src.to(self.dtype).expand(self.shape).clone(),
     aten=(AtenBinding("aten.copy.default", drop=frozenset({"non_blocking"})),),
-    mlir=lambda c: c.broadcast(c.convert(c.x(1), c.out.dtype), c.out.shape),
-    onnx=lambda c: c.emit("Expand", c.x_as(1, c.out.dtype), c.ints(list(c.out.shape))),
     doc="src broadcast to self's shape and cast to its dtype (self's values are not read)",
 )
 move_op(
@@ -1074,10 +697,6 @@ move_op(
     attrs=(Attr("dim", "int", 0), Attr("start", "int?", None), Attr("end", "int?", None), Attr("step", "int", 1)),
     canonicalize=_slice_canon,
     aten=("aten.slice_scatter.default",),
-    mlir=lambda c: _slice_scatter_v(c, c.x(0), c.x(1), c.attrs["dim"], c.attrs["start"], c.attrs["step"]),
-    onnx=lambda c: _slice_scatter_onnx(
-        c, c.x_as(1, c.out.dtype), c.type(1).shape, c.attrs["dim"] % c.out.rank, c.attrs["start"], c.attrs["step"]
-    ),
     doc="self with self[start:end:step] along dim replaced by src",
 )
 
@@ -1103,8 +722,6 @@ move_op(
     attrs=(Attr("dim", "int"), Attr("index", "int")),
     sample=_select_scatter_sample,
     aten=("aten.select_scatter.default",),
-    mlir=_select_scatter_mlir,
-    onnx=_select_scatter_onnx,
 )
 move_op(
     "index_put",
@@ -1112,5 +729,4 @@ move_op(
     lambda self, values, *indices, accumulate: torch.ops.aten.index_put(self, list(indices), values, accumulate),
     attrs=(Attr("accumulate", "bool", False),),
     aten=("aten.index_put.default",),
-    mlir=_index_put_mlir,
 )

@@ -110,15 +110,6 @@ def test_conv_flops_are_two_macs():
     assert op.flops([x, w, None, out], [out], fused) == 2 * out.numel * 4 * 3 * 3 + 2 * out.numel
 
 
-def test_docs_ops_md_is_current():
-    from pathlib import Path
-
-    from gawee.ops.__main__ import reference
-
-    doc = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
-    assert doc.read_text() == reference(), "regenerate it: python -m gawee.ops > docs/ops.md"
-
-
 def test_type_inference_cache_tells_an_int_attribute_from_an_equal_float():
     # 2 == 2.0 == True in Python: a cache keyed on == would give clamp(x: i64, min=2.0) the integer result
     # of clamp(x, min=2) seen before it, and the harness's draws would depend on the tests run before
