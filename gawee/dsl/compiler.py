@@ -974,10 +974,12 @@ class _ExprCompiler:
                 span=e.func_span,
             )
         args = []
+        kinds = []
         for i, a in enumerate(e.args):
             if a.keyword or a.rest:
                 raise RuleError(f"`{b.name}` takes positional arguments only", span=a.span)
             fn, kind = self.compile(a.value)
+            kinds.append(kind)
             param = b.params[min(i, len(b.params) - 1)] if b.params else K.ANY
             if i >= len(b.params) and not b.variadic:
                 raise RuleError(f"`{b.name}` takes {len(b.params)} argument(s)", span=a.span)
@@ -1001,6 +1003,9 @@ class _ExprCompiler:
                 vals.append(ctx.tensor(v) if implicit else v)
             return impl(ctx, *vals)
 
+        if b.int_preserving and kinds and all(k.base in (K.Base.INT, K.Base.ANY) for k in kinds):
+            # ints give an int; an item of a list (`x.shape[0]`) is known only at firing, where it is checked
+            return call, K.INT if all(k.base is K.Base.INT for k in kinds) else K.ANY
         return call, b.returns
 
     def _op_call(self, e: A.ECall):

@@ -34,6 +34,8 @@ class Builtin:
     where: str = "both"
     """"guard", "replace" or "both"."""
     doc: str = ""
+    int_preserving: bool = False
+    """The result is an int where every argument is (`min(e, x.shape[0])` fits an int attribute)."""
 
 
 class GuardFailed(Exception):
@@ -314,9 +316,9 @@ BUILTINS: dict[str, Builtin] = {
             doc="xs with v in front until it has n items (a shape broadcast to rank n: pad_left(c.shape, n, 1))",
         ),
         Builtin("all_zero", (L,), B, lambda ctx, xs: all(x == 0 for x in xs), doc="every item is 0"),
-        Builtin("min", (F, F), F, lambda ctx, a, b: min(a, b), doc="the smaller number"),
-        Builtin("max", (F, F), F, lambda ctx, a, b: max(a, b), doc="the larger number"),
-        Builtin("abs", (F,), F, lambda ctx, a: abs(a), doc="absolute value"),
+        Builtin("min", (F, F), F, lambda ctx, a, b: min(a, b), doc="the smaller number", int_preserving=True),
+        Builtin("max", (F, F), F, lambda ctx, a, b: max(a, b), doc="the larger number", int_preserving=True),
+        Builtin("abs", (F,), F, lambda ctx, a: abs(a), doc="absolute value", int_preserving=True),
         Builtin(
             "fold",
             (T,),

@@ -196,3 +196,19 @@ def test_a_positional_none_in_a_replacement_fills_the_operand_slot():
     assert report.firings["nobias"] == 1 and (len(conv.inputs) < 3 or conv.inputs[2] is None)
     assert tuple(conv.attrs["stride"]) == (2, 2) and tuple(conv.attrs["padding"]) == (1, 1)
     assert_equivalent(g, after)
+
+
+def test_min_max_abs_of_ints_fill_int_attributes():
+    """`min`, `max` and `abs` of ints are ints (of a shape's item, known at firing): they fill int attributes."""
+    rules = load_rules_text(
+        "rule r:\n    reshape(x, shape=[-1]) where x.rank == 1\n"
+        "    => slice(x, dim=0, start=min(0, x.numel), end=max(x.shape[0], 1 - 1), step=abs(-1))\n"
+    )
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[5]")
+    g = b.output(b.reshape(x, shape=[-1]))
+    after, report = rewrite(g, rules)
+    (node,) = list(after)
+    assert report.firings == {"r": 1} and node.op == "slice" and (node.attrs["start"], node.attrs["end"]) == (0, 5)
+    with pytest.raises(RuleError, match=r"slice.end is int\?, this is a float"):
+        load_rules_text("rule r: reshape(x, shape=[-1]) => slice(x, dim=0, start=0, end=max(1.5, 2.0), step=1)")
