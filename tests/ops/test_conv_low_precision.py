@@ -139,3 +139,16 @@ def test_backend_never_hands_low_precision_convolutions_to_onednn(dtype):
     assert not any("mkldnn" in str(n.target) for n in module.graph.nodes)
     xs = torch.randn(1, 4, 6, 6).to(tdtype)
     assert torch.equal(module(xs)[0], gawee.run(graph, xs)[0])
+
+
+def test_a_channels_last_convolution_runs_where_onednn_would_crash():
+    """A grouped, dilated, padded window over a width of 1 on a channels-last input: oneDNN's kernel
+    segfaults on some CPUs; the interpreter runs torch's own and agrees with the contiguous input."""
+    from gawee.ops import get_op
+
+    x = torch.randn(2, 4, 5, 1)
+    w, b = torch.randn(2, 2, 3, 1), torch.randn(2)
+    attrs = dict(stride=(2, 2), padding=(1, 1), dilation=(2, 2), groups=2)
+    conv = get_op("conv2d")
+    got = conv.evaluate(x.to(memory_format=torch.channels_last), w, b, **attrs)
+    torch.testing.assert_close(got, conv.evaluate(x, w, b, **attrs))

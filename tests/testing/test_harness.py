@@ -328,3 +328,20 @@ def test_symbolic_mode_checks_rules_at_several_batch_sizes():
         result = check_rule(rules[name], examples=20, symbolic=True)
         assert result.verdict == "sound", result.counterexample
         assert result.symbolic_fired > 0  # the dynamic-batch variants were rewritten and checked
+
+
+def test_elements_whose_sums_overflow_in_some_order_are_not_compared():
+    """A sum whose terms pass float32's range is inf in one order and finite in another: neither side fixes
+    the order, so such elements are not evidence. An inf operand is not a large sum: it still counts."""
+    from gawee.ir.builder import GraphBuilder
+    from gawee.testing.harness import _orderless, partial_sum_bounds
+
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[2,3]")
+    g = b.output(b.sum(x, dim=[1]))
+    big = torch.finfo(torch.float32).max
+    xs = [torch.tensor([[big, big, -big], [1.0, float("inf"), 2.0]])]
+    (bound,) = partial_sum_bounds(g, xs)
+    ref = torch.zeros(2)
+    assert _orderless(ref, bound).tolist() == [False, True]
+    assert _orderless(ref, torch.tensor([1.0, 2.0], dtype=torch.float64)) is None
