@@ -176,7 +176,7 @@ def test_random_text_only_raises_gawee_errors(text):
     _loads_or_gawee_error(text)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_mutated_rule_files_only_raise_gawee_errors(data):
     text = BUNDLED
