@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -225,15 +224,17 @@ def conv_low_precision(fn, input, weight, bias, *args):
 
 
 def _conv_cpu(fn, input, weight, bias, *args):
-    """``fn(...)``; a channels-last input on CPU through torch's own kernel, not oneDNN's: oneDNN's
-    channels-last convolution (torch 2.14.1) segfaults on valid geometries (a grouped, dilated, padded
-    window over a width of 1), and the reference interpreter must not take the process down."""
-    if input.device.type != "cpu" or input.dim() < 4 or input.is_contiguous():
+    """``fn(...)``; a channels-last CPU input with a spatial dim of size 1 is convolved in NCHW and the result
+    put back in channels-last. Such a tensor's strides are ambiguous, and oneDNN's channels-last convolution
+    (torch 2.14.1) segfaults on valid geometries over it (a padded, dilated, strided window over a width of
+    1); its NCHW convolution does not. Neither the interpreter nor a compiled module's reference kernels may
+    take the process down; other inputs keep torch's own choice of kernel."""
+    if input.device.type != "cpu" or input.dim() not in (4, 5) or 1 not in input.shape[2:]:
         return fn(input, weight, bias, *args)
-    with warnings.catch_warnings():  # mkldnn.flags warns about an unrelated TF32 switch
-        warnings.simplefilter("ignore")
-        with torch.backends.mkldnn.flags(enabled=False):
-            return fn(input, weight, bias, *args)
+    fmt = torch.channels_last if input.dim() == 4 else torch.channels_last_3d
+    if input.is_contiguous() or not input.is_contiguous(memory_format=fmt):
+        return fn(input, weight, bias, *args)
+    return fn(input.contiguous(), weight, bias, *args).contiguous(memory_format=fmt)
 
 
 def _conv(name: str, nd: int, fused: bool = False, doc: str = "") -> OpDef:

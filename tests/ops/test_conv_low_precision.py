@@ -142,8 +142,9 @@ def test_backend_never_hands_low_precision_convolutions_to_onednn(dtype):
 
 
 def test_a_channels_last_convolution_runs_where_onednn_would_crash():
-    """A grouped, dilated, padded window over a width of 1 on a channels-last input: oneDNN's kernel
-    segfaults on some CPUs; the interpreter runs torch's own and agrees with the contiguous input."""
+    """A grouped, dilated, padded window over a width of 1 on a channels-last input: oneDNN's channels-last
+    kernel segfaults on some CPUs; the op convolves it in NCHW, agrees with the contiguous input and gives
+    a channels-last result."""
     from gawee.ops import get_op
 
     x = torch.randn(2, 4, 5, 1)
@@ -152,3 +153,4 @@ def test_a_channels_last_convolution_runs_where_onednn_would_crash():
     conv = get_op("conv2d")
     got = conv.evaluate(x.to(memory_format=torch.channels_last), w, b, **attrs)
     torch.testing.assert_close(got, conv.evaluate(x, w, b, **attrs))
+    assert got.is_contiguous(memory_format=torch.channels_last)
