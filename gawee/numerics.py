@@ -92,13 +92,17 @@ def _distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(a == b, torch.zeros_like(d), d)
 
 
-def upcast(graph: Graph) -> Graph | None:
-    """The graph recomputed in float64 (floats only), or None if an op refuses it."""
+def upcast(graph: Graph, magnitudes: bool = False) -> Graph | None:
+    """The graph recomputed in float64 (floats only), or None if an op refuses it; with ``magnitudes``, on
+    the absolute values of its float constants (its inputs are the caller's to take)."""
 
     def up(t: TensorType) -> TensorType:
         return TensorType(t.shape, DType.f64, t.layout) if t.dtype.is_float else t
 
-    return recast(graph, "_f64", up, lambda d: d.double() if d.is_floating_point() else d)
+    def data(d):
+        return (d.double().abs() if magnitudes else d.double()) if d.is_floating_point() else d
+
+    return recast(graph, "_magnitude" if magnitudes else "_f64", up, data)
 
 
 def recast(graph: Graph, suffix: str, retype, redata) -> Graph | None:

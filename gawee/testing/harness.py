@@ -382,12 +382,7 @@ def partial_sum_bounds(graph: Graph, xs: list[torch.Tensor]) -> list[torch.Tenso
     """The original run in float64 on the magnitudes of its inputs and constants: per output element, a
     bound on the partial sums a convolution, product or reduction forms on the way to it (exact for sums
     of products; an estimate through other ops). None where the graph does not run so."""
-    g = _recast(
-        graph,
-        "_magnitude",
-        lambda t: TensorType(t.shape, DType.f64, t.layout) if t.dtype.is_float else t,
-        lambda d: d.double().abs() if d.is_floating_point() else d,
-    )
+    g = upcast(graph, magnitudes=True)
     if g is None:
         return None
     try:
