@@ -24,7 +24,6 @@ from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import has_symbols
 from gawee.ir.types import DType, Layout, TensorType
-from gawee.numerics import AWKWARD, CANCEL_MAGNITUDE, NONFINITE, special_values  # noqa: F401  (re-exported)
 from gawee.numerics import fill as fill_style
 from gawee.ops import OPAQUE, all_ops, get_op
 from gawee.ops import sampling as S
@@ -109,7 +108,7 @@ class Leaf:
     name: str
     value: Value
     style: str
-    """How its values are drawn: normal, awkward, positive, ints or cancel:i (see CANCEL_MAGNITUDE);
+    """How its values are drawn: normal, awkward, positive, ints or cancel:i (see gawee.numerics.CANCEL_MAGNITUDE);
     abs- before any of them for operands that must be nonnegative."""
 
 
@@ -405,7 +404,7 @@ class Generator:
         self.all_const = False
         draw = self.data
         self.cancel = draw.boolean(0.4)
-        """Every float leaf in "cancel" style (see CANCEL_MAGNITUDE)."""
+        """Every float leaf in "cancel" style (see gawee.numerics.CANCEL_MAGNITUDE)."""
         self.cancel_run: int | None = draw.integers(0, 2) if self.cancel and draw.boolean(0.5) else None
         """When set, cancel values go M, -M, 0.3, M, ... in leaf (operand) order from this offset: the
         large pair cancels and a small term follows, the order that exposes reassociation."""
@@ -819,7 +818,7 @@ class Generator:
             gen = torch.Generator().manual_seed(draw.integers(0, 2**16))
             if style.startswith("value:"):  # the value the guard asks for (`all_equal(c, 0.5)`)
                 data = torch.full(t.shape, float(style[6:]), dtype=torch.float64).to(t.dtype.torch)
-            else:  # constants are not tamed: weights can be huge, tiny, inf or nan (see special_values)
+            else:  # constants are not tamed: weights can be huge, tiny, inf or nan (see gawee.numerics.special_values)
                 tame = name in self.hints.finite and style != "nonfinite1"  # finite(c): no inf/nan, but 1 in 10
                 data = fill(t, style, gen, nonfinite=not tame)
             value = self.graph.constant(in_layout(data, t.layout), base)

@@ -105,7 +105,7 @@ of 1e38 are not what a model holds, and torch's fused kernels square them (layer
 
 def _float_pool(base: str, dtype: DType, nonfinite: bool, capped: bool = False) -> list[float]:
     # f64 gets float32's extremes: where an f64 original overflows, no wider type gives the truth that
-    # would tell a rewrite avoiding the overflow from a wrong one (as gawee.testing.generate.special_values)
+    # would tell a rewrite avoiding the overflow from a wrong one (as gawee.numerics.special_values)
     fi = torch.finfo(torch.float32 if dtype is DType.f64 else dtype.torch)
     if capped and base in ("limits", "overflow") and fi.max > INPUT_CAP:
         fi = torch.finfo(torch.float16)
