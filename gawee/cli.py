@@ -432,6 +432,8 @@ def _solver_cell(r) -> str:
     """The solver's column of `check`: the proof's bound, or in short what kept the rule from proven."""
     if r.proof is None:
         return "-"
+    if r.proof.complete and r.proof.definition:
+        return "proven for every shape (by definition)"
     if r.proof.complete:
         return f"proven within {r.proof.bound} ({r.proof.instances})"
     if r.proof.counterexample is not None:

@@ -23,7 +23,6 @@ from gawee.ops.base import (
     register,
     zero_flops,
 )
-from gawee.ops.elementwise import hardtanh
 
 PURE = frozenset({"pure"})
 
@@ -31,27 +30,30 @@ PURE = frozenset({"pure"})
 # `act_params` each takes. A rule may fuse only these (the compiler checks), and the
 # torch backend maps each onto oneDNN's fused post-op or runs it unfused.
 ACTIVATIONS = {
-    "relu": (0, lambda x: torch.relu(x)),
-    "sigmoid": (0, lambda x: torch.sigmoid(x)),
-    "tanh": (0, lambda x: torch.tanh(x)),
-    "silu": (0, lambda x: F.silu(x)),
-    "hardswish": (0, lambda x: F.hardswish(x)),
-    "hardsigmoid": (0, lambda x: F.hardsigmoid(x)),
-    "gelu": (0, lambda x: F.gelu(x)),
-    "gelu_tanh": (0, lambda x: F.gelu(x, approximate="tanh")),
-    "hardtanh": (2, lambda x, lo, hi: hardtanh(x, lo, hi)),
-    "leaky_relu": (1, lambda x, slope: F.leaky_relu(x, slope)),
+    "relu": 0,
+    "sigmoid": 0,
+    "tanh": 0,
+    "silu": 0,
+    "hardswish": 0,
+    "hardsigmoid": 0,
+    "gelu": 0,
+    "gelu_tanh": 0,
+    "hardtanh": 2,
+    "leaky_relu": 1,
 }
 
 
 def apply_act(y: torch.Tensor, act: str | None, params: tuple = ()) -> torch.Tensor:
-    """Reference semantics of a fused activation."""
+    """Reference semantics of a fused activation: its standalone op (``act_as_op``) run on ``y``, by
+    definition (gawee.testing.unfold proves fusion rules from it)."""
     if act is None:
         return y
-    n, fn = ACTIVATIONS[act]
+    n = ACTIVATIONS[act]
     if len(params) != n:
         raise ValueError(f"activation {act} takes {n} parameters, got {len(params)}")
-    return fn(y, *params)
+    op, attrs = act_as_op(act, params)
+    opdef = get_op(op)
+    return opdef.evaluate(y, **opdef.complete_attrs(attrs))
 
 
 def act_as_op(act: str, params: tuple = ()) -> tuple[str, dict]:
@@ -63,6 +65,13 @@ def act_as_op(act: str, params: tuple = ()) -> tuple[str, dict]:
     if act == "leaky_relu":
         return "leaky_relu", {"negative_slope": params[0]}
     return act, {}
+
+
+def _no_act_params(attrs: dict) -> dict:
+    """Canonical epilogue attributes: no activation carries no parameters (apply_act ignores them)."""
+    if attrs.get("act") is None:
+        attrs["act_params"] = ()
+    return attrs
 
 
 def _pair(v, n=2):
@@ -77,7 +86,7 @@ def _conv_canon(nd):
     def canon(attrs, _types):
         for k in ("stride", "padding", "dilation"):
             attrs[k] = _pair(attrs[k], nd)
-        return attrs
+        return _no_act_params(attrs) if "act" in attrs else attrs
 
     return canon
 
@@ -496,6 +505,7 @@ register(
         _linear,
         attrs=(Attr("act", "str?", None), Attr("act_params", "floats", ())),
         traits=PURE,
+        canonicalize=lambda attrs, _types: _no_act_params(attrs),
         flops=_linear_flops,
         sample=_linear_sample,
         aten=("aten.linear.default",),

@@ -38,6 +38,7 @@ from gawee.numerics import recast as _recast
 from gawee.ops import sampling as S
 from gawee.rewrite.driver import fire
 from gawee.rewrite.ruleset import RuleSet
+from gawee.testing import unfold
 from gawee.testing.generate import Example, Leaf, fill, generate, guard_verdict, hints_of, small
 from gawee.testing.scope import BUDGET, LEVELS, Scope, build, enumerate_scope
 from gawee.testing.smt.verdict import RuleProof, prove_rule
@@ -494,9 +495,14 @@ def _check_symbolic(rule: Rule, ex: Example) -> tuple[bool, Counterexample | Non
 
 # -- the solver tier -------------------------------------------------------------------
 def _prove(rule: Rule, result: RuleCheck, scoped: list[tuple[Example, Graph]], drawn: list[tuple[Example, Graph]]):
-    """The solver over the rule's instances: the small-scope enumeration's where it gave any (the bound is
-    its highest complete level: every instance of it is among them), else up to SOLVER_DRAWS distinct drawn
-    ones (no bound: a rule is *proven* only over a whole level of the small scope)."""
+    """First the rule's two sides as terms (gawee.testing.unfold): where they are one computation, the rule is
+    proven for every shape and no instance is needed. Else the solver over the rule's instances: the
+    small-scope enumeration's where it gave any (the bound is its highest complete level: every instance of it
+    is among them), else up to SOLVER_DRAWS distinct drawn ones (no bound: a rule is *proven* only over a
+    whole level of the small scope)."""
+    definition = unfold.prove(rule)
+    if isinstance(definition, unfold.Definition):
+        return RuleProof(result.scope_bound or None, definition=definition.reason)
     if scoped:
         instances, bound = scoped, result.scope_bound or None
     else:

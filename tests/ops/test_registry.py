@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gawee.ir.types import DType, TensorType
-from gawee.ops import ACTIVATIONS, OPAQUE, REQUIRED, all_ops, get_op
+from gawee.ops import ACTIVATIONS, OPAQUE, REQUIRED, all_ops, apply_act, get_op
+from gawee.ops.nn import act_as_op
 from gawee.ops.opaque import resolve_target
 
 OPS = all_ops()
@@ -83,20 +84,18 @@ def test_unary_inference_matches_evaluation(name, shape, dtype):
 
 
 def test_fused_activation_vocabulary_matches_the_unfused_ops():
+    """Each fused activation is a registered standalone op whose attributes take its parameters, and
+    apply_act runs exactly that op (gawee.testing.unfold proves fusion rules from this definition)."""
     x = torch.randn(64)
-    for act, (n, fn) in ACTIVATIONS.items():
+    for act, n in ACTIVATIONS.items():
         params = (-0.5, 0.7)[:n] if act == "hardtanh" else (0.1,) * n
-        base = "gelu" if act.startswith("gelu") else act
-        attrs = (
-            {"approximate": "tanh"}
-            if act == "gelu_tanh"
-            else {"min_val": params[0], "max_val": params[1]}
-            if act == "hardtanh"
-            else {"negative_slope": params[0]}
-            if act == "leaky_relu"
-            else {}
-        )
-        torch.testing.assert_close(fn(x, *params), get_op(base).run([x], get_op(base).complete_attrs(attrs))[0])
+        op, attrs = act_as_op(act, params)
+        opdef = get_op(op)
+        assert set(attrs) <= {a.name for a in opdef.attrs}, act
+        assert len([v for v in attrs.values() if v in params]) == n, act
+        assert torch.equal(apply_act(x, act, params), opdef.run([x], opdef.complete_attrs(attrs))[0]), act
+        with pytest.raises(ValueError, match="parameters"):
+            apply_act(x, act, (*params, 1.0))
 
 
 def test_conv_flops_are_two_macs():

@@ -32,6 +32,9 @@ class RuleProof:
 
     bound: str | None = None
     """The small scope the instances enumerate ("rank <= 4, dims <= 3"); None for drawn instances."""
+    definition: str = ""
+    """Why the rule holds for every shape without any instance (gawee.testing.unfold), "" if it was not
+    proven so: then the instances decide."""
     instances: int = 0
     """Instances decided."""
     proven: int = 0
@@ -46,7 +49,10 @@ class RuleProof:
 
     @property
     def complete(self) -> bool:
-        """Every instance of a whole small scope proven: the rule's verdict is *proven*."""
+        """Proven for every shape by definition, or every instance of a whole small scope proven: the rule's
+        verdict is *proven*."""
+        if self.definition:
+            return self.counterexample is None
         return (
             self.bound is not None
             and self.counterexample is None
@@ -71,6 +77,8 @@ class RuleProof:
 
     def summary(self) -> str:
         """One cell's worth: "proven within rank <= 1, dims <= 1, 80 instances" or why not."""
+        if self.complete and self.definition:
+            return f"proven for every shape: {self.definition}"
         if self.complete:
             return f"proven within {self.bound}, {self.instances} instances"
         if self.counterexample is not None:
