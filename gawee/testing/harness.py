@@ -40,7 +40,7 @@ from gawee.rewrite.driver import fire
 from gawee.rewrite.ruleset import RuleSet
 from gawee.testing import unfold
 from gawee.testing.generate import Example, Leaf, fill, generate, guard_verdict, hints_of, small
-from gawee.testing.scope import BUDGET, LEVELS, Scope, build, enumerate_scope
+from gawee.testing.scope import BUDGET, COMPLETE, LEVELS, Scope, build, enumerate_scope
 from gawee.testing.smt.verdict import RuleProof, prove_rule
 from gawee.testing.values import classes_for
 from gawee.threads import torch_threads
@@ -539,6 +539,7 @@ def _check_scope(
     on_example: Callable[[Example, list[torch.Tensor]], None] | None,
     budget: int,
     fired: list[tuple[Example, Graph]] | None = None,
+    whole: int = COMPLETE,
 ) -> None:
     """Check every instance of the small-scope enumeration, with its own data and with boundary classes
     of values; raises _Unsound with the first counterexample (its ``found_by`` names the level). Each
@@ -555,7 +556,7 @@ def _check_scope(
             return False
         return runs_nonempty(ex.graph)
 
-    scope = Scope(budget=budget, accept=accept)
+    scope = Scope(budget=budget, complete=whole, accept=accept)
     used: Counter = Counter()
     tally = RuleCheck(rule)  # the enumeration's own counts: examples and guard hits describe the random draws
     try:
@@ -702,9 +703,11 @@ def check_rule(
     symbolic: bool = False,
     scope_budget: int = SCOPE_BUDGET,
     solver: bool = True,
+    scope_complete: int = COMPLETE,
 ) -> RuleCheck:
     """Run the harness on one rule: first the small-scope enumeration (gawee.testing.scope, at most
-    ``scope_budget`` instances, 0 skips it; the same on every seed), each instance also filled with
+    ``scope_budget`` instances, 0 skips it, and each level of at most ``scope_complete`` instances whole; the
+    same on every seed), each instance also filled with
     boundary classes of values (gawee.testing.values), then ``examples`` valid random draws
     (reproducible for a given seed).
 
@@ -743,7 +746,7 @@ def check_rule(
 
     def enumerate_instances() -> None:
         if scope_budget:
-            _check_scope(rule, result, on_example, scope_budget, fired=scoped if solver else None)
+            _check_scope(rule, result, on_example, scope_budget, scoped if solver else None, scope_complete)
 
     test = settings(
         max_examples=examples,

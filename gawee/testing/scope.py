@@ -14,8 +14,9 @@ The bound is a ladder of levels (LEVELS): level k admits ranks up to ``rank`` an
 integers and dim indices up to ``size`` (plus the sizes and ranks the guard names, `x.shape[1] >= 5`
 adds 5 and 6), every dtype in DTYPES (or those the guard asks for). Levels are enumerated in order; an
 instance seen at a lower level is not enumerated again. Each level may take what is left of the budget
-but RESERVE instances for each level after it (a level that needs less leaves the rest to the next): the
-small levels complete where the budget allows, which is what a *proven* verdict needs. Within a level
+but RESERVE instances for each level after it (a level that needs less leaves the rest to the next); a
+level of at most COMPLETE instances is enumerated whole even past its share (while the levels below it
+were whole too): the small levels complete, which is what a *proven* verdict needs. Within a level
 the tree is walked in a pseudo-random order without replacement (each walk picks among the options whose
 subtrees still hold unvisited leaves, the first and last ones likelier: boundary values), so an
 enumeration cut short by the instance budget is a spread-out sample of that level, not the corner of it
@@ -69,6 +70,16 @@ first overflows)."""
 WORK = 12
 """Walks per instance of the budget at most (pruned walks included): the enumeration of a rule whose
 tree is mostly invalid still ends."""
+
+COMPLETE = 600
+"""A level with at most this many distinct instances is enumerated whole, beyond the budget: a level that
+completes is what a *proven* verdict needs, and the budget's share of a level (80 instances less the reserve)
+cuts off levels only a few times larger (a `slice` rule's smallest level has 48 valid instances among
+2,600 walks, a reshape chain's 552). The instances past the share are built first and checked only once
+the level is known to complete, so a level too large costs its walks, not its checks."""
+
+PROBE_WALKS = 5000
+"""Walks a level may take to find out whether it completes within COMPLETE instances (pruned walks included)."""
 
 
 EDGE_WEIGHT = 3
@@ -312,10 +323,12 @@ def _names(e: Any) -> set[str]:
 
 @dataclass
 class Scope:
-    """How far the enumeration goes: the levels of LEVELS up to ``levels`` and ``budget`` instances."""
+    """How far the enumeration goes: the levels of LEVELS up to ``levels``; ``budget`` instances, and each level
+    with at most ``complete`` instances whole."""
 
     budget: int = BUDGET
     levels: int = len(LEVELS)
+    complete: int = COMPLETE
     accept: Any = None
     """``accept(example) -> bool``: whether an instance counts (the harness: its guard holds and it runs);
     a walk whose instance is not accepted is pruned."""
@@ -330,22 +343,29 @@ def enumerate_scope(rule: Rule, scope: Scope) -> Iterator[Instance]:
     seen: set[str] = set()
     levels = LEVELS[: scope.levels]
     complete = True
+    sampled = probed = 0  # walks within the shares, and past them: each numbers its walks' data seeds
     for level, bound in enumerate(levels):
-        share = scope.budget - rep.instances - RESERVE * (len(levels) - level - 1)
-        walks = share * WORK
+        share = max(RESERVE, scope.budget - rep.instances - RESERVE * (len(levels) - level - 1))
+        # a level is probed for completeness only while every lower one was complete: a larger one holds more
+        probe = complete and scope.complete > 0
+        walks = max(share * WORK, PROBE_WALKS if probe else 0)
         root = _Node()
         rng = random.Random(f"{rule.name}/{level}")
-        found = 0
+        found = leaves = 0
+        pending: list[tuple[tuple[int, ...], int, Example]] = []
+        """Instances past the share, built but not checked: checked only if the level turns out complete."""
         while not root.done:
-            if found >= share or walks <= 0:
-                if rep.partial is None:
-                    rep.partial, rep.partial_instances = bound, found
-                complete = False
+            if walks <= 0 or (found >= share and (not probe or leaves > scope.complete)):
                 break
             walks -= 1
             rep.walks += 1
             walk = _Walk(root, rng)
-            seed = zlib.crc32(f"{rule.name}/{level}/{rep.walks}".encode())
+            if found < share:
+                sampled += 1
+                seed = zlib.crc32(f"{rule.name}/{level}/{sampled}".encode())
+            else:
+                probed += 1
+                seed = zlib.crc32(f"{rule.name}/{level}/probe/{probed}".encode())
             try:
                 ex = _generate(rule, hints, walk, bound, seed, None)
             except (S.Reject, GaweeError):
@@ -356,10 +376,23 @@ def enumerate_scope(rule: Rule, scope: Scope) -> Iterator[Instance]:
             if key in seen:
                 continue
             seen.add(key)
+            leaves += 1
+            if found >= share:
+                pending.append((tuple(walk.path), seed, ex))
+                continue
             if scope.accept is not None and not scope.accept(ex):
                 continue
             rep.instances += 1
             found += 1
             yield Instance(tuple(walk.path), level, seed, ex)
-        if complete and root.done:
+        if not root.done:
+            if rep.partial is None:
+                rep.partial, rep.partial_instances = bound, found
+            complete = False
+            continue
+        for path, seed, ex in pending:
+            if scope.accept is None or scope.accept(ex):
+                rep.instances += 1
+                yield Instance(path, level, seed, ex)
+        if complete:
             rep.covered = bound
