@@ -326,6 +326,13 @@ BUILTINS: dict[str, Builtin] = {
             lambda ctx, d: _underflow(d),
             doc="half the smallest subnormal of a float dtype: absolute error of one rounding near zero",
         ),
+        Builtin(
+            "largest",
+            (K.DTYPE,),
+            F,
+            lambda ctx, d: _finfo(d).max,
+            doc="the largest finite number of a float dtype: past it, rounding to the dtype may give inf",
+        ),
         Builtin("len", (L,), INT, lambda ctx, xs: len(xs), doc="length of a list"),
         Builtin("prod", (L,), INT, lambda ctx, xs: math.prod(xs), doc="product of a list"),
         Builtin(

@@ -64,6 +64,9 @@ class BoundContext:
     ) -> Value | tuple[Value, ...]:
         """``op`` run now on the float64 data of its operands."""
         opdef = get_op(op)
+        missing = opdef.missing_operand(inputs)
+        if missing is not None:
+            raise self.error(f"cannot compute {op}: its operand {missing} is absent (use default(b, 0))")
         data = [self.data(v) for v in inputs]
         try:
             attrs = opdef.prepare_attrs(attrs, [None if d is None else TensorType.of(d) for d in data], where=op)
