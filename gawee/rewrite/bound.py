@@ -3,9 +3,9 @@
 A bound is written in the expression language of replacements, over the names the rule's pattern bound,
 but it is never built into a graph: every op it calls is run at once, by the op's reference semantics, on
 the float64 values of the matched tensors on one instance (a float input or constant of the match is
-its float64 value, an intermediate value of the pattern is the original recomputed in float64). Numbers
-become float64 scalars. Fields (`x.shape`, `x.dtype`) and guards' builtins read the matched Values
-themselves, so `roundoff(x.dtype)` is the dtype the model computes in.
+its float64 value, an intermediate value of the pattern is the original recomputed in float64, an integer
+tensor is converted to float64). Numbers become float64 scalars. Fields (`x.shape`, `x.dtype`) and guards'
+builtins read the matched Values themselves, so `roundoff(x.dtype)` is the dtype the model computes in.
 """
 
 from __future__ import annotations
@@ -40,16 +40,17 @@ class BoundContext:
         return RewriteError(f"rule {self.rule.name} ({self.rule.location}): its bound: {message}", hint=hint)
 
     def data(self, v: Value | None) -> torch.Tensor | None:
-        """A value's float64 data: the instance's, for a value of the matched graph; its own, for a value this
-        bound computed."""
+        """A value's data in float64: the instance's, for a value of the matched graph; its own, for a value this
+        bound computed. Integers become float64 too (a bound is a magnitude: abs(x) of an i8 -128 is 128);
+        bools stay bools."""
         if v is None:
             return None
         known = self._data_of(v)
-        if known is not None:
-            return known
-        if v.data is None:
-            raise self.error(f"%{v.name} has no value on this instance")
-        return v.data.double() if v.data.is_floating_point() else v.data
+        if known is None:
+            if v.data is None:
+                raise self.error(f"%{v.name} has no value on this instance")
+            known = v.data
+        return known if known.dtype in (torch.bool, torch.float64) or known.is_complex() else known.double()
 
     def tensor(self, x: Any, like: Value | None = None) -> Value:
         """A number as a 0-d float64 tensor (bools stay bool): a bound is computed in float64 throughout."""
