@@ -439,6 +439,8 @@ def cmd_explain(args, console: Console) -> int:
 
 def _solver_cell(r) -> str:
     """The solver's column of `check`: the proof's bound, or in short what kept the rule from proven."""
+    if r.rule.approximate:
+        return "approximate: not run"
     if r.proof is None:
         return "-"
     if r.proof.complete:
