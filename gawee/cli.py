@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE_OR_DIR",
         help="rule files or directories, one phase per file (repeat; default: the bundled rules)",
     )
+    opt.add_argument(
+        "--precision",
+        metavar="NAME",
+        help="also run the bundled precision phase NAME last (rules/precision/NAME.rules; bf16): approximate "
+        "rules, each with its declared error bound, that compute in that precision",
+    )
     opt.add_argument("-o", "--output", metavar="OUT.json", help="write the optimized graph (+ .npz) atomically")
     opt.add_argument(
         "--mlir", metavar="OUT.mlir", help="write the optimized graph as StableHLO (MLIR text, weights as resources)"
@@ -281,7 +287,7 @@ def cmd_optimize(args, console: Console) -> int:
     from gawee.report import Column, markdown_report, rich_report
     from gawee.rewrite.driver import rewrite
     from gawee.rewrite.explain import explain, find_node
-    from gawee.rewrite.ruleset import default_rules, load_rules
+    from gawee.rewrite.ruleset import RULES_DIR, default_rules, load_rules, precision_rules
     from gawee.viz.files import plan_pictures
 
     if args.output and args.model.endswith(".json") and Path(args.output).resolve() == Path(args.model).resolve():
@@ -295,7 +301,10 @@ def cmd_optimize(args, console: Console) -> int:
     for flag, path in (("--html", pictures.html), ("--mermaid", pictures.mermaid), ("--dot", pictures.dot)):
         if path is not None:
             check_writable(path, flag)
-    rules = load_rules(*args.rules) if args.rules else default_rules()
+    if args.precision:  # the precision phase runs last, after the given (or the bundled) phases
+        rules = load_rules(*(args.rules or [RULES_DIR]), precision_rules(args.precision))
+    else:
+        rules = load_rules(*args.rules) if args.rules else default_rules()
     stats = CaptureStats()
     graph, _src = _load(args, console, stats)
     optimized, report = rewrite(graph, rules, trace=args.trace or bool(pictures) or not args.no_verify)
@@ -430,6 +439,8 @@ def cmd_explain(args, console: Console) -> int:
 
 def _solver_cell(r) -> str:
     """The solver's column of `check`: the proof's bound, or in short what kept the rule from proven."""
+    if r.rule.approximate:
+        return "approximate: not run"
     if r.proof is None:
         return "-"
     if r.proof.complete and r.proof.definition:

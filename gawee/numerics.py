@@ -8,7 +8,7 @@ import math
 import torch
 
 from gawee.errors import GaweeError
-from gawee.ir.core import Graph
+from gawee.ir.core import Graph, Value
 from gawee.ir.types import DType, TensorType
 
 TOLERANCE = {DType.f64: 1e-9, DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 4e-2, DType.c64: 1e-4, DType.c128: 1e-9}
@@ -92,9 +92,10 @@ def _distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(a == b, torch.zeros_like(d), d)
 
 
-def upcast(graph: Graph, magnitudes: bool = False) -> Graph | None:
+def upcast(graph: Graph, magnitudes: bool = False, values: dict[int, Value] | None = None) -> Graph | None:
     """The graph recomputed in float64 (floats only), or None if an op refuses it; with ``magnitudes``, on
-    the absolute values of its float constants (its inputs are the caller's to take)."""
+    the absolute values of its float constants (its inputs are the caller's to take). ``values``, when given,
+    is filled as in ``recast``."""
 
     def up(t: TensorType) -> TensorType:
         return TensorType(t.shape, DType.f64, t.layout) if t.dtype.is_float else t
@@ -102,13 +103,14 @@ def upcast(graph: Graph, magnitudes: bool = False) -> Graph | None:
     def data(d):
         return (d.double().abs() if magnitudes else d.double()) if d.is_floating_point() else d
 
-    return recast(graph, "_magnitude" if magnitudes else "_f64", up, data)
+    return recast(graph, "_magnitude" if magnitudes else "_f64", up, data, values)
 
 
-def recast(graph: Graph, suffix: str, retype, redata) -> Graph | None:
-    """``graph`` rebuilt with input types mapped by ``retype`` and constant data by ``redata``."""
+def recast(graph: Graph, suffix: str, retype, redata, values: dict[int, Value] | None = None) -> Graph | None:
+    """``graph`` rebuilt with input types mapped by ``retype`` and constant data by ``redata``. ``values``, when
+    given, is filled with ``id(v)`` of each value of ``graph`` -> its counterpart in the rebuilt graph."""
     g = Graph(graph.name + suffix)
-    vmap: dict[int, object] = {}
+    vmap: dict[int, Value] = {} if values is None else values
     for v in graph.inputs:
         vmap[id(v)] = g.add_input(retype(v.type), v.name)
     try:

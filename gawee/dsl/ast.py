@@ -239,3 +239,6 @@ class RuleAST(Node):
     """`assume finite(x), ...`: numeric facts about runtime values the rule relies on (not checked
     by the rewriter; stated, reported, and honoured by the soundness harness)."""
     name_span: SourceSpan = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    bound: Expr | None = None
+    """`within expr`: the rule is approximate, and ``expr`` is its declared absolute error per element of
+    each result (None: the rule is exact)."""

@@ -81,6 +81,17 @@ class Rule:
     """The generated matchers of the roots, in order (gawee.dsl.codegen); None until installed."""
     code: str | None = field(default=None, repr=False)
     """Their Python source ("": the generator has no code for this rule; None: not generated yet)."""
+    bound: Fn | None = field(default=None, repr=False)
+    """`within expr`, compiled: ``bound(ctx)`` is the declared absolute error of each result element, a number
+    or a tensor that broadcasts to the results (None: the rule is exact). Evaluated by
+    gawee.rewrite.bound, in float64, never by the rewriter."""
+    bound_text: str = ""
+    """The bound as written (`3 * roundoff(bf16) * linear(abs(x), abs(w))`), for reports and the trace."""
+
+    @property
+    def approximate(self) -> bool:
+        """Whether the rule declares an error bound: its result may differ from what it replaces by that much."""
+        return self.bound is not None
 
     @property
     def root_output(self) -> int | None:
@@ -244,6 +255,15 @@ def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, commen
         ctx.with_fns = with_fns
         return build(ctx)
 
+    bound = None
+    if rule.bound is not None:
+        bound_fn = _bound(_ExprCompiler(scope, "bound", ec.with_fns), rule.bound)
+
+        def bound(ctx):
+            ctx.with_cache = [_UNSET] * n_withs
+            ctx.with_fns = with_fns
+            return bound_fn(ctx)
+
     return Rule(
         rule.name,
         rule.span,
@@ -260,7 +280,23 @@ def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, commen
         warnings=_unused(scope),
         extra_roots=extra_roots,
         extra_builds=extra_builds,
+        bound=bound,
+        bound_text=rule.bound.text if rule.bound is not None else "",
     )
+
+
+def _bound(ec: _ExprCompiler, e: A.Expr) -> Fn:
+    """`within e`: an expression of the rule's names giving a number or a tensor, the absolute error allowed
+    per element of each result."""
+    fn, kind = ec.compile(e)
+    if not (kind.is_tensor or kind.base in (K.Base.INT, K.Base.FLOAT, K.Base.ANY)):
+        raise RuleError(
+            f"an error bound must be a number or a tensor, this is {_a(kind)}",
+            span=e.span,
+            hint="`within` takes the absolute error allowed per result element, e.g. "
+            "`within 3 * roundoff(bf16) * abs(x)`",
+        )
+    return fn
 
 
 def _tensor_result(ec: _ExprCompiler, e: A.Expr) -> Fn:
@@ -696,12 +732,18 @@ _TENSOR_FIELDS = {"shape": K.LIST, "dtype": K.DTYPE, "rank": K.INT, "numel": K.I
 
 
 class _ExprCompiler:
-    """Compiles expressions to closures ``fn(ctx)``; ``mode`` is "guard" or "replace"."""
+    """Compiles expressions to closures ``fn(ctx)``; ``mode`` is "guard", "replace" or "bound" (an error bound:
+    built like a replacement, from the same names and `with` bindings, but never part of the graph)."""
 
-    def __init__(self, scope: _Scope, mode: str):
+    def __init__(self, scope: _Scope, mode: str, with_fns: list[Fn] | None = None):
         self.scope = scope
         self.mode = mode
-        self.with_fns: list[Fn] = []
+        self.with_fns: list[Fn] = [] if with_fns is None else with_fns
+
+    @property
+    def builds(self) -> bool:
+        """Whether op calls and tensor arithmetic are allowed (the replacement and the bound)."""
+        return self.mode in ("replace", "bound")
 
     def compile(self, e: A.Expr) -> tuple[Fn, K.Kind]:
         method = getattr(self, "_" + type(e).__name__)
@@ -719,7 +761,7 @@ class _ExprCompiler:
             var.uses += 1
             return (lambda ctx: ctx.env[name]), var.kind
         if name in self.scope.withs:
-            if self.mode != "replace":
+            if not self.builds:
                 raise RuleError(f"`{name}` is a `with` binding: it exists only in the replacement", span=e.span)
             i, kind = self.scope.withs[name]
 
@@ -942,7 +984,7 @@ class _ExprCompiler:
         if (
             e.func in BUILTINS
             and has_op(e.func)
-            and self.mode == "replace"
+            and self.builds
             and e.args
             and e.args[0].value
             and self.compile(e.args[0].value)[1].is_tensor
@@ -951,14 +993,14 @@ class _ExprCompiler:
         if e.func in BUILTINS or e.func in self.scope.helpers:
             return self._builtin(e, self.scope.helpers.get(e.func) or BUILTINS[e.func])
         if has_op(e.func):
-            if self.mode != "replace":
+            if not self.builds:
                 raise RuleError(
                     f"ops are built in the replacement; `{e.func}(...)` cannot appear in a guard",
                     span=e.func_span,
                     hint="match it in the pattern instead",
                 )
             return self._op_call(e)
-        names = list(BUILTINS) + list(self.scope.helpers) + (list(all_ops()) if self.mode == "replace" else [])
+        names = list(BUILTINS) + list(self.scope.helpers) + (list(all_ops()) if self.builds else [])
         close = difflib.get_close_matches(e.func, names, n=3)
         raise RuleError(
             f"unknown function {e.func!r}",
@@ -968,7 +1010,12 @@ class _ExprCompiler:
         )
 
     def _builtin(self, e: A.ECall, b: Builtin):
-        if b.where != "both" and b.where != self.mode:
+        if self.mode == "bound" and b.name in ("fold", "original"):
+            raise RuleError(
+                f"`{b.name}` reads the graph being rewritten: an error bound is of the matched values only",
+                span=e.func_span,
+            )
+        if b.where != "both" and b.where != ("replace" if self.builds else self.mode):
             raise RuleError(
                 f"`{b.name}` can only be used in the {'guard' if b.where == 'guard' else 'replacement'}",
                 span=e.func_span,
@@ -983,7 +1030,7 @@ class _ExprCompiler:
             param = b.params[min(i, len(b.params) - 1)] if b.params else K.ANY
             if i >= len(b.params) and not b.variadic:
                 raise RuleError(f"`{b.name}` takes {len(b.params)} argument(s)", span=a.span)
-            implicit_tensor = param.is_tensor and kind.base in K.NUMERIC and self.mode == "replace"
+            implicit_tensor = param.is_tensor and kind.base in K.NUMERIC and self.builds
             if not (K.accepts(param, kind) or implicit_tensor) or (
                 param.is_tensor and kind.is_data and not implicit_tensor
             ):
@@ -1136,7 +1183,7 @@ class _ExprCompiler:
 
     # -- checks ------------------------------------------------------------------------
     def _need_replace(self, e: A.Expr, what: str) -> None:
-        if self.mode != "replace":
+        if not self.builds:
             raise RuleError(f"{what} builds new nodes: only the replacement may do that", span=e.span)
 
     def _need_numeric(self, kind: K.Kind, e: A.Expr) -> None:

@@ -153,6 +153,27 @@ def _pure(v: Value | None) -> bool:
     return v is not None and v.producer is not None and get_op(v.producer.op).has_trait("pure")
 
 
+def _finfo(dtype: str) -> torch.finfo:
+    """The float format of a dtype name; GuardFailed for an integer or bool dtype (no rounding to speak of)."""
+    d = DType.parse(dtype)
+    if not d.is_float:
+        raise GuardFailed(f"{dtype} is not a floating-point dtype")
+    return torch.finfo(d.torch)
+
+
+def _roundoff(dtype: str) -> float:
+    """The unit roundoff u of a float dtype: rounding a normal number x to it moves it by at most u * |x|
+    (half its machine epsilon: 2**-8 for bf16, 2**-24 for f32)."""
+    return _finfo(dtype).eps / 2
+
+
+def _underflow(dtype: str) -> float:
+    """The absolute error of rounding a number below a float dtype's normal range to it: half the smallest
+    subnormal (2**-134 for bf16). With ``_roundoff``: |fl(x) - x| <= u * |x| + underflow for every x in range."""
+    info = _finfo(dtype)
+    return info.smallest_normal * info.eps / 2
+
+
 T, B, INT, F, L = K.TENSOR, K.BOOL, K.INT, K.FLOAT, K.LIST
 
 BUILTINS: dict[str, Builtin] = {
@@ -290,6 +311,27 @@ BUILTINS: dict[str, Builtin] = {
             L,
             lambda ctx, a, b: tuple(torch.broadcast_shapes(a.shape, b.shape)),
             doc="the shape a and b broadcast to",
+        ),
+        Builtin(
+            "roundoff",
+            (K.DTYPE,),
+            F,
+            lambda ctx, d: _roundoff(d),
+            doc="the unit roundoff of a float dtype (2**-8 for bf16): relative error of one rounding",
+        ),
+        Builtin(
+            "underflow",
+            (K.DTYPE,),
+            F,
+            lambda ctx, d: _underflow(d),
+            doc="half the smallest subnormal of a float dtype: absolute error of one rounding near zero",
+        ),
+        Builtin(
+            "largest",
+            (K.DTYPE,),
+            F,
+            lambda ctx, d: _finfo(d).max,
+            doc="the largest finite number of a float dtype: past it, rounding to the dtype may give inf",
         ),
         Builtin("len", (L,), INT, lambda ctx, xs: len(xs), doc="length of a list"),
         Builtin("prod", (L,), INT, lambda ctx, xs: math.prod(xs), doc="product of a list"),

@@ -22,6 +22,7 @@ RecursionError. Hand-written rules nest about ten deep."""
 
 _NOT_A_LEVEL = frozenset(
     {"start", "rule_def", "roots", "results", "options", "option", "guard", "assumes", "withs", "binding"}
+    | {"error_bound"}
     | {"pos_pat", "kw_pat", "rest_pat", "pos_arg", "kw_arg", "rest_arg", "op_name", "any_op"}
     | {"var", "wildcard", "name", "number", "negnum", "string", "true", "false", "none"}
 )
@@ -33,7 +34,22 @@ INT_LITERAL_MAX = 2**63 - 1
 constant of no dtype; it is refused where it is written. Float literals that round to inf or to 0 (``1e400``,
 ``1e-400``) are refused likewise: ``inf`` is spelled ``inf``."""
 
-KEYWORDS = {"rule", "where", "assume", "with", "and", "or", "not", "in", "true", "false", "none", "inf", "nan"}
+KEYWORDS = {
+    "rule",
+    "where",
+    "assume",
+    "with",
+    "within",
+    "and",
+    "or",
+    "not",
+    "in",
+    "true",
+    "false",
+    "none",
+    "inf",
+    "nan",
+}
 
 
 @functools.cache
@@ -95,6 +111,8 @@ def _syntax_error(e: UnexpectedInput, text: str, file: str) -> RuleSyntaxError:
         hint = "expected " + (", ".join(expected[:-1]) + " or " + expected[-1] if len(expected) > 1 else expected[0])
     if isinstance(e, UnexpectedToken) and e.token.type in ("RULE", "WHERE", "WITH") and "=>" in (hint or ""):
         hint = "a rule needs `=> replacement` after its pattern (and guard)"
+    elif isinstance(e, UnexpectedToken) and e.token.type == "WITH" and expected == ["`rule`"]:
+        hint = "the clauses go in this order: `=> replacement`, `with` bindings, `within` error bound"
     span = SourceSpan(file, line, col, line, col + max(1, len(str(getattr(e, "token", "") or "x"))), text)
     return RuleSyntaxError(msg, span=span, hint=hint)
 
@@ -158,7 +176,8 @@ class _ToAST(Transformer):
         guard = rest.pop(0)[1] if rest and isinstance(rest[0], tuple) and rest[0][0] == "guard" else None
         assumes = rest.pop(0)[1] if rest and isinstance(rest[0], tuple) and rest[0][0] == "assume" else []
         _, results = rest.pop(0)
-        withs = rest.pop(0) if rest else []
+        withs = rest.pop(0) if rest and isinstance(rest[0], list) else []
+        bound = rest.pop(0)[1] if rest else None
         return A.RuleAST(
             self._span(meta),
             str(name_tok),
@@ -171,6 +190,7 @@ class _ToAST(Transformer):
             extra_roots=roots[1:],
             extra_results=results[1:],
             name_span=self._tok_span(name_tok),
+            bound=bound,
         )
 
     def roots(self, meta, children):
@@ -193,6 +213,9 @@ class _ToAST(Transformer):
 
     def withs(self, meta, children):
         return list(children)
+
+    def error_bound(self, meta, children):
+        return ("within", children[0])
 
     def binding(self, meta, children):
         return A.Binding(self._span(meta), str(children[0]), children[1])

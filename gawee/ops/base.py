@@ -172,6 +172,14 @@ class OpDef:
             n += 1
         return n
 
+    def missing_operand(self, inputs: list) -> str | None:
+        """The name of the first operand that ``inputs`` (one per operand slot, None where absent) leaves out
+        although it is not optional; None when every required one is there."""
+        for o, v in zip(self.operands, inputs):
+            if v is None and not (o.optional or o.variadic):
+                return o.name
+        return None
+
     @property
     def max_arity(self) -> float:
         return math.inf if self.variadic else len(self.operands)

@@ -187,6 +187,9 @@ class RewriteContext:
         """Build ``op(inputs, attrs)``: evaluated now if every operand is constant, else a new node.
         ``multi``: the op has several outputs, all returned (a tuple)."""
         opdef = get_op(op)
+        missing = opdef.missing_operand(inputs)
+        if missing is not None:
+            raise self.error(f"cannot build {op}: its operand {missing} is absent (guard with present(...))")
         in_types = [None if v is None else v.type for v in inputs]
         try:
             attrs = opdef.prepare_attrs(attrs, in_types, where=op)

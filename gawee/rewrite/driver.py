@@ -55,6 +55,9 @@ class Firing:
     results: tuple[str, ...] = ()
     """The values that replaced them, in the same order: ``results[i]`` now stands for ``replaces[i]``
     (see :func:`provenance`)."""
+    bound: str = ""
+    """The declared error bound of an approximate rule (its `within` text, `gawee-rewrite check` holds the rule to
+    it); "" for an exact rule."""
     instance: Instance | None = field(default=None, repr=False, compare=False)
     """The matched and built nodes cut out as one graph (:mod:`gawee.rewrite.instances`) when tracing: for one
     firing of each rule per operand dtypes and ranks, the one on the fewest elements (None for the others, and
@@ -66,7 +69,10 @@ class Firing:
 
     def __str__(self) -> str:
         created = ", ".join(self.created) or "-"
-        return f"{self.rule} ({self.location}): {' + '.join(self.matched)} -> %{self.replaced_by} [new: {created}]"
+        within = f" within {self.bound}" if self.bound else ""
+        return (
+            f"{self.rule} ({self.location}): {' + '.join(self.matched)} -> %{self.replaced_by} [new: {created}]{within}"
+        )
 
 
 @dataclass
@@ -262,6 +268,7 @@ class Rewriter:
                     phase,
                     tuple(v.name for v in old_values),
                     tuple(v.name for v in results),
+                    rule.bound_text,
                 )
             )
         self.report.firings[rule.name] += 1

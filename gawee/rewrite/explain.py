@@ -110,7 +110,8 @@ def _explain_one(graph: Graph, node: Node, rule) -> Explanation:
                 break
         if failed is None:
             bound = ", ".join(f"{k}=%{v.name}" for k, v in env.items() if hasattr(v, "name") and v is not None)
-            return Explanation(rule.name, rule.location, "matches", f"pattern and guard hold ({bound})")
+            within = f"; approximate, within {rule.bound_text}" if rule.approximate else ""
+            return Explanation(rule.name, rule.location, "matches", f"pattern and guard hold ({bound}){within}")
         guard_reason = guard_reason or f"guard `{failed}` is false"
     if guard_reason:
         return Explanation(rule.name, rule.location, "guard", guard_reason)

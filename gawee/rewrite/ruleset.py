@@ -20,6 +20,11 @@ from gawee.resources import bundled_dir, missing_hint
 RULES_DIR = bundled_dir("rules")
 """The bundled rules: `1-simplify`, `2-fold`, `3-fuse` ... run in file-name order."""
 
+PRECISIONS = {"bf16": RULES_DIR / "precision" / "bf16.rules"}
+"""The bundled precision phases, by name: approximate rules (each with its declared error bound) that compute
+in a lower precision. Opt-in only (`optimize --precision NAME`, :func:`precision_rules`): the default pipeline
+never reads rules/precision/."""
+
 log = logging.getLogger("gawee.rules")
 
 
@@ -115,11 +120,11 @@ def load_rules(*paths: str | os.PathLike, helpers: Mapping[str, Helper | Callabl
 
 
 def display_path(path: Path) -> str:
-    """How a rules file is named in diagnostics and provenance: `rules/x.rules` for bundled ones,
-    else relative to the working directory when inside it."""
+    """How a rules file is named in diagnostics and provenance: `rules/x.rules` for bundled ones (in subfolders
+    too: `rules/precision/bf16.rules`), else relative to the working directory when inside it."""
     path = path.resolve()
-    if path.parent == RULES_DIR:
-        return f"rules/{path.name}"
+    if path.is_relative_to(RULES_DIR):
+        return f"rules/{path.relative_to(RULES_DIR).as_posix()}"
     try:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
@@ -177,6 +182,16 @@ def _comment_above(lines: list[str], line: int) -> str:
         block.append(lines[i].strip().lstrip("#").strip())
         i -= 1
     return " ".join(reversed(block))
+
+
+def precision_rules(name: str) -> Path:
+    """The bundled rule file of precision phase ``name`` (a key of PRECISIONS); GaweeError for another name."""
+    path = PRECISIONS.get(name)
+    if path is None:
+        raise GaweeError(f"no precision phase {name!r}", hint="precision phases: " + ", ".join(PRECISIONS))
+    if not path.is_file():
+        raise GaweeError(f"the bundled precision rules are missing: {path}", hint=missing_hint())
+    return path
 
 
 def default_rules() -> RuleSet:

@@ -11,6 +11,10 @@ where truth is the original graph evaluated in float64 and scale = max(1, max|tr
 The second term forgives a rewrite for rounding no worse than the original's own. Failing
 that, the rewrite still passes if, element by element, it agrees with the original or is
 no farther from the truth than the original was (it avoided an overflow of the original).
+
+An approximate rule (`within bound`) is judged by its bound instead: element by element, the
+rewrite agrees with the original or |after - truth| <= bound + |before - truth|, the bound
+evaluated in float64 on the instance's data (gawee.rewrite.bound).
 """
 
 from __future__ import annotations
@@ -28,15 +32,19 @@ from pathlib import Path
 import torch
 
 from gawee.dsl.compiler import Rule
+from gawee.dsl.library import GuardFailed
+from gawee.dsl.matcher import MatchContext
 from gawee.errors import GaweeError, RewriteError
 from gawee.interp import run, run_observed
-from gawee.ir.core import Graph
+from gawee.ir.core import Graph, Value
 from gawee.ir.symbolic import Sym, draw_values
 from gawee.ir.types import DType, TensorType
 from gawee.numerics import TOLERANCE, format_error, no_farther, output_error, upcast
 from gawee.numerics import recast as _recast
 from gawee.ops import sampling as S
-from gawee.rewrite.driver import fire
+from gawee.rewrite.bound import evaluate_bound
+from gawee.rewrite.context import RewriteContext
+from gawee.rewrite.driver import fire, match_roots
 from gawee.rewrite.ruleset import RuleSet
 from gawee.testing import unfold
 from gawee.testing.generate import Example, Leaf, fill, generate, guard_verdict, hints_of, small
@@ -47,6 +55,9 @@ from gawee.threads import torch_threads
 
 MIN_FIRED = 10
 """Fewer firing examples than this and a rule is reported as weakly tested."""
+
+APPROXIMATE_NOTE = "approximate rule: the solver proves equality, and this rule declares an error bound instead"
+"""Why an approximate rule is never *proven*: its verdict rests on the sampled and enumerated instances."""
 
 SOLVER_DRAWS = 8
 """Distinct drawn instances the solver decides when the small-scope enumeration gave it none."""
@@ -197,6 +208,8 @@ class RuleCheck:
     @property
     def proof_note(self) -> str:
         """The bound of a proof, or what kept the rule from *proven*."""
+        if self.rule.approximate:
+            return APPROXIMATE_NOTE
         if self.proof is None:
             return "solver not run"
         return self.proof.summary()
@@ -319,8 +332,12 @@ def _describe(ex: Example, xs: list[torch.Tensor]) -> list[tuple[str, str, str]]
     return rows
 
 
-def _compare(rule: Rule, ex: Example, after: Graph, xs: list[torch.Tensor]) -> Counterexample | None:
+def _compare(
+    rule: Rule, ex: Example, after: Graph, xs: list[torch.Tensor], use_guard: bool = True
+) -> Counterexample | None:
     """None if ``after`` agrees with the example's graph on inputs ``xs``; a Counterexample if not.
+    An approximate rule's ``after`` must be within its declared bound (``_exceeds_bound``; ``use_guard``: whether
+    the rule fired with its guard, which decides the match its bound is evaluated on).
 
     Raises S.Reject when the original graph itself cannot run (e.g. an op lacks this dtype).
     """
@@ -347,6 +364,8 @@ def _compare(rule: Rule, ex: Example, after: Graph, xs: list[torch.Tensor]) -> C
             truth = run(truth_graph, *[x.double() if x.is_floating_point() else x for x in xs])
         except GaweeError:
             truth = None
+    if rule.approximate:
+        return _exceeds_bound(rule, ex, xs, ref, got, truth, use_guard, cx)
     swing = None  # the original's own rounding where float64 is its truth: computed on demand
     magnitude = None  # bounds of the original's partial sums: computed on demand
     for i, (r, g) in enumerate(zip(ref, got)):
@@ -376,6 +395,102 @@ def _compare(rule: Rule, ex: Example, after: Graph, xs: list[torch.Tensor]) -> C
                 err = output_error(r[keep], g[keep]) if keep.any() else 0.0
         if err > allowed and not _no_worse(r, g, truth[i] if truth is not None else None, tol * scale):
             return cx(f"output {i} differs", err, allowed)
+    return None
+
+
+def _exceeds_bound(rule: Rule, ex: Example, xs, ref, got, truth, use_guard: bool, cx) -> Counterexample | None:
+    """An approximate rule's comparison: every element of each output agrees with the original, or is within
+    the rule's declared bound (evaluated in float64 on this instance) plus the original's own error of the
+    float64 truth (the original itself where float64 gives nan and it does not: torch's kernels differ on
+    0 * nan); where the bound is nan, the rewrite need only be finite where the original is. Elements whose
+    partial sums pass the dtype's range are not compared (``_orderless``). The counterexample names the
+    element that exceeds the bound most."""
+    try:
+        bounds = match_bounds(rule, ex, xs, [tuple(r.shape) for r in ref], use_guard)
+    except RewriteError as e:
+        return cx(e.message)
+    magnitude = None
+    for i, (r, g, b) in enumerate(zip(ref, got, bounds)):
+        if r.shape != g.shape:
+            return cx(f"output {i} changed shape: {list(r.shape)} -> {list(g.shape)}")
+        rr, gg = _wide(r), _wide(g)
+        t = _wide(truth[i]) if truth is not None and truth[i].shape == r.shape else rr
+        t = torch.where(torch.isnan(t) & ~torch.isnan(rr), rr, t)  # kernels differ on 0 * nan (a padded window)
+        own = (rr - t).abs()
+        err = (gg - t).abs()
+        allowed = b + torch.where(torch.isnan(own), 0.0, own)
+        same_finiteness = torch.isfinite(gg) == torch.isfinite(rr)
+        # a nan bound (computed from a nan operand) states nothing but where the results are finite
+        ok = (rr == gg) | (torch.isnan(rr) & torch.isnan(gg)) | (err <= allowed) | (torch.isnan(b) & same_finiteness)
+        if not bool(ok.all()) and r.is_floating_point():
+            magnitude = partial_sum_bounds(ex.graph, xs) if magnitude is None else magnitude
+            keep = _orderless(r, magnitude[i] if magnitude is not None else None)
+            if keep is not None:
+                ok |= ~keep
+        if bool(ok.all()):
+            continue
+        excess = torch.where(ok, -math.inf, (err - allowed).nan_to_num(nan=math.inf))
+        k = int(excess.reshape(-1).argmax())
+        at = [int(j) for j in torch.unravel_index(torch.tensor(k), r.shape)] if r.dim() else []
+        e_k, b_k, own_k = err.reshape(-1)[k].item(), b.reshape(-1)[k].item(), own.reshape(-1)[k].item()
+        return cx(
+            f"output {i} exceeds its declared bound at element {at}: the rewrite gives "
+            f"{format_error(gg.reshape(-1)[k].item())}, the original in float64 {format_error(t.reshape(-1)[k].item())}"
+            f" (error {format_error(e_k)}), the bound `{rule.bound_text}` is {format_error(b_k)} "
+            f"and the original's own error {format_error(own_k)}",
+            e_k,
+            allowed.reshape(-1)[k].item(),
+        )
+    return None
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float64 (complex128 for complex), to compare element by element."""
+    return t.to(torch.complex128) if t.is_complex() else t.double()
+
+
+def match_bounds(
+    rule: Rule, ex: Example, xs: list[torch.Tensor], shapes: list[tuple[int, ...]], use_guard: bool = True
+) -> list[torch.Tensor]:
+    """An approximate rule's declared bound on an instance, broadcast to each of ``shapes``: evaluated on the
+    match the rewriter takes at the example's root (the first whose guard holds; with ``use_guard`` False, the
+    first), each matched tensor's data being the original run in float64 on inputs ``xs``. Raises RewriteError
+    where no match is found, or the bound cannot be evaluated or broadcast."""
+    env = _match(rule, ex, use_guard)
+    if env is None:
+        raise RewriteError(f"rule {rule.name} does not match at %{ex.root.name}: its bound has no bindings")
+    counterpart: dict[int, Value] = {}
+    wide = upcast(ex.graph, values=counterpart)
+    if wide is None:
+        raise RewriteError("the original does not run in float64: the bound cannot be evaluated")
+    try:
+        _, seen = run_observed(
+            wide, [x.double() if x.is_floating_point() else x for x in xs], list(counterpart.values())
+        )
+    except GaweeError as e:
+        raise RewriteError(
+            f"the original does not run in float64 ({e.message}): the bound cannot be evaluated"
+        ) from None
+
+    def data_of(v: Value) -> torch.Tensor | None:
+        w = counterpart.get(id(v))
+        return None if w is None else seen.get(w, w.data)
+
+    return evaluate_bound(rule, env, data_of, shapes)
+
+
+def _match(rule: Rule, ex: Example, use_guard: bool) -> dict | None:
+    """The bindings of the match the rewriter takes at the example's root: the first one whose guard holds
+    (any first one without ``use_guard``); None where there is none."""
+    env: dict = {}
+    for roots in match_roots(rule, ex.root, env, MatchContext()):
+        if use_guard and rule.guard is not None:
+            try:
+                if not rule.guard(RewriteContext(ex.graph, rule, roots, env)):
+                    continue
+            except (GaweeError, GuardFailed):
+                continue
+        return dict(env)
     return None
 
 
@@ -685,7 +800,7 @@ def _judge(
     if after is None:
         return True
     try:
-        bad = _compare(rule, ex, after, xs)
+        bad = _compare(rule, ex, after, xs, use_guard=False)
     except S.Reject:
         return True
     if bad is not None:
@@ -730,6 +845,7 @@ def check_rule(
     from hypothesis.errors import Unsatisfiable
 
     result = RuleCheck(rule)
+    solver = solver and not rule.approximate  # the solver proves equality: an approximate rule is not one
     hints = hints_of(rule)
     t0 = time.perf_counter()
     scoped: list[tuple[Example, Graph]] = []

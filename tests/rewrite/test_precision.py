@@ -1,0 +1,109 @@
+"""Precision phases: opt-in only, run by `optimize --precision`, their rules' bounds in the trace and explain."""
+
+import json
+
+import pytest
+import torch
+
+from gawee.cli import main
+from gawee.interp import run
+from gawee.ir.builder import GraphBuilder
+from gawee.ir.serialize import load
+from gawee.rewrite.explain import explain
+from gawee.rewrite.ruleset import PRECISIONS, RULES_DIR, default_rules, load_rules
+
+MODEL = """
+import torch
+
+
+def make():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).eval()
+    return model, (torch.randn(4, 32),)
+"""
+
+U = 2.0**-8
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_default_rules_are_exact():
+    assert not any(r.approximate for r in default_rules().rules)
+    assert not any(r.approximate for r in load_rules(RULES_DIR).rules)
+    bf16 = load_rules(PRECISIONS["bf16"])
+    assert bf16.rules and any(r.approximate for r in bf16.rules)
+    assert bf16.rules[0].location.startswith("rules/precision/bf16.rules:")
+
+
+def _within_bound(model: torch.nn.Sequential, x: torch.Tensor, got: torch.Tensor) -> None:
+    """got (the bf16 model's output) is within the per-layer bounds of the bundled rules, carried through the
+    second layer: |W2| @ (first layer's bound) + the second layer's bound on the perturbed hidden values."""
+    l1, l2 = model[0], model[2]
+    x64 = x.double()
+    w1, b1, w2, b2 = (t.detach().double() for t in (l1.weight, l1.bias, l2.weight, l2.bias))
+    h = torch.relu(x64 @ w1.T + b1)
+    truth = h @ w2.T + b2
+    e1 = 4.01 * U * (x64.abs() @ w1.abs().T + b1.abs())
+    e2 = 4.01 * U * ((h + e1) @ w2.abs().T + b2.abs())
+    bound = e1 @ w2.abs().T + e2
+    error = (got.double() - truth).abs()
+    assert bool((error <= bound).all()), (error - bound).max()
+    assert error.max() > 1e-4  # bf16 was really used: float32 alone is far closer
+
+
+def test_optimize_with_precision_bf16(capsys, tmp_path):
+    src = tmp_path / "mlp.py"
+    src.write_text(MODEL)
+    out_json = tmp_path / "mlp-bf16.json"
+    code, out, err = run_cli(capsys, "optimize", f"{src}:make", "--precision", "bf16", "--trace", "-o", str(out_json))
+    assert code == 0, out + err
+    assert "linear_bf16 x2" in out and "f32_round_trip_of_bf16 x1" in out
+    assert "within (4 * u + 8 * u * u" in out  # the trace shows each approximate firing's bound
+    assert "values of approximate rules past the tolerance" in out
+    graph = load(out_json)
+    assert sorted(n.op for n in graph) == ["cast", "cast", "linear", "linear"]
+    assert {v.dtype.value for v in graph.constants()} == {"bf16"}
+    namespace: dict = {}
+    exec(MODEL, namespace)
+    model, (x,) = namespace["make"]()
+    (got,) = run(graph, x)
+    _within_bound(model, x, got)
+
+
+def test_without_precision_no_approximate_rule_fires(capsys, tmp_path):
+    src = tmp_path / "mlp.py"
+    src.write_text(MODEL)
+    code, out, _ = run_cli(capsys, "optimize", f"{src}:make", "--json")
+    assert code == 0 and not any("bf16" in name for name in json.loads(out)["firings"])
+
+
+def test_the_precision_file_also_loads_with_rules(capsys, tmp_path):
+    src = tmp_path / "mlp.py"
+    src.write_text(MODEL)
+    code, out, _ = run_cli(capsys, "optimize", f"{src}:make", "--rules", str(PRECISIONS["bf16"]), "--json")
+    assert code == 0 and json.loads(out)["firings"] == {"linear_bf16": 2}
+
+
+def test_an_unknown_precision_exits_2(capsys, tmp_path):
+    src = tmp_path / "mlp.py"
+    src.write_text(MODEL)
+    code, _, err = run_cli(capsys, "optimize", f"{src}:make", "--precision", "fp7")
+    assert code == 2 and "no precision phase 'fp7'" in err and "bf16" in err
+
+
+def test_explain_shows_the_bound():
+    b = GraphBuilder("g")
+    y = b.linear(b.input("x", "f32[2,8]"), b.const(torch.randn(4, 8)), b.const(torch.randn(4)))
+    graph = b.output(y)
+    (node,) = list(graph)
+    found = [e for e in explain(graph, node, load_rules(PRECISIONS["bf16"])) if e.rule == "linear_bf16"]
+    assert found and found[0].outcome == "matches" and "approximate, within (4 * u" in found[0].reason
+
+
+@pytest.mark.parametrize("name", sorted(PRECISIONS))
+def test_every_precision_file_is_bundled(name):
+    assert PRECISIONS[name].is_file() and PRECISIONS[name].parent.parent == RULES_DIR

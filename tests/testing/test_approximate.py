@@ -1,0 +1,82 @@
+"""Approximate rules in the soundness harness: judged by their declared bound, in float64, never by the solver."""
+
+import re
+
+import pytest
+
+from gawee import load_rules_text
+from gawee.rewrite.ruleset import PRECISIONS, load_rules
+from gawee.testing.harness import APPROXIMATE_NOTE, check_rule
+
+BF16 = load_rules(PRECISIONS["bf16"])
+
+
+def _tight_twins() -> list:
+    """The bundled bf16 rules with each bound cut to what float32 alone would allow (bf16 operands declared with
+    an f32 bound): the roundings to bf16 are left out."""
+    text = PRECISIONS["bf16"].read_text()
+    text = re.sub(
+        r"within \(4 \* u \+ 8 \* u \* u \+ (2 \* \((?:x\.shape\[-1\]|n) \+ 2\) \* roundoff\(f32\))\)",
+        r"within (\1)",
+        text,
+    )
+    text = text.replace("roundoff(bf16) * abs(x) + underflow(bf16)", "roundoff(f32) * abs(x)")
+    twins = [r for r in load_rules_text(text, "tight.rules").rules if r.approximate]
+    assert len(twins) == 6 and all("4 * u" not in r.bound_text and "roundoff(bf16)" not in r.bound_text for r in twins)
+    return twins
+
+
+@pytest.mark.parametrize("rule", BF16.rules, ids=lambda r: r.name)
+def test_the_bundled_bf16_rules_pass_check(rule):
+    result = check_rule(rule, examples=60)
+    assert result.verdict == "sound" and result.tier == "tested", result.counterexample or result.error
+    if rule.approximate:
+        assert result.proof is None and result.proof_note == APPROXIMATE_NOTE
+        assert "f32" in result.dtypes
+
+
+@pytest.mark.parametrize("rule", _tight_twins(), ids=lambda r: r.name)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_bound_too_tight_is_refuted_on_every_seed(rule, seed):
+    result = check_rule(rule, examples=100, seed=seed)
+    assert result.verdict == "UNSOUND"
+    cx = result.counterexample
+    assert "exceeds its declared bound at element" in cx.reason and f"the bound `{rule.bound_text}` is" in cx.reason
+    assert cx.max_error > cx.allowed
+
+
+def test_the_bound_replaces_the_tolerance():
+    """relu(x) => x is wrong by |x| wherever x < 0: unsound as an exact rule, sound within abs(x), refuted within
+    half of that."""
+    exact, loose, tight = load_rules_text(
+        "rule exact: relu(x) => x\n"
+        "rule loose: relu(x) => x within abs(x)\n"
+        "rule tight: relu(x) => x within 0.5 * abs(x)\n"
+    ).rules
+    assert check_rule(exact, examples=50).verdict == "UNSOUND"
+    assert check_rule(loose, examples=50).verdict == "sound"
+    cx = check_rule(tight, examples=50).counterexample
+    assert cx is not None and "exceeds its declared bound" in cx.reason and "0.5 * abs(x)" in cx.reason
+
+
+def test_the_bound_is_evaluated_in_float64():
+    """In float16, abs(x) / 65536 / 65536 underflows to 0 before it is scaled back: a bound evaluated in the
+    model's dtype would refute the rule; evaluated in float64 it is abs(x)."""
+    (rule,) = load_rules_text(
+        "rule r: relu(x) where x.dtype == f16 => x within abs(x) / 65536 / 65536 * 65536 * 65536"
+    ).rules
+    result = check_rule(rule, examples=50)
+    assert result.verdict == "sound" and "f16" in result.dtypes
+
+
+def test_a_bound_that_does_not_broadcast_is_a_counterexample():
+    (rule,) = load_rules_text("rule r: relu(x) where x.rank == 1 => x within cat(abs(x), abs(x))").rules
+    cx = check_rule(rule, examples=50).counterexample
+    assert cx is not None and "does not broadcast to a result's" in cx.reason
+
+
+def test_exact_rules_still_go_to_the_solver():
+    (rule,) = load_rules_text("rule r: relu(relu(x)) => relu(x)").rules
+    result = check_rule(rule, examples=30)
+    assert not rule.approximate and result.proof is not None and result.verdict == "proven"
+    assert result.proof_note != APPROXIMATE_NOTE
