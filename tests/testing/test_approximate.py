@@ -29,8 +29,9 @@ def _tight_twins() -> list:
 @pytest.mark.parametrize("rule", BF16.rules, ids=lambda r: r.name)
 def test_the_bundled_bf16_rules_pass_check(rule):
     result = check_rule(rule, examples=60)
-    assert result.verdict == "sound" and result.tier == "tested", result.counterexample or result.error
-    if rule.approximate:
+    assert result.ok, result.counterexample or result.error
+    if rule.approximate:  # never proven (an exact rule of the file may be)
+        assert result.verdict == "sound" and result.tier == "tested"
         assert result.proof is None and result.proof_note == APPROXIMATE_NOTE
         assert "f32" in result.dtypes
 
