@@ -118,6 +118,10 @@ def binary(
 
 # -- activations (also the vocabulary of fused `act=` attributes, see ops.nn) ------------
 def hardtanh(x, min_val=-1.0, max_val=1.0):
+    """clamp for a floating-point tensor (torch's hardtanh is clamp there: the rule prover relies on it, see
+    gawee.testing.unfold); torch's hardtanh otherwise, which keeps an integer tensor's dtype."""
+    if x.is_floating_point():
+        return torch.clamp(x, min_val, max_val)
     return F.hardtanh(x, min_val, max_val)
 
 

@@ -23,6 +23,7 @@ Terms are nested tuples, compared by equality:
                                     application otherwise (two draws of a random op differ)
   ("out", app, k)                   output k of a multi-output application
   ("node", name)                    the node an any-op pattern ``name: _(...)`` matched
+  ("view", term, shape)             a result holding ``term``'s elements in row-major order, in ``shape``
   ("free", k)                       something the pattern leaves unconstrained: equal to nothing else
 
 The definitions unfolded:
@@ -33,7 +34,12 @@ The definitions unfolded:
     the op without it, then ``add`` of the residual where the guard says ``same_type`` of the two (the
     reference adds with ``+`` only tensors of one shape and dtype), then the activation as its standalone
     op; an op whose ``act`` is none carries no ``act_params`` (its canonicalization drops them);
+  * ``hardtanh`` of a floating-point tensor (the guard says the tensor, or what a convolution or linear
+    computes it from, is float) is ``clamp`` with the same bounds: gawee's hardtanh is defined so;
   * the two operands of a commutative op in one order (IEEE addition and multiplication commute exactly);
+  * a ``reshape`` result is the elements of what it reshapes, in row-major order, in its shape; through
+    ``reshape``, ``flatten``, ``squeeze`` and ``unsqueeze`` (which keep that order) — as a result, not as an
+    operand (its layout may differ);
   * ``fold(y)`` is ``y`` where the guard says ``foldable(y)`` (the rewriter evaluates the node with the
     reference semantics it would run with); ``original(y)`` is ``y`` where the guard says
     ``duplicate(y)`` (an earlier node of the same pure op on the same operands and attributes).
@@ -56,6 +62,11 @@ from gawee.ops.nn import act_as_op
 Term = tuple
 
 NONE: Term = ("lit", "NoneType", None)
+
+FLOAT_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
+
+ROW_MAJOR = frozenset({"reshape", "flatten", "squeeze", "unsqueeze"})
+"""Ops whose result holds their first operand's elements in row-major order (only the shape differs)."""
 
 _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 """Tensor arithmetic in a replacement and the op it builds (see docs/rules.md, Replacements)."""
@@ -91,6 +102,8 @@ class _Terms:
         self.rests: dict[str, tuple[set[str], set[str]]] = {}
         """``...name`` -> (operand slots, attributes) it carries."""
         self.subst: dict[Term, Term] = {}
+        self.node_operands: dict[Term, list[Term]] = {}
+        """The positional operands an any-op pattern names (``_(x, ...)``: its first operand is x)."""
         self._fresh = itertools.count()
         self.roots = [self.pattern(p, tensor=True) for p in patterns]
         self.facts = self._facts()
@@ -125,10 +138,9 @@ class _Terms:
 
     def op_pattern(self, p: A.POp) -> Term:
         if p.op is None:  # `y: _(x, ...)`: the node itself (fold and original name it); x binds its operand
-            for arg in p.args:
-                if not arg.rest:
-                    self.pattern(arg.pattern, tensor=arg.keyword is None)
-            return ("node", next(self._fresh))
+            node = ("node", next(self._fresh))
+            self.node_operands[node] = [self.pattern(a.pattern, True) for a in p.args if not a.rest and not a.keyword]
+            return node
         opdef = get_op(p.op)
         names = [o.name for o in opdef.operands]
         variadic = opdef.variadic
@@ -193,6 +205,38 @@ class _Terms:
                 out.add(("same_type", frozenset(self.names[n] for n in args)))
             elif part.func in ("foldable", "duplicate") and len(args) == 1:
                 out.add((part.func, self.names[args[0]]))
+        for part in _conjuncts(guard) if guard is not None else []:  # x.dtype in {f16, ...} / is_float(x)
+            if (
+                isinstance(part, A.EIn)
+                and not part.negate
+                and isinstance(part.item, A.EAttr)
+                and part.item.name == "dtype"
+                and isinstance(part.item.obj, A.EName)
+                and part.item.obj.name in self.names
+                and all(_name_of(c) in FLOAT_DTYPES for c in part.choices.items)
+            ):
+                out.add(("float", self.names[part.item.obj.name]))
+            elif (
+                isinstance(part, A.ECall)
+                and part.func == "is_float"
+                and len(part.args) == 1
+                and isinstance(part.args[0].value, A.EName)
+                and part.args[0].value.name in self.names
+            ):
+                out.add(("float", self.names[part.args[0].value.name]))
+        for part in _conjuncts(guard) if guard is not None else []:  # op(y) in {"reshape", ...}
+            if (
+                isinstance(part, A.EIn)
+                and not part.negate
+                and isinstance(part.item, A.ECall)
+                and part.item.func == "op"
+                and len(part.item.args) == 1
+                and isinstance(part.item.args[0].value, A.EName)
+                and part.item.args[0].value.name in self.names
+                and all(isinstance(c, A.ELit) and isinstance(c.value, str) for c in part.choices.items)
+            ):
+                ops = frozenset(c.value for c in part.choices.items)
+                out.add(("op_in", self.names[part.item.args[0].value.name], ops))
         return out
 
     # -- the right side -------------------------------------------------------------------------
@@ -311,7 +355,37 @@ class _Terms:
                 t = s["tensors"][1][0]
             else:
                 break
+        if t[0] == "app" and t[1] == "reshape":  # the elements of what it views, in row-major order, in its shape
+            s = dict(t[2])
+            return ("view", self._viewed(s["self"]), s["shape"])
         return t
+
+    def _viewed(self, t: Term) -> Term:
+        """What ``t`` lays out in row-major order: through reshape, flatten, squeeze and unsqueeze (also an any-op
+        node the guard says is one of them), each of which keeps its operand's elements in row-major order."""
+        while True:
+            if t[0] == "app" and t[1] in ROW_MAJOR:
+                t = t[2][0][1]
+            elif t[0] == "node" and self.node_operands.get(t) and self._op_among(t, ROW_MAJOR):
+                t = self.unfold(self.node_operands[t][0])
+            else:
+                return t
+
+    def _float(self, t: Term) -> bool:
+        """Whether ``t`` is a floating-point tensor: the guard says so, or a convolution or linear of one (their
+        result has their input's dtype), or a sum of one with a tensor of its type."""
+        if ("float", t) in self.facts or (t[0] == "var" and ("float", t) in self._unfolded_facts()):
+            return True
+        if t[0] == "app" and t[1] in ("conv1d", "conv2d", "conv3d", "linear"):
+            return self._float(t[2][0][1])
+        if t[0] == "app" and t[1] == "add":
+            a, b = t[2][0][1], t[2][1][1]
+            pair = ("same_type", frozenset((a, b)))
+            return pair in self._unfolded_facts() and (self._float(a) or self._float(b))
+        return False
+
+    def _op_among(self, node: Term, ops: frozenset[str]) -> bool:
+        return any(f[0] == "op_in" and f[1] == node and f[2] <= ops for f in self.facts)
 
     def unfold(self, t: Term) -> Term:
         t = self.subst.get(t, t)
@@ -331,6 +405,8 @@ class _Terms:
         opdef = get_op(op)
         if opdef.attr("act") is not None and opdef.attr("act_params") is not None:
             return self.epilogue(op, s, tag)
+        if op == "hardtanh" and self._float(s["self"]):  # gawee's hardtanh of a float tensor is clamp
+            return ("app", "clamp", (("self", s["self"]), ("min", s["min_val"]), ("max", s["max_val"])), tag)
         if opdef.has_trait("commutative") and len(opdef.operands) == 2:
             a, b = (o.name for o in opdef.operands)
             if repr(s[b]) < repr(s[a]):
@@ -367,6 +443,13 @@ class _Terms:
             (f, frozenset(self.unfold(x) for x in arg) if isinstance(arg, frozenset) else self.unfold(arg))
             for f, arg in self.facts
         }
+
+
+def _name_of(e: A.Expr) -> str | None:
+    """A set item of a guard as a name: a dtype is written bare (``{f16, f32}``)."""
+    if isinstance(e, A.EName):
+        return e.name
+    return e.value if isinstance(e, A.ELit) and isinstance(e.value, str) else None
 
 
 def _bare(slot: str, term: Term) -> Term:

@@ -21,7 +21,9 @@ BY_DEFINITION = {
     "dropout_eval",
     "dropout_zero",
     "cat_single",
+    "reshape_reshape",
     "fuse_conv_residual",
+    "fuse_conv_clamp",
     *(f"fuse_conv_{a}" for a in ACTIVATIONS),
     *(f"fuse_linear_{a}" for a in ("relu", "gelu", "gelu_tanh", "silu", "tanh")),
 }
@@ -61,6 +63,12 @@ def test_the_bundled_fusions_identities_cse_and_folding_are_proven_by_definition
         "rule r: dropout(x, p=_, train=true) => x",
         # a literal operand is a new constant
         "rule r: y: add(x, 0) => x",
+        # permute moves elements: a reshape of it is not a reshape of its operand
+        "rule r: reshape(permute(x, dims=_), shape=s) => reshape(x, shape=s)",
+        'rule r: reshape(y: _(x, ...), shape=s) where op(y) in {"reshape", "permute"} => reshape(x, shape=s)',
+        # clamp is hardtanh only on floating-point tensors (torch's hardtanh keeps an integer dtype)
+        "rule r: conv2d(x, w, b, residual=none, act=none, ...attrs) |> clamp(min=lo, max=hi)\n"
+        '    => conv2d(x, w, b, act="hardtanh", act_params=[lo, hi], ...attrs)',
     ],
 )
 def test_a_rule_that_changes_the_computation_is_not_proven_by_definition(text):
@@ -83,6 +91,21 @@ def test_check_reports_a_definition_proof_for_every_shape():
     assert result.proof_note.startswith("proven for every shape")
     wrong = _rule('rule r: conv2d(x, w, b, ...attrs) |> relu() => conv2d(x, w, b, act="relu", ...attrs)')
     assert check_rule(wrong, examples=200).verdict == "UNSOUND"  # the sampling still finds what the terms leave
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32])
+def test_hardtanh_is_clamp_on_floats(dtype):
+    x = (torch.randn(257) * 8).to(dtype)
+    if dtype.is_floating_point:
+        x[:4] = torch.tensor([float("nan"), float("inf"), -0.0, 0.0])
+    hardtanh, clamp = get_op("hardtanh"), get_op("clamp")
+    for lo, hi in [(-1.0, 1.0), (0, 6), (0.25, 3)]:
+        (h,) = hardtanh.run([x], {"min_val": lo, "max_val": hi})
+        (c,) = clamp.run([x], {"min": lo, "max": hi})
+        if dtype.is_floating_point:
+            assert torch.equal(h.isnan(), c.isnan()) and torch.equal(h[~h.isnan()], c[~c.isnan()])
+        else:
+            assert h.dtype == dtype  # not clamp: clamp by a float bound gives a float tensor
 
 
 def test_no_activation_carries_no_parameters():
