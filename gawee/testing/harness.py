@@ -190,8 +190,8 @@ class RuleCheck:
             return "crashed"
         if self.error:
             return "error"
-        if self.proof is not None and self.proof.complete:
-            return "proven"
+        if self.proof is not None and self.proof.complete and self.fired + self.scope_fired:
+            return "proven"  # a rule proven by definition that never fired is still a finding: untested
         if self.fired + self.scope_fired == 0:
             return "untested"
         if self.fired + self.scope_fired < MIN_FIRED:

@@ -344,8 +344,9 @@ def enumerate_scope(rule: Rule, scope: Scope) -> Iterator[Instance]:
     levels = LEVELS[: scope.levels]
     complete = True
     sampled = probed = 0  # walks within the shares, and past them: each numbers its walks' data seeds
+    spent = 0  # instances taken within the shares (those of a whole level past its share are extra)
     for level, bound in enumerate(levels):
-        share = max(RESERVE, scope.budget - rep.instances - RESERVE * (len(levels) - level - 1))
+        share = scope.budget - spent - RESERVE * (len(levels) - level - 1)
         # a level is probed for completeness only while every lower one was complete: a larger one holds more
         probe = complete and scope.complete > 0
         walks = max(share * WORK, PROBE_WALKS if probe else 0)
@@ -384,6 +385,7 @@ def enumerate_scope(rule: Rule, scope: Scope) -> Iterator[Instance]:
                 continue
             rep.instances += 1
             found += 1
+            spent += 1
             yield Instance(tuple(walk.path), level, seed, ex)
         if not root.done:
             if rep.partial is None:

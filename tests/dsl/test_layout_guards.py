@@ -51,7 +51,7 @@ rule r:
         seen.append(xs[ex.graph.inputs.index(x)] if x in ex.graph.inputs else x.data)
 
     result = check_rule(rule, examples=60, seed=0, on_example=record)
-    assert result.verdict == "sound" and result.hit_rate >= 0.3
+    assert result.verdict in ("proven", "sound") and result.hit_rate >= 0.3
     drawn = {Layout.of(x) for x in seen if x.dim() == 4 and x.shape[1] > 1 and x.shape[2] * x.shape[3] > 1}
     assert Layout(wanted) in drawn  # in memory, as the types say
 

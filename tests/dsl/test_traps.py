@@ -109,7 +109,7 @@ def test_a_dtype_literal_matches_that_dtype_only():
     assert report.firings == {"cast_round_trip": 1} and sorted(n.op for n in after) == ["cast", "cast"]
     assert_equivalent(graph, after, [torch.randn(4)])
     result = check_rule(rules.rules[0], examples=40)
-    assert result.verdict == "sound" and result.fired > 0
+    assert result.verdict in ("proven", "sound") and result.fired > 0
 
 
 def test_a_dtype_literal_where_no_dtype_fits_is_a_load_error():

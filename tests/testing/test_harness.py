@@ -326,7 +326,7 @@ def test_symbolic_mode_checks_rules_at_several_batch_sizes():
     rules = {r.name: r for r in default_rules().rules}
     for name in ("fuse_conv_relu",):
         result = check_rule(rules[name], examples=20, symbolic=True)
-        assert result.verdict == "sound", result.counterexample
+        assert result.verdict in ("proven", "sound"), result.counterexample
         assert result.symbolic_fired > 0  # the dynamic-batch variants were rewritten and checked
 
 

@@ -37,13 +37,13 @@ def test_planted_rules_are_refuted_on_every_seed(rule):
 @pytest.mark.parametrize("name", ["two_strided_pools_are_one", "neg_neg_rank6", "relu_through_max_pool_undilated"])
 def test_twins_that_need_large_instances_pass(name):
     result = check_rule(TWINS[name], examples=40)
-    assert result.verdict in ("sound", "weak"), result.error or str(result.counterexample)
+    assert result.verdict in ("proven", "sound", "weak"), result.error or str(result.counterexample)
     assert result.fired and not result.error
 
 
 def test_the_enumeration_is_deterministic_and_reports_its_bound():
     rule = _rule("rule neg_neg: neg(neg(x)) => x")
-    a, b = Scope(budget=20), Scope(budget=20)
+    a, b = Scope(budget=20, complete=0), Scope(budget=20, complete=0)
     first = [i.path for i in enumerate_scope(rule, a)]
     assert first == [i.path for i in enumerate_scope(rule, b)]
     assert len(first) == a.report.instances == 20
@@ -53,6 +53,19 @@ def test_the_enumeration_is_deterministic_and_reports_its_bound():
     assert big.report.covered == LEVELS[0] and not big.report.truncated  # every dtype, every shape
     shapes = {(i.example.dtype, i.example.graph.inputs[0].type.shape) for i in every if i.level == 0}
     assert {(d, s) for d in (DType.f16, DType.i8) for s in [(), (0,), (1,)]} <= shapes
+
+
+def test_a_small_level_is_enumerated_whole_past_the_budget():
+    """A level of at most ``complete`` instances is covered whole, whatever the budget, while the levels below it
+    were; its instances past the budget's share are the same on every run."""
+    rule = _rule("rule neg_neg: neg(neg(x)) => x")
+    small = Scope(budget=20, complete=600)
+    insts = list(enumerate_scope(rule, small))
+    assert small.report.covered == LEVELS[1] and small.report.partial == LEVELS[2]
+    assert len(insts) == small.report.instances > 20
+    assert [i.path for i in insts] == [i.path for i in enumerate_scope(rule, Scope(budget=20, complete=600))]
+    tight = Scope(budget=20, complete=10)  # the first level has more than 10: nothing is probed past it
+    assert len(list(enumerate_scope(rule, tight))) == 20 and tight.report.covered is None
 
 
 def test_a_guard_on_sizes_and_ranks_is_satisfied_by_construction():
@@ -150,4 +163,4 @@ def test_indices_of_topk_and_sort_are_usable_and_checked_with_ties():
     topk, sort = (check_rule(r, examples=10) for r in rules.rules)
     # ties (all-equal rows): torch's topk need not pick the first of equal values, argmax does
     assert topk.verdict == "UNSOUND" and not topk.error
-    assert sort.verdict in ("sound", "weak") and "ties" in sort.value_classes
+    assert sort.verdict in ("proven", "sound", "weak") and "ties" in sort.value_classes
