@@ -36,7 +36,8 @@ The definitions unfolded:
     op; an op whose ``act`` is none carries no ``act_params`` (its canonicalization drops them);
   * ``hardtanh`` of a floating-point tensor (the guard says the tensor, or what a convolution or linear
     computes it from, is float) is ``clamp`` with the same bounds: gawee's hardtanh is defined so;
-  * the two operands of a commutative op in one order (IEEE addition and multiplication commute exactly);
+  * the two operands of add, mul, a comparison or a logical op in one order (they commute bit for bit;
+    maximum and minimum do not: their zero for (+0, -0) depends on the order);
   * a ``reshape`` result is the elements of what it reshapes, in row-major order, in its shape; through
     ``reshape``, ``flatten``, ``squeeze`` and ``unsqueeze`` (which keep that order) — as a result, not as an
     operand (its layout may differ);
@@ -56,7 +57,7 @@ from typing import Any
 
 from gawee.dsl import ast as A
 from gawee.dsl.compiler import Rule, _alternatives, _conjuncts, _desugar
-from gawee.ops import REQUIRED, get_op, has_op
+from gawee.ops import ACTIVATIONS, REQUIRED, get_op, has_op
 from gawee.ops.nn import act_as_op
 
 Term = tuple
@@ -67,6 +68,12 @@ FLOAT_DTYPES = frozenset({"f16", "bf16", "f32", "f64"})
 
 ROW_MAJOR = frozenset({"reshape", "flatten", "squeeze", "unsqueeze"})
 """Ops whose result holds their first operand's elements in row-major order (only the shape differs)."""
+
+COMMUTE = frozenset(
+    {"add", "mul", "eq", "ne", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor"}
+)
+"""Ops whose two operands commute bit for bit (IEEE sums and products, comparisons, logic): not maximum and
+minimum, whose zero for (+0, -0) depends on the order."""
 
 _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 """Tensor arithmetic in a replacement and the op it builds (see docs/rules.md, Replacements)."""
@@ -407,7 +414,7 @@ class _Terms:
             return self.epilogue(op, s, tag)
         if op == "hardtanh" and self._float(s["self"]):  # gawee's hardtanh of a float tensor is clamp
             return ("app", "clamp", (("self", s["self"]), ("min", s["min_val"]), ("max", s["max_val"])), tag)
-        if opdef.has_trait("commutative") and len(opdef.operands) == 2:
+        if op in COMMUTE and opdef.has_trait("commutative"):
             a, b = (o.name for o in opdef.operands)
             if repr(s[b]) < repr(s[a]):
                 s[a], s[b] = s[b], s[a]
@@ -427,12 +434,14 @@ class _Terms:
             if ("same_type", frozenset((core, residual))) not in self._unfolded_facts():
                 y = ("residual", core, residual)
             else:
-                y = self.unfold(self.app("add", {"self": core, "other": residual}, {}, "rhs"))
+                y = self.unfold(self.app("add", {"self": core, "other": residual}, self._defaults("add"), "rhs"))
         if act == NONE:
             return y
         if act[0] != "lit" or params[0] != "list" or any(p[0] not in ("lit", "var", "rest") for p in params[1]):
             return ("act", act, params, y)
         name = act[2]
+        if ACTIVATIONS.get(name) != len(params[1]):
+            raise _Undecided(f"activation {name} with {len(params[1])} parameters")
         standalone, act_attrs = act_as_op(name, params[1])
         opdef = get_op(standalone)
         attrs = {a.name: _term(act_attrs[a.name]) if a.name in act_attrs else lit(a.default) for a in opdef.attrs}
