@@ -33,6 +33,11 @@ RLIMIT = 3_000_000
 """z3's resource limit per query: a count of its internal steps, so a verdict does not depend on the
 machine's speed or load (a wall-clock timeout would). A float64 division query needs about 2 million."""
 
+FAR_MODELS = 4
+"""Inputs asked of the solver, each unlike the ones before, where the two sides are farther apart than the
+tolerance: the harness may allow one (a swing the original has too, a sum past the dtype's range) and still
+refute another. Which input z3 answers first depends on the terms made before in the process."""
+
 OPEN = frozenset({"uf", "opaque", "choice"})
 
 
@@ -243,9 +248,18 @@ def _decide(rule: Rule, ex: Example, after: Graph, q: _Query, rlimit: int):
         return "unknown", f"solver gave up ({why}) on {_describe(q)}", None, used
     cx, why = _replay(rule, ex, after, _inputs_from_model(ex, model))
     if cx is None and q.dtype.is_float:  # a mere rounding difference? look for a large one
-        answer, model, _ = check(E.far_apart(q.dtype, b, a, TOLERANCE.get(q.dtype, 0.0)))
-        if answer == z3.sat:
+        goal = E.far_apart(q.dtype, b, a, TOLERANCE.get(q.dtype, 0.0))
+        for _ in range(FAR_MODELS):
+            answer, model, _ = check(goal)
+            if answer != z3.sat:
+                break
             cx, why = _replay(rule, ex, after, _inputs_from_model(ex, model))
+            if cx is not None:
+                break
+            # the harness allows this one (a swing the original has too, a sum past the range): another input
+            goal = z3.And(
+                goal, z3.Or([d() != model[d] for d in model.decls() if d.arity() == 0] or [z3.BoolVal(False)])
+            )
     if cx is not None:
         cx.reason = f"{cx.reason} (an input the SMT solver found)"
         return "refuted", cx.reason, cx, used
