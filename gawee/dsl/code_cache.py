@@ -38,15 +38,29 @@ def _compiler_digest() -> str:
     return h.hexdigest()
 
 
+_registry: tuple[tuple, str] | None = None
+
+
 def registry_digest() -> str:
     """What a compiled pattern takes from the op registry, for every op registered now: operand names and
-    kinds, attributes and their defaults, traits (commutativity)."""
+    kinds, attributes and their defaults, traits (commutativity). Recomputed only when the registry holds
+    other op objects than when it was last computed (an OpDef is frozen)."""
+    global _registry
+    ops = all_ops()
+    stamp = tuple(ops.items())  # holds the ops, so an id below is never one reused by another object
+    if (
+        _registry is not None
+        and len(_registry[0]) == len(stamp)
+        and all(n == m and a is b for (n, a), (m, b) in zip(_registry[0], stamp))
+    ):
+        return _registry[1]
     h = hashlib.sha256()
-    for name, op in sorted(all_ops().items()):
+    for name, op in sorted(ops.items()):
         operands = [(o.name, o.optional, o.variadic) for o in op.operands]
         attrs = [(a.name, a.kind, repr(a.default)) for a in op.attrs]
         h.update(repr((name, operands, attrs, sorted(op.traits))).encode())
-    return h.hexdigest()
+    _registry = (stamp, h.hexdigest())
+    return _registry[1]
 
 
 def key(rules: list[Rule], text: str, file: str) -> str:
