@@ -36,7 +36,7 @@ from gawee.dsl import ast as A
 from gawee.dsl import ast_cache, code_cache
 from gawee.dsl.compiler import Rule, compile_rule
 from gawee.errors import RuleWarning, SourceSpan
-from gawee.ops import ACTIVATIONS, all_ops
+from gawee.ops import ACTIVATIONS
 from gawee.resources import VERSION
 
 FORMAT = 1
@@ -104,7 +104,7 @@ class _Source:
         (ast,) = ast_cache.from_json({"format": ast_cache.FORMAT, "rules": [json.loads(self.encoded)]}, self.text)
         compiled = compile_rule(ast, {}, comment=self.comment)
         if len(compiled) != len(self.rules):  # the key names everything compiling depends on: not expected
-            raise RuntimeError(f"{ast.span}: rule {ast.name!r} compiled to {len(compiled)} variants, kept as {len(self.rules)}")
+            raise RuntimeError(f"{ast.span}: {ast.name!r} compiled to {len(compiled)} variants, kept {len(self.rules)}")
         for lazy, rule in zip(self.rules, compiled):
             for name in _DEFERRED:
                 lazy.__dict__.setdefault(name, getattr(rule, name))
