@@ -194,7 +194,7 @@ def load(text: str, file: str, where: Path | None = None) -> list[LazyRule] | No
         if doc.get("format") != FORMAT or doc.get("file") != file:
             return None
         return [r for item in doc["rules"] for r in _rules(item, text)]
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None  # absent, unreadable or invalid: check the file again
 
 
