@@ -14,7 +14,6 @@ from gawee.dsl.ast_cache import parse_rules_cached
 from gawee.dsl.code_cache import attach_cached
 from gawee.dsl.compiler import Rule, compile_rule
 from gawee.dsl.library import BUILTINS, Helper, helper_builtin
-from gawee.dsl.parser import parse_rules
 from gawee.errors import GaweeError, RuleError, RuleSyntaxError, read_text_file
 from gawee.resources import bundled_dir, missing_hint
 
@@ -155,7 +154,12 @@ def load_phase(text: str, file: str, name: str, helpers, keep: bool = False) -> 
                 log.warning("%s", w)
         attach_cached(rules, text, file)
         return Phase(name, rules)
-    asts = parse_rules_cached(text, file) if keep else parse_rules(text, file)
+    if keep:
+        asts = parse_rules_cached(text, file)
+    else:
+        from gawee.dsl.parser import parse_rules  # imported only to parse (it imports lark)
+
+        asts = parse_rules(text, file)
     lines = text.splitlines()
     rules = []
     groups = []
