@@ -8,8 +8,9 @@ Each run is a fresh ``python -c`` in a source tree (so ``gawee`` is imported fro
 then times ``gawee.default_rules()`` — and with ``--graph``, the first ``gawee.rewrite`` of that saved graph
 (e.g. one ``trace_identity.py --graphs`` captured) — in CPU time of the process (``time.process_time``; the
 machine may be shared, wall time is printed beside it). Every tree gets one untimed run first to fill the
-cache directory (``XDG_CACHE_HOME`` of the children: ``--cache``, default a fresh temporary one); trees given
-with several ``--src`` run alternately. Prints each tree's medians and ranges.
+cache directory (``XDG_CACHE_HOME`` of the children: ``--cache``, default a fresh temporary one); ``--empty``
+gives every run an empty one instead (the first load after a change). Trees given with several ``--src``
+run alternately. Prints each tree's medians and ranges.
 """
 
 from __future__ import annotations
@@ -59,17 +60,20 @@ def main() -> int:
     ap.add_argument("--src", action="append", type=Path, help="a source tree to import gawee from (default: this one)")
     ap.add_argument("--graph", default="", help="a saved graph to rewrite once after loading (gawee.load)")
     ap.add_argument("--cache", help="XDG_CACHE_HOME of the children (default: a fresh temporary directory)")
+    ap.add_argument("--empty", action="store_true", help="every run with an empty cache directory of its own")
     args = ap.parse_args()
     srcs = [s.resolve() for s in (args.src or [HERE.parent])]
     cache = args.cache or tempfile.mkdtemp(prefix="gawee-rules-load-")
-    for s in srcs:
-        run(s, args.graph, cache)  # fills the caches
+    if not args.empty:
+        for s in srcs:
+            run(s, args.graph, cache)  # fills the caches
     rows: dict[Path, list[dict]] = {s: [] for s in srcs}
     for _ in range(args.runs):
         for s in srcs:
-            rows[s].append(run(s, args.graph, cache))
+            rows[s].append(run(s, args.graph, tempfile.mkdtemp(dir=cache) if args.empty else cache))
     for s in srcs:
-        print(f"{s}: {rows[s][0]['rules']} rules, {args.runs} fresh processes, caches warm")
+        state = "each with an empty cache" if args.empty else "caches warm"
+        print(f"{s}: {rows[s][0]['rules']} rules, {args.runs} fresh processes, {state}")
         for k in ("import_cpu", "load_cpu", "load_wall", "rewrite_cpu", "rewrite_wall"):
             xs = [r[k] for r in rows[s] if k in r]
             if xs:
