@@ -7,10 +7,10 @@
 Each run is a fresh ``python -c`` in a source tree (so ``gawee`` is imported from it) that imports gawee,
 then times ``gawee.default_rules()`` — and with ``--graph``, the first ``gawee.rewrite`` of that saved graph
 (e.g. one ``trace_identity.py --graphs`` captured) — in CPU time of the process (``time.process_time``; the
-machine may be shared, wall time is printed beside it). Every tree gets one untimed run first to fill the
-cache directory (``XDG_CACHE_HOME`` of the children: ``--cache``, default a fresh temporary one); ``--empty``
-gives every run an empty one instead (the first load after a change). Trees given with several ``--src``
-run alternately. Prints each tree's medians and ranges.
+machine may be shared, wall time is printed beside it), with one torch thread. Every tree gets one untimed
+run first to fill the cache directory (``XDG_CACHE_HOME`` of the children: ``--cache``, default a fresh
+temporary one); ``--empty`` gives every run an empty one instead (the first load after a change). Trees
+given with several ``--src`` run alternately. Prints each tree's medians and ranges.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ CHILD = r"""
 import json, sys, time
 w0, c0 = time.perf_counter(), time.process_time()
 import gawee
+import torch
+torch.set_num_threads(1)
 w1, c1 = time.perf_counter(), time.process_time()
 rules = gawee.default_rules()
 w2, c2 = time.perf_counter(), time.process_time()
