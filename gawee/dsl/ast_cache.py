@@ -6,8 +6,10 @@ function of the file's text, the file name its spans carry, the grammar, gawee's
 code of the parser and the AST; :func:`parse_rules_cached` keeps it in
 ``$XDG_CACHE_HOME/gawee/rules/`` (``~/.cache/gawee/rules``) under a sha256 of all of those, so a
 changed file, grammar or parser is a different entry and a stale one is never read. The checks of
-gawee/dsl/compiler.py (ops, attributes, kinds, names) run on every load, cached AST or not: they
-depend on the op registry and on helpers a caller passes.
+gawee/dsl/compiler.py (ops, attributes, kinds, names) depend on the op registry and on helpers a caller
+passes as well: a file that passed them is kept as such by gawee.dsl.check_cache, which is read
+first; this cache serves a file checked again (another registry, helpers, a changed checker).
+Reading an entry needs no parser: gawee.dsl.parser (and lark) is imported only to parse.
 
 Trust: an entry is JSON, decoded into the AST's own dataclasses only (a class name outside
 gawee.dsl.ast is an invalid entry); nothing in it is executed, so reading the cache runs no code.
@@ -27,9 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from gawee.dsl import ast as A
-from gawee.dsl import parser
 from gawee.errors import SourceSpan
-from gawee.resources import VERSION, cache_dir
+from gawee.resources import VERSION, bundled_dir, cache_dir
 
 FORMAT = 1
 """The layout of an entry; part of the key."""
@@ -50,7 +51,8 @@ def directory() -> Path:
 def _code_digest() -> str:
     """What the AST depends on besides the text: the grammar, gawee's version and this code."""
     h = hashlib.sha256(f"{FORMAT}\n{VERSION}\n".encode())
-    for path in (parser.GRAMMAR_PATH, Path(parser.__file__), Path(A.__file__), Path(__file__)):
+    here = Path(__file__).resolve().parent  # the parser's module is not imported: lark is only needed to parse
+    for path in (bundled_dir("grammar") / "rules.lark", here / "parser.py", Path(A.__file__), Path(__file__)):
         h.update(path.read_bytes())
     return h.hexdigest()
 
@@ -70,6 +72,8 @@ def parse_rules_cached(text: str, file: str, where: Path | None = None) -> list[
         return from_json(json.loads(path.read_text(encoding="utf-8")), text)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass  # absent, unreadable or invalid: parse again and replace it
+    from gawee.dsl import parser  # imported only to parse (it imports lark)
+
     asts = parser.parse_rules(text, file)
     from gawee.ir.serialize import _atomic_write
 

@@ -413,6 +413,12 @@ def attach(rules: list[Rule], source: str) -> None:
             raise ValueError(f"generated source out of order at rule {i}")
         rule.code = body.strip() + "\n" if f"def _r{i}_0(" in body else ""
         rule.match_fns = None
+        rule.code_object = None
+
+
+def code_name(rule: Rule) -> str:
+    """The file name a rule's generated code is compiled under (tracebacks name the rule by it)."""
+    return f"{rule.location} ({rule.label}, generated)"
 
 
 def match_functions(rule: Rule) -> list[MatchFn]:
@@ -425,8 +431,8 @@ def match_functions(rule: Rule) -> list[MatchFn]:
     if not rule.code:
         rule.match_fns = []
         return rule.match_fns
-    name = f"{rule.location} ({rule.label}, generated)"
-    code = compile(rule.code, name, "exec")
+    name = code_name(rule)
+    code = rule.code_object if rule.code_object is not None else compile(rule.code, name, "exec")
     linecache.cache[name] = (len(rule.code), None, rule.code.splitlines(True), name)
     namespace: dict[str, Any] = {**_GLOBALS, "__name__": "gawee.rules.generated"}
     exec(code, namespace)  # gawee's own generated source (the trust model: docs/rules.md)

@@ -81,6 +81,8 @@ class Rule:
     """The generated matchers of the roots, in order (gawee.dsl.codegen); None until installed."""
     code: str | None = field(default=None, repr=False)
     """Their Python source ("": the generator has no code for this rule; None: not generated yet)."""
+    code_object: Any = field(default=None, repr=False)
+    """``code`` compiled, where it was kept on disk beside it (gawee.dsl.code_cache); None: compiled on first use."""
     bound: Fn | None = field(default=None, repr=False)
     """`within expr`, compiled: ``bound(ctx)`` is the declared absolute error of each result element, a number
     or a tensor that broadcasts to the results (None: the rule is exact). Evaluated by

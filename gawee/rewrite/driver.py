@@ -355,7 +355,7 @@ def match_roots(
                 for _ in fns[k + 1](v, env, mctx):
                     yield from extra(k + 1, [*roots, user])
 
-    v = node.outputs[0] if rule.whole_node is not None else root_value(rule.matcher, node)
+    v = node.outputs[0] if rule.whole_node is not None else output_value(rule.root_output, node)
     if v is not None:
         for _ in fns[0](v, env, mctx):
             yield from extra(0, [node])
@@ -365,10 +365,16 @@ def root_value(m: OpM, node: Node) -> Value | None:
     """The value a root matcher is matched against at ``node``: its only output, or output ``m.output`` for a
     root like `split(x, ...)[1]`; None where ``node`` has no such output, or where that output has no use (the
     node lives on for its other outputs: replacing this one would change nothing)."""
+    return output_value(m.output, node)
+
+
+def output_value(output: int | None, node: Node) -> Value | None:
+    """:func:`root_value` for a root matcher whose ``output`` is given (a rule's ``root_output``): read without
+    the matcher, which a rule loaded from a checked file compiles only once its generated matcher matches."""
     n = len(node.outputs)
-    if m.output is None:
+    if output is None:
         return node.outputs[0] if n == 1 else None
-    v = node.outputs[m.output] if -n <= m.output < n else None
+    v = node.outputs[output] if -n <= output < n else None
     return v if v is not None and v.num_uses else None
 
 

@@ -9,11 +9,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gawee.dsl import check_cache
 from gawee.dsl.ast_cache import parse_rules_cached
 from gawee.dsl.code_cache import attach_cached
 from gawee.dsl.compiler import Rule, compile_rule
 from gawee.dsl.library import BUILTINS, Helper, helper_builtin
-from gawee.dsl.parser import parse_rules
 from gawee.errors import GaweeError, RuleError, RuleSyntaxError, read_text_file
 from gawee.resources import bundled_dir, missing_hint
 
@@ -140,20 +140,42 @@ def load_rules_text(
 
 
 def load_phase(text: str, file: str, name: str, helpers, keep: bool = False) -> Phase:
-    """One phase from rule text; ``keep``: the text is a file's, whose parsed form and generated matchers are
-    kept on disk between processes (gawee.dsl.ast_cache, gawee.dsl.code_cache) — not done for texts given
-    directly, which are rarely loaded twice (their matchers are generated on first use)."""
-    asts = parse_rules_cached(text, file) if keep else parse_rules(text, file)
+    """One phase from rule text; ``keep``: the text is a file's, whose parsed form, checked rules and generated
+    matchers are kept on disk between processes (gawee.dsl.ast_cache, gawee.dsl.check_cache,
+    gawee.dsl.code_cache) — not done for texts given directly, which are rarely loaded twice (their matchers
+    are generated on first use). A file kept as checked (loaded before with the same text, code and ops, and
+    no helpers) is not checked again: its rules are compiled on first use, its warnings logged as when it was
+    checked."""
+    rules = check_cache.load(text, file) if keep and not helpers else None
+    if rules is not None:
+        for rule in rules:
+            rule.phase = name
+            for w in rule.warnings:
+                log.warning("%s", w)
+        attach_cached(rules, text, file)
+        return Phase(name, rules)
+    if keep:
+        asts = parse_rules_cached(text, file)
+    else:
+        from gawee.dsl.parser import parse_rules  # imported only to parse (it imports lark)
+
+        asts = parse_rules(text, file)
     lines = text.splitlines()
     rules = []
+    groups = []
     for ast in asts:
-        for rule in compile_rule(ast, helpers, comment=_comment_above(lines, ast.span.line)):
+        comment = _comment_above(lines, ast.span.line)
+        variants = compile_rule(ast, helpers, comment=comment)
+        groups.append((ast, comment, variants))
+        for rule in variants:
             rule.phase = name
             rules.append(rule)
             for w in rule.warnings:
                 log.warning("%s", w)
     if keep:
         attach_cached(rules, text, file)
+        if not helpers:
+            check_cache.store(groups, text, file)
     return Phase(name, rules)
 
 

@@ -1,5 +1,6 @@
 """Generated matchers (gawee.dsl.codegen) match exactly what the interpreted patterns match."""
 
+import marshal
 import traceback
 
 import pytest
@@ -161,3 +162,36 @@ def test_show_rule_prints_the_rule_and_its_generated_code(capsys):
     assert "def _r" in out and "n1.op != 'relu'" in out and "# rules/3-fuse.rules:12:" in out
     assert main(["show-rule", "fuse_conv_relu"]) == 0 and "def _r" not in capsys.readouterr().out
     assert main(["show-rule", "no_such_rule"]) == 2
+
+
+def test_code_objects_are_kept_beside_the_source_and_never_for_another(tmp_path, monkeypatch):
+    text = "rule rr: relu(relu(x)) => relu(x)\n"
+    rules = load_rules_text(text, name="t.rules").rules
+    code_cache.attach_cached(rules, text, "t.rules", where=tmp_path)
+    (kept,) = tmp_path.glob("*.code")
+    again = load_rules_text(text, name="t.rules").rules
+    with monkeypatch.context() as m:
+        m.setattr(code_cache, "compile", lambda *a: pytest.fail("compiled again"), raising=False)
+        code_cache.attach_cached(again, text, "t.rules", where=tmp_path)
+    assert again[0].code_object is not None and again[0].code_object.co_filename == "t.rules:1 (rr, generated)"
+    assert codegen.match_functions(again[0])  # runs from the kept code object
+    # an edited source is another entry; a corrupt or foreign one is compiled again and replaced
+    (entry,) = tmp_path.glob("*.py")
+    entry.write_text(entry.read_text().replace("    if v0 is None:", "    env['from_cache'] = 1\n    if v0 is None:"))
+    marked = load_rules_text(text, name="t.rules").rules
+    code_cache.attach_cached(marked, text, "t.rules", where=tmp_path)
+    assert "from_cache" in _strings(marked[0].code_object) and "from_cache" not in _strings(again[0].code_object)
+    assert len(list(tmp_path.glob("*.code"))) == 2
+    for garbage in [b"", b"not marshal", marshal.dumps([compile("x = 1", "other", "exec")])]:
+        kept.write_bytes(garbage)
+        fresh = load_rules_text(text, name="t.rules").rules
+        code_cache.attach_cached(fresh, text, "t.rules", where=tmp_path)
+        assert fresh[0].code_object.co_filename == "t.rules:1 (rr, generated)"
+
+
+def _strings(code) -> set[str]:
+    """Every string constant of a code object and the code objects inside it."""
+    out = set()
+    for c in code.co_consts:
+        out |= _strings(c) if hasattr(c, "co_consts") else {c} if isinstance(c, str) else set()
+    return out
