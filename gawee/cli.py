@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument(
         "--precision",
         metavar="NAME",
-        help="also run the bundled precision phase NAME last (rules/precision/NAME.rules; bf16): approximate "
+        help="also run the bundled precision phase NAME last (rules/precision/NAME.rules; bf16, int8): approximate "
         "rules, each with its declared error bound, that compute in that precision",
     )
     opt.add_argument("-o", "--output", metavar="OUT.json", help="write the optimized graph (+ .npz) atomically")
