@@ -194,6 +194,13 @@ def precision_rules(name: str) -> Path:
     return path
 
 
+def with_precision(rules: RuleSet | None, name: str) -> RuleSet:
+    """``rules`` (None: the bundled pipeline) followed by the bundled precision phase ``name``, run last;
+    GaweeError for an unknown name."""
+    base = default_rules() if rules is None else rules
+    return _number([*base.phases, *load_rules(precision_rules(name)).phases])
+
+
 def default_rules() -> RuleSet:
     """The bundled pipeline (every file of rules/, in name order), compiled once per process
     (again only if a file changed)."""
