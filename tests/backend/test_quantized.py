@@ -129,3 +129,19 @@ def test_the_bound_helper_is_the_rule_bound():
     env = {"x": xv, "w": wv, "b": bv, "y": y, "a": None}
     (declared,) = evaluate_bound(rule, env, lambda v: data.get(v), [(3, 5)])
     torch.testing.assert_close(declared, int8_bound(x, w, bias), rtol=1e-12, atol=0)
+
+
+def test_compile_int8_with_a_dynamic_batch():
+    """The rules need no guard a symbolic batch (0 in range) fails: the bound's maxima hold a 0 for an empty x."""
+    model, x = make()
+    batch = torch.export.Dim("batch", max=64)
+    module = gawee.compile(model, (x,), precision="int8", dynamic_shapes=({0: batch},))
+    report = module.gawee_report
+    assert report.rewrite.firings["linear_int8"] == 2
+    assert [k.kernel for k in report.kernels] == [quantized.KERNEL, quantized.KERNEL]
+    for rows in (1, 7, 33):
+        torch.manual_seed(rows)
+        x = torch.randn(rows, 32)
+        with torch.no_grad():
+            assert_within_mlp_bound(model, x, module(x))
+    assert module(torch.randn(0, 32)).shape == (0, 10)
