@@ -138,6 +138,7 @@ def linear_int8_dynamic(ctx):
             ctx.type(3) is not None,
             a["act"],
             quantized.KERNEL,
+            unmeasured="the only int8 kernel",
         )
     )
     late_bias = ctx.arg(3) if ctx.type(3) is not None and packed_bias is None else None

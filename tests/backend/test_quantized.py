@@ -90,6 +90,7 @@ def test_compile_int8_runs_the_quantized_kernel_within_the_bound():
     assert 0 < accuracy.mean_abs_error <= accuracy.max_abs_error and 0.999 < accuracy.cosine <= 1
     assert accuracy.top1 is not None and accuracy.top1[1] == 4
     assert "precision int8: max abs error" in str(report) and "cosine" in str(report)
+    assert "quantized::linear_dynamic (the only int8 kernel)" in str(report)
 
 
 def test_compile_without_precision_is_float32():
