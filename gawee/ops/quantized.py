@@ -39,11 +39,10 @@ def quantize_per_channel_symmetric(input: torch.Tensor, *, axis: int) -> tuple[t
     if input.dim() == 0:
         raise ValueError("quantize_per_channel_symmetric needs a channel axis (rank >= 1)")
     axis = axis % input.dim()
-    others = [d for d in range(input.dim()) if d != axis]
+    channels = input.shape[axis]
     wide = input.double()
-    peak = wide.abs().amax(dim=others) if others and input.numel() else wide.abs().reshape(input.shape[axis], -1)
-    if peak.dim() == 2:  # a channel holds no elements (or there are no other dims): reduce what is there
-        peak = peak.amax(dim=1) if peak.shape[1] else torch.zeros(peak.shape[0], dtype=torch.float64)
+    per_channel = wide.abs().movedim(axis, 0).reshape(channels, input.numel() // max(channels, 1))
+    peak = per_channel.amax(dim=1) if per_channel.shape[1] else per_channel.new_zeros(channels)
     scale = (peak / INT8_MAX).to(input.dtype)
     scale = torch.where(scale == 0, torch.ones_like(scale), scale)
     shape = [1] * input.dim()
@@ -86,7 +85,7 @@ def linear_int8_dynamic(
     act_params: tuple = (),
 ) -> torch.Tensor:
     """act(dequantized(quantized(input) @ weight.T) + bias): ``input`` (float32) quantized per tensor with
-    ``activation_qparams``, ``round(input * (1 / scale) + zero_point)`` in float32 kept in [0, 255] (what the
+    ``activation_qparams``, ``round(input * (1 / scale)) + zero_point`` in float32 kept in [0, 255] (what the
     kernel's vector loop does), the integer product of ``q - zero_point`` with the int8 ``weight`` [out, in]
     accumulated exactly (int64 here; the kernel's int32 is exact for fewer than 132,000 input features), and
     dequantized in float32 as ``product * (scale * weight_scale)`` before the bias is added."""
