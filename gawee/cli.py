@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument(
         "--precision",
         metavar="NAME",
-        help="also run the bundled precision phase NAME last (rules/precision/NAME.rules; bf16): approximate "
+        help="also run the bundled precision phase NAME last (rules/precision/NAME.rules; bf16, int8): approximate "
         "rules, each with its declared error bound, that compute in that precision",
     )
     opt.add_argument("-o", "--output", metavar="OUT.json", help="write the optimized graph (+ .npz) atomically")
@@ -322,6 +322,10 @@ def cmd_optimize(args, console: Console) -> int:
         "rewrite time": f"{report.seconds * 1000:.1f} ms",
         "verification": "skipped" if verification is None else verification.short(),
     }
+    accuracy = None
+    if any(rules.rule(name).approximate for name in report.firings):
+        accuracy = _accuracy(graph, optimized, _src)
+        extra["accuracy"] = "needs real weights (drop --meta)" if accuracy is None else str(accuracy)
     runtime = None
     if args.bench:
         with console.status("measuring runtime ...", spinner="dots") if not args.json else _null():
@@ -350,6 +354,7 @@ def cmd_optimize(args, console: Console) -> int:
             "output": args.output,
             "pictures": [str(p) for p in written],
             "runtime": None if runtime is None else runtime.as_dict(),
+            "accuracy": None if accuracy is None else accuracy.as_dict(),
         }
         print(json.dumps(out, indent=1, default=str))
     else:
@@ -393,6 +398,22 @@ def cmd_optimize(args, console: Console) -> int:
 
 def _ms(t) -> str:
     return f"{t.median * 1e3:.2f} ms"
+
+
+def _accuracy(graph, optimized, src):
+    """The optimized graph's outputs against the captured graph's (the float model), both interpreted on the
+    model's example inputs (random ones for a saved graph); None without real weights."""
+    from gawee.accuracy import compare_outputs
+    from gawee.equivalence import random_inputs
+    from gawee.interp import run
+
+    if any(not v.has_known_data for v in graph.constants()):
+        return None
+    if src.module is not None:
+        inputs = list(src.example_inputs)
+    else:
+        inputs = random_inputs([v.type for v in graph.inputs])
+    return compare_outputs(run(graph, *inputs), run(optimized, *inputs))
 
 
 def _bench(graph, optimized, src):

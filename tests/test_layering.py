@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("numerics",),  # tolerances, float64 upcasts, awkward values: shared by the harness and equivalence
     ("dsl",),  # rule text -> AST -> compiled rules and their matchers
     ("rewrite",),  # rule sets, the worklist driver, explain
-    ("equivalence",),  # two graphs compared on numbers
+    ("equivalence", "accuracy"),  # two graphs compared on numbers; outputs' error against a float model
     ("testing",),  # the soundness harness
     ("frontend",),  # torch.export capture
     ("machine", "cache"),  # this machine: timing, CPU facts, answers kept between processes

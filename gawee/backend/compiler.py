@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from gawee.accuracy import Accuracy, compare_outputs
 from gawee.backend import isolation
 from gawee.backend.allocator import keep_freed_memory
 from gawee.backend.host import OutputStructure
@@ -22,6 +23,7 @@ from gawee.equivalence import (
     TOLERANCE,
     EquivalenceReport,
     OutputCheck,
+    approximate_values,
     output_error,
     random_inputs,
     verify_equivalent,
@@ -32,7 +34,7 @@ from gawee.ir.core import Graph
 from gawee.ir.symbolic import draw_values, example_values, symbols_of
 from gawee.ir.types import DType, TensorType
 from gawee.rewrite.driver import RewriteReport, rewrite
-from gawee.rewrite.ruleset import RuleSet
+from gawee.rewrite.ruleset import RuleSet, with_precision
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +100,10 @@ class CompileReport:
     allocator: str = ""
     """What was done to the process's memory allocator (``gawee.backend.allocator``; empty when
     ``TorchOptions.keep_freed_memory`` is False)."""
+    precision: str | None = None
+    """The precision phase that ran after the rules (``compile(precision=...)``), or None."""
+    accuracy: Accuracy | None = None
+    """With a precision phase: the module's outputs against the model's on the example inputs."""
 
     @property
     def total_s(self) -> float:
@@ -117,6 +123,8 @@ class CompileReport:
             text += f"; runtime: {self.backend}"
         if self.allocator:
             text += f"; {self.allocator}"
+        if self.precision is not None:
+            text += f"; precision {self.precision}: {self.accuracy}"
         return text
 
 
@@ -130,6 +138,7 @@ def compile(
     mlir_path: str | os.PathLike | None = None,
     vmfb_path: str | os.PathLike | None = None,
     dynamic_shapes=None,
+    precision: str | None = None,
 ):
     """``model`` captured on ``example_inputs`` (a tensor, a tuple or list of the model's positional inputs, or a dict
     of its keyword inputs: :func:`gawee.capture`), rewritten by ``rules`` (default: the bundled ones),
@@ -180,6 +189,14 @@ def compile(
     makes the marked dimensions symbolic: the module then runs every size in their ranges without
     capturing again, and raises ``ShapeOutOfRange`` for a size outside them. The rewritten graph is
     also checked at the two smallest sizes in range other than the example's.
+
+    ``precision`` (``"bf16"``, ``"int8"``: :data:`gawee.rewrite.ruleset.PRECISIONS`) runs that bundled precision
+    phase after ``rules``: approximate rules, each with its declared error bound, that compute in lower precision
+    (int8 linear layers run torch's dynamic quantized kernel). The outputs they reach are not held to the
+    tolerance by the check (they are counted in its report), and the report says how far the module's outputs
+    are from the model's on the example inputs (``CompileReport.accuracy``). Where they reach an output, the
+    whole-graph runtimes are not measured (they have no quantized kernels) and, with symbolic shapes, the rewritten
+    graph is not checked at other sizes (that check holds every output to the tolerance).
     """
     backend, _, layout = backend.partition(":")
     if backend not in BACKENDS or (layout and (backend != "onednn" or layout not in _dnnl_layouts())):
@@ -203,6 +220,8 @@ def compile(
         from gawee.backend.ort import _import_ort
 
         _import_ort()
+    if precision is not None:
+        rules = with_precision(rules, precision)  # an unknown name fails before the capture
     allocator = keep_freed_memory() if options.keep_freed_memory else ""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -222,7 +241,8 @@ def compile(
         )
 
     t0 = time.perf_counter()
-    optimized, rewrite_report = rewrite(graph, rules)
+    optimized, rewrite_report = rewrite(graph, rules, trace=precision is not None)
+    approximate = _approximate_outputs(optimized, rewrite_report)
     seconds["rewrite"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -270,16 +290,17 @@ def compile(
         got = module(*xs)
     first_call_s = time.perf_counter() - t0
     try:
-        checks = _check_backend(graph.name, flat_expected, pytree.tree_leaves(got), backend)
+        checks = _check_backend(graph.name, flat_expected, pytree.tree_leaves(got), backend, approximate)
     except EquivalenceError:
         _check_rewrite(graph, optimized, xs)
         raise
     equivalence = EquivalenceReport(checks)
-    if any(v.type.symbolic for v in graph.inputs):
+    accuracy = compare_outputs(flat_expected, pytree.tree_leaves(got)) if precision is not None else None
+    if any(v.type.symbolic for v in graph.inputs) and not approximate:
         equivalence = _check_rewrite(graph, optimized, None)
     seconds["verify"] += time.perf_counter() - t0
 
-    if backend == "torch" and options.whole_graph == "measure" and options.fused_kernels:
+    if backend == "torch" and options.whole_graph == "measure" and options.fused_kernels and not approximate:
         t0 = time.perf_counter()
         module, choice, whole_checks = _whole_graph(
             optimized, module, structure, xs, flat_expected, first_call_s, sum(seconds.values())
@@ -301,6 +322,8 @@ def compile(
         getattr(module, "gawee_kernel_seconds", 0.0),
         choice,
         allocator,
+        precision,
+        accuracy,
     )
     return module
 
@@ -606,10 +629,23 @@ def _check_rewrite(graph: Graph, optimized: Graph, inputs: list | None) -> Equiv
     return equivalence
 
 
+def _approximate_outputs(optimized: Graph, report: RewriteReport) -> frozenset[int]:
+    """The indices of ``optimized``'s outputs that approximate rules made or that are computed from their values
+    (from the rewrite's trace; none without one)."""
+    made = approximate_values(optimized, report.trace)
+    return frozenset(i for i, v in enumerate(optimized.outputs) if v.name in made)
+
+
 def _check_backend(
-    name: str, expected: Sequence[torch.Tensor], got: Sequence[torch.Tensor], backend: str = "torch"
+    name: str,
+    expected: Sequence[torch.Tensor],
+    got: Sequence[torch.Tensor],
+    backend: str = "torch",
+    approximate: frozenset[int] = frozenset(),
 ) -> list[OutputCheck]:
-    """Each output's difference from the model's; EquivalenceError if one exceeds its dtype's tolerance."""
+    """Each output's difference from the model's; EquivalenceError if one exceeds its dtype's tolerance, except
+    the outputs in ``approximate`` (made by approximate rules: their error is their rules' and is reported, not
+    judged against the tolerance; their shape and dtype still must match)."""
     checks = []
     for i, (ref, out) in enumerate(zip(expected, got)):
         if ref.shape != out.shape or ref.dtype != out.dtype:
@@ -621,7 +657,7 @@ def _check_backend(
         finite = ref[torch.isfinite(ref)] if ref.dtype.is_floating_point else ref
         scale = max(1.0, finite.abs().max().item()) if finite.numel() and ref.dtype.is_floating_point else 1.0
         tol = TOLERANCE.get(DType.from_torch(ref.dtype), 0.0)
-        if err > tol * scale:
+        if err > tol * scale and i not in approximate:
             raise EquivalenceError(
                 f"output {i} of the compiled {name} differs from the model's by {err:.3g} "
                 f"(tolerance {tol:g} x {scale:.3g})",
@@ -633,5 +669,5 @@ def _check_backend(
                 }.get(backend, "write the module with mlir_path= and report the model with it"),
             )
         t = TensorType.of(ref)
-        checks.append(OutputCheck(i, t, t, err, tol, scale))
+        checks.append(OutputCheck(i, t, t, err, tol, scale, approximate=i in approximate and err > tol * scale))
     return checks

@@ -105,6 +105,8 @@ class KernelChoice:
     """How many nodes of the graph run with this choice."""
     residual: bool = False
     """A convolution's fused residual add (``act(conv + r)``)."""
+    unmeasured: str = "forced"
+    """Why ``ms`` is empty: the kernel was forced, or it is the only one the op has."""
 
     @property
     def shape(self) -> str:
@@ -114,7 +116,7 @@ class KernelChoice:
 
     def __str__(self) -> str:
         timed = ", ".join(f"{k} {v:.3g} ms" for k, v in self.ms.items())
-        how = f" ({timed})" if timed else " (forced)"
+        how = f" ({timed})" if timed else f" ({self.unmeasured})"
         return f"{self.op} {self.shape} x{self.nodes}: {self.kernel}{how}"
 
 

@@ -9,12 +9,13 @@ linear and attention kernels measured fastest per shape, and in-place updates of
 
 from __future__ import annotations
 
+import math
 import operator
 from functools import partial
 
 import torch
 
-from gawee.backend import kernels, onednn
+from gawee.backend import kernels, onednn, quantized
 from gawee.backend.lowering import LoweringTable
 from gawee.errors import GaweeError
 from gawee.ir.registry import OPAQUE
@@ -111,6 +112,37 @@ def linear(ctx):
     """act(linear) on the kernel measured fastest for its shape (gawee.backend.kernels: torch's GEMM,
     MKL's or oneDNN's prepacked one), the input flattened to a matrix."""
     return kernels.lower_linear(ctx)
+
+
+@TORCH.register("linear_int8_dynamic")
+def linear_int8_dynamic(ctx):
+    """torch's dynamic quantized linear on the int8 weight and its scales prepacked now
+    (gawee.backend.quantized); the reference semantics where the weight or scales are not constants, the input
+    may be empty, the CPU kernels are off (TorchOptions.fused_kernels), or torch's quantized engine is not an
+    x86 one."""
+    weight, scale, bias = ctx.const(1), ctx.const(2), ctx.const(3)
+    x = ctx.type(0)
+    static = at_example(x.shape) if has_symbols(x.shape) else x.shape
+    if weight is None or scale is None or 0 in static or not quantized.available() or not ctx.options.fused_kernels:
+        return ctx.reference()
+    packed_bias = bias if bias is not None and tuple(bias.shape) == (weight.shape[0],) else None
+    a = ctx.attrs
+    kernel = quantized.DynamicInt8Linear(ctx.node.name, weight, scale, packed_bias, a["act"], tuple(a["act_params"]))
+    rows = math.prod(static[:-1])
+    ctx.record_kernel(
+        kernels.KernelChoice(
+            "linear_int8_dynamic",
+            rows,
+            weight.shape[1],
+            weight.shape[0],
+            ctx.type(3) is not None,
+            a["act"],
+            quantized.KERNEL,
+            unmeasured="the only int8 kernel",
+        )
+    )
+    late_bias = ctx.arg(3) if ctx.type(3) is not None and packed_bias is None else None
+    return ctx.call(kernel, ctx.arg(0), late_bias)
 
 
 @TORCH.register("scaled_dot_product_attention")

@@ -20,7 +20,7 @@ from gawee.resources import bundled_dir, missing_hint
 RULES_DIR = bundled_dir("rules")
 """The bundled rules: `1-simplify`, `2-fold`, `3-fuse` ... run in file-name order."""
 
-PRECISIONS = {"bf16": RULES_DIR / "precision" / "bf16.rules"}
+PRECISIONS = {"bf16": RULES_DIR / "precision" / "bf16.rules", "int8": RULES_DIR / "precision" / "int8.rules"}
 """The bundled precision phases, by name: approximate rules (each with its declared error bound) that compute
 in a lower precision. Opt-in only (`optimize --precision NAME`, :func:`precision_rules`): the default pipeline
 never reads rules/precision/."""
@@ -214,6 +214,13 @@ def precision_rules(name: str) -> Path:
     if not path.is_file():
         raise GaweeError(f"the bundled precision rules are missing: {path}", hint=missing_hint())
     return path
+
+
+def with_precision(rules: RuleSet | None, name: str) -> RuleSet:
+    """``rules`` (None: the bundled pipeline) followed by the bundled precision phase ``name``, run last;
+    GaweeError for an unknown name."""
+    base = default_rules() if rules is None else rules
+    return _number([*base.phases, *load_rules(precision_rules(name)).phases])
 
 
 def default_rules() -> RuleSet:

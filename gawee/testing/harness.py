@@ -402,9 +402,9 @@ def _exceeds_bound(rule: Rule, ex: Example, xs, ref, got, truth, use_guard: bool
     """An approximate rule's comparison: every element of each output agrees with the original, or is within
     the rule's declared bound (evaluated in float64 on this instance) plus the original's own error of the
     float64 truth (the original itself where float64 gives nan and it does not: torch's kernels differ on
-    0 * nan); where the bound is nan, the rewrite need only be finite where the original is. Elements whose
-    partial sums pass the dtype's range are not compared (``_orderless``). The counterexample names the
-    element that exceeds the bound most."""
+    0 * nan); where the bound is nan, the rewrite need only be finite where the original is, and where it is inf,
+    nothing (a nan result included). Elements whose partial sums pass the dtype's range are not compared
+    (``_orderless``). The counterexample names the element that exceeds the bound most."""
     try:
         bounds = match_bounds(rule, ex, xs, [tuple(r.shape) for r in ref], use_guard)
     except RewriteError as e:
@@ -420,8 +420,15 @@ def _exceeds_bound(rule: Rule, ex: Example, xs, ref, got, truth, use_guard: bool
         err = (gg - t).abs()
         allowed = b + torch.where(torch.isnan(own), 0.0, own)
         same_finiteness = torch.isfinite(gg) == torch.isfinite(rr)
-        # a nan bound (computed from a nan operand) states nothing but where the results are finite
-        ok = (rr == gg) | (torch.isnan(rr) & torch.isnan(gg)) | (err <= allowed) | (torch.isnan(b) & same_finiteness)
+        # a nan bound (computed from a nan operand) states nothing but where the results are finite; an inf bound
+        # claims nothing at all (a nan result included)
+        ok = (
+            (rr == gg)
+            | (torch.isnan(rr) & torch.isnan(gg))
+            | (err <= allowed)
+            | (torch.isnan(b) & same_finiteness)
+            | torch.isposinf(b)
+        )
         if not bool(ok.all()) and r.is_floating_point():
             magnitude = partial_sum_bounds(ex.graph, xs) if magnitude is None else magnitude
             keep = _orderless(r, magnitude[i] if magnitude is not None else None)

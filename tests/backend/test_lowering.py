@@ -13,6 +13,7 @@ from gawee.backend.lower_torch import TORCH
 from gawee.backend.lowering import LoweringTable
 from gawee.backend.ops_reference import reference
 from gawee.ops import OPAQUE, all_ops
+from gawee.ops.quantized import RULE_ONLY
 
 TABLES = {"torch": TORCH, "onnx": ONNX, "mlir": MLIR}
 
@@ -25,9 +26,10 @@ CANNOT_LOWER = {
         {
             OPAQUE,  # an arbitrary ATen call runs through torch only
             "index_put",  # no ONNX form yet (ScatterND with accumulate and a broadcast value would be one)
+            *RULE_ONLY,  # int8 quantization (DynamicQuantizeLinear + MatMulInteger would be one for the linear)
         }
     ),
-    "mlir": frozenset({OPAQUE}),
+    "mlir": frozenset({OPAQUE, *RULE_ONLY}),  # int8 quantization: no StableHLO form yet
 }
 """Per target, the registered ops it cannot lower. Adding an op without a lowering for a target means adding it
 here; giving one a lowering means taking it out."""

@@ -78,7 +78,9 @@ def test_without_precision_no_approximate_rule_fires(capsys, tmp_path):
     src = tmp_path / "mlp.py"
     src.write_text(MODEL)
     code, out, _ = run_cli(capsys, "optimize", f"{src}:make", "--json")
-    assert code == 0 and not any("bf16" in name for name in json.loads(out)["firings"])
+    result = json.loads(out)
+    assert code == 0 and not any("bf16" in name or "int8" in name for name in result["firings"])
+    assert result["accuracy"] is None  # exact rules only: nothing to report against the float model
 
 
 def test_the_precision_file_also_loads_with_rules(capsys, tmp_path):
@@ -107,3 +109,35 @@ def test_explain_shows_the_bound():
 @pytest.mark.parametrize("name", sorted(PRECISIONS))
 def test_every_precision_file_is_bundled(name):
     assert PRECISIONS[name].is_file() and PRECISIONS[name].parent.parent == RULES_DIR
+
+
+def test_optimize_with_precision_int8(capsys, tmp_path):
+    from tests.int8_mlp import MODEL as INT8_MODEL
+    from tests.int8_mlp import assert_within_mlp_bound, make
+
+    src = tmp_path / "mlp.py"
+    src.write_text(INT8_MODEL)
+    out_json = tmp_path / "mlp-int8.json"
+    code, out, err = run_cli(capsys, "optimize", f"{src}:make", "--precision", "int8", "-o", str(out_json))
+    assert code == 0, out + err
+    assert "linear_int8 x2" in out and "values of approximate rules past the tolerance" in out
+    assert "accuracy" in out and "top-1 agreement 4/4" in out
+    graph = load(out_json)
+    assert sorted(n.op for n in graph) == ["linear_int8_dynamic", "linear_int8_dynamic"]
+    assert {v.dtype.value for v in graph.constants()} == {"i8", "f32"}  # int8 weights, float32 scales and biases
+    model, x = make()
+    (got,) = run(graph, x)
+    assert assert_within_mlp_bound(model, x, got) > 1e-4  # int8 was really used: float32 alone is far closer
+
+
+def test_optimize_int8_reports_accuracy_in_json(capsys, tmp_path):
+    src = tmp_path / "mlp.py"
+    src.write_text(MODEL)
+    code, out, _ = run_cli(capsys, "optimize", f"{src}:make", "--precision", "int8", "--json")
+    assert code == 0
+    result = json.loads(out)
+    accuracy = result["accuracy"]
+    assert result["firings"]["linear_int8"] == 2
+    assert 0 < accuracy["mean_abs_error"] <= accuracy["max_abs_error"] < 0.1
+    assert 0.999 < accuracy["cosine"] <= 1.0
+    assert accuracy["top1_rows"] == 4 and 0 <= accuracy["top1_agree"] <= 4

@@ -81,3 +81,15 @@ def test_exact_rules_still_go_to_the_solver():
     result = check_rule(rule, examples=30)
     assert not rule.approximate and result.proof is not None and result.verdict == "proven"
     assert result.proof_note != APPROXIMATE_NOTE
+
+
+def test_an_inf_bound_claims_nothing_even_a_nan_result():
+    """A bound of inf (as a rule's `where(..., inf)` past the range it can speak for) accepts any result, nan
+    included; a finite bound refutes the same rewrite."""
+    free, held = load_rules_text(
+        "rule free: relu(x) where x.dtype == f32 => x * nan within inf\n"
+        "rule held: relu(x) where x.dtype == f32 => x * nan within abs(x) + 1\n"
+    ).rules
+    assert check_rule(free, examples=30).verdict == "sound"
+    cx = check_rule(held, examples=30).counterexample
+    assert cx is not None and "exceeds its declared bound" in cx.reason

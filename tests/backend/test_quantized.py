@@ -1,0 +1,148 @@
+"""The int8 dynamic linear kernel: the torch lowering runs torch's quantized::linear_dynamic on a prepacked weight
+and agrees with the op's reference semantics; gawee.compile(precision=...) runs the precision phase, reports it,
+and does not hold its outputs to the exact tolerance."""
+
+import pytest
+import torch
+
+import gawee
+from gawee.backend import quantized
+from gawee.backend.torch_backend import TorchOptions, to_torch
+from gawee.errors import GaweeError
+from gawee.interp import run
+from gawee.ir.builder import GraphBuilder
+from gawee.ops.quantized import quantize_per_channel_symmetric
+from tests.int8_mlp import assert_within_mlp_bound, int8_bound, make
+
+pytestmark = pytest.mark.skipif(not quantized.available(), reason="torch's quantized engine is not an x86 one")
+
+
+def _graph(shape, out, bias, act, seed):
+    """A graph of one linear_int8_dynamic of a random weight, and the float32 linear it quantizes."""
+    torch.manual_seed(seed)
+    w = torch.randn(out, shape[-1])
+    q, s = quantize_per_channel_symmetric(w, axis=0)
+    graphs = []
+    for quantize in (True, False):
+        b = GraphBuilder("int8")
+        x = b.input("x", f"f32[{','.join(map(str, shape))}]")
+        bias_value = None
+        if bias == "const":
+            bias_value = b.const(torch.arange(out, dtype=torch.float32) / out)
+        elif bias == "input":
+            bias_value = b.input("b", f"f32[{out}]")
+        if quantize:
+            y = b.linear_int8_dynamic(x, b.const(q), b.const(s), bias_value, act=act)
+        else:
+            y = b.linear(x, b.const(w), bias_value, act=act)
+        graphs.append(b.output(y))
+    return graphs
+
+
+@pytest.mark.parametrize(
+    "shape, out, bias, act",
+    [
+        ((4, 32), 16, "const", None),
+        ((2, 3, 48), 8, None, "relu"),
+        ((5, 7), 3, "input", "gelu"),
+        ((64,), 5, "const", None),
+    ],
+)
+def test_the_lowering_runs_the_kernel_and_agrees_with_the_reference(shape, out, bias, act):
+    graph, float_graph = _graph(shape, out, bias, act, seed=len(shape) + out)
+    module = to_torch(graph)
+    assert [k.kernel for k in module.gawee_kernels] == [quantized.KERNEL]
+    assert "int8_linear" in module.code
+    xs = [torch.randn(shape) * 3] + ([torch.randn(out)] if bias == "input" else [])
+    with torch.no_grad():
+        (got,) = module(*xs)
+    (want,) = run(graph, *xs)
+    # the same quantized input and integer product: only the float32 dequantization may round differently
+    torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6 * float(want.abs().max()))
+    (unquantized,) = run(float_graph, *xs)
+    assert float((got - unquantized).abs().max()) > 1e-4  # int8 really computed: far from the float32 linear
+
+
+def test_without_the_cpu_kernels_the_reference_runs():
+    graph, _ = _graph((4, 32), 16, "const", None, seed=0)
+    module = to_torch(graph, TorchOptions(fused_kernels=False))
+    assert not module.gawee_kernels and "int8_linear" not in module.code
+    x = torch.randn(4, 32)
+    torch.testing.assert_close(module(x)[0], run(graph, x)[0], rtol=0, atol=0)
+
+
+def test_compile_int8_runs_the_quantized_kernel_within_the_bound():
+    model, x = make()
+    module = gawee.compile(model, (x,), precision="int8")
+    report = module.gawee_report
+    assert report.precision == "int8" and report.rewrite.firings["linear_int8"] == 2
+    assert [k.kernel for k in report.kernels] == [quantized.KERNEL, quantized.KERNEL]
+    assert sorted(n.op for n in report.optimized) == ["linear_int8_dynamic"] * 2
+    with torch.no_grad():
+        got = module(x)
+    error = assert_within_mlp_bound(model, x, got)
+    assert error > 1e-4  # int8 really ran: the float32 model is within 1e-6 of itself
+    # the check saw the error past float32's tolerance and accepted it as the approximate rules'
+    assert report.equivalence.ok and report.equivalence.outputs[0].approximate
+    assert "1 outputs of approximate rules past the tolerance" in str(report.equivalence)
+    accuracy = report.accuracy
+    assert accuracy.max_abs_error == pytest.approx(error, rel=1e-3)
+    assert 0 < accuracy.mean_abs_error <= accuracy.max_abs_error and 0.999 < accuracy.cosine <= 1
+    assert accuracy.top1 is not None and accuracy.top1[1] == 4
+    assert "precision int8: max abs error" in str(report) and "cosine" in str(report)
+    assert "quantized::linear_dynamic (the only int8 kernel)" in str(report)
+
+
+def test_compile_without_precision_is_float32():
+    model, x = make()
+    report = gawee.compile(model, (x,)).gawee_report
+    assert report.precision is None and report.accuracy is None
+    assert "linear_int8_dynamic" not in {n.op for n in report.optimized}
+    assert not any(o.approximate for o in report.equivalence.outputs)
+
+
+def test_compile_bf16_is_checked_as_approximate_too():
+    model, x = make()
+    module = gawee.compile(model, (x,), precision="bf16")
+    report = module.gawee_report
+    assert report.precision == "bf16" and report.rewrite.firings["linear_bf16"] == 2
+    assert report.equivalence.ok and report.accuracy.cosine > 0.999
+
+
+def test_compile_refuses_an_unknown_precision_before_capturing():
+    model, x = make()
+    with pytest.raises(GaweeError, match="no precision phase 'int4'"):
+        gawee.compile(model, (x,), precision="int4")
+
+
+def test_the_bound_helper_is_the_rule_bound():
+    """int8_bound (the tests' float64 copy of linear_int8's bound) equals the bound the harness evaluates."""
+    from gawee.rewrite.bound import evaluate_bound
+    from gawee.rewrite.ruleset import PRECISIONS, load_rules
+
+    rule = load_rules(PRECISIONS["int8"]).rule("linear_int8")
+    torch.manual_seed(1)
+    x, w, bias = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5)
+    b = GraphBuilder("g")
+    xv, wv, bv = b.input("x", "f32[3,8]"), b.const(w), b.const(bias)
+    y = b.linear(xv, wv, bv)
+    data = {xv: x.double(), wv: w.double(), bv: bias.double()}
+    env = {"x": xv, "w": wv, "b": bv, "y": y, "a": None}
+    (declared,) = evaluate_bound(rule, env, lambda v: data.get(v), [(3, 5)])
+    torch.testing.assert_close(declared, int8_bound(x, w, bias), rtol=1e-12, atol=0)
+
+
+def test_compile_int8_with_a_dynamic_batch():
+    """The rules need no guard a symbolic batch (0 in range) fails: the bound's maxima hold a 0 for an empty x."""
+    model, x = make()
+    batch = torch.export.Dim("batch", max=64)
+    module = gawee.compile(model, (x,), precision="int8", dynamic_shapes=({0: batch},))
+    report = module.gawee_report
+    assert report.rewrite.firings["linear_int8"] == 2
+    assert [k.kernel for k in report.kernels] == [quantized.KERNEL, quantized.KERNEL]
+    for rows in (1, 7, 33):
+        torch.manual_seed(rows)
+        x = torch.randn(rows, 32)
+        with torch.no_grad():
+            assert_within_mlp_bound(model, x, module(x))
+    assert module(torch.randn(0, 32)).shape == (0, 10)

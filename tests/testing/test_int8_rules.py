@@ -1,0 +1,45 @@
+"""rules/precision/int8.rules in the soundness harness: each rule within its declared bound, and the same rules
+declared with half the quantization error refuted on every seed."""
+
+import pytest
+
+from gawee import load_rules_text
+from gawee.rewrite.ruleset import PRECISIONS, load_rules
+from gawee.testing.harness import APPROXIMATE_NOTE, check_rule
+
+INT8 = load_rules(PRECISIONS["int8"])
+
+
+def _tight_twins() -> list:
+    """The bundled int8 rules with each rounding's error declared as a quarter of its scale instead of half (an
+    input or weight rounded to nearest moves by up to half a step)."""
+    text = PRECISIONS["int8"].read_text()
+    tight = text.replace("(0.5 + 512 * u)", "(0.25 + 512 * u)").replace("(0.5 + 256 * u)", "(0.25 + 256 * u)")
+    assert tight.count("(0.25 + ") == 6  # both roundings of each of the three rules
+    twins = load_rules_text(tight, "tight.rules").rules
+    assert len(twins) == 3 and all(r.approximate for r in twins)
+    return twins
+
+
+def test_every_rule_is_approximate():
+    assert [r.name for r in INT8.rules] == ["linear_int8", "linear_int8_unbiased", "matmul_int8"]
+    assert all(r.approximate for r in INT8.rules)
+
+
+@pytest.mark.parametrize("rule", INT8.rules, ids=lambda r: r.name)
+def test_the_bundled_int8_rules_pass_check(rule):
+    result = check_rule(rule, examples=60)
+    assert result.ok, result.counterexample or result.error
+    assert result.verdict == "sound" and result.tier == "tested"
+    assert result.proof is None and result.proof_note == APPROXIMATE_NOTE
+    assert result.fired >= 20  # checked on many instances, not vacuously
+
+
+@pytest.mark.parametrize("rule", _tight_twins(), ids=lambda r: r.name)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_half_the_quantization_error_is_refuted_on_every_seed(rule, seed):
+    result = check_rule(rule, examples=60, seed=seed)
+    assert result.verdict == "UNSOUND"
+    cx = result.counterexample
+    assert "exceeds its declared bound at element" in cx.reason and f"the bound `{rule.bound_text}` is" in cx.reason
+    assert cx.max_error > cx.allowed
