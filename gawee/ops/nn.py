@@ -52,8 +52,7 @@ def apply_act(y: torch.Tensor, act: str | None, params: tuple = ()) -> torch.Ten
     if len(params) != n:
         raise ValueError(f"activation {act} takes {n} parameters, got {len(params)}")
     op, attrs = act_as_op(act, params)
-    opdef = get_op(op)
-    return opdef.evaluate(y, **opdef.complete_attrs(attrs))
+    return get_op(op).evaluate(y, **attrs)  # attributes left out take the evaluator's defaults
 
 
 def act_as_op(act: str, params: tuple = ()) -> tuple[str, dict]:

@@ -6,7 +6,8 @@ from gawee import load_rules_text
 from gawee.dsl import ast_cache
 from gawee.dsl.library import BUILTINS, GuardFailed
 from gawee.dsl.parser import parse_rules
-from gawee.errors import RuleError, RuleSyntaxError
+from gawee.errors import RuleSyntaxError
+from tests.dsl.test_diagnostics import caret_under, diagnose
 
 LINEAR_BF16 = """
 # linear -> linear on bf16 operands
@@ -15,20 +16,6 @@ rule linear_bf16:
     => cast(linear(cast(x, bf16), cast(w, bf16)), f32)
     within 3 * roundoff(bf16) * linear(abs(x), abs(w))
 """
-
-
-def diagnose(text: str, exc=RuleError):
-    with pytest.raises(exc) as info:
-        load_rules_text(text, "my.rules")
-    return info.value, str(info.value)
-
-
-def caret_under(rendered: str, snippet: str) -> bool:
-    lines = rendered.splitlines()
-    for i, line in enumerate(lines[:-1]):
-        if snippet in line and lines[i + 1].strip().startswith("^"):
-            return lines[i + 1].index("^") == line.index(snippet)
-    return False
 
 
 def test_a_rule_with_a_bound_is_approximate_and_keeps_its_text():

@@ -39,7 +39,12 @@ def test_the_bundled_bf16_rules_pass_check(rule):
 @pytest.mark.parametrize("rule", _tight_twins(), ids=lambda r: r.name)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_bound_too_tight_is_refuted_on_every_seed(rule, seed):
-    result = check_rule(rule, examples=100, seed=seed)
+    assert_refuted_by_its_bound(rule, 100, seed)
+
+
+def assert_refuted_by_its_bound(rule, examples: int, seed: int) -> None:
+    """``check`` refutes ``rule`` with a counterexample that names the element past its declared bound."""
+    result = check_rule(rule, examples=examples, seed=seed)
     assert result.verdict == "UNSOUND"
     cx = result.counterexample
     assert "exceeds its declared bound at element" in cx.reason and f"the bound `{rule.bound_text}` is" in cx.reason

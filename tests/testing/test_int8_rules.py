@@ -6,6 +6,7 @@ import pytest
 from gawee import load_rules_text
 from gawee.rewrite.ruleset import PRECISIONS, load_rules
 from gawee.testing.harness import APPROXIMATE_NOTE, check_rule
+from tests.testing.test_approximate import assert_refuted_by_its_bound
 
 INT8 = load_rules(PRECISIONS["int8"])
 
@@ -38,8 +39,4 @@ def test_the_bundled_int8_rules_pass_check(rule):
 @pytest.mark.parametrize("rule", _tight_twins(), ids=lambda r: r.name)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_half_the_quantization_error_is_refuted_on_every_seed(rule, seed):
-    result = check_rule(rule, examples=60, seed=seed)
-    assert result.verdict == "UNSOUND"
-    cx = result.counterexample
-    assert "exceeds its declared bound at element" in cx.reason and f"the bound `{rule.bound_text}` is" in cx.reason
-    assert cx.max_error > cx.allowed
+    assert_refuted_by_its_bound(rule, 60, seed)
