@@ -1,11 +1,13 @@
-"""Exact facts about constant tensors — finite, largest magnitude, holds a zero — in one pass each.
+"""Exact facts about constant tensors — finite, largest magnitude, holds a zero.
 
 Guards (``finite(w)``) and the checks of a folded constant ask these of every weight a rule
-touches. Each answer is exact and reads the tensor once without allocating a tensor of its size:
-``torch.aminmax`` gives the extremes (nan when any element is nan), from which finiteness and the
-largest magnitude follow; a zero is counted with ``torch.count_nonzero``. Tensors of at most
-``SMALL`` elements are read into Python floats instead (exact for every floating dtype), which
-costs less than dispatching a torch op on them.
+touches. Each answer is exact. ``torch.aminmax`` gives the extremes (nan when any element is nan)
+in one pass without a temporary, from which finiteness and the largest magnitude follow; a zero
+is counted with ``torch.count_nonzero``. Where both the largest and the smallest magnitude are
+wanted (a folded constant: overflow and underflow), ``abs_range`` takes ``aminmax`` of ``|t|``:
+one temporary and two passes, cheaper than a pass for the extremes plus ``count_nonzero``, which
+is the slowest of these reductions. Tensors of at most ``SMALL`` elements are read into Python
+floats instead (exact for every floating dtype), which costs less than dispatching a torch op on them.
 """
 
 from __future__ import annotations
@@ -51,8 +53,14 @@ def abs_peak(t: torch.Tensor) -> float:
     return max(-lo, hi)
 
 
-def has_zero(t: torch.Tensor) -> bool:
-    """Some element is 0 or -0."""
+def abs_range(t: torch.Tensor) -> tuple[float, float]:
+    """(min |t|, max |t|) of a non-empty floating tensor; (nan, nan) when it holds a nan."""
     if t.numel() <= SMALL:
-        return any(v == 0 for v in _floats(t))
-    return int(torch.count_nonzero(t)) < t.numel()
+        mags = [abs(v) for v in _floats(t)]
+        if any(m != m for m in mags):
+            return math.nan, math.nan
+        return min(mags), max(mags)
+    lo, hi = (v.item() for v in torch.aminmax(t.abs()))
+    if math.isnan(lo) or math.isnan(hi):
+        return math.nan, math.nan
+    return lo, hi

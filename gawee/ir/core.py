@@ -63,7 +63,7 @@ class Value:
     @property
     def has_known_data(self) -> bool:
         """A constant whose element values are known (not a meta-device placeholder)."""
-        return self.data is not None and self.data.device.type != "meta"
+        return self.data is not None and not self.data.is_meta
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -73,6 +73,7 @@ class DType(enum.Enum):
         return self.value
 
     __str__ = __repr__
+    __hash__ = object.__hash__  # members are singletons: identity, hashed in C (Enum's hashes the name in Python)
 
 
 _TO_TORCH = {
@@ -104,6 +105,8 @@ class Layout(enum.Enum):
 
     contiguous = "contiguous"
     channels_last = "channels_last"
+
+    __hash__ = object.__hash__  # as DType's
 
     @staticmethod
     def of(t: torch.Tensor) -> Layout:
@@ -164,7 +167,9 @@ class TensorType:
     def of(t: torch.Tensor, symbols: dict | None = None) -> TensorType:
         """The type of a tensor; symbolic sizes (fake tensors) become expressions, their torch
         symbols renamed through ``symbols`` (torch's sympy Symbol -> gawee Sym) when given."""
-        shape = tuple(s if type(s) is int else _dim(s, symbols) for s in t.shape)
+        shape = tuple(t.shape)
+        if not all(type(s) is int for s in shape):
+            shape = tuple(s if type(s) is int else _dim(s, symbols) for s in shape)
         return TensorType(shape, DType.from_torch(t.dtype), Layout.of(t))
 
     def __str__(self) -> str:

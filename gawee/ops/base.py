@@ -221,7 +221,8 @@ class OpDef:
         as ``infer_types``' cache does) and operand types; failures are not kept (their message names
         ``where``). Returns a fresh dict."""
         try:
-            key = (self.name, _typed(tuple(attrs.items())), tuple(in_types))
+            # a canonicalization may read the operand types; without one, the attributes decide alone
+            key = (self.name, attrs_key(attrs), None if self.canonicalize is None else tuple(in_types))
             cached = _PREPARED.get(key)
         except TypeError:  # an unhashable attribute value
             key, cached = None, None
@@ -258,7 +259,7 @@ class OpDef:
 
     def infer_types(self, in_types: TypeList, attrs: Mapping[str, Any]) -> list[TensorType]:
         """Output types for these operand types; raises InferenceError if the op rejects them."""
-        key = (self.name, tuple(in_types), _typed(tuple(attrs.items())))
+        key = (self.name, tuple(in_types), attrs_key(attrs))
         try:
             cached = _INFER_CACHE.get(key)
         except TypeError:  # an unhashable attribute value: skip the cache
@@ -296,6 +297,19 @@ class OpDef:
 _INFER_CACHE: dict[Any, tuple[TensorType, ...]] = {}
 _PREPARED: dict[Any, dict[str, Any]] = {}
 """(op, attributes, operand types) -> prepared attributes (``OpDef.prepare_attrs``)."""
+
+
+def attrs_key(attrs: Mapping[str, Any]) -> tuple:
+    """A cache key of an attribute dict, telling values apart as :func:`_typed` does (the common values of
+    attributes, ints, strings, flags and int tuples, inline)."""
+    out = []
+    for k, v in attrs.items():
+        t = type(v)
+        if t is int or t is str or t is bool or v is None or (t is tuple and all(type(x) is int for x in v)):
+            out.append((k, t, v))
+        else:
+            out.append((k, _typed(v)))
+    return tuple(out)
 
 
 def _typed(v: Any) -> Any:

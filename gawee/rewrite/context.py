@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gawee.analysis.tensor_facts import abs_peak, all_finite, has_zero
+from gawee.analysis.tensor_facts import abs_peak, abs_range, all_finite
 from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Graph, Node, Value
@@ -31,7 +31,7 @@ def detached_constant(data: torch.Tensor) -> Value:
 
 def _finite(t: torch.Tensor | None) -> bool:
     """No inf or nan in ``t`` (absent operands and meta tensors hold none)."""
-    if t is None or t.device.type == "meta":
+    if t is None or t.is_meta:
         return True
     return all_finite(t)
 
@@ -47,14 +47,18 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     Overflow: finite constants turned into inf/nan (f16 weights scaled past 65504). Underflow: a
     nonzero value rounded to zero (tiny weights times a tiny batch-norm scale), so that where the
     original computed ``inf * w * s = inf`` the folded graph would give ``inf * 0 = nan``; checked in
-    float64 only where the result has a zero. Two passes over the result in the common case (its
-    extremes, its zeros), neither allocating a tensor of its size.
+    float64 only where the result has a zero. One reduction over the result in the common case: its
+    largest magnitude, with its smallest where a zero must be looked for (``abs_range``).
     """
-    if opdef.has_trait("view") or not result.is_floating_point() or result.device.type == "meta":
+    if opdef.has_trait("view") or not result.is_floating_point() or result.is_meta:
         return None  # a view moves values: it makes no new ones
     if result.numel() == 0:
         return None
-    hi = abs_peak(result)
+    zeros_matter = result.dtype != torch.float64 and opdef.name not in EXACT_ZEROS
+    if zeros_matter:
+        lo, hi = abs_range(result)
+    else:
+        lo, hi = math.nan, abs_peak(result)
     finite = math.isfinite(hi)
     if not finite and all(_finite(d) for d in data):
         return f"folding {opdef.name} overflowed {result.dtype}"
@@ -65,7 +69,7 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
                 f"folding {opdef.name} made a constant of {hi:.3g}, past {result.dtype}'s headroom (max^(3/4)): "
                 "products with it can overflow where the original's did not"
             )
-    if finite and (result.dtype == torch.float64 or opdef.name in EXACT_ZEROS or not has_zero(result)):
+    if finite and (not zeros_matter or lo != 0):
         return None
     # rare cases, element by element against float64: non-finite operands (an inf or nan weight in one
     # channel must not hide an overflow or underflow in another), or a zero in the result
@@ -86,7 +90,7 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
                 pass
         if bool(new.any()):
             return f"folding {opdef.name} overflowed {result.dtype}"
-    if result.dtype != torch.float64 and opdef.name not in EXACT_ZEROS and bool(((result == 0) & (exact != 0)).any()):
+    if zeros_matter and bool(((result == 0) & (exact != 0)).any()):
         return f"folding {opdef.name} underflowed {result.dtype} to zero"
     return None
 
@@ -97,7 +101,7 @@ def fold_device(data: list[torch.Tensor | None], graph_device: torch.device) -> 
     creation ops are made on the CPU); None: where they are (a CPU graph, or literals of a meta-device graph,
     whose values stay known)."""
     for t in data:
-        if t is not None and t.device.type != "cpu":
+        if t is not None and not t.is_cpu:
             return t.device
     return graph_device if graph_device.type not in ("cpu", "meta") else None
 
@@ -152,6 +156,8 @@ class RewriteContext:
         model's constants are folded where they live, literals joining them. Returns the moved data and the
         results."""
         device = fold_device(data, self.device)
+        if device is None:
+            return data, opdef.run(data, attrs)
         data = [to_device(d, device) for d in data]
         return data, tuple(to_device(t, device) for t in opdef.run(data, attrs))
 
