@@ -21,7 +21,15 @@ SMALL = 16
 
 
 def _floats(t: torch.Tensor) -> list[float]:
-    return t.reshape(-1).tolist()
+    return t.tolist() if t.dim() == 1 else t.reshape(-1).tolist()
+
+
+def _magnitudes(t: torch.Tensor) -> list[float] | None:
+    """|element| of a small floating tensor as Python floats; None when one is nan (a sum of magnitudes is
+    nan exactly then: magnitudes have no -inf to cancel an inf)."""
+    mags = list(map(abs, _floats(t)))
+    total = sum(mags)
+    return None if total != total else mags
 
 
 def all_finite(t: torch.Tensor) -> bool:
@@ -31,7 +39,8 @@ def all_finite(t: torch.Tensor) -> bool:
     if not t.is_floating_point() or t.numel() == 0:
         return True
     if t.numel() <= SMALL:
-        return all(math.isfinite(v) for v in _floats(t))
+        mags = _magnitudes(t)
+        return mags is not None and math.isfinite(max(mags))
     lo, hi = torch.aminmax(t)
     return math.isfinite(lo.item()) and math.isfinite(hi.item())
 
@@ -41,12 +50,8 @@ def abs_peak(t: torch.Tensor) -> float:
     if t.numel() == 0:
         return 0.0
     if t.numel() <= SMALL:
-        peak = 0.0
-        for v in _floats(t):
-            if v != v:
-                return math.nan
-            peak = max(peak, abs(v))
-        return peak
+        mags = _magnitudes(t)
+        return math.nan if mags is None else max(mags)
     lo, hi = (v.item() for v in torch.aminmax(t))
     if math.isnan(lo) or math.isnan(hi):
         return math.nan
@@ -56,10 +61,8 @@ def abs_peak(t: torch.Tensor) -> float:
 def abs_range(t: torch.Tensor) -> tuple[float, float]:
     """(min |t|, max |t|) of a non-empty floating tensor; (nan, nan) when it holds a nan."""
     if t.numel() <= SMALL:
-        mags = [abs(v) for v in _floats(t)]
-        if any(m != m for m in mags):
-            return math.nan, math.nan
-        return min(mags), max(mags)
+        mags = _magnitudes(t)
+        return (math.nan, math.nan) if mags is None else (min(mags), max(mags))
     lo, hi = (v.item() for v in torch.aminmax(t.abs()))
     if math.isnan(lo) or math.isnan(hi):
         return math.nan, math.nan

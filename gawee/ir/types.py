@@ -166,10 +166,23 @@ class TensorType:
     @staticmethod
     def of(t: torch.Tensor, symbols: dict | None = None) -> TensorType:
         """The type of a tensor; symbolic sizes (fake tensors) become expressions, their torch
-        symbols renamed through ``symbols`` (torch's sympy Symbol -> gawee Sym) when given."""
-        shape = tuple(t.shape)
-        if not all(type(s) is int for s in shape):
-            shape = tuple(s if type(s) is int else _dim(s, symbols) for s in shape)
+        symbols renamed through ``symbols`` (torch's sympy Symbol -> gawee Sym) when given.
+        Types of plain tensors (int sizes) are made once per shape, dtype and layout and shared
+        (they are immutable): constant folding asks for one per folded constant."""
+        if type(t) in _PLAIN_TENSORS:
+            key = (t.shape, t.dtype, Layout.of(t))
+            try:
+                known = _TYPES_OF.get(key)
+            except TypeError:  # a symbolic size (unhashable)
+                known = key = None
+            if known is not None:
+                return known
+            if key is not None and all(type(s) is int for s in t.shape):
+                if len(_TYPES_OF) > 65536:
+                    _TYPES_OF.clear()
+                known = _TYPES_OF[key] = TensorType(tuple(t.shape), DType.from_torch(t.dtype), key[2])
+                return known
+        shape = tuple(s if type(s) is int else _dim(s, symbols) for s in t.shape)
         return TensorType(shape, DType.from_torch(t.dtype), Layout.of(t))
 
     def __str__(self) -> str:
@@ -178,3 +191,9 @@ class TensorType:
         return f"{self.dtype.value}[{dims}]{suffix}"
 
     __repr__ = __str__
+
+
+_PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
+"""Tensor classes whose sizes are plain ints (fake and other subclass tensors may hold symbolic sizes)."""
+_TYPES_OF: dict[tuple, TensorType] = {}
+"""(torch.Size, torch dtype, Layout) -> the TensorType of a plain tensor (``TensorType.of``)."""

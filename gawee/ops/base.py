@@ -215,11 +215,13 @@ class OpDef:
             out[a.name] = v
         return out
 
-    def prepare_attrs(self, attrs: Mapping[str, Any], in_types: TypeList, where: str = "") -> dict[str, Any]:
+    def prepare_attrs(
+        self, attrs: Mapping[str, Any], in_types: TypeList, where: str = "", *, shared: bool = False
+    ) -> dict[str, Any]:
         """``complete_attrs`` then the op's canonicalization (which may need operand types). Both are functions
         of the attributes and operand types alone, so a prepared result is kept per op, attributes (told apart
         as ``infer_types``' cache does) and operand types; failures are not kept (their message names
-        ``where``). Returns a fresh dict."""
+        ``where``). Returns a fresh dict, or with ``shared`` the kept one (for a caller that only reads it)."""
         try:
             # a canonicalization may read the operand types; without one, the attributes decide alone
             key = (self.name, attrs_key(attrs), None if self.canonicalize is None else tuple(in_types))
@@ -227,7 +229,7 @@ class OpDef:
         except TypeError:  # an unhashable attribute value
             key, cached = None, None
         if cached is not None:
-            return dict(cached)
+            return cached if shared else dict(cached)
         out = self._prepare(attrs, in_types, where)
         if key is not None:
             if len(_PREPARED) > 65536:

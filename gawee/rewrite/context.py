@@ -151,13 +151,18 @@ class RewriteContext:
             self._device = self.graph.device
         return self._device
 
+    @functools.cached_property
+    def _on_host(self) -> bool:
+        """The graph is on the CPU or the meta device: constants on the CPU are folded where they are."""
+        return self.device.type in ("cpu", "meta")
+
     def _evaluate(self, opdef, data: list, attrs: dict) -> tuple[list, tuple[torch.Tensor, ...]]:
         """``opdef`` run on constant ``data`` moved to one device (``fold_device``), its results left there: a
         model's constants are folded where they live, literals joining them. Returns the moved data and the
         results."""
+        if self._on_host and all(d is None or d.is_cpu for d in data):
+            return data, opdef.run(data, attrs)  # fold_device would say None: left where they are
         device = fold_device(data, self.device)
-        if device is None:
-            return data, opdef.run(data, attrs)
         data = [to_device(d, device) for d in data]
         return data, tuple(to_device(t, device) for t in opdef.run(data, attrs))
 
@@ -198,8 +203,8 @@ class RewriteContext:
             raise self.error(f"cannot build {op}: its operand {missing} is absent (guard with present(...))")
         in_types = [None if v is None else v.type for v in inputs]
         try:
-            attrs = opdef.prepare_attrs(attrs, in_types, where=op)
             if opdef.has_trait("pure") and all(v is None or v.data is not None for v in inputs):
+                attrs = opdef.prepare_attrs(attrs, in_types, where=op, shared=True)  # read by the op only
                 data, out = self._evaluate(opdef, [None if v is None else v.data for v in inputs], attrs)
                 if len(out) != 1 and not multi:
                     raise self.error(f"{op} has {len(out)} outputs: pick one with `[i]`")
@@ -209,6 +214,7 @@ class RewriteContext:
                         raise GuardFailed(problem)
                 consts = tuple(detached_constant(t) for t in out)
                 return consts if multi else consts[0]
+            attrs = opdef.prepare_attrs(attrs, in_types, where=op)
             if len(self.roots) > 1:
                 self._check_available(inputs)
             name = self.graph.peek_name(op)
