@@ -761,6 +761,9 @@ def markdown(results: list[Result], meta: dict) -> str:
     ]
     for model, batch in configs:
         eager = index[(model, batch, "eager")].latency_ms if (model, batch, "eager") in index else None
+        # the row's timings are this process's; a method timed in a process of its own says its load where it differs
+        here = [m for m in methods if m not in OWN_PROCESS and (model, batch, m) in index] or methods
+        foreign = index[(model, batch, here[0])].foreign_load if (model, batch, here[0]) in index else None
         cells = []
         for m in methods:
             r = index.get((model, batch, m))
@@ -773,9 +776,10 @@ def markdown(results: list[Result], meta: dict) -> str:
             speed = f" ({eager / r.latency_ms:.2f}×)" if eager else ""
             comp = f"<br>compile {r.compile_s:.1f} s" if r.compile_s else ""
             comp += f"<br>chose {r.choice}" if r.choice else ""
+            if r.foreign_load is not None and foreign is not None and f"{r.foreign_load:.2f}" != f"{foreign:.2f}":
+                comp += f"<br>timed with {r.foreign_load:.2f} cores busy elsewhere"
             flag = "" if r.ok else " ⚠"
             cells.append(f"{r.latency_ms:.1f} ms{speed}{comp}{flag}")
-        foreign = index[(model, batch, methods[0])].foreign_load
         lines.append(
             f"| {model} | {batch} | "
             + " | ".join(cells)
@@ -1260,7 +1264,10 @@ def run_suite(suite, models, methods, heading, stem, args, quiet, command) -> No
     table = markdown(results, meta)
     checks = transformer_targets(results) if transformers else targets(results)
     (args.out / f"{stem}.md").write_text(f"# {heading[3:]}\n\n" + table + "\n## Targets\n\n" + checks)
-    chart(results, args.out / f"{stem}.png")
+    try:
+        chart(results, args.out / f"{stem}.png")
+    except ModuleNotFoundError as e:  # matplotlib comes with the bench extra
+        log.warning("no chart: %s (pip install -e '.[bench]')", e)
     if args.readme:
         command = meta.get("command", "python benchmarks/bench_runtime.py --readme")
         section = (transformers_section if transformers else readme_section)(table, checks, command)

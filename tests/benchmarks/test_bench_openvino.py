@@ -30,6 +30,11 @@ def test_the_table_has_an_openvino_column_and_says_when_it_is_not_installed():
     header = text.splitlines()[2]
     assert header.index(bench_runtime.METHODS["openvino"]) < header.index("gawee.compile")
     assert "| 5.0 ms (2.00×)<br>compile 1.0 s |" in text and ", openvino v." in text
+    for r, load in zip(rows, (0.9, 0.0, 0.9)):
+        r.foreign_load = load  # OpenVINO's process timed it while the machine was quieter: its cell says so
+    text = bench_runtime.markdown(rows, META)
+    assert "| 5.0 ms (2.00×)<br>compile 1.0 s<br>timed with 0.00 cores busy elsewhere |" in text
+    assert text.count("busy elsewhere |") == 2 and text.rstrip().endswith("| 0.90 cores |")  # header, row
     text = bench_runtime.markdown([_row("eager", 10.0), _row("openvino", error=missing, ok=False)], META)
     assert "| not installed |" in text and f"- ⚠ m b1 {bench_runtime.METHODS['openvino']}: {missing}" in text
     text = bench_runtime.markdown([_row("eager", 10.0), _row("openvino", error="its process: killed", ok=False)], META)
