@@ -1,10 +1,12 @@
-"""Runtime benchmark: gawee.compile against eager PyTorch, torch.fx fuse, TorchScript, Inductor and ONNX Runtime.
+"""Runtime benchmark: gawee.compile against eager, torch.fx fuse, TorchScript, Inductor, ONNX Runtime and OpenVINO.
 
 For each model and batch size every method is built once (its compile time measured
 cold: a fresh Inductor cache directory, one toolchain warm-up on a tiny model first so
 that library import costs are nobody's compile time), its output checked against eager,
 and then timed: warm-up calls, then ``--reps`` calls split into ``--passes`` passes over
 the methods, consecutive calls of one method within a pass; the latency is their median.
+A method of ``OWN_PROCESS`` (OpenVINO) is built, checked and timed the same way in a process
+of its own, so that its runtime's libraries and thread pools never share a process with the others'.
 The machine is shared, so the benchmark measures the CPU time other processes take while
 it times a row, waits for a quiet machine and retimes a row that was disturbed; the
 table reports that foreign load next to each row.
@@ -27,6 +29,8 @@ os.environ.setdefault(
 )
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import logging
 import math
@@ -43,6 +47,7 @@ from pathlib import Path
 import torch
 import torchvision
 from readme import cpu_name, replace_section, source_version
+from worker import TIMEOUT, run_worker
 
 import gawee
 
@@ -84,13 +89,21 @@ METHODS = {
     "gawee_dynamo": 'torch.compile(backend="gawee")',
     "gawee_iree": 'gawee.compile(backend="iree")',
     "iree_turbine": "iree-turbine aot.export → IREE",
+    "openvino": "OpenVINO CPU, convert_model, latency hint, f32",
 }
+OWN_PROCESS = {"openvino": "openvino"}
+"""Methods measured in a process of their own (:func:`in_own_process`) → the package each needs. There the
+method is built, checked against eager and timed with this process's conventions (toolchain warm-up, warm-up
+calls, passes, median, threads, quiet machine); its runtime's libraries and thread pools never share a process
+with the other methods'."""
+NOT_INSTALLED = "ModuleNotFoundError"
+"""How a method's error starts when a package it needs is missing: its cell says "not installed"."""
 log = logging.getLogger("bench")
 SUITES = {
     "cnn": (MODELS, list(METHODS), "## Runtime", "runtime"),
     "transformers": (
         list(TRANSFORMER_MODELS),
-        ["eager", "inductor", "ort_all", "gawee", "gawee_auto"],
+        ["eager", "inductor", "ort_all", "openvino", "gawee", "gawee_auto"],
         "## Runtime: transformers",
         "runtime_transformers",
     ),
@@ -331,6 +344,31 @@ def build_iree_turbine(model, xs):
     return _timed(make)
 
 
+def build_openvino(model, xs):
+    """OpenVINO's CPU plugin on ``openvino.convert_model`` of the eager model (traced with the example inputs),
+    compiled with the latency hint (one stream) and float32 inference precision: without that hint the plugin
+    runs in bf16 on CPUs that have bf16 instructions. As many threads as torch's and ONNX Runtime's. The callable
+    takes and returns torch tensors, as the ONNX Runtime columns' do (its copies are timed with it)."""
+    import openvino as ov
+
+    def make():
+        with torch.no_grad():
+            converted = ov.convert_model(model, example_input=tuple(xs))
+        compiled = ov.Core().compile_model(
+            converted,
+            "CPU",
+            {
+                "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_PRECISION_HINT": "f32",
+                "INFERENCE_NUM_THREADS": torch.get_num_threads(),
+            },
+        )
+        request = compiled.create_infer_request()
+        return lambda *args: torch.from_numpy(request.infer([a.numpy() for a in args], share_inputs=True)[0])
+
+    return _timed(make)
+
+
 BUILDERS: dict[str, Callable] = {
     "eager": build_eager,
     "fx_fuse": build_fx_fuse,
@@ -347,6 +385,7 @@ BUILDERS: dict[str, Callable] = {
     "gawee_dynamo": build_gawee_dynamo,
     "gawee_iree": build_gawee_iree,
     "iree_turbine": build_iree_turbine,
+    "openvino": build_openvino,
 }
 
 
@@ -494,8 +533,8 @@ def fastest_compiles(name: str, batch: int, methods: list[str], runs: int) -> tu
     choices: dict[str, str] = {}
     for _ in range(runs):
         for method in methods:
-            if method == "eager":
-                continue
+            if method == "eager" or (method in OWN_PROCESS and importlib.util.find_spec(OWN_PROCESS[method]) is None):
+                continue  # a missing package is said once, by in_own_process
             try:
                 seconds, made = isolated_compile(name, batch, method)
             except RuntimeError as e:
@@ -538,35 +577,63 @@ def bench_config(
     choices: dict[str, str] = {}
     if isolated:  # before this process holds any method's module: the machine is otherwise idle
         compile_s, choices = fastest_compiles(name, batch, methods, compile_runs)
+    # likewise the methods measured in a process of their own, one after the other
+    own = {m: in_own_process(name, batch, m, reps, warmup, passes, quiet) for m in methods if m in OWN_PROCESS}
     model, x = make_model(name, batch)
     reference = _run(model, x)
-    scale = reference.abs().max().item() or 1.0
     results, runners = [], {}
     for method in methods:
+        if method in own:
+            results.append(own[method])
+            own[method].compile_s = compile_s.get(method, own[method].compile_s)
+            continue
         result = Result(name, batch, method)
         results.append(result)
-        log.info("%s b%d: building %s", name, batch, method)
-        try:
-            choice = choices.get(method)
-            if method in ("gawee", "gawee_auto") and choice:
-                fn, result.compile_s = BUILDERS[method](model, x, choice)
-                result.choice = choice
-                log.info("  %s, in a process of its own, chose %s", method, choice)
-            else:
-                fn, result.compile_s = BUILDERS[method](model, x)
-            result.compile_s = compile_s.get(method, result.compile_s)
-            result.flops = getattr(fn, "flops", None)
-            out = _run(fn, x)
-            result.max_error = (out - reference).abs().max().item() / scale
-            result.ok = out.shape == reference.shape and result.max_error <= RELATIVE_TOLERANCE
-            if not result.ok:
-                result.error = f"output differs from eager by {result.max_error:.3g}"
-            if method in ("ort_all", "ort_all_gawee"):
-                result.ort_graph = fn.optimized_graph()
+        fn = build_checked(result, model, x, reference, choices.get(method))
+        result.compile_s = compile_s.get(method, result.compile_s)
+        if fn is not None:
             runners[method] = fn
-        except Exception as e:  # a baseline that cannot handle a model is a result, not a crash
-            result.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
-            log.warning("%s b%d %s failed: %s", name, batch, method, result.error)
+    foreign, times = time_methods(runners, x, reps, warmup, passes, quiet, f"{name} b{batch}")
+    for r in results:
+        if r.method not in own:
+            record_times(r, foreign, times)
+    return results
+
+
+def build_checked(result: Result, model, x, reference: torch.Tensor, choice: str | None = None):
+    """Build ``result.method`` on the model and check its output against eager's ``reference``: the callable, or
+    None where it failed (``result`` says why). ``choice``: the runtime gawee or auto chose in a process of its
+    own."""
+    method = result.method
+    log.info("%s: building %s", result.label, method)
+    try:
+        if method in ("gawee", "gawee_auto") and choice:
+            fn, result.compile_s = BUILDERS[method](model, x, choice)
+            result.choice = choice
+            log.info("  %s, in a process of its own, chose %s", method, choice)
+        else:
+            fn, result.compile_s = BUILDERS[method](model, x)
+        result.flops = getattr(fn, "flops", None)
+        out = _run(fn, x)
+        result.max_error = (out - reference).abs().max().item() / (reference.abs().max().item() or 1.0)
+        result.ok = out.shape == reference.shape and result.max_error <= RELATIVE_TOLERANCE
+        if not result.ok:
+            result.error = f"output differs from eager by {result.max_error:.3g}"
+        if method in ("ort_all", "ort_all_gawee"):
+            result.ort_graph = fn.optimized_graph()
+        return fn
+    except Exception as e:  # a baseline that cannot handle a model is a result, not a crash
+        result.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+        log.warning("%s %s failed: %s", result.label, method, result.error)
+        return None
+
+
+def time_methods(
+    runners: dict[str, Callable], x, reps: int, warmup: int, passes: int, quiet: Quiet, label: str
+) -> tuple[float | None, dict[str, list[float]]]:
+    """Time each runner: warm-up calls, then ``reps`` calls in ``passes`` passes over the runners, retimed (up to
+    ``quiet.attempts`` times) while other processes use more than ``quiet.max_foreign`` cores. The cores other
+    processes used during the quietest attempt, and its milliseconds per call of each runner."""
     best: tuple[float, dict[str, list[float]]] | None = None
     for attempt in range(quiet.attempts):
         if attempt:
@@ -590,13 +657,50 @@ def bench_config(
             best = (foreign, times)
         if foreign <= quiet.max_foreign:
             break
-        log.warning("%s b%d: %.2f cores busy elsewhere while timing; timing again", name, batch, foreign)
-    for r in results:
-        r.foreign_load = best[0] if best else None
-        if best and best[1].get(r.method):
-            r.latencies_ms = best[1][r.method]
-            r.latency_ms = statistics.median(r.latencies_ms)
-    return results
+        log.warning("%s: %.2f cores busy elsewhere while timing; timing again", label, foreign)
+    return best if best else (None, {})
+
+
+def record_times(result: Result, foreign: float | None, times: dict[str, list[float]]) -> None:
+    result.foreign_load = foreign
+    if times.get(result.method):
+        result.latencies_ms = times[result.method]
+        result.latency_ms = statistics.median(result.latencies_ms)
+
+
+def own_process_row(method: str, name: str, batch: int, reps: int, warmup: int, passes: int, quiet: Quiet) -> Result:
+    """The job of a process of its own (``--own-process METHOD``, :func:`in_own_process`): warm the method's
+    toolchain up, build it on the row's model, check its output against eager's, and time it as
+    :func:`bench_config` times the others."""
+    warm_up_toolchains([method])
+    model, x = make_model(name, batch)
+    reference = _run(model, x)
+    result = Result(name, batch, method)
+    fn = build_checked(result, model, x, reference)
+    foreign, times = time_methods({method: fn} if fn else {}, x, reps, warmup, passes, quiet, result.label)
+    record_times(result, foreign, times)
+    return result
+
+
+def in_own_process(name: str, batch: int, method: str, reps: int, warmup: int, passes: int, quiet: Quiet) -> Result:
+    """``method``'s row measured by :func:`own_process_row` in a fresh process with torch's thread count, or a row
+    that says why not: its package is missing, or the process crashed or timed out."""
+    package = OWN_PROCESS[method]
+    if importlib.util.find_spec(package) is None:
+        why = f"{NOT_INSTALLED}: No module named '{package}' (pip install -e '.[bench]', or pip install {package})"
+        return Result(name, batch, method, error=why)
+    wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
+    log.info("%s b%d: %s in a process of its own", name, batch, method)
+    args = ["--own-process", method, "--models", name, "--batches", str(batch), "--reps", str(reps)]
+    args += ["--warmup", str(warmup), "--passes", str(passes), "--max-foreign-load", str(quiet.max_foreign)]
+    args += ["--quiet-timeout", str(quiet.timeout_s)]
+    timeout = quiet.attempts * (quiet.timeout_s + 900.0)
+    row, why, _ = run_worker(Path(__file__), args, timeout=timeout, threads=torch.get_num_threads())
+    if row is None:
+        why = f"its process timed out after {timeout:.0f} s" if why == TIMEOUT else f"its process: {why}"
+        log.warning("%s b%d %s failed: %s", name, batch, method, why)
+        return Result(name, batch, method, error=why)
+    return Result(**row)
 
 
 def warm_up_toolchains(methods: list[str]) -> float:
@@ -630,6 +734,10 @@ class _TinyAttention(torch.nn.Module):
 def machine() -> dict:
     import onnxruntime
 
+    try:  # its version only: openvino is imported by the processes that run it, not this one
+        openvino = importlib.metadata.version("openvino")
+    except importlib.metadata.PackageNotFoundError:
+        openvino = None
     return {
         "cpu": cpu_name(),
         "cores": os.cpu_count(),
@@ -638,6 +746,7 @@ def machine() -> dict:
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "onnxruntime": onnxruntime.__version__,
+        "openvino": openvino,
         "load_average": os.getloadavg(),
     }
 
@@ -652,6 +761,9 @@ def markdown(results: list[Result], meta: dict) -> str:
     ]
     for model, batch in configs:
         eager = index[(model, batch, "eager")].latency_ms if (model, batch, "eager") in index else None
+        # the row's timings are this process's; a method timed in a process of its own says its load where it differs
+        here = [m for m in methods if m not in OWN_PROCESS and (model, batch, m) in index] or methods
+        foreign = index[(model, batch, here[0])].foreign_load if (model, batch, here[0]) in index else None
         cells = []
         for m in methods:
             r = index.get((model, batch, m))
@@ -659,14 +771,15 @@ def markdown(results: list[Result], meta: dict) -> str:
                 cells.append("–")
                 continue
             if r.latency_ms is None:
-                cells.append("failed")
+                cells.append("not installed" if r.error.startswith(NOT_INSTALLED) else "failed")
                 continue
             speed = f" ({eager / r.latency_ms:.2f}×)" if eager else ""
             comp = f"<br>compile {r.compile_s:.1f} s" if r.compile_s else ""
             comp += f"<br>chose {r.choice}" if r.choice else ""
+            if r.foreign_load is not None and foreign is not None and f"{r.foreign_load:.2f}" != f"{foreign:.2f}":
+                comp += f"<br>timed with {r.foreign_load:.2f} cores busy elsewhere"
             flag = "" if r.ok else " ⚠"
             cells.append(f"{r.latency_ms:.1f} ms{speed}{comp}{flag}")
-        foreign = index[(model, batch, methods[0])].foreign_load
         lines.append(
             f"| {model} | {batch} | "
             + " | ".join(cells)
@@ -685,7 +798,9 @@ def markdown(results: list[Result], meta: dict) -> str:
         )
         + f". Machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
         f"{meta['machine']['torch_threads']} torch threads; torch {meta['machine']['torch']}, onnxruntime "
-        f"{meta['machine']['onnxruntime']}. *busy elsewhere*: CPU cores other processes used while the row "
+        f"{meta['machine']['onnxruntime']}"
+        + (f", openvino {meta['machine']['openvino']}" if meta["machine"].get("openvino") else "")
+        + ". *busy elsewhere*: CPU cores other processes used while the row "
         f"was timed (timings wait for, and are retaken above, {meta['max_foreign']:.2f} cores)."
     )
     if meta.get("gawee"):
@@ -878,6 +993,11 @@ def transformers_section(table: str, checks: str, command: str) -> str:
         "images. Columns: **eager PyTorch**; **Inductor**: `torch.compile(model)` with "
         "`torch._inductor.config.freezing = True`, fresh cache; **ONNX Runtime all optimizations**: "
         "`torch.onnx.export(model)` run with `ORT_ENABLE_ALL` (its transformer fusions included); "
+        "**OpenVINO**: `openvino.convert_model(model, example_input=x)` compiled for the CPU plugin with "
+        "`PERFORMANCE_HINT=LATENCY` and `INFERENCE_PRECISION_HINT=f32` (without it OpenVINO runs in bf16 on "
+        "CPUs that have bf16 instructions), as many threads as torch, built, checked and timed in a process "
+        "of its own (`in_own_process`); install it with `pip install -e '.[bench]'` (what `make bench` runs) "
+        'or `pip install openvino`, else its cells say "not installed"; '
         "**gawee.compile**: capture, bundled rules (Q/K/V fused into one linear, GELU/SiLU recognized, "
         "activations fused into the linear before them), verification, `to_torch`, where each linear shape "
         "runs on the kernel measured fastest at compile time (torch's GEMM, MKL's packed sgemm or oneDNN's "
@@ -947,6 +1067,11 @@ def readme_section(table: str, checks: str, command: str) -> str:
         "- **ONNX Runtime all optimizations, gawee graph**: `gawee.to_onnx` of the rewritten graph run with "
         "`ORT_ENABLE_ALL` (what a user exporting with gawee gets). The targets also compare the graphs ORT's "
         "optimizer makes of the two files (`optimized_graph`: kernels, operand shapes and producers).\n"
+        "- **OpenVINO**: `openvino.convert_model(model, example_input=x)` compiled for the CPU plugin with "
+        "`PERFORMANCE_HINT=LATENCY` and `INFERENCE_PRECISION_HINT=f32` (without it OpenVINO runs in bf16 on "
+        "CPUs that have bf16 instructions), as many threads as torch, built, checked and timed in a process "
+        "of its own (`in_own_process`); install it with `pip install -e '.[bench]'` (what `make bench` runs) "
+        'or `pip install openvino`, else its cells say "not installed".\n'
         "- **gawee.compile**: capture, bundled rules, verification, `to_torch` (oneDNN fused convolutions "
         "with weights prepacked for the input size, activations NCHW or channels-last as measured faster "
         "at compile time); where measuring it costs at most as long as the compile took so far (about 16 "
@@ -1044,6 +1169,7 @@ def main(argv: list[str] | None = None) -> int:
         "fastest: one compile is one sample, and this VM's compile times move by 10-30%% between runs",
     )
     p.add_argument("--time-compile", metavar="METHOD", help=argparse.SUPPRESS)  # the fresh process's job
+    p.add_argument("--own-process", metavar="METHOD", help=argparse.SUPPRESS)  # in_own_process's job: --out is a file
     p.add_argument(
         "--from-json",
         type=Path,
@@ -1058,6 +1184,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     log.setLevel(logging.INFO)
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch.jit's deprecation notices
+    if args.own_process:
+        row = own_process_row(
+            args.own_process, args.models, int(args.batches), args.reps, args.warmup, args.passes, quiet
+        )
+        args.out.write_text(json.dumps(asdict(row)))
+        return 0
     suites = list(SUITES) if args.suite == "all" else [args.suite]
     if len(suites) > 1 and (args.models or args.methods or args.from_json):
         p.error("--models, --methods and --from-json apply to one suite: add --suite cnn or --suite transformers")
@@ -1099,7 +1231,7 @@ def run_suite(suite, models, methods, heading, stem, args, quiet, command) -> No
         if args.resume and saved.exists():
             results = [Result(**r) for r in json.loads(saved.read_text())["results"]]
         done = {(r.model, r.batch) for r in results}
-        meta["warm_up_s"] = warm_up_toolchains(methods)
+        meta["warm_up_s"] = warm_up_toolchains([m for m in methods if m not in OWN_PROCESS])  # theirs: own_process_row
         for name in models:
             for batch in (int(b) for b in args.batches.split(",")):
                 if (name, batch) in done:
@@ -1132,7 +1264,10 @@ def run_suite(suite, models, methods, heading, stem, args, quiet, command) -> No
     table = markdown(results, meta)
     checks = transformer_targets(results) if transformers else targets(results)
     (args.out / f"{stem}.md").write_text(f"# {heading[3:]}\n\n" + table + "\n## Targets\n\n" + checks)
-    chart(results, args.out / f"{stem}.png")
+    try:
+        chart(results, args.out / f"{stem}.png")
+    except ModuleNotFoundError as e:  # matplotlib comes with the bench extra
+        log.warning("no chart: %s (pip install -e '.[bench]')", e)
     if args.readme:
         command = meta.get("command", "python benchmarks/bench_runtime.py --readme")
         section = (transformers_section if transformers else readme_section)(table, checks, command)
