@@ -13,11 +13,20 @@ floats instead (exact for every floating dtype), which costs less than dispatchi
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
 SMALL = 16
 """Elements up to which a tensor is examined in Python rather than by a torch reduction."""
+
+KEPT = 4096
+"""Elements from which a tensor's ``abs_range`` is kept with it (while it lives, unmodified): a weight is
+asked again by the next rule, or the next rewrite of the same graph."""
+
+_KEPT: dict[int, tuple[weakref.ref, int, tuple[float, float]]] = {}
+"""id(tensor) -> (a reference to it, its version counter then, its abs_range); an entry whose tensor died or
+was written to since is not used."""
 
 
 def _floats(t: torch.Tensor) -> list[float]:
@@ -41,6 +50,8 @@ def all_finite(t: torch.Tensor) -> bool:
     if t.numel() <= SMALL:
         mags = _magnitudes(t)
         return mags is not None and math.isfinite(max(mags))
+    if t.numel() >= KEPT:  # a weight that a fold reads next: its magnitudes bound the fold's result
+        return math.isfinite(abs_range(t)[1])
     lo, hi = torch.aminmax(t)
     return math.isfinite(lo.item()) and math.isfinite(hi.item())
 
@@ -63,7 +74,26 @@ def abs_range(t: torch.Tensor) -> tuple[float, float]:
     if t.numel() <= SMALL:
         mags = _magnitudes(t)
         return (math.nan, math.nan) if mags is None else (min(mags), max(mags))
+    known = kept_abs_range(t)
+    if known is not None:
+        return known
     lo, hi = (v.item() for v in torch.aminmax(t.abs()))
-    if math.isnan(lo) or math.isnan(hi):
-        return math.nan, math.nan
-    return lo, hi
+    found = (math.nan, math.nan) if math.isnan(lo) or math.isnan(hi) else (lo, hi)
+    if t.numel() >= KEPT:
+        try:
+            version = t._version
+        except RuntimeError:  # an inference tensor: no version counter to tell a later write by
+            return found
+        if len(_KEPT) > 65536:
+            _KEPT.clear()
+        _KEPT[id(t)] = (weakref.ref(t), version, found)
+    return found
+
+
+def kept_abs_range(t: torch.Tensor) -> tuple[float, float] | None:
+    """``abs_range(t)`` when it was computed before on this tensor, unmodified since; else None (nothing is
+    computed)."""
+    entry = _KEPT.get(id(t))
+    if entry is None or entry[0]() is not t or entry[1] != t._version:
+        return None
+    return entry[2]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gawee.analysis.tensor_facts import abs_peak, abs_range, all_finite
+from gawee.analysis.tensor_facts import KEPT, abs_peak, abs_range, all_finite, kept_abs_range
 from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Graph, Node, Value
@@ -47,13 +47,20 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     Overflow: finite constants turned into inf/nan (f16 weights scaled past 65504). Underflow: a
     nonzero value rounded to zero (tiny weights times a tiny batch-norm scale), so that where the
     original computed ``inf * w * s = inf`` the folded graph would give ``inf * 0 = nan``; checked in
-    float64 only where the result has a zero. One reduction over the result in the common case: its
-    largest magnitude, with its smallest where a zero must be looked for (``abs_range``).
+    float64 only where the result has a zero. A product shown safe by its operands' magnitudes is not read
+    (:func:`_product_is_safe`); any other result is read once in the common case (:func:`result_problem`).
     """
     if opdef.has_trait("view") or not result.is_floating_point() or result.is_meta:
         return None  # a view moves values: it makes no new ones
-    if result.numel() == 0:
+    if result.numel() == 0 or (opdef.name == "mul" and _product_is_safe(data, result)):
         return None
+    return result_problem(opdef, data, attrs, result)
+
+
+def result_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str | None:
+    """:func:`_fold_problem` found by reading the (non-empty, floating) result: its largest magnitude, with its
+    smallest where a zero must be looked for (``abs_range``), element by element in float64 where those show
+    an inf, a nan or a zero."""
     zeros_matter = result.dtype != torch.float64 and opdef.name not in EXACT_ZEROS
     if zeros_matter:
         lo, hi = abs_range(result)
@@ -93,6 +100,38 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     if zeros_matter and bool(((result == 0) & (exact != 0)).any()):
         return f"folding {opdef.name} underflowed {result.dtype} to zero"
     return None
+
+
+_ROUNDING = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+"""Unit roundoff of the dtypes whose products of two values are exact in float64 (53 bits hold 2 × 24)."""
+
+
+def _product_is_safe(data: list, result: torch.Tensor) -> bool:
+    """Whether ``result = a * b`` (broadcast) passes every check of :func:`_fold_problem`, shown from the
+    operands' magnitudes alone when those are cheap to know (small operands, or a weight whose ``abs_range``
+    its guard computed) — so a folded weight is not read again. With a = |a_i| and b = |b_j| in
+    [lo_a, hi_a] and [lo_b, hi_b], the exact product lies in [lo_a·lo_b, hi_a·hi_b] (computed exactly in
+    float64), and rounding to the result's dtype is monotonic: every element is finite and under the
+    headroom (max^(3/4)) when hi_a·hi_b·(1 + u) is under it, and is
+    nonzero when lo_a·lo_b is at least the smallest normal value (not merely subnormal: a process that
+    flushes subnormals to zero would round those to zero). False: not shown (the result is checked)."""
+    u = _ROUNDING.get(result.dtype)
+    if u is None or len(data) != 2:
+        return False
+    ranges = []
+    for d in data:
+        if not isinstance(d, torch.Tensor) or d.dtype != result.dtype or d.numel() == 0:
+            return False
+        known = abs_range(d) if d.numel() < KEPT else kept_abs_range(d)  # a pass over a small operand only
+        if known is None:
+            return False
+        ranges.append(known)
+    (lo_a, hi_a), (lo_b, hi_b) = ranges
+    if not (math.isfinite(hi_a) and math.isfinite(hi_b)):  # nan compares false below, inf too
+        return False
+    info = torch.finfo(result.dtype)
+    hi, lo = hi_a * hi_b, lo_a * lo_b
+    return hi * (1 + u) <= info.max**0.75 and lo >= info.smallest_normal
 
 
 def fold_device(data: list[torch.Tensor | None], graph_device: torch.device) -> torch.device | None:
