@@ -108,6 +108,7 @@ class _Source:
         for lazy, rule in zip(self.rules, compiled):
             for name in _DEFERRED:
                 lazy.__dict__.setdefault(name, getattr(rule, name))
+            lazy.__class__ = _CompiledLazyRule  # its fields now plain attributes: no property call per read
 
 
 def _deferred(name: str) -> property:
@@ -151,6 +152,13 @@ class LazyRule(Rule):
     def compiled(self) -> bool:
         """Whether the deferred fields have been compiled."""
         return "matcher" in self.__dict__
+
+
+class _CompiledLazyRule(LazyRule):
+    """A LazyRule once compiled: the deferred fields are read from the instance (the rewriter reads them on every
+    match), as a class attribute each name only stands for the instance's own value."""
+
+    matcher = guard = guard_parts = build = extra_roots = extra_builds = assumptions = bound = ast = None
 
 
 # -- entries -------------------------------------------------------------------------------------
