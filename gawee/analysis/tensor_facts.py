@@ -13,6 +13,7 @@ floats instead (exact for every floating dtype), which costs less than dispatchi
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 
 import torch
@@ -77,7 +78,7 @@ def abs_range(t: torch.Tensor) -> tuple[float, float]:
     known = kept_abs_range(t)
     if known is not None:
         return known
-    lo, hi = (v.item() for v in torch.aminmax(t.abs()))
+    lo, hi = _abs_extremes(t)
     found = (math.nan, math.nan) if math.isnan(lo) or math.isnan(hi) else (lo, hi)
     if t.numel() >= KEPT:
         try:
@@ -88,6 +89,37 @@ def abs_range(t: torch.Tensor) -> tuple[float, float]:
             _KEPT.clear()
         _KEPT[id(t)] = (weakref.ref(t), version, found)
     return found
+
+
+CHUNK = 1 << 18
+"""Elements of a large tensor whose magnitudes are taken at a time, into a buffer that stays in cache."""
+
+_scratch = threading.local()
+
+
+def _abs_extremes(t: torch.Tensor) -> tuple[float, float]:
+    """(min, max) of |t| (nan if it holds one). A large contiguous tensor is read a chunk at a time, each chunk's
+    magnitudes written to a small buffer kept per thread and reduced there: no temporary of the tensor's size
+    (which would be new pages to fault in, then a second pass from memory)."""
+    if t.numel() <= CHUNK or not t.is_contiguous() or t.is_complex():
+        lo, hi = torch.aminmax(t.abs())
+        return lo.item(), hi.item()
+    flat = t.view(-1)
+    buffers = _scratch.__dict__.setdefault("buffers", {})
+    key = (t.dtype, t.device)
+    buf = buffers.get(key)
+    if buf is None:
+        buf = buffers[key] = torch.empty(CHUNK, dtype=t.dtype, device=t.device)
+    lows, highs = [], []
+    for start in range(0, flat.numel(), CHUNK):
+        part = flat[start : start + CHUNK]
+        out = buf[: part.numel()]
+        torch.abs(part, out=out)
+        lo, hi = torch.aminmax(out)
+        lows.append(lo)
+        highs.append(hi)
+    lo, hi = torch.stack(lows).min().item(), torch.stack(highs).max().item()  # nan propagates through both
+    return lo, hi
 
 
 def kept_abs_range(t: torch.Tensor) -> tuple[float, float] | None:

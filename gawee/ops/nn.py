@@ -51,6 +51,8 @@ def apply_act(y: torch.Tensor, act: str | None, params: tuple = ()) -> torch.Ten
     n = ACTIVATIONS[act]
     if len(params) != n:
         raise ValueError(f"activation {act} takes {n} parameters, got {len(params)}")
+    if y.is_meta and y.is_floating_point():
+        return y  # type inference: each of them keeps a float tensor's shape and dtype (and none raises there)
     op, attrs = act_as_op(act, params)
     return get_op(op).evaluate(y, **attrs)  # attributes left out take the evaluator's defaults
 
