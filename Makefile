@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.gawee-installed
 
-.PHONY: demo test zoo speed soundness bench lint format clean
+.PHONY: demo test zoo speed soundness bench bench-int8 lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_runtime.py --readme $(BENCH_ARGS)
+
+# Int8 against ONNX Runtime's quantize_dynamic (benchmarks/README.md, ## Int8: gawee against ONNX Runtime's
+# quantize_dynamic): BERT-base and GPT-2, each column in a process of its own; run it on a quiet machine.
+# e.g. make bench-int8 BENCH_INT8_ARGS="--models bert --reps 30"; a smoke run without the README:
+# $(PY) benchmarks/bench_int8.py --tiny --models bert --reps 3 --warmup 1 --passes 1
+BENCH_INT8_ARGS ?=
+bench-int8: $(BENCH_STAMP)
+	$(PY) benchmarks/bench_int8.py --readme $(BENCH_INT8_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -169,13 +169,16 @@ def build_inductor(model, xs):
     return compiled, seconds
 
 
-def _build_ort_export(model, xs, level: str):
-    def export(path: Path) -> None:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(model, xs, str(path), verbose=False)
+def onnx_export(model, xs, path: Path) -> None:
+    """torch.onnx's export of ``model`` called with ``xs``, written to ``path``: the file of the ONNX Runtime
+    columns on the export (benchmarks/bench_int8.py quantizes the same file)."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, xs, str(path), verbose=False)
 
-    return _build_ort(export, level)
+
+def _build_ort_export(model, xs, level: str):
+    return _build_ort(lambda path: onnx_export(model, xs, path), level)
 
 
 def _build_ort(export: Callable[[Path], None], level: str):

@@ -1,0 +1,357 @@
+"""Int8 benchmark: gawee.compile(precision="int8") against ONNX Runtime's quantize_dynamic, BERT-base and GPT-2.
+
+Columns, each built, checked and timed in a process of its own (worker.run_worker), all with the same thread
+count: eager float32 PyTorch; gawee.compile float32; gawee.compile(precision="int8") (per-channel dynamic int8
+linears, rules/precision/int8.rules); ONNX Runtime float32 with all optimizations on torch.onnx's export; and
+ONNX Runtime with all optimizations on ``quantize_dynamic`` of that same export (per-channel symmetric int8
+weights, ``QuantType.QInt8``). Each process builds the same seeded model and inputs (bench_runtime.make_model),
+runs eager float32 for the reference, builds its method and compares the method's output (the last hidden
+state) with the reference (gawee.accuracy.compare_outputs: max and mean absolute error, cosine similarity),
+then times it as bench_runtime does: warm-up calls, ``--reps`` calls in ``--passes`` passes, the median, on a
+quiet machine (retimed when other processes were busy).
+
+    python benchmarks/bench_int8.py                          # BERT-base and GPT-2, seq 128, batch 1
+    python benchmarks/bench_int8.py --tiny --models bert --reps 3 --warmup 1 --passes 1   # a smoke run
+    python benchmarks/bench_int8.py --readme                 # the ## Int8 section of benchmarks/README.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from bench_runtime import (
+    TRANSFORMER_MODELS,
+    Quiet,
+    _build_ort,
+    _run,
+    _timed,
+    build_eager,
+    build_gawee,
+    build_ort_all,
+    make_model,
+    onnx_export,
+    time_methods,
+    wait_for_quiet,
+)
+from readme import machine, replace_section, source_version
+from worker import TIMEOUT, run_worker
+
+import gawee
+from gawee.accuracy import compare_outputs
+
+HERE = Path(__file__).resolve().parent
+HEADING = "## Int8: gawee against ONNX Runtime's quantize_dynamic"
+MODELS = {"bert": TRANSFORMER_MODELS["bert"], "gpt2": TRANSFORMER_MODELS["gpt2"]}
+"""Row name → model spec (gawee.frontend.models.resolve): BERT-base and GPT-2, 12 layers, 768 wide, 128 tokens."""
+TINY = {
+    "bert": "hf:bert:layers=2,hidden=128,heads=4,seq=128",
+    "gpt2": "hf:gpt2:layers=2,hidden=128,heads=4,seq=128",
+}
+"""``--tiny``: the same families with 2 layers, 128 wide (smoke runs and the test)."""
+METHODS = {
+    "eager": "eager PyTorch f32",
+    "gawee": "gawee.compile f32",
+    "gawee_int8": 'gawee.compile(precision="int8")',
+    "ort_all": "ONNX Runtime f32 (all optimizations)",
+    "ort_int8": "ONNX Runtime quantize_dynamic int8 (all optimizations)",
+}
+INT8 = ("gawee_int8", "ort_int8")
+QUANTIZE_RECIPE = "quantize_dynamic(fp32, int8, per_channel=True, weight_type=QuantType.QInt8)"
+"""ORT's dynamic quantization as run on the export; :func:`quantize` says where it had to fall back."""
+log = logging.getLogger("bench_int8")
+
+
+@dataclass
+class Row:
+    model: str
+    method: str
+    spec: str = ""
+    latency_ms: float | None = None
+    latencies_ms: list[float] | None = None
+    compile_s: float | None = None
+    max_abs_error: float | None = None
+    mean_abs_error: float | None = None
+    cosine: float | None = None
+    """Agreement of the method's output with eager float32's on the same inputs (gawee.accuracy.compare_outputs)."""
+    foreign_load: float | None = None
+    """CPU cores other processes used while the method was timed."""
+    threads: int | None = None
+    recipe: str = ""
+    """ort_int8 only: the quantize_dynamic call that made the model it ran."""
+    error: str = ""
+
+
+# -- the int8 builders (the float32 ones are bench_runtime's) ------------------------------
+def build_gawee_int8(model, xs):
+    """gawee.compile with the int8 precision phase: per-channel dynamic int8 linears (torch's dynamic quantized
+    kernel on prepacked weights)."""
+    module, seconds = _timed(lambda: gawee.compile(model, xs, precision="int8"))
+    log.info("  gawee int8: %s", module.gawee_report)
+    return module, seconds
+
+
+def quantize(fp32: Path, int8: Path) -> str:
+    """ONNX Runtime's ``quantize_dynamic`` of ``fp32`` into ``int8``, per channel with int8 weights; where ORT
+    refuses per-channel quantization it is redone per tensor, as ORT's documentation suggests for ops without
+    per-channel support. Returns the recipe that ran."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    try:
+        quantize_dynamic(str(fp32), str(int8), per_channel=True, weight_type=QuantType.QInt8)
+        return QUANTIZE_RECIPE
+    except Exception as e:  # an op without per-channel support: ORT's fallback is per-tensor weights
+        log.warning("per-channel quantize_dynamic failed (%s: %s); per tensor instead", type(e).__name__, e)
+        quantize_dynamic(str(fp32), str(int8), per_channel=False, weight_type=QuantType.QInt8)
+        return QUANTIZE_RECIPE.replace("per_channel=True", "per_channel=False")
+
+
+def build_ort_int8(model, xs):
+    """ONNX Runtime, all optimizations, on :func:`quantize` of torch.onnx's export (the ort_all column's file).
+    The build time includes the export and the quantization."""
+    recipe = []
+
+    def export(path: Path) -> None:
+        fp32 = path.with_name("fp32.onnx")
+        onnx_export(model, xs, fp32)
+        recipe.append(quantize(fp32, path))
+
+    fn, seconds = _build_ort(export, "ORT_ENABLE_ALL")
+    fn.recipe = recipe[0]
+    return fn, seconds
+
+
+BUILDERS: dict[str, Callable] = {
+    "eager": build_eager,
+    "gawee": build_gawee,
+    "gawee_int8": build_gawee_int8,
+    "ort_all": build_ort_all,
+    "ort_int8": build_ort_int8,
+}
+
+
+# -- one column: in a process of its own --------------------------------------------------
+def measure(method: str, name: str, spec: str, reps: int, warmup: int, passes: int, quiet: Quiet) -> Row:
+    """Build ``method`` on ``spec``'s seeded model, compare its output with eager float32's on the same inputs,
+    and time it (bench_runtime.time_methods: warm-up, ``reps`` calls in ``passes`` passes, median). The job of
+    a worker process (``--worker``); called directly it measures in this process."""
+    row = Row(name, method, spec, threads=torch.get_num_threads())
+    model, xs = make_model(spec, 1)
+    reference = _run(model, xs)
+    try:
+        fn, row.compile_s = BUILDERS[method](model, xs)
+        row.recipe = getattr(fn, "recipe", "")
+        out = _run(fn, xs)
+        accuracy = compare_outputs([reference], [out])
+        row.max_abs_error, row.mean_abs_error, row.cosine = (
+            accuracy.max_abs_error,
+            accuracy.mean_abs_error,
+            accuracy.cosine,
+        )
+    except Exception as e:  # a method that cannot build the model is a row, not a crash
+        row.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        log.warning("%s %s failed: %s", name, method, row.error)
+        return row
+    row.foreign_load, times = time_methods({method: fn}, xs, reps, warmup, passes, quiet, f"{name} {method}")
+    if times.get(method):
+        row.latencies_ms = times[method]
+        row.latency_ms = statistics.median(row.latencies_ms)
+    return row
+
+
+def in_own_process(
+    method: str, name: str, spec: str, reps: int, warmup: int, passes: int, quiet: Quiet, threads: int
+) -> Row:
+    """:func:`measure` in a fresh process with ``threads`` threads, or a row that says why it gave none."""
+    wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
+    log.info("%s: %s in a process of its own", name, method)
+    args = ["--worker", method, "--models", name, "--spec", spec, "--reps", str(reps), "--warmup", str(warmup)]
+    args += ["--passes", str(passes), "--threads", str(threads), "--max-foreign-load", str(quiet.max_foreign)]
+    args += ["--quiet-timeout", str(quiet.timeout_s), "--attempts", str(quiet.attempts)]
+    timeout = quiet.attempts * (quiet.timeout_s + 900.0)
+    row, why, _ = run_worker(Path(__file__), args, timeout=timeout, threads=threads)
+    if row is None:
+        why = f"its process timed out after {timeout:.0f} s" if why == TIMEOUT else f"its process: {why}"
+        log.warning("%s %s failed: %s", name, method, why)
+        return Row(name, method, spec, threads=threads, error=why)
+    return Row(**row)
+
+
+# -- reporting ----------------------------------------------------------------------------
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def markdown(rows: list[Row]) -> str:
+    """One line per model and method: median latency (speedup over eager), compile time, and the output's
+    agreement with eager float32; then a note per failed method."""
+    index = {(r.model, r.method): r for r in rows}
+    lines = [
+        "| model | method | median latency | compile | max abs error | mean abs error | cosine | busy elsewhere |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        eager = index.get((r.model, "eager"))
+        if r.latency_ms is None:
+            latency = "failed"
+        else:
+            speed = f" ({eager.latency_ms / r.latency_ms:.2f}×)" if eager and eager.latency_ms else ""
+            latency = f"{r.latency_ms:.2f} ms{speed}"
+        agreement = (
+            ["(reference)"] * 3
+            if r.method == "eager"
+            else [_num(r.max_abs_error, ".3g"), _num(r.mean_abs_error, ".3g"), _num(r.cosine, ".6f")]
+        )
+        compile_s = "–" if not r.compile_s else f"{r.compile_s:.1f} s"
+        load = "?" if r.foreign_load is None else f"{r.foreign_load:.2f} cores"
+        lines.append(
+            f"| {r.model} | {METHODS[r.method]} | {latency} | {compile_s} | " + " | ".join(agreement) + f" | {load} |"
+        )
+    notes = [f"- ⚠ {r.model} {METHODS[r.method]}: {r.error}" for r in rows if r.error]
+    recipes = sorted({r.recipe for r in rows if r.recipe and r.recipe != QUANTIZE_RECIPE})
+    notes += [f"- ONNX Runtime's model made with `{recipe}` (per-channel quantization failed)" for recipe in recipes]
+    return "\n".join([*lines, "", *notes]).rstrip() + "\n"
+
+
+def verdicts(rows: list[Row]) -> str:
+    """Per model: gawee int8 at least as fast as ORT int8, and its agreement with eager float32 (cosine, max abs
+    error) at least as good."""
+    index = {(r.model, r.method): r for r in rows}
+    lines = []
+    for model in dict.fromkeys(r.model for r in rows):
+        ours, theirs = index.get((model, "gawee_int8")), index.get((model, "ort_int8"))
+        if not ours or not theirs or ours.latency_ms is None or theirs.latency_ms is None:
+            lines.append(f"- {model}: gawee int8 or ORT int8 gave no latency — not compared.")
+            continue
+        fast = ours.latency_ms <= theirs.latency_ms
+        close = (
+            ours.cosine is not None
+            and theirs.cosine is not None
+            and ours.cosine >= theirs.cosine
+            and ours.max_abs_error <= theirs.max_abs_error
+        )
+        lines.append(
+            f"- {model}: gawee int8 {ours.latency_ms:.2f} ms vs ORT int8 {theirs.latency_ms:.2f} ms "
+            f"({theirs.latency_ms / ours.latency_ms:.3f}×) — at least as fast: **{'yes' if fast else 'no'}**; "
+            f"cosine {_num(ours.cosine, '.6f')} vs {_num(theirs.cosine, '.6f')}, max abs error "
+            f"{_num(ours.max_abs_error, '.3g')} vs {_num(theirs.max_abs_error, '.3g')} — agreement at least as "
+            f"good: **{'yes' if close else 'no'}**."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def readme_section(table: str, checks: str, command: str, meta: dict) -> str:
+    return (
+        "Produced by `make bench-int8`, i.e.\n\n"
+        f"```sh\n{command}\n```\n\n"
+        f"Run {meta['date']} · {meta['gawee']}. Machine: {meta['machine']}; {meta['threads']} threads for every "
+        f"column; torch {meta['torch']}, onnxruntime {meta['onnxruntime']}.\n\n"
+        "Random weights (seeded; zero-initialized biases and LayerNorm parameters given random values: "
+        "`bench_runtime.make_model`); BERT-base and GPT-2 are 12 layers, 768 wide, 12 heads, batch 1, 128 tokens "
+        "(token ids and an attention mask whose last quarter is padding, "
+        "`hf:bert:layers=12,hidden=768,heads=12,seq=128`), the output compared is the last hidden state. Each "
+        "column is built, checked and timed in a process of its own (`benchmarks/worker.py`), with the same "
+        "thread count: **eager PyTorch f32**: `model(*xs)` under `torch.no_grad()`; **gawee.compile f32**: "
+        '`gawee.compile(model, xs)`; **gawee.compile(precision="int8")**: the int8 precision phase '
+        "(`rules/precision/int8.rules`: per-output-channel symmetric int8 weights, the input quantized per tensor "
+        "at run time, torch's `quantized::linear_dynamic` on prepacked weights); **ONNX Runtime f32**: "
+        "`torch.onnx.export(model)` run with `ORT_ENABLE_ALL`; **ONNX Runtime quantize_dynamic int8**: "
+        "`onnxruntime.quantization.quantize_dynamic(fp32_model, int8_model, per_channel=True, "
+        "weight_type=QuantType.QInt8)` of that same export (defaults otherwise: no pre-processing, activations "
+        "uint8, and ORT's default op types, which turn the linears into `MatMulInteger` and also store the "
+        "embedding tables in int8 — a `Gather` of int8 rows, then `DequantizeLinear` —, where gawee's phase "
+        "quantizes only the linears), run with `ORT_ENABLE_ALL`. Latency: median of the timed calls after "
+        "warm-up calls "
+        f"({meta['reps']} calls in {meta['passes']} passes after {meta['warmup']} warm-up calls), speedup over "
+        "eager in brackets; compile: wall time from the model to a callable (for ORT int8 the export and the "
+        "quantization included). Errors and cosine similarity: the column's output against eager float32's on the "
+        "same inputs (`gawee.accuracy.compare_outputs`). *busy elsewhere*: CPU cores other processes used while "
+        f"the column was timed.\n\n{table}\n### gawee int8 against ORT int8 (computed from the table)\n\n{checks}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated, from: " + ", ".join(MODELS))
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
+    p.add_argument("--tiny", action="store_true", help="2 layers, 128 wide, 128 tokens: smoke runs")
+    p.add_argument("--reps", type=int, default=20, help="timed calls per method (median reported)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls per method before timing")
+    p.add_argument("--passes", type=int, default=4, help="split the timed calls into this many passes")
+    p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="threads of every column")
+    p.add_argument(
+        "--max-foreign-load",
+        type=float,
+        default=Quiet.max_foreign,
+        help="measure only while other processes use at most this many cores (waits, then retimes)",
+    )
+    p.add_argument("--quiet-timeout", type=float, default=Quiet.timeout_s, help="seconds to wait for a quiet machine")
+    p.add_argument("--attempts", type=int, default=Quiet.attempts, help="timings retaken under load at most")
+    p.add_argument("--json", type=Path, help="also write the rows and the run's facts to this file")
+    p.add_argument("--readme", action="store_true", help=f"write the '{HEADING}' section of benchmarks/README.md")
+    p.add_argument("--worker", metavar="METHOD", help=argparse.SUPPRESS)  # in_own_process's job
+    p.add_argument("--spec", help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)  # the worker's row
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    log.setLevel(logging.INFO)
+    torch.set_num_threads(args.threads)
+    quiet = Quiet(args.max_foreign_load, args.quiet_timeout, args.attempts)
+    if args.worker:
+        row = measure(args.worker, args.models, args.spec, args.reps, args.warmup, args.passes, quiet)
+        args.out.write_text(json.dumps(asdict(row)))
+        return 0
+    models = [m for m in args.models.split(",") if m]
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(models) - set(MODELS)) + sorted(set(methods) - set(METHODS))
+    if unknown:
+        p.error(f"unknown models or methods {unknown}")
+    if args.readme and args.tiny:
+        p.error("--readme records BERT-base and GPT-2: drop --tiny")
+    if "eager" not in methods:
+        methods.insert(0, "eager")
+    specs = TINY if args.tiny else MODELS
+    rows = []
+    for name in models:
+        for method in methods:
+            rows.append(
+                in_own_process(method, name, specs[name], args.reps, args.warmup, args.passes, quiet, args.threads)
+            )
+            r = rows[-1]
+            log.info("  %-10s %8s ms  %s", method, _num(r.latency_ms, ".2f"), r.error or f"cosine {r.cosine}")
+    table, checks = markdown(rows), verdicts(rows)
+    command = "python benchmarks/bench_int8.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    import onnxruntime
+
+    meta = {
+        "command": command.strip(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "gawee": source_version(),
+        "machine": machine(),
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "reps": args.reps,
+        "warmup": args.warmup,
+        "passes": args.passes,
+        "tiny": args.tiny,
+    }
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
+    if args.readme:
+        replace_section(HEADING, readme_section(table, checks, meta["command"], meta))
+    print(table)
+    print(checks)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
