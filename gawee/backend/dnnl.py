@@ -43,6 +43,7 @@ import os
 import sys
 import threading
 import weakref
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from typing import Any
 import torch
 
 from gawee.backend.host import InputSignature, arrange, as_structure
+from gawee.backend.runtime import Runtime
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType
@@ -137,7 +139,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     return lib, None
 
 
-def available() -> str | None:
+def unavailable() -> str | None:
     """Why this runtime cannot run here (the library is missing), or None."""
     return _load()[1]
 
@@ -1387,7 +1389,7 @@ def _affine_cats(plan: _Plan, graph: Graph) -> dict[Node, Node]:
 def supports(graph: Graph) -> str | None:
     """Why ``graph`` cannot run on this runtime, or None if it can (as far as its types and ops show; the
     primitives themselves are checked when the module is built)."""
-    why = available()
+    why = unavailable()
     if why is not None:
         return why
     for v in (*graph.inputs, *graph.outputs):
@@ -1480,3 +1482,36 @@ class DnnlModule(torch.nn.Module):
 def _destroy(lib, handles) -> None:
     for destroy, handle in reversed(handles):
         getattr(lib, destroy)(_P(handle))
+
+
+class DnnlRuntime(Runtime):
+    """oneDNN's primitives (:class:`DnnlModule`), one variant per activation layout (:data:`LAYOUTS`); tried apart
+    first, as they and gawee's C kernels run on addresses gawee computes."""
+
+    name = "onednn"
+    title = "oneDNN's primitives"
+    variants = LAYOUTS
+    isolated = True
+    whole_graph = True
+
+    def unavailable(self) -> str | None:
+        return unavailable()
+
+    def cannot_run(self, graph: Graph) -> str | None:
+        return supports(graph)
+
+    def unpromising(self, graph: Graph) -> str | None:
+        return torch_flops(graph)
+
+    def build(
+        self,
+        graph: Graph,
+        example_inputs: Sequence[torch.Tensor],
+        *,
+        output_structure: Any = None,
+        variant: str = "blocked",
+    ) -> DnnlModule:
+        return DnnlModule(graph, output_structure=output_structure, layout=variant)
+
+
+RUNTIME = DnnlRuntime()

@@ -25,7 +25,7 @@ from .test_dnnl import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
+    pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable())),
     pytest.mark.skipif(depthwise.available() is not None, reason=str(depthwise.available())),
 ]
 

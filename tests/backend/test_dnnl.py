@@ -17,7 +17,7 @@ from gawee.errors import GaweeError, InputError
 from gawee.ir.builder import GraphBuilder
 from gawee.ir.symbolic import ShapeOutOfRange
 
-pytestmark = pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available()))
+pytestmark = pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable()))
 
 
 class Lambda(nn.Module):
@@ -517,13 +517,13 @@ def test_a_missing_library_is_a_reason_not_a_crash(monkeypatch, tmp_path):
     monkeypatch.setenv(dnnl.LIBRARY_ENV, str(tmp_path / "libdnnl.so.3"))
     dnnl._load.cache_clear()
     try:
-        assert "not installed" in dnnl.available()
+        assert "not installed" in dnnl.unavailable()
         b = GraphBuilder("g")
         assert "not installed" in dnnl.supports(b.output(b.relu(b.input("x", "f32[2,3]"))))
     finally:
         monkeypatch.undo()
         dnnl._load.cache_clear()
-    assert dnnl.available() is None
+    assert dnnl.unavailable() is None
 
 
 class _MixedNet(nn.Module):
