@@ -624,7 +624,7 @@ class _Winograd:
         blocks = layout != "blocked" or (cin % plan.block == 0 and cout % plan.block == 0)
         if not (blocks and winograd.eligible(cin, cout, kernel, stride, dilation, groups, act)):
             return []
-        if winograd.available() is not None:
+        if winograd.unavailable() is not None:
             return []
         rows = winograd.chunkings(x.shape[0], cin, cout, x.shape[2], x.shape[3], padding)
         return [_Winograd(plan, layout, x, out, padding, act, residual, r) for r in rows]
@@ -780,7 +780,7 @@ class _Grouped(_Native):
 
         kernel, stride, _, dilation, groups = geometry
         cin, cout, ow = x.shape[1], out.shape[1], out.shape[3]
-        if (layout == "blocked" and cout % plan.block != 0) or grouped.available() is not None:
+        if (layout == "blocked" and cout % plan.block != 0) or grouped.unavailable() is not None:
             return []
         if not grouped.eligible(cin, cout, groups, kernel, stride, dilation, ow, act):
             return []
@@ -813,7 +813,7 @@ class _Depthwise(_Native):
         channels-last where the channels are a multiple of it."""
         from gawee.backend import depthwise
 
-        if depthwise.available() is not None:
+        if depthwise.unavailable() is not None:
             return False
         kernel, stride, padding, dilation, groups = geometry
         if not depthwise.eligible(x[1], out[1], groups, kernel, stride, padding, dilation, x[3], out[3], act):
@@ -1338,7 +1338,7 @@ def _moved_acts(plan: _Plan, graph: Graph) -> dict[Node, tuple[Node, str]]:
     in either)."""
     from gawee.backend import depthwise
 
-    if depthwise.available() is not None:
+    if depthwise.unavailable() is not None:
         return {}
     moved = {}
     fused_by = {act: producer for producer, act in plan.fused.items()}
@@ -1366,7 +1366,7 @@ def _affine_cats(plan: _Plan, graph: Graph) -> dict[Node, Node]:
     one :func:`_affine_cat` step when the batch norm is (the concatenation itself is not planned before it)."""
     from gawee.backend import affine_cat
 
-    if affine_cat.available() is not None:
+    if affine_cat.unavailable() is not None:
         return {}
     found = {}
     for node in graph:

@@ -26,7 +26,7 @@ from .test_dnnl import (
 
 pytestmark = [
     pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable())),
-    pytest.mark.skipif(depthwise.available() is not None, reason=str(depthwise.available())),
+    pytest.mark.skipif(depthwise.unavailable() is not None, reason=str(depthwise.unavailable())),
 ]
 
 ACTS = {"none": lambda x: x, "relu": F.relu, "silu": F.silu, "hardswish": F.hardswish}

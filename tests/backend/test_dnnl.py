@@ -78,7 +78,7 @@ def assert_runs_without_compiler(monkeypatch, tmp_path, source, kind: type, mode
     try:
         monkeypatch.setenv("CC", "false")
         source._load.cache_clear()
-        assert "could not build" in source.available()
+        assert "could not build" in source.unavailable()
         prefer(monkeypatch, kind, wins=True)
         graph = assert_runs_like(model, x)
         for layout in dnnl.LAYOUTS:
@@ -86,7 +86,7 @@ def assert_runs_without_compiler(monkeypatch, tmp_path, source, kind: type, mode
     finally:
         monkeypatch.undo()
         source._load.cache_clear()
-    assert source.available() is None
+    assert source.unavailable() is None
 
 
 def assert_race_decides(monkeypatch, graph, name: str, convs: int) -> None:
@@ -648,7 +648,7 @@ def test_a_convolution_like_one_raced_before_takes_its_winner_without_timing_aga
         module = DnnlModule(graph, layout=layout)
         kernels_ = list(module.conv_kernels.values())
         if layout != "per_conv":  # the second and third read the first's layout, whichever kernel won
-            assert len(races) == (2 if winograd.available() is None else 0), (layout, races)  # else one candidate
+            assert len(races) == (2 if winograd.unavailable() is None else 0), (layout, races)  # else one candidate
             assert kernels_[1] == kernels_[2]
         assert len(races) <= 3
 
