@@ -462,8 +462,7 @@ def _choose_runtime(
     (:attr:`Runtime.auto`: oneDNN's primitives in each activation layout, where they, not torch steps, compute most
     of its FLOPs, oneDNN Graph's compiled partitions, ONNX Runtime) on the same graph, each where it is installed,
     can run the graph and computes the model's outputs (``expected``, :func:`_candidate`); another runtime wins only
-    when
-    it measures more than 5% faster here (:func:`gawee.backend.measure.fastest`). All are compared and timed on
+    when it measures more than 5% faster here (:func:`gawee.backend.measure.fastest`). All are compared and timed on
     the example inputs ``xs``: inputs in the model's domain (random ones need not be: an attention mask of 0-3
     with fully masked rows made GPT-2's outputs undefined)."""
     from gawee.backend.measure import SETTLE_S, fastest

@@ -4,8 +4,9 @@ A :class:`Runtime` says why it cannot run on this machine (:meth:`Runtime.unavai
 graph (:meth:`Runtime.cannot_run`), and builds a module of a graph that takes and returns torch tensors
 (:meth:`Runtime.build`). Its adapter lives in its own backend module (``RUNTIME`` there); the registry holds one
 record per runtime — its name and that module, loaded on first use — in the order ``backend="auto"`` tries them.
-``gawee.compile`` selects through this module only: adding a runtime is its module plus one :func:`register` call
-(or one line of :data:`BUILTIN`), and later its target rule phase (:attr:`Runtime.rules`).
+``gawee.compile`` selects through this module only: adding a runtime is its module plus one line of
+:data:`BUILTIN` (or one :func:`register` call from outside gawee), and later its target rule phase
+(:attr:`Runtime.rules`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class Runtime(ABC):
     mismatch_hint: str = 'compile with backend="torch", and report the model'
     """The hint of the error raised when its outputs differ from the model's."""
     rules: RuleSet | None = None
-    """Its target rule phase, run on the rewritten graph before it is built (None: none yet)."""
+    """Its target rule phase: the fusions it executes as one step, written as rules. A slot to be filled (issue 38,
+    part 2): every runtime's is None, and ``gawee.compile`` runs none yet."""
 
     @abstractmethod
     def unavailable(self) -> str | None:
@@ -102,15 +104,14 @@ _records: dict[str, Runtime | str] = dict(BUILTIN)
 """The registry: name → the runtime, or the module that holds it (loaded on first use)."""
 
 
-def register(runtime: Runtime | str, name: str | None = None) -> None:
-    """Register ``runtime`` (or the module that holds it as ``RUNTIME``, under ``name``) after the others;
-    GaweeError if its name is taken."""
-    key = name if isinstance(runtime, str) else runtime.name
-    if not key:
-        raise GaweeError("a runtime needs a name", hint="set Runtime.name")
-    if key in _records or key == "auto":
-        raise GaweeError(f"a runtime named {key!r} is registered already", hint="pick another name")
-    _records[key] = runtime
+def register(runtime: Runtime) -> None:
+    """Register ``runtime`` after the others (``auto`` tries it last); GaweeError if its name is taken or has a
+    colon (which separates a variant)."""
+    if not runtime.name or ":" in runtime.name or runtime.name == "auto":
+        raise GaweeError(f"a runtime cannot be named {runtime.name!r}", hint="set Runtime.name to a word")
+    if runtime.name in _records:
+        raise GaweeError(f"a runtime named {runtime.name!r} is registered already", hint="pick another name")
+    _records[runtime.name] = runtime
 
 
 def unregister(name: str) -> None:

@@ -384,7 +384,8 @@ def _class_name(name: str) -> str:
 
 class TorchRuntime(Runtime):
     """The torch lowering (:func:`to_torch`): every graph, on the model's device. The baseline of every measured
-    choice."""
+    choice. Not tried apart: torch's operators check what they are given and raise (its attention partitions,
+    oneDNN Graph's, are tried apart in :mod:`gawee.backend.attention`)."""
 
     name = "torch"
     title = "the torch lowering"
