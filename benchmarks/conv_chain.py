@@ -54,7 +54,7 @@ def runtimes(model: torch.nn.Module, x: torch.Tensor) -> dict:
         for layout in dnnl.LAYOUTS:
             primitives = dnnl.DnnlModule(graph, layout=layout)
             found[f"oneDNN primitives {layout}"] = lambda primitives=primitives: primitives(x)
-    if ort.available():
+    if ort.unavailable() is None:
         session = ort.OrtModule(graph)
         found["ORT all"] = lambda: session(x)
     return found

@@ -1,7 +1,7 @@
 """What gawee learns about this machine once and keeps between processes.
 
 Some facts cost seconds to establish and hold for as long as the machine and the installed torch do: whether
-TorchScript's oneDNN Graph fuser runs here (:func:`gawee.backend.onednn_graph.available` tries it in a child
+TorchScript's oneDNN Graph fuser runs here (:func:`gawee.backend.onednn_graph.unavailable` tries it in a child
 process, about 2 s). Each process of a user's (every ``gawee-rewrite`` run, every script that compiles a
 transformer) would pay that again; instead the answer is kept in a small text file under
 ``$XDG_CACHE_HOME/gawee`` (``~/.cache/gawee``), named by a digest of everything the answer depends on: the

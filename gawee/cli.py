@@ -265,11 +265,12 @@ def _write_mlir(graph, mlir_path: str | None, vmfb_path: str | None) -> list[str
     model's weights as an ``.irpa`` parameter archive beside them, when IREE is installed to write it)."""
     if not mlir_path and not vmfb_path:
         return []
-    from gawee.backend.mlir import IREE_HINT, compile_iree, iree_available, lower_mlir, write_artifacts
+    from gawee.backend.mlir import IREE_HINT, compile_iree, iree_unavailable, lower_mlir, write_artifacts
 
-    if vmfb_path and not iree_available():
+    missing = iree_unavailable()
+    if vmfb_path and missing is not None:
         raise GaweeError(f"--vmfb {vmfb_path}: the IREE compiler is not installed", hint=IREE_HINT)
-    lowered = lower_mlir(graph, external_weights=None if iree_available() else False)
+    lowered = lower_mlir(graph, external_weights=None if missing is None else False)
     written = write_artifacts(lowered, None, mlir_path, None, parameters=not vmfb_path)  # even if IREE rejects it
     if vmfb_path:
         written += write_artifacts(lowered, compile_iree(lowered.text), None, vmfb_path)

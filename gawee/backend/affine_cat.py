@@ -30,7 +30,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     return native.load(SOURCE, {"gawee_affine_cat": [p, p, i, p, p, p, i, i, lng, i]})
 
 
-def available() -> str | None:
+def unavailable() -> str | None:
     """Why the kernel cannot run here, or None."""
     return _load()[1]
 

@@ -17,7 +17,7 @@ with equal batch and head dims, no dropout or grouped heads, and no mask or a bo
 mask). A constant mask becomes that term once, at compile time; one computed at run time on every call, where a
 mask it cannot turn into a term (a query row that attends to no key, which is 0 in torch's kernel and NaN in a
 softmax) makes that call run aten's kernel. ``TorchOptions.attention_kernel`` forces either. The fuser is first
-tried on an attention in a child process, once per process (:func:`onednn_graph.available`, about 2 s on the
+tried on an attention in a child process, once per process (:func:`onednn_graph.unavailable`, about 2 s on the
 first graph with an attention): a CPU on which it crashes loses the candidate, not the process.
 """
 
@@ -249,8 +249,8 @@ def choose(
     mask_shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else mask
     partition, why = None, "forced"
     if forced != "aten":
-        available = onednn_graph.available("attention")
-        partition, why = _checked_partition(shapes, scale, mask) if available else (None, "no oneDNN Graph partition")
+        usable = onednn_graph.unavailable("attention") is None
+        partition, why = _checked_partition(shapes, scale, mask) if usable else (None, "no oneDNN Graph partition")
         why = why or "forced"
     ms: dict[str, float] = {}
     if forced != "measure" or partition is None:

@@ -14,11 +14,12 @@ import torch
 from torch.utils import _pytree as pytree
 
 from gawee.accuracy import Accuracy, compare_outputs
-from gawee.backend import isolation
+from gawee.backend import isolation, runtime
 from gawee.backend.allocator import keep_freed_memory
 from gawee.backend.host import OutputStructure
 from gawee.backend.isolation import Tried
-from gawee.backend.torch_backend import TorchOptions, to_torch
+from gawee.backend.runtime import Runtime
+from gawee.backend.torch_backend import TorchOptions
 from gawee.equivalence import (
     TOLERANCE,
     EquivalenceReport,
@@ -37,17 +38,6 @@ from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet, with_precision
 
 logger = logging.getLogger(__name__)
-
-BACKENDS = ("torch", "onnxruntime", "onednn_graph", "onednn", "auto", "iree")
-"""gawee.compile's backends: the torch lowering (oneDNN/MKL kernels chosen per shape), ONNX Runtime on
-gawee's ONNX export, oneDNN Graph's compiled partitions of the traced graph, oneDNN's primitives created once
-(:mod:`gawee.backend.dnnl`; ``"onednn:blocked"``, ``"onednn:channels_last"`` or ``"onednn:per_conv"`` fixes its
-activation layout, else the fastest is measured), the fastest of those as measured here, and IREE on gawee's
-StableHLO."""
-
-CPU_ONLY = frozenset({"onnxruntime", "onednn_graph", "onednn", "iree"})
-"""Backends that run on the CPU only: refused for a model on another device (``"auto"`` and the torch lowering's
-whole-graph candidates leave them out, and say why in the report)."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +132,7 @@ def compile(
 ):
     """``model`` captured on ``example_inputs`` (a tensor, a tuple or list of the model's positional inputs, or a dict
     of its keyword inputs: :func:`gawee.capture`), rewritten by ``rules`` (default: the bundled ones),
-    checked, and lowered by :func:`to_torch`: an inference module for inputs of these shapes and dtypes.
+    checked, and lowered by :func:`gawee.to_torch`: an inference module for inputs of these shapes and dtypes.
     The whole-graph runtimes of the same graph — oneDNN Graph's compiled partitions, and oneDNN's primitives
     created once in each activation layout (:mod:`gawee.backend.dnnl`) — are built and timed against the lowered
     module too, where measuring them costs at most as long as the compile took so far
@@ -163,6 +153,8 @@ def compile(
     those three as well, times them on this machine and keeps the torch lowering unless another is more
     than 5% faster (the measurement is ``module.gawee_report.backend``): which kernels win depends on the
     CPU (:mod:`gawee.backend.ort`, :mod:`gawee.backend.onednn_graph`, :mod:`gawee.backend.dnnl`).
+    Every backend is a runtime of the registry (:mod:`gawee.backend.runtime`), selected through its interface:
+    ``auto`` measures those registered as its candidates (:attr:`Runtime.auto`), in the registry's order.
 
     ``backend="iree"`` lowers the rewritten graph to StableHLO instead (:func:`gawee.to_mlir`) and
     compiles it with IREE for the host CPU: the result is a :class:`gawee.backend.mlir.IreeModule`,
@@ -179,7 +171,7 @@ def compile(
     what the model returns (:class:`gawee.backend.host.OutputStructure`: same nesting, same classes) and
     carries a :class:`CompileReport` as ``module.gawee_report``. The model is put in eval
     mode and its weights are frozen into the module: later edits to them are not seen.
-    The runtimes that run native code a crash of which would take the process down (:data:`ISOLATED`) are built
+    The runtimes that run native code a crash of which would take the process down (:attr:`Runtime.isolated`) are built
     and run in a child process first, and built here only once it survived: a runtime whose child died is no
     candidate (the report says why), one asked for by name raises GaweeError.
     Raises CaptureError when torch.export cannot capture the model (or ``example_inputs`` is not a tensor, a tuple
@@ -198,28 +190,29 @@ def compile(
     whole-graph runtimes are not measured (they have no quantized kernels) and, with symbolic shapes, the rewritten
     graph is not checked at other sizes (that check holds every output to the tolerance).
     """
-    backend, _, layout = backend.partition(":")
-    if backend not in BACKENDS or (layout and (backend != "onednn" or layout not in _dnnl_layouts())):
-        raise GaweeError(
-            f"unknown backend {backend + (':' + layout if layout else '')!r}",
-            hint="backend is one of " + ", ".join(map(repr, (*BACKENDS, *(f"onednn:{k}" for k in _dnnl_layouts())))),
-        )
+    name, _, variant = backend.partition(":")
+    chosen = runtime.baseline() if name == "auto" else runtime.get(name)
+    if chosen is None or (variant and (name == "auto" or variant not in chosen.variants)):
+        known = [*runtime.names(), "auto", *(f"{r.name}:{v}" for r in runtime.runtimes() for v in r.variants)]
+        raise GaweeError(f"unknown backend {backend!r}", hint="backend is one of " + ", ".join(map(repr, known)))
     options = options or TorchOptions()
     if options.whole_graph not in ("measure", False):
         raise GaweeError(
             f"TorchOptions.whole_graph is {options.whole_graph!r}",
             hint='pass "measure" or False (backend="onednn_graph" runs oneDNN Graph\'s runtime always)',
         )
-    if backend != "iree" and (mlir_path is not None or vmfb_path is not None):
-        raise GaweeError("mlir_path and vmfb_path are artifacts of the IREE backend", hint='pass backend="iree"')
-    if backend == "iree":
-        from gawee.backend.mlir import _import_iree
-
-        _import_iree()  # fail before the capture when IREE is missing
-    if backend == "onnxruntime":
-        from gawee.backend.ort import _import_ort
-
-        _import_ort()
+    given = {"options": options, "mlir_path": mlir_path, "vmfb_path": vmfb_path}
+    foreign = [k for k, v in given.items() if v is not None and k not in chosen.options and k != "options"]
+    if foreign:
+        takers = [r.name for r in runtime.runtimes() if set(foreign) <= set(r.options)]
+        raise GaweeError(
+            f"{' and '.join(foreign)} {'is an option' if len(foreign) == 1 else 'are options'} of backend "
+            f"{' or '.join(map(repr, takers)) or 'none'}, not of {backend!r}",
+            hint=f'pass backend="{takers[0]}"' if takers else None,
+        )
+    why = chosen.unavailable()
+    if why is not None:  # fail before the capture when the runtime cannot run here
+        raise chosen.unavailable_error(why)
     if precision is not None:
         rules = with_precision(rules, precision)  # an unknown name fails before the capture
     allocator = keep_freed_memory() if options.keep_freed_memory else ""
@@ -229,14 +222,10 @@ def compile(
     graph = capture(model, example_inputs, dynamic_shapes=dynamic_shapes)
     xs = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]  # the graph's inputs
     seconds["capture"] = time.perf_counter() - t0
-    if backend == "iree" and any(v.type.symbolic for v in graph.inputs):
-        raise GaweeError(
-            "the IREE backend compiles static shapes only", hint="compile with dynamic_shapes=None for backend='iree'"
-        )
 
-    if backend in CPU_ONLY and graph.device.type != "cpu":
+    if chosen.cpu_only and graph.device.type != "cpu":
         raise GaweeError(
-            f"backend {backend!r} runs on the CPU only; the model is on {graph.device}",
+            f"backend {name!r} runs on the CPU only; the model is on {graph.device}",
             hint='use backend="torch" (it runs on the model\'s device), or move the model and inputs to the CPU',
         )
 
@@ -244,6 +233,9 @@ def compile(
     optimized, rewrite_report = rewrite(graph, rules, trace=precision is not None)
     approximate = _approximate_outputs(optimized, rewrite_report)
     seconds["rewrite"] = time.perf_counter() - t0
+    why = chosen.cannot_run(optimized)
+    if why is not None:
+        raise GaweeError(f"{graph.name} cannot run on {chosen.title}: {why}", hint='use backend="torch"')
 
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -262,24 +254,13 @@ def compile(
         )
         structure = None
     choice = None
-    if backend == "iree":
-        module = _lower_iree(optimized, structure, mlir_path, vmfb_path, xs)
-    elif backend == "onnxruntime":
-        from gawee.backend.ort import OrtModule
-
-        module = OrtModule(optimized, output_structure=structure)
-    elif backend == "onednn_graph":
-        from gawee.backend.onednn_graph import OneDNNGraphModule
-
-        module = _built_apart(
-            "onednn_graph", optimized, lambda: OneDNNGraphModule(optimized, xs, output_structure=structure), xs
-        )
-    elif backend == "onednn":
-        module, choice = _onednn(optimized, structure, xs, flat_expected, layout)
+    if chosen.variants:
+        module, choice = _variants(chosen, optimized, structure, xs, flat_expected, variant, given)
     else:
-        module = to_torch(optimized, options, output_structure=structure)
-        if backend == "auto":
-            module, choice = _choose_runtime(optimized, module, structure, xs, flat_expected)
+        here, trial = _builds(chosen, optimized, xs, structure, "", given)
+        module = _built_apart(chosen.name, optimized, here, xs, trial) if chosen.isolated else here()
+    if name == "auto":
+        module, choice = _choose_runtime(optimized, module, structure, xs, flat_expected, given)
     seconds["lower"] = time.perf_counter() - t0
 
     # One end-to-end check on the example inputs: the compiled rewritten graph against the model itself.
@@ -290,7 +271,8 @@ def compile(
         got = module(*xs)
     first_call_s = time.perf_counter() - t0
     try:
-        checks = _check_backend(graph.name, flat_expected, pytree.tree_leaves(got), backend, approximate)
+        ran = runtime.get((choice.chosen if choice else chosen.name).partition(":")[0])
+        checks = _check_backend(graph.name, flat_expected, pytree.tree_leaves(got), ran.mismatch_hint, approximate)
     except EquivalenceError:
         _check_rewrite(graph, optimized, xs)
         raise
@@ -300,7 +282,8 @@ def compile(
         equivalence = _check_rewrite(graph, optimized, None)
     seconds["verify"] += time.perf_counter() - t0
 
-    if backend == "torch" and options.whole_graph == "measure" and options.fused_kernels and not approximate:
+    whole_graph = name != "auto" and chosen is runtime.baseline() and options.whole_graph == "measure"
+    if whole_graph and options.fused_kernels and not approximate:
         t0 = time.perf_counter()
         module, choice, whole_checks = _whole_graph(
             optimized, module, structure, xs, flat_expected, first_call_s, sum(seconds.values())
@@ -328,83 +311,85 @@ def compile(
     return module
 
 
-def _dnnl_layouts() -> tuple[str, ...]:
-    from gawee.backend import dnnl
-
-    return dnnl.LAYOUTS
+def _measured(graph: Graph, which: Callable[[Runtime], bool]) -> tuple[list[str], dict[str, str]]:
+    """The candidates of a measured choice for ``graph`` among the registered runtimes ``which`` takes, in the
+    registry's order (a runtime with variants: each, as ``name:variant``), leaving out those that need not be built
+    for it (:meth:`Runtime.unpromising`: oneDNN's primitives where torch steps would compute most of its FLOPs,
+    as a transformer's batched matmuls); and why those were left out."""
+    names, skipped = [], {}
+    for rt in runtime.runtimes():
+        if not which(rt):
+            continue
+        why = rt.unpromising(graph)
+        if why is not None:
+            skipped[rt.name] = why
+        else:
+            names += [f"{rt.name}:{v}" for v in rt.variants] or [rt.name]
+    return names, skipped
 
 
 def _whole_graph_runtimes(graph: Graph) -> tuple[list[str], dict[str, str]]:
-    """The whole-graph runtimes a choice measures for ``graph``: oneDNN Graph's and oneDNN's primitives in each
-    layout — these only where their primitives, not torch steps, would compute most of its floating-point
-    operations (:func:`gawee.backend.dnnl.torch_flops`: a transformer's batched matmuls would not); and why not."""
-    from gawee.backend import dnnl
+    """The runtimes the default compile measures against the torch lowering (:attr:`Runtime.whole_graph`: oneDNN's
+    primitives in each layout, oneDNN Graph's), and why some were left out (:func:`_measured`)."""
+    return _measured(graph, lambda rt: rt.whole_graph)
 
-    stepped = dnnl.torch_flops(graph)
-    if stepped is not None:
-        return ["onednn_graph"], {"onednn": stepped}
-    return ["onednn_graph", *(f"onednn:{k}" for k in _dnnl_layouts())], {}
+
+def _builds(rt: Runtime, graph: Graph, xs: list, structure, variant: str, given: dict | None):
+    """``rt``'s builds of ``graph`` here and in a trial process (:meth:`Runtime.builds`), with the compile's
+    options ``given`` that it takes (:attr:`Runtime.options`) and ``variant`` (if any)."""
+    kwargs = {k: v for k, v in (given or {}).items() if k in rt.options}
+    if variant:
+        kwargs["variant"] = variant
+    return rt.builds(graph, xs, output_structure=structure, **kwargs)
 
 
 def _runtimes(
-    graph: Graph, structure, xs: list, expected: list, names: Sequence[str]
+    graph: Graph, structure, xs: list, expected: list, names: Sequence[str], given: dict | None = None
 ) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str]]:
-    """The runtimes ``names`` of ``graph`` that can be built, run the example inputs ``xs`` and compute the model's
-    outputs (``expected``, :func:`_candidate`), with their checks; and why the others are no candidates. Names:
-    ``onednn_graph``, ``onnxruntime``, ``onednn:LAYOUT`` (:mod:`gawee.backend.dnnl`). Those of :data:`ISOLATED` are
-    first built, run and checked in child processes: one whose child died, or that failed or computed other outputs
-    there, is no candidate and never built in this process."""
-    from gawee.backend import dnnl, onednn_graph, ort
+    """The runtimes ``names`` (registered names, or ``name:variant``) of ``graph`` that can be built, run the
+    example inputs ``xs`` and compute the model's outputs (``expected``, :func:`_candidate`), with their checks; and
+    why the others are no candidates. The :attr:`Runtime.isolated` ones are first built, run and checked in child
+    processes: one whose child died, or that failed or computed other outputs there, is no candidate and never
+    built in this process."""
 
-    def why_not(name: str) -> str | None:
-        if graph.device.type != "cpu":
+    def why_not(rt: Runtime) -> str | None:
+        if rt.cpu_only and graph.device.type != "cpu":
             return f"runs on the CPU only; the model is on {graph.device}"
-        if name == "onednn_graph":
-            return onednn_graph.supports(graph)
-        if name == "onnxruntime":
-            return "onnxruntime is not installed" if not ort.available() else ort.supports(graph)
-        return dnnl.supports(graph)
-
-    def build(name: str):
-        if name == "onednn_graph":
-            return onednn_graph.OneDNNGraphModule(graph, xs, output_structure=structure)
-        if name == "onnxruntime":
-            return ort.OrtModule(graph, output_structure=structure)
-        return dnnl.DnnlModule(graph, output_structure=structure, layout=name.partition(":")[2])
+        return rt.unavailable() or rt.cannot_run(graph)
 
     modules, checks, not_candidates, whys = {}, {}, {}, {}
     for name in names:
-        runtime = name.partition(":")[0]
-        if runtime not in whys:  # asked once for all of a runtime's layouts
-            whys[runtime] = why_not(name)
-        if whys[runtime] is not None:  # the runtime cannot run this graph at all: said once
-            not_candidates[runtime] = whys[runtime]
+        key = name.partition(":")[0]
+        if key not in whys:  # asked once for all of a runtime's variants
+            whys[key] = why_not(runtime.get(key))
+        if whys[key] is not None:  # the runtime cannot run this graph at all: said once
+            not_candidates[key] = whys[key]
     names = [name for name in names if whys[name.partition(":")[0]] is None]
+    builds, hints = {}, {}
+    for name in names:
+        key, _, variant = name.partition(":")
+        rt = runtime.get(key)
+        builds[name], hints[name] = _builds(rt, graph, xs, structure, variant, given), rt.mismatch_hint
     # A runtime that could crash the process is built, run and checked in a child first (all of them at once);
     # only those that survive with the model's outputs are built here.
-    risky = [name for name in names if name.partition(":")[0] in ISOLATED]
-    trials = _apart({name: functools.partial(_candidate_why, graph.name, name, build, expected, xs) for name in risky})
+    risky = [name for name in names if runtime.get(name.partition(":")[0]).isolated]
+    trials = _apart(
+        {
+            name: functools.partial(_candidate_why, graph.name, builds[name][1], expected, xs, hints[name])
+            for name in risky
+        }
+    )
     for name in names:
         trial = trials.get(name)
         if trial is not None and (trial.died or trial.error or trial.answer):
             not_candidates[name] = _trial_why(trial)
             continue
-        module, checks[name], why = _candidate(graph.name, name, lambda: build(name), expected, xs)
+        module, checks[name], why = _candidate(graph.name, builds[name][0], expected, xs, hints[name])
         if why is None:
             modules[name] = module
         else:
             not_candidates[name] = why
     return modules, checks, not_candidates
-
-
-ISOLATED = ("onednn_graph", "onednn", "iree")
-"""The runtimes built and first run in a child process on the user's graph (:mod:`gawee.backend.isolation`), and
-in the user's process only once that child survived: each runs native code on the graph that Python cannot stop
-from aborting the process — TorchScript's oneDNN Graph fuser (which aborted on timm's VOLO class attention with
-``munmap_chunk(): invalid pointer``), oneDNN's primitives and gawee's own C kernels called through ctypes on
-addresses gawee computes, IREE's compiled module. The torch lowering and ONNX Runtime are not tried apart: torch's
-operators and an ORT session check what they are given and raise (the torch lowering's attention partitions are
-oneDNN Graph's, and are tried apart in :mod:`gawee.backend.attention`)."""
 
 
 def _apart(work: dict[str, Callable[[], str | None]]) -> dict[str, Tried]:
@@ -427,19 +412,19 @@ def _trial_why(trial: Tried) -> str:
     return trial.error or trial.answer or ""
 
 
-def _candidate_why(name: str, runtime: str, build, expected: list, xs: list) -> str | None:
-    """In a trial process: why ``runtime`` is no candidate (:func:`_candidate`), or None."""
-    return _candidate(name, runtime, lambda: build(runtime), expected, xs)[2]
+def _candidate_why(name: str, build, expected: list, xs: list, hint: str) -> str | None:
+    """In a trial process: why the runtime ``build()`` builds is no candidate (:func:`_candidate`), or None."""
+    return _candidate(name, build, expected, xs, hint)[2]
 
 
-def _built_apart(runtime: str, graph: Graph, build, xs: list, trial_build=None):
-    """``build()``, a runtime's module of ``graph`` asked for by name, once a child built it (``trial_build()``, if
-    given) and ran it on ``xs`` (:data:`ISOLATED`); GaweeError when that child died. A failure there that raises is
-    left to the build here, which raises it with its own type."""
-    trial = _apart({runtime: functools.partial(_runs, trial_build or build, xs)})[runtime]
+def _built_apart(name: str, graph: Graph, build, xs: list, trial_build=None):
+    """``build()``, the module of ``graph`` of the runtime ``name`` asked for by name, once a child built it
+    (``trial_build()``, if given) and ran it on ``xs`` (:attr:`Runtime.isolated`); GaweeError when that child died.
+    A failure there that raises is left to the build here, which raises it with its own type."""
+    trial = _apart({name: functools.partial(_runs, trial_build or build, xs)})[name]
     if trial.died:
         raise GaweeError(
-            f"the {runtime} runtime cannot run {graph.name}: {_trial_why(trial)}",
+            f"the {name} runtime cannot run {graph.name}: {_trial_why(trial)}",
             hint='use backend="torch" (or "auto", which drops a runtime that crashes), and report the model',
         )
     return build()
@@ -451,16 +436,18 @@ def _runs(build, xs: list) -> None:
         build()(*xs)
 
 
-def _onednn(graph: Graph, structure, xs: list, expected: list, layout: str) -> tuple[object, BackendChoice]:
-    """``backend="onednn"``: oneDNN's primitives in the activation layout ``layout``, or in the fastest layout as
-    measured here (blocked, the default, unless another is more than 5% faster)."""
+def _variants(
+    rt: Runtime, graph: Graph, structure, xs: list, expected: list, variant: str, given: dict
+) -> tuple[object, BackendChoice]:
+    """A runtime with variants asked for by name (``backend="onednn"``): its module in ``variant``, or in the
+    fastest variant as measured here (the first, unless another is more than 5% faster)."""
     from gawee.backend.measure import fastest
 
-    names = [f"onednn:{layout}"] if layout else [f"onednn:{k}" for k in _dnnl_layouts()]
-    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, names)
+    names = [f"{rt.name}:{variant}"] if variant else [f"{rt.name}:{v}" for v in rt.variants]
+    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, names, given)
     if not modules:
         why = "; ".join(f"{k}: {v}" for k, v in not_candidates.items())
-        raise GaweeError(f"{graph.name} cannot run on oneDNN's primitives: {why}", hint='use backend="torch"')
+        raise GaweeError(f"{graph.name} cannot run on {rt.title}: {why}", hint='use backend="torch"')
     if len(modules) == 1:
         ((name, module),) = modules.items()
         return module, BackendChoice(name, {}, not_candidates)
@@ -468,22 +455,25 @@ def _onednn(graph: Graph, structure, xs: list, expected: list, layout: str) -> t
     return modules[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates)
 
 
-def _choose_runtime(graph: Graph, torch_module, structure, xs: list, expected: list) -> tuple[object, BackendChoice]:
-    """``backend="auto"``: the fastest of the torch lowering, oneDNN Graph's compiled partitions, oneDNN's
-    primitives in each activation layout (where they, not torch steps, compute most of its FLOPs:
-    :func:`gawee.backend.dnnl.torch_flops`) and ONNX Runtime on the same graph, each where it is installed, can run
-    the graph and computes the model's outputs (``expected``, :func:`_candidate`); another runtime wins only when
-    it measures more than 5% faster here (:func:`gawee.backend.measure.fastest`). All are compared and timed on
+def _choose_runtime(
+    graph: Graph, torch_module, structure, xs: list, expected: list, given: dict
+) -> tuple[object, BackendChoice]:
+    """``backend="auto"``: the fastest of the torch lowering and the registry's other candidates of ``auto``
+    (:attr:`Runtime.auto`: oneDNN's primitives in each activation layout, where they, not torch steps, compute most
+    of its FLOPs, oneDNN Graph's compiled partitions, ONNX Runtime) on the same graph, each where it is installed,
+    can run the graph and computes the model's outputs (``expected``, :func:`_candidate`); another runtime wins only
+    when it measures more than 5% faster here (:func:`gawee.backend.measure.fastest`). All are compared and timed on
     the example inputs ``xs``: inputs in the model's domain (random ones need not be: an attention mask of 0-3
     with fully masked rows made GPT-2's outputs undefined)."""
     from gawee.backend.measure import SETTLE_S, fastest
 
-    names, skipped = _whole_graph_runtimes(graph)
-    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, [*names, "onnxruntime"])
+    baseline = runtime.baseline()
+    names, skipped = _measured(graph, lambda rt: rt.auto and rt is not baseline)
+    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, names, given)
     not_candidates.update(skipped)
     if not modules:
-        return torch_module, BackendChoice("torch", {}, not_candidates)
-    candidates = {"torch": torch_module, **modules}
+        return torch_module, BackendChoice(baseline.name, {}, not_candidates)
+    candidates = {baseline.name: torch_module, **modules}
     timed = fastest(candidates, xs, settle_s=SETTLE_S)
     return candidates[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates)
 
@@ -497,7 +487,7 @@ and its share of the timing rounds, which the measurement's time budget bounds o
 ``onednn:per_conv`` races every kernel of each convolution (about one call of each candidate kernel where calls are
 long), nor the rounds the close candidates get past the budget (:data:`gawee.backend.measure.FINAL_ROUNDS`, at most
 :data:`gawee.backend.measure.FINAL_BUDGET_S` more), nor the trial of each runtime in a child process first
-(:data:`ISOLATED`: one more build and call, on one thread). With all of it but the trials, resnet50's compile at
+(:attr:`Runtime.isolated`: one more build and call, on one thread). With all of it but the trials, resnet50's compile at
 batch 8 spent more than half its time measuring (benchmarks/README.md, "Runtime" → "Figures behind the code")."""
 
 WHOLE_GRAPH_SHARE = 1.0
@@ -529,10 +519,10 @@ def _whole_graph(
     if cost_s > budget_s:  # too long a call is not measured, whatever the fuser can do
         why = (
             f"a call takes {first_call_s * 1e3:.0f} ms: measuring would cost about {cost_s:.1f} s, over the budget "
-            f"of {budget_s:.1f} s (the compile so far; oneDNN's primitives were not measured either; "
-            'backend="auto" measures every runtime anyway)'
+            f'of {budget_s:.1f} s (the compile so far; backend="auto" measures every runtime anyway)'
         )
-        return torch_module, BackendChoice("torch", {}, {"onednn_graph": why}), None
+        skipped = {rt.name: why for rt in runtime.runtimes() if rt.whole_graph}
+        return torch_module, BackendChoice(runtime.baseline().name, {}, skipped), None
     return whole_graph_choice(graph, torch_module, structure, xs, expected)
 
 
@@ -551,17 +541,15 @@ def whole_graph_choice(
     modules, checks, not_candidates = _runtimes(graph, structure, xs, expected, names)
     not_candidates.update(skipped)
     if not modules:
-        return torch_module, BackendChoice("torch", {}, not_candidates), None
-    candidates = {"torch": torch_module, **modules}
+        return torch_module, BackendChoice(runtime.baseline().name, {}, not_candidates), None
+    candidates = {runtime.baseline().name: torch_module, **modules}
     timed = fastest(candidates, xs)
     choice = BackendChoice(timed.chosen, timed.seconds, not_candidates)
     return candidates[timed.chosen], choice, checks.get(timed.chosen)
 
 
-def _candidate(
-    name: str, runtime: str, build, expected: list, xs: list
-) -> tuple[object, list[OutputCheck], str | None]:
-    """``runtime``'s module from ``build()`` with its outputs' checks against the model's (``expected``) on the
+def _candidate(name: str, build, expected: list, xs: list, hint: str) -> tuple[object, list[OutputCheck], str | None]:
+    """A runtime's module from ``build()`` with its outputs' checks against the model's (``expected``) on the
     example inputs ``xs``; or why it is no candidate: it cannot be built (an op without an ONNX lowering, a trace
     TorchScript refuses), fails to run ``xs``, or computes other outputs (beyond the dtype's tolerance)."""
     try:
@@ -574,36 +562,9 @@ def _candidate(
         except Exception as e:
             return None, [], f"it fails to run it: {first_line(e)}"
     try:
-        return module, _check_backend(name, expected, got, runtime), None
+        return module, _check_backend(name, expected, got, hint), None
     except EquivalenceError as e:
         return None, [], f"its outputs differ from the model's: {e.message}"
-
-
-def _lower_iree(graph: Graph, structure, mlir_path, vmfb_path, xs: list):
-    """lower_mlir, then IREE for the host CPU; the artifacts asked for are written atomically (with external
-    weights, their parameter archive too: :func:`gawee.backend.mlir.write_artifacts`). The compiled module is loaded
-    and run on ``xs`` in a child process before it is loaded here (:func:`_built_apart`)."""
-    from gawee.backend.mlir import IreeModule, compile_iree, lower_mlir, write_artifacts
-
-    lowered = lower_mlir(graph)
-    write_artifacts(lowered, None, mlir_path, None, parameters=vmfb_path is None)  # the text, even if IREE rejects it
-    vmfb = compile_iree(lowered.text)
-    write_artifacts(lowered, vmfb, None, vmfb_path)
-
-    def build(driver: str = "local-task"):
-        return IreeModule(
-            vmfb,
-            [v.type for v in graph.inputs],
-            [v.type for v in graph.outputs],
-            output_structure=structure,
-            driver=driver,
-            parameters=lowered.parameters or None,
-            input_names=[v.name for v in graph.inputs],
-        )
-
-    # The trial runs the same dispatches on IREE's synchronous driver: a forked child cannot use the task driver
-    # once this process has (IREE keeps one per process, and its worker threads are not in the child).
-    return _built_apart("iree", graph, build, xs, trial_build=functools.partial(build, "local-sync"))
 
 
 def _check_rewrite(graph: Graph, optimized: Graph, inputs: list | None) -> EquivalenceReport:
@@ -640,10 +601,11 @@ def _check_backend(
     name: str,
     expected: Sequence[torch.Tensor],
     got: Sequence[torch.Tensor],
-    backend: str = "torch",
+    hint: str | None = None,
     approximate: frozenset[int] = frozenset(),
 ) -> list[OutputCheck]:
-    """Each output's difference from the model's; EquivalenceError if one exceeds its dtype's tolerance, except
+    """Each output's difference from the model's; EquivalenceError (with ``hint``, the runtime's
+    :attr:`Runtime.mismatch_hint`) if one exceeds its dtype's tolerance, except
     the outputs in ``approximate`` (made by approximate rules: their error is their rules' and is reported, not
     judged against the tolerance; their shape and dtype still must match)."""
     checks = []
@@ -661,12 +623,7 @@ def _check_backend(
             raise EquivalenceError(
                 f"output {i} of the compiled {name} differs from the model's by {err:.3g} "
                 f"(tolerance {tol:g} x {scale:.3g})",
-                hint={
-                    "torch": "compile with options=TorchOptions(fused_kernels=False) to rule out the fused "
-                    "kernels, and report the model",
-                    "onnxruntime": 'compile with backend="torch", and report the model',
-                    "onednn_graph": 'compile with backend="torch", and report the model',
-                }.get(backend, "write the module with mlir_path= and report the model with it"),
+                hint=hint,
             )
         t = TensorType.of(ref)
         checks.append(OutputCheck(i, t, t, err, tol, scale, approximate=i in approximate and err > tol * scale))

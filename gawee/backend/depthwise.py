@@ -17,7 +17,7 @@ made efficientnet_b0's blocked module about a tenth faster.
 The C is compiled once per machine (:mod:`gawee.backend.native`) with floating-point contraction on; its vector
 is 16 channels where the compiler targets AVX-512, else 8, and the blocked layout is offered only where oneDNN's
 block is that vector (NHWC: where the channels are a multiple of it). Without a C compiler the candidate is not
-offered (:func:`available` says why) and nothing else changes.
+offered (:func:`unavailable` says why) and nothing else changes.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     return native.load(SOURCE, functions, flags=("-ffp-contract=fast",))
 
 
-def available() -> str | None:
+def unavailable() -> str | None:
     """Why the kernel cannot run here, or None."""
     return _load()[1]
 

@@ -43,6 +43,7 @@ import os
 import sys
 import threading
 import weakref
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from typing import Any
 import torch
 
 from gawee.backend.host import InputSignature, arrange, as_structure
+from gawee.backend.runtime import Runtime
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType
@@ -137,7 +139,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     return lib, None
 
 
-def available() -> str | None:
+def unavailable() -> str | None:
     """Why this runtime cannot run here (the library is missing), or None."""
     return _load()[1]
 
@@ -622,7 +624,7 @@ class _Winograd:
         blocks = layout != "blocked" or (cin % plan.block == 0 and cout % plan.block == 0)
         if not (blocks and winograd.eligible(cin, cout, kernel, stride, dilation, groups, act)):
             return []
-        if winograd.available() is not None:
+        if winograd.unavailable() is not None:
             return []
         rows = winograd.chunkings(x.shape[0], cin, cout, x.shape[2], x.shape[3], padding)
         return [_Winograd(plan, layout, x, out, padding, act, residual, r) for r in rows]
@@ -778,7 +780,7 @@ class _Grouped(_Native):
 
         kernel, stride, _, dilation, groups = geometry
         cin, cout, ow = x.shape[1], out.shape[1], out.shape[3]
-        if (layout == "blocked" and cout % plan.block != 0) or grouped.available() is not None:
+        if (layout == "blocked" and cout % plan.block != 0) or grouped.unavailable() is not None:
             return []
         if not grouped.eligible(cin, cout, groups, kernel, stride, dilation, ow, act):
             return []
@@ -811,7 +813,7 @@ class _Depthwise(_Native):
         channels-last where the channels are a multiple of it."""
         from gawee.backend import depthwise
 
-        if depthwise.available() is not None:
+        if depthwise.unavailable() is not None:
             return False
         kernel, stride, padding, dilation, groups = geometry
         if not depthwise.eligible(x[1], out[1], groups, kernel, stride, padding, dilation, x[3], out[3], act):
@@ -1336,7 +1338,7 @@ def _moved_acts(plan: _Plan, graph: Graph) -> dict[Node, tuple[Node, str]]:
     in either)."""
     from gawee.backend import depthwise
 
-    if depthwise.available() is not None:
+    if depthwise.unavailable() is not None:
         return {}
     moved = {}
     fused_by = {act: producer for producer, act in plan.fused.items()}
@@ -1364,7 +1366,7 @@ def _affine_cats(plan: _Plan, graph: Graph) -> dict[Node, Node]:
     one :func:`_affine_cat` step when the batch norm is (the concatenation itself is not planned before it)."""
     from gawee.backend import affine_cat
 
-    if affine_cat.available() is not None:
+    if affine_cat.unavailable() is not None:
         return {}
     found = {}
     for node in graph:
@@ -1387,7 +1389,7 @@ def _affine_cats(plan: _Plan, graph: Graph) -> dict[Node, Node]:
 def supports(graph: Graph) -> str | None:
     """Why ``graph`` cannot run on this runtime, or None if it can (as far as its types and ops show; the
     primitives themselves are checked when the module is built)."""
-    why = available()
+    why = unavailable()
     if why is not None:
         return why
     for v in (*graph.inputs, *graph.outputs):
@@ -1480,3 +1482,36 @@ class DnnlModule(torch.nn.Module):
 def _destroy(lib, handles) -> None:
     for destroy, handle in reversed(handles):
         getattr(lib, destroy)(_P(handle))
+
+
+class DnnlRuntime(Runtime):
+    """oneDNN's primitives (:class:`DnnlModule`), one variant per activation layout (:data:`LAYOUTS`); tried apart
+    first, as they and gawee's C kernels run on addresses gawee computes."""
+
+    name = "onednn"
+    title = "oneDNN's primitives"
+    variants = LAYOUTS
+    isolated = True
+    whole_graph = True
+
+    def unavailable(self) -> str | None:
+        return unavailable()
+
+    def cannot_run(self, graph: Graph) -> str | None:
+        return supports(graph)
+
+    def unpromising(self, graph: Graph) -> str | None:
+        return torch_flops(graph)
+
+    def build(
+        self,
+        graph: Graph,
+        example_inputs: Sequence[torch.Tensor],
+        *,
+        output_structure: Any = None,
+        variant: str = "blocked",
+    ) -> DnnlModule:
+        return DnnlModule(graph, output_structure=output_structure, layout=variant)
+
+
+RUNTIME = DnnlRuntime()

@@ -16,7 +16,7 @@ size, padding and dilation, in every layout (in blocks of 16, the AVX-512 ones, 
 last block: it leaves padding lanes unwritten). The C
 is compiled once per machine (:mod:`gawee.backend.native`) with floating-point contraction on, so that
 ``acc += x * w`` is one fused multiply-add (C11 alone forbids it); without a C compiler the candidate is not
-offered (:func:`available` says why) and nothing else changes.
+offered (:func:`unavailable` says why) and nothing else changes.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     return native.load(SOURCE, {"gawee_group8_conv": argtypes}, flags=("-ffp-contract=fast",))
 
 
-def available() -> str | None:
+def unavailable() -> str | None:
     """Why the kernel cannot run here, or None."""
     return _load()[1]
 

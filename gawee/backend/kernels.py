@@ -145,7 +145,7 @@ def _has_mkl_linear() -> bool:
 @cache
 def _has_onednn_linear(act: str | None) -> bool:
     """Whether oneDNN's fused linear runs here with this post-op (probed once on a tiny matrix)."""
-    if not (onednn.available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+    if onednn.unavailable() is not None or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return False
     post = onednn.post_op(act, (0.0, 6.0) if act == "hardtanh" else (0.01,) if act == "leaky_relu" else ())
     if post is None:

@@ -123,7 +123,8 @@ def linear_int8_dynamic(ctx):
     weight, scale, bias = ctx.const(1), ctx.const(2), ctx.const(3)
     x = ctx.type(0)
     static = at_example(x.shape) if has_symbols(x.shape) else x.shape
-    if weight is None or scale is None or 0 in static or not quantized.available() or not ctx.options.fused_kernels:
+    unusable = quantized.unavailable() is not None or not ctx.options.fused_kernels
+    if weight is None or scale is None or 0 in static or unusable:
         return ctx.reference()
     packed_bias = bias if bias is not None and tuple(bias.shape) == (weight.shape[0],) else None
     a = ctx.attrs

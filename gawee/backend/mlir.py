@@ -36,6 +36,7 @@ import torch
 
 from gawee.backend.host import InputSignature, arrange, as_structure, numpy_inputs
 from gawee.backend.lower_mlir import MLIR
+from gawee.backend.runtime import Runtime
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType, TensorType
@@ -48,7 +49,7 @@ __all__ = [
     "MlirModule",
     "V",
     "compile_iree",
-    "iree_available",
+    "iree_unavailable",
     "lower_mlir",
     "to_mlir",
     "write_artifacts",
@@ -964,13 +965,13 @@ def write_artifacts(
 # -- IREE ---------------------------------------------------------------------------------
 
 
-def iree_available() -> bool:
-    """Whether the IREE compiler and runtime packages are importable."""
+def iree_unavailable() -> str | None:
+    """Why IREE cannot run here (its compiler or runtime package is not importable), or None."""
     try:
         _import_iree()
-    except ModuleNotFoundError:
-        return False
-    return True
+    except ModuleNotFoundError as e:
+        return str(e)
+    return None
 
 
 def _import_iree():
@@ -1120,3 +1121,75 @@ class IreeModule:
 
 def _host(r):
     return r.to_host() if hasattr(r, "to_host") else r
+
+
+class IreeRuntime(Runtime):
+    """IREE on gawee's StableHLO (:func:`lower_mlir`, :func:`compile_iree`, :class:`IreeModule`); static shapes.
+    Not measured by ``backend="auto"`` (compiling takes long beside the others). Tried apart first: the compiled
+    module is native code."""
+
+    name = "iree"
+    title = "IREE"
+    auto = False
+    isolated = True
+    options = ("mlir_path", "vmfb_path")
+    mismatch_hint = "write the module with mlir_path= and report the model with it"
+
+    def unavailable(self) -> str | None:
+        return iree_unavailable()
+
+    def cannot_run(self, graph: Graph) -> str | None:
+        if any(v.type.symbolic for v in graph.inputs):
+            return "symbolic shapes (IREE compiles static shapes only: compile with dynamic_shapes=None)"
+        return None
+
+    def unavailable_error(self, why: str) -> Exception:
+        return ModuleNotFoundError(why)
+
+    def build(
+        self,
+        graph: Graph,
+        example_inputs: Sequence[torch.Tensor],
+        *,
+        output_structure: Any = None,
+        mlir_path: str | os.PathLike | None = None,
+        vmfb_path: str | os.PathLike | None = None,
+    ) -> IreeModule:
+        """The module compiled for the host CPU; the artifacts asked for are written atomically (with external
+        weights, their parameter archive too: :func:`write_artifacts`)."""
+        return self.builds(
+            graph, example_inputs, output_structure=output_structure, mlir_path=mlir_path, vmfb_path=vmfb_path
+        )[0]()
+
+    def builds(
+        self,
+        graph: Graph,
+        example_inputs: Sequence[torch.Tensor],
+        *,
+        output_structure: Any = None,
+        mlir_path: str | os.PathLike | None = None,
+        vmfb_path: str | os.PathLike | None = None,
+    ):
+        """The graph lowered and compiled once, here; the module is loaded on IREE's task driver here and on its
+        synchronous driver in a trial process (a forked child cannot use the task driver once this process has:
+        IREE keeps one per process, and its worker threads are not in the child; the dispatches are the same)."""
+        lowered = lower_mlir(graph)
+        write_artifacts(lowered, None, mlir_path, None, parameters=vmfb_path is None)  # the text, even if rejected
+        vmfb = compile_iree(lowered.text)
+        write_artifacts(lowered, vmfb, None, vmfb_path)
+
+        def build(driver: str = "local-task") -> IreeModule:
+            return IreeModule(
+                vmfb,
+                [v.type for v in graph.inputs],
+                [v.type for v in graph.outputs],
+                output_structure=output_structure,
+                driver=driver,
+                parameters=lowered.parameters or None,
+                input_names=[v.name for v in graph.inputs],
+            )
+
+        return build, functools.partial(build, "local-sync")
+
+
+RUNTIME = IreeRuntime()

@@ -39,18 +39,13 @@ BINARY_POST_OPS = frozenset({None, "relu"})
 
 
 @cache
-def available() -> bool:
-    """Whether this torch build has oneDNN's fused CPU kernels (x86 and Arm builds with MKLDNN)."""
+def unavailable() -> str | None:
+    """Why this torch build has no oneDNN fused CPU kernels (x86 and Arm builds with MKLDNN have them), or None."""
     if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
-        return False
+        return "this torch has no MKLDNN, or it is disabled (torch.backends.mkldnn.enabled)"
     mkldnn = torch.ops.mkldnn
-    return all(
-        hasattr(mkldnn, name)
-        for name in (
-            "_convolution_pointwise",
-            "_reorder_convolution_weight",
-        )
-    )
+    missing = [name for name in ("_convolution_pointwise", "_reorder_convolution_weight") if not hasattr(mkldnn, name)]
+    return f"this torch has no torch.ops.mkldnn.{missing[0]}" if missing else None
 
 
 @cache
@@ -64,7 +59,7 @@ def supports(dtype: DType) -> bool:
     take the op's reference lowering instead, which computes in float32 and rounds once
     (``gawee.ops.nn.conv_low_precision``): correct on every CPU. The f32 path is unchanged.
     """
-    return available() and dtype is DType.f32
+    return unavailable() is None and dtype is DType.f32
 
 
 def post_op(act: str | None, params: Sequence[float]) -> tuple[str, list[float], str | None] | None:

@@ -41,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 
 from gawee import cache as gawee_cache
 from gawee.backend.host import InputSignature, arrange, as_structure
+from gawee.backend.runtime import Runtime
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph
 from gawee.ir.types import DType
@@ -105,21 +106,28 @@ def _trial() -> frozenset[str]:
     return passed
 
 
-def available(part: str = "partitions") -> bool:
-    """Whether this torch has TorchScript's oneDNN Graph fuser (x86 and Arm builds with MKLDNN) and it runs here:
-    ``"partitions"`` for convolutions and elementwise ops, ``"attention"`` for the attention partition too.
+def unavailable(part: str = "partitions") -> str | None:
+    """Why TorchScript's oneDNN Graph fuser cannot be used here, or None where this torch has it (x86 and Arm
+    builds with MKLDNN) and it runs here: ``"partitions"`` for convolutions and elementwise ops, ``"attention"``
+    for the attention partition too.
 
     The fuser is native code on a path torch itself no longer exercises much: it is first tried on a small
     network and a masked attention in a child process (about 2 s, once per machine and torch: the answer is
     kept, :mod:`gawee.cache`), so that a CPU on which it crashes or computes wrongly loses a candidate kernel or
     runtime instead of the process."""
-    return part in _trial() and (part == "partitions" or "partitions" in _trial())
+    passed = _trial()
+    if "partitions" not in passed:
+        return "this torch has no oneDNN Graph fuser, or it failed its trial run on this machine"
+    if part not in passed:
+        return f"oneDNN Graph's fuser failed the {part} part of its trial run on this machine"
+    return None
 
 
 def supports(graph: Graph) -> str | None:
     """Why ``graph`` cannot run on oneDNN Graph here, or None: static shapes, float32 tensors only."""
-    if not available():
-        return "this torch has no oneDNN Graph fuser, or it failed its trial run on this machine"
+    why = unavailable()
+    if why is not None:
+        return why
     values = [*graph.inputs, *(o for n in graph for o in n.outputs)]
     if any(v.type.symbolic for v in values):
         return "oneDNN Graph compiles static shapes only"
@@ -397,7 +405,7 @@ class OneDNNGraphModule(torch.nn.Module):
         if why is not None:
             raise GaweeError(f"{graph.name} cannot run on oneDNN Graph: {why}", hint='use backend="torch"')
         xs = tuple(example_inputs)
-        attention, self.attention_kernels = _attention_plan(graph) if available("attention") else ({}, [])
+        attention, self.attention_kernels = _attention_plan(graph) if unavailable("attention") is None else ({}, [])
         """Each attention's kernel as measured per shape (:func:`_attention_plan`), listed like the torch lowering's."""
         try:
             self.scripted, plan = _compiled(graph, xs, faster=True, attention=attention)
@@ -427,3 +435,27 @@ class OneDNNGraphModule(torch.nn.Module):
         inputs = self.signature.inputs(args, kwargs)
         with torch.no_grad():
             return arrange(list(self.scripted(*inputs)), self.output_structure)
+
+
+class OneDNNGraphRuntime(Runtime):
+    """oneDNN Graph's compiled partitions of the traced graph (:class:`OneDNNGraphModule`); tried apart first, as
+    the fuser is native code that has aborted the process on graphs it mishandles."""
+
+    name = "onednn_graph"
+    title = "oneDNN Graph"
+    isolated = True
+    whole_graph = True
+
+    def unavailable(self) -> str | None:
+        return unavailable()
+
+    def cannot_run(self, graph: Graph) -> str | None:
+        return supports(graph)
+
+    def build(
+        self, graph: Graph, example_inputs: Sequence[torch.Tensor], *, output_structure: Any = None
+    ) -> OneDNNGraphModule:
+        return OneDNNGraphModule(graph, example_inputs, output_structure=output_structure)
+
+
+RUNTIME = OneDNNGraphRuntime()

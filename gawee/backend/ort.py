@@ -16,32 +16,27 @@ which keeps the cores busy for a while after each call.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from gawee.backend.host import InputSignature, arrange, as_structure, numpy_inputs
+from gawee.backend.runtime import Runtime
 from gawee.errors import GaweeError, first_line
 from gawee.ir.core import Graph
 from gawee.ir.types import DType
 
 
-def _import_ort():
-    try:
-        import onnxruntime
-    except ModuleNotFoundError as e:
-        raise ModuleNotFoundError("the onnxruntime backend needs ONNX Runtime: pip install 'gawee[onnx]'") from e
-    return onnxruntime
-
-
-def available() -> bool:
-    """Whether onnx and onnxruntime are installed (``backend="auto"`` considers ORT only then)."""
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ModuleNotFoundError:
-        return False
-    return True
+def unavailable() -> str | None:
+    """Why this runtime cannot run here (onnx or onnxruntime is not installed), or None."""
+    for package in ("onnx", "onnxruntime"):
+        try:
+            importlib.import_module(package)
+        except ModuleNotFoundError:
+            return f"{package} is not installed: pip install 'gawee[onnx]'"
+    return None
 
 
 def supports(graph: Graph) -> str | None:
@@ -62,7 +57,11 @@ class OrtModule(torch.nn.Module):
 
     def __init__(self, graph: Graph, *, output_structure: Any = None, threads: int | None = None):
         super().__init__()
-        ort = _import_ort()
+        why = unavailable()
+        if why is not None:
+            raise RUNTIME.unavailable_error(why)
+        import onnxruntime as ort
+
         from gawee.backend.onnx import to_onnx
 
         why = supports(graph)
@@ -88,3 +87,26 @@ class OrtModule(torch.nn.Module):
         arrays = numpy_inputs(self.signature.inputs(args, kwargs), self.signature.types, "ONNX Runtime")
         results = self.session.run(None, dict(zip(self.input_names, arrays)))
         return arrange([torch.from_numpy(r) for r in results], self.output_structure)
+
+
+class OrtRuntime(Runtime):
+    """ONNX Runtime on gawee's ONNX export (:class:`OrtModule`); not tried apart: an ORT session checks what it is
+    given and raises."""
+
+    name = "onnxruntime"
+    title = "ONNX Runtime"
+
+    def unavailable(self) -> str | None:
+        return unavailable()
+
+    def cannot_run(self, graph: Graph) -> str | None:
+        return supports(graph)
+
+    def build(self, graph: Graph, example_inputs: Sequence[torch.Tensor], *, output_structure: Any = None) -> OrtModule:
+        return OrtModule(graph, output_structure=output_structure)
+
+    def unavailable_error(self, why: str) -> Exception:
+        return ModuleNotFoundError(f"the onnxruntime backend needs ONNX Runtime: {why}")
+
+
+RUNTIME = OrtRuntime()

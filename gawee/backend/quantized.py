@@ -17,9 +17,14 @@ ENGINES = frozenset({"x86", "fbgemm", "onednn"})
 KERNEL = "quantized::linear_dynamic"
 
 
-def available() -> bool:
-    """Whether this torch's current quantized engine runs the kernel (x86 CPUs: fbgemm or oneDNN)."""
-    return torch.backends.quantized.engine in ENGINES and hasattr(torch.ops.quantized, "linear_dynamic")
+def unavailable() -> str | None:
+    """Why this torch's current quantized engine cannot run the kernel (x86 CPUs can: fbgemm or oneDNN), or None."""
+    engine = torch.backends.quantized.engine
+    if engine not in ENGINES:
+        return f"torch's quantized engine is {engine!r}, not one of {', '.join(sorted(ENGINES))}"
+    if not hasattr(torch.ops.quantized, "linear_dynamic"):
+        return f"this torch has no {KERNEL}"
+    return None
 
 
 class DynamicInt8Linear:

@@ -18,7 +18,7 @@ import dataclasses
 import keyword
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from torch.utils import _pytree as pytree
 from gawee.backend import kernels, layout
 from gawee.backend.host import InputSignature, OutputStructure, SizeFormula, as_structure
 from gawee.backend.lower_torch import TORCH
+from gawee.backend.runtime import Runtime
 from gawee.errors import GaweeError, IRError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import Sym, has_symbols, symbols_of
@@ -379,3 +380,33 @@ class _Builder:
 def _class_name(name: str) -> str:
     cleaned = re.sub(r"\W", "_", name)
     return f"Gawee_{cleaned}" if cleaned else "GaweeModule"
+
+
+class TorchRuntime(Runtime):
+    """The torch lowering (:func:`to_torch`): every graph, on the model's device. The baseline of every measured
+    choice. Not tried apart: torch's operators check what they are given and raise (its attention partitions,
+    oneDNN Graph's, are tried apart in :mod:`gawee.backend.attention`)."""
+
+    name = "torch"
+    title = "the torch lowering"
+    cpu_only = False
+    options = ("options",)
+    mismatch_hint = (
+        "compile with options=TorchOptions(fused_kernels=False) to rule out the fused kernels, and report the model"
+    )
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def build(
+        self,
+        graph: Graph,
+        example_inputs: Sequence[torch.Tensor],
+        *,
+        output_structure: OutputStructure | None = None,
+        options: TorchOptions | None = None,
+    ) -> torch.fx.GraphModule:
+        return to_torch(graph, options, output_structure=output_structure)
+
+
+RUNTIME = TorchRuntime()

@@ -12,7 +12,7 @@ times it beside oneDNN's kernels and keeps the fastest per convolution. Its roun
 convolution's by a few units in the sixth digit (relative to the output's magnitude; float32).
 
 The transforms are C, compiled once per machine (:mod:`gawee.backend.native`). Without a C compiler the candidate
-is not offered (:func:`available` says why); nothing else changes.
+is not offered (:func:`unavailable` says why); nothing else changes.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     )
 
 
-def available() -> str | None:
+def unavailable() -> str | None:
     """Why the Winograd kernel cannot run here, or None."""
     return _load()[1]
 

@@ -16,8 +16,8 @@ from gawee.backend.dnnl import DnnlModule
 from .test_dnnl import Lambda, assert_runs_like
 
 pytestmark = [
-    pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
-    pytest.mark.skipif(affine_cat.available() is not None, reason=str(affine_cat.available())),
+    pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable())),
+    pytest.mark.skipif(affine_cat.unavailable() is not None, reason=str(affine_cat.unavailable())),
 ]
 
 
@@ -88,10 +88,10 @@ def test_without_a_c_compiler_the_runtime_concatenates_then_normalizes(monkeypat
     monkeypatch.setenv("CC", "false")
     try:
         affine_cat._load.cache_clear()
-        assert "could not build" in affine_cat.available()
+        assert "could not build" in affine_cat.unavailable()
         graph = assert_runs_like(_dense(F.relu), torch.randn(1, 16, 6, 6))
         assert all(_fused(graph, layout) == 0 for layout in dnnl.LAYOUTS)
     finally:
         monkeypatch.undo()
         affine_cat._load.cache_clear()
-    assert affine_cat.available() is None
+    assert affine_cat.unavailable() is None

@@ -21,7 +21,8 @@ LOWERING = TorchOptions(whole_graph=False)
 """The torch lowering itself: these tests look at its kernels (oneDNN Graph's whole-graph runtime is not measured)."""
 
 needs_fuser = pytest.mark.skipif(
-    not onednn_graph.available("attention"), reason="no oneDNN Graph fuser that passes its attention trial here"
+    onednn_graph.unavailable("attention") is not None,
+    reason="no oneDNN Graph fuser that passes its attention trial here",
 )
 
 
@@ -176,7 +177,8 @@ def test_a_partition_that_computes_something_else_is_not_a_candidate(monkeypatch
 
 
 def test_without_the_fuser_attention_runs_on_aten(monkeypatch):
-    monkeypatch.setattr(onednn_graph, "available", lambda part="partitions": part != "attention")
+    no_attention = lambda part="partitions": "planted: no attention" if part == "attention" else None
+    monkeypatch.setattr(onednn_graph, "unavailable", no_attention)
     monkeypatch.setattr(attention, "_MEASURED", {})
     net, xs = _Attend().eval(), _inputs()
     module = gawee.compile(net, xs, options=LOWERING)
@@ -191,7 +193,7 @@ def test_a_fuser_that_crashes_on_attention_keeps_its_partitions_and_attention_ru
     monkeypatch.setattr(attention, "_MEASURED", {})
     onednn_graph._trial.cache_clear()
     try:
-        assert onednn_graph.available() and not onednn_graph.available("attention")
+        assert onednn_graph.unavailable() is None and "attention" in onednn_graph.unavailable("attention")
         net, xs = _Attend().eval(), _inputs()
         module = gawee.compile(net, xs, options=LOWERING)
         assert not [t for t in _targets(module) if isinstance(t, Partition)]

@@ -55,13 +55,13 @@ def test_compile_returns_an_equivalent_module_with_the_models_output_structure()
 
 
 def test_compile_refuses_a_module_that_disagrees_with_the_model(monkeypatch):
-    from gawee.backend import compiler
+    from gawee.backend import torch_backend
 
     def wrong_lowering(graph, options=None, *, output_structure=None):
         module = gawee.to_torch(graph, options, output_structure=output_structure)
         return lambda x: {k: v + 1 for k, v in module(x).items()}
 
-    monkeypatch.setattr(compiler, "to_torch", wrong_lowering)
+    monkeypatch.setattr(torch_backend, "to_torch", wrong_lowering)  # what the torch runtime builds with
     with pytest.raises(EquivalenceError, match="differs from the model"):
         gawee.compile(block(), (torch.randn(1, 4, 8, 8),))
 

@@ -25,8 +25,8 @@ from .test_dnnl import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
-    pytest.mark.skipif(depthwise.available() is not None, reason=str(depthwise.available())),
+    pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable())),
+    pytest.mark.skipif(depthwise.unavailable() is not None, reason=str(depthwise.unavailable())),
 ]
 
 ACTS = {"none": lambda x: x, "relu": F.relu, "silu": F.silu, "hardswish": F.hardswish}

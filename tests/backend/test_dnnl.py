@@ -17,7 +17,7 @@ from gawee.errors import GaweeError, InputError
 from gawee.ir.builder import GraphBuilder
 from gawee.ir.symbolic import ShapeOutOfRange
 
-pytestmark = pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available()))
+pytestmark = pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable()))
 
 
 class Lambda(nn.Module):
@@ -78,7 +78,7 @@ def assert_runs_without_compiler(monkeypatch, tmp_path, source, kind: type, mode
     try:
         monkeypatch.setenv("CC", "false")
         source._load.cache_clear()
-        assert "could not build" in source.available()
+        assert "could not build" in source.unavailable()
         prefer(monkeypatch, kind, wins=True)
         graph = assert_runs_like(model, x)
         for layout in dnnl.LAYOUTS:
@@ -86,7 +86,7 @@ def assert_runs_without_compiler(monkeypatch, tmp_path, source, kind: type, mode
     finally:
         monkeypatch.undo()
         source._load.cache_clear()
-    assert source.available() is None
+    assert source.unavailable() is None
 
 
 def assert_race_decides(monkeypatch, graph, name: str, convs: int) -> None:
@@ -517,13 +517,13 @@ def test_a_missing_library_is_a_reason_not_a_crash(monkeypatch, tmp_path):
     monkeypatch.setenv(dnnl.LIBRARY_ENV, str(tmp_path / "libdnnl.so.3"))
     dnnl._load.cache_clear()
     try:
-        assert "not installed" in dnnl.available()
+        assert "not installed" in dnnl.unavailable()
         b = GraphBuilder("g")
         assert "not installed" in dnnl.supports(b.output(b.relu(b.input("x", "f32[2,3]"))))
     finally:
         monkeypatch.undo()
         dnnl._load.cache_clear()
-    assert dnnl.available() is None
+    assert dnnl.unavailable() is None
 
 
 class _MixedNet(nn.Module):
@@ -648,7 +648,7 @@ def test_a_convolution_like_one_raced_before_takes_its_winner_without_timing_aga
         module = DnnlModule(graph, layout=layout)
         kernels_ = list(module.conv_kernels.values())
         if layout != "per_conv":  # the second and third read the first's layout, whichever kernel won
-            assert len(races) == (2 if winograd.available() is None else 0), (layout, races)  # else one candidate
+            assert len(races) == (2 if winograd.unavailable() is None else 0), (layout, races)  # else one candidate
             assert kernels_[1] == kernels_[2]
         assert len(races) <= 3
 

@@ -24,8 +24,8 @@ from .test_dnnl import (
 )
 
 pytestmark = [
-    pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
-    pytest.mark.skipif(grouped.available() is not None, reason=str(grouped.available())),
+    pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable())),
+    pytest.mark.skipif(grouped.unavailable() is not None, reason=str(grouped.unavailable())),
 ]
 
 

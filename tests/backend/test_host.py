@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gawee
-from gawee.backend import dnnl, onednn_graph, ort
+from gawee.backend import runtime
 from gawee.backend.host import InputSignature, OutputStructure
 from gawee.backend.torch_backend import TorchOptions
 from gawee.errors import CaptureError, InputError
@@ -40,35 +40,15 @@ def bert():
     return model, graph, inputs, expected
 
 
-def _build(runtime: str, graph, inputs: dict, structure: OutputStructure):
-    """``runtime``'s module of ``graph`` (as gawee.compile builds it with ``backend=runtime``), or a skip saying why
-    the runtime is not available here."""
-    xs = list(inputs.values())
-    if runtime == "torch":
-        return gawee.to_torch(graph, UNMEASURED, output_structure=structure)
-    if runtime == "onnxruntime":
-        why = "onnxruntime is not installed" if not ort.available() else ort.supports(graph)
-        if why:
-            pytest.skip(why)
-        return ort.OrtModule(graph, output_structure=structure)
-    if runtime == "onednn_graph":
-        why = onednn_graph.supports(graph)
-        if why:
-            pytest.skip(why)
-        return onednn_graph.OneDNNGraphModule(graph, xs, output_structure=structure)
-    if runtime == "onednn":
-        why = dnnl.supports(graph)
-        if why:
-            pytest.skip(f"oneDNN's primitives: {why}")  # BERT's embedding gathers with i64 ids: float32 only
-        return dnnl.DnnlModule(graph, output_structure=structure)
-    mlir = pytest.importorskip("gawee.backend.mlir")
-    try:
-        mlir._import_iree()
-    except ModuleNotFoundError as e:
-        pytest.skip(str(e))
-    from gawee.backend import compiler
-
-    return compiler._lower_iree(graph, structure, None, None, xs)
+def _build(name: str, graph, inputs: dict, structure: OutputStructure):
+    """The runtime ``name``'s module of ``graph``, built through the runtime interface (as gawee.compile builds it
+    with ``backend=name``), or a skip saying why the runtime cannot run it here."""
+    rt = runtime.get(name)
+    why = rt.unavailable() or rt.cannot_run(graph)
+    if why:
+        pytest.skip(f"{rt.title}: {why}")  # oneDNN's primitives: BERT's embedding gathers with i64 ids
+    options = {"options": UNMEASURED} if "options" in rt.options else {}
+    return rt.build(graph, list(inputs.values()), output_structure=structure, **options)
 
 
 BAD_CALLS = {

@@ -34,8 +34,8 @@ class Net(torch.nn.Module):
         return {"logits": self.head(feats), "feats": feats}
 
 
-PRIMITIVES = {f"onednn:{layout}" for layout in dnnl.LAYOUTS} if dnnl.available() is None else set()
-RUNTIMES = {"torch", "onnxruntime"} | ({"onednn_graph"} if onednn_graph.available() else set()) | PRIMITIVES
+PRIMITIVES = {f"onednn:{layout}" for layout in dnnl.LAYOUTS} if dnnl.unavailable() is None else set()
+RUNTIMES = {"torch", "onnxruntime"} | ({"onednn_graph"} if onednn_graph.unavailable() is None else set()) | PRIMITIVES
 """What auto measures here (oneDNN Graph where it passes its trial, oneDNN's primitives where installed)."""
 
 
@@ -88,8 +88,8 @@ def test_auto_keeps_the_torch_lowering_for_symbolic_shapes_and_says_why():
     choice = module.gawee_report.backend
     assert choice.chosen == "torch" and not choice.seconds
     assert "symbolic input shapes" in choice.not_candidates["onnxruntime"]
-    assert "static shapes only" in choice.not_candidates["onednn_graph"] or not onednn_graph.available()
-    assert "symbolic shapes" in choice.not_candidates["onednn"] or dnnl.available() is not None
+    assert "static shapes only" in choice.not_candidates["onednn_graph"] or onednn_graph.unavailable() is not None
+    assert "symbolic shapes" in choice.not_candidates["onednn"] or dnnl.unavailable() is not None
     assert module(torch.randn(3, 3, 16, 16))["logits"].shape == (3, 4)
     with pytest.raises(GaweeError, match="symbolic input shapes"):
         gawee.compile(net, (x,), backend="onnxruntime", dynamic_shapes={"x": {0: batch}})

@@ -14,7 +14,7 @@ from gawee.ir.builder import GraphBuilder
 from gawee.ops.quantized import quantize_per_channel_symmetric
 from tests.int8_mlp import assert_within_mlp_bound, int8_bound, make
 
-pytestmark = pytest.mark.skipif(not quantized.available(), reason="torch's quantized engine is not an x86 one")
+pytestmark = pytest.mark.skipif(quantized.unavailable() is not None, reason=str(quantized.unavailable()))
 
 
 def _graph(shape, out, bias, act, seed):

@@ -15,7 +15,7 @@ from gawee.ops import ACTIVATIONS
 from tests.conftest import captured
 
 ACT_PARAMS = {"hardtanh": (-0.5, 2.0), "leaky_relu": (0.1,)}
-needs_onednn = pytest.mark.skipif(not onednn.available(), reason="this torch has no oneDNN fused kernels")
+needs_onednn = pytest.mark.skipif(onednn.unavailable() is not None, reason=str(onednn.unavailable()))
 
 
 def optimized(name: str) -> gawee.Graph:

@@ -15,8 +15,8 @@ from gawee.backend.dnnl import DnnlModule
 from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like
 
 pytestmark = [
-    pytest.mark.skipif(dnnl.available() is not None, reason=str(dnnl.available())),
-    pytest.mark.skipif(winograd.available() is not None, reason=str(winograd.available())),
+    pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable())),
+    pytest.mark.skipif(winograd.unavailable() is not None, reason=str(winograd.unavailable())),
 ]
 
 
@@ -121,7 +121,7 @@ def test_without_a_c_compiler_the_runtime_runs_without_winograd(monkeypatch, tmp
         for cc, why in ((str(tmp_path / "no-such-cc"), "does not run"), ("false", "could not build")):
             monkeypatch.setenv("CC", cc)
             winograd._load.cache_clear()
-            assert why in winograd.available()
+            assert why in winograd.unavailable()
             _prefer(monkeypatch, winograd_wins=True)
             graph = assert_runs_like(model, x)
             assert all(_winograd_convs(graph, layout) == 0 for layout in dnnl.LAYOUTS)
@@ -129,7 +129,7 @@ def test_without_a_c_compiler_the_runtime_runs_without_winograd(monkeypatch, tmp
     finally:
         monkeypatch.undo()
         winograd._load.cache_clear()
-    assert winograd.available() is None
+    assert winograd.unavailable() is None
 
 
 def test_the_transforms_are_built_once_into_the_cache(monkeypatch, tmp_path):
@@ -137,12 +137,12 @@ def test_the_transforms_are_built_once_into_the_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     try:
         winograd._load.cache_clear()
-        assert winograd.available() is None
+        assert winograd.unavailable() is None
         built = list((tmp_path / "gawee").glob("winograd-*.so"))
         assert len(built) == 1
         stamp = built[0].stat().st_mtime_ns
         winograd._load.cache_clear()
-        assert winograd.available() is None
+        assert winograd.unavailable() is None
         assert built[0].stat().st_mtime_ns == stamp
         assert list((tmp_path / "gawee").glob("*")) == built
     finally:
@@ -158,7 +158,7 @@ def test_a_cache_directory_that_cannot_be_written_builds_for_this_process_only(m
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))
     try:
         winograd._load.cache_clear()
-        assert winograd.available() is None
+        assert winograd.unavailable() is None
         _prefer(monkeypatch, winograd_wins=True)
         model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU())
         graph = assert_runs_like(model, torch.randn(1, 16, 8, 8), layouts=["blocked"])

@@ -1,0 +1,145 @@
+"""One interface for the runtimes :func:`gawee.compile` hands a rewritten graph to, and their registry.
+
+A :class:`Runtime` says why it cannot run on this machine (:meth:`Runtime.unavailable`), why it cannot run a given
+graph (:meth:`Runtime.cannot_run`), and builds a module of a graph that takes and returns torch tensors
+(:meth:`Runtime.build`). Its adapter lives in its own backend module (``RUNTIME`` there); the registry holds one
+record per runtime — its name and that module, loaded on first use — in the order ``backend="auto"`` tries them.
+``gawee.compile`` selects through this module only: adding a runtime is its module plus one line of
+:data:`BUILTIN` (or one :func:`register` call from outside gawee), and later its target rule phase
+(:attr:`Runtime.rules`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from gawee.errors import GaweeError
+from gawee.ir.core import Graph
+from gawee.rewrite.ruleset import RuleSet
+
+
+class Runtime(ABC):
+    """A runtime of rewritten graphs: what it is called, where it can run, and how its module is built."""
+
+    name: str = ""
+    """``gawee.compile(backend=name)``, and its key in reports (``BackendChoice``)."""
+    title: str = ""
+    """What messages call it (``"oneDNN's primitives"``)."""
+    cpu_only: bool = True
+    """It runs on the CPU only: refused for a model on another device (``auto`` says why it left it out)."""
+    variants: tuple[str, ...] = ()
+    """Ways to build it that are measured against each other (``backend="name:variant"`` fixes one; by its name
+    alone the fastest is kept, the first unless another is more than 5% faster)."""
+    isolated: bool = False
+    """It runs native code on the graph that could abort the process: it is built and first run in a child process
+    (:mod:`gawee.backend.isolation`), and here only once that child survived."""
+    auto: bool = True
+    """``backend="auto"`` measures it against the torch lowering."""
+    whole_graph: bool = False
+    """The default compile measures it against the torch lowering too (``TorchOptions.whole_graph``: it shares
+    torch's threads, so no pause is needed between them)."""
+    options: tuple[str, ...] = ()
+    """The keyword options of ``gawee.compile`` that :meth:`build` takes (``mlir_path`` for IREE)."""
+    mismatch_hint: str = 'compile with backend="torch", and report the model'
+    """The hint of the error raised when its outputs differ from the model's."""
+    rules: RuleSet | None = None
+    """Its target rule phase: the fusions it executes as one step, written as rules. A slot to be filled (issue 38,
+    part 2): every runtime's is None, and ``gawee.compile`` runs none yet."""
+
+    @abstractmethod
+    def unavailable(self) -> str | None:
+        """Why it cannot run on this machine (not installed, a CPU feature missing), or None."""
+
+    def cannot_run(self, graph: Graph) -> str | None:
+        """Why it cannot run ``graph`` (an op it lacks, symbolic shapes, a dtype), or None. Not asked when
+        :meth:`unavailable` gave a reason; the device is checked apart (:attr:`cpu_only`)."""
+        return None
+
+    def unpromising(self, graph: Graph) -> str | None:
+        """Why a measured choice need not build it for ``graph``, which it could run (it would hand most of the
+        work back to torch), or None."""
+        return None
+
+    @abstractmethod
+    def build(
+        self, graph: Graph, example_inputs: Sequence[torch.Tensor], *, output_structure: Any = None, **options
+    ) -> Callable:
+        """A module computing ``graph``: called with its inputs (by position or by name), it returns its outputs
+        (a tuple, or nested as ``output_structure``). ``options``: ``variant`` (one of :attr:`variants`) and those
+        of :attr:`options`. Raises GaweeError (or the runtime's own error) when it cannot build one."""
+
+    def builds(
+        self, graph: Graph, example_inputs: Sequence[torch.Tensor], **options
+    ) -> tuple[Callable[[], Callable], Callable[[], Callable]]:
+        """How to build the module here and in a trial process (:attr:`isolated`): by default both
+        :meth:`build`. A runtime whose build does work once that both can share (a compile) does it here."""
+        build = functools.partial(self.build, graph, example_inputs, **options)
+        return build, build
+
+    def unavailable_error(self, why: str) -> Exception:
+        """The error ``gawee.compile`` raises when it is asked for by name and :meth:`unavailable` says ``why``."""
+        return GaweeError(f"{self.title or self.name} cannot run on this machine: {why}", hint='use backend="torch"')
+
+    def __repr__(self) -> str:
+        return f"<runtime {self.name}>"
+
+
+BUILTIN: tuple[tuple[str, str], ...] = (
+    ("torch", "gawee.backend.torch_backend"),
+    ("onednn", "gawee.backend.dnnl"),
+    ("onednn_graph", "gawee.backend.onednn_graph"),
+    ("onnxruntime", "gawee.backend.ort"),
+    ("iree", "gawee.backend.mlir"),
+)
+"""gawee's runtimes, in the order ``auto`` tries them: each its name and the module whose ``RUNTIME`` it is. The
+first is the baseline: what ``auto`` keeps unless another measures faster."""
+
+_records: dict[str, Runtime | str] = dict(BUILTIN)
+"""The registry: name → the runtime, or the module that holds it (loaded on first use)."""
+
+
+def register(runtime: Runtime) -> None:
+    """Register ``runtime`` after the others (``auto`` tries it last); GaweeError if its name is taken or has a
+    colon (which separates a variant)."""
+    if not runtime.name or ":" in runtime.name or runtime.name == "auto":
+        raise GaweeError(f"a runtime cannot be named {runtime.name!r}", hint="set Runtime.name to a word")
+    if runtime.name in _records:
+        raise GaweeError(f"a runtime named {runtime.name!r} is registered already", hint="pick another name")
+    _records[runtime.name] = runtime
+
+
+def unregister(name: str) -> None:
+    """Take the runtime ``name`` out of the registry (a built-in one too)."""
+    _records.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    """The registered runtimes' names, in the order ``auto`` tries them (nothing is loaded)."""
+    return tuple(_records)
+
+
+def get(name: str) -> Runtime | None:
+    """The runtime ``name``, loaded; None when none is registered so."""
+    record = _records.get(name)
+    if isinstance(record, str):
+        record = importlib.import_module(record).RUNTIME
+        if record.name != name:
+            raise GaweeError(f"{_records[name]}.RUNTIME is named {record.name!r}, registered as {name!r}")
+        _records[name] = record
+    return record
+
+
+def runtimes() -> list[Runtime]:
+    """Every registered runtime, loaded, in the order ``auto`` tries them."""
+    return [get(name) for name in names()]
+
+
+def baseline() -> Runtime:
+    """The first runtime: the one ``auto`` and the default compile keep unless another measures faster."""
+    return get(names()[0])
