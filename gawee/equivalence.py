@@ -529,6 +529,71 @@ def approximate_values(after: Graph, trace: Sequence) -> set[str]:
     return tainted
 
 
+@dataclass(frozen=True)
+class FiringError:
+    """How far a value an approximate rule made is from the value it stands for, on one set of inputs."""
+
+    firing: int
+    """Index into the trace of the approximate firing (the last one, where a value's making involved several)."""
+    rule: str
+    location: str
+    root: str
+    bound: str
+    """The rule's declared bound (its `within` text)."""
+    value: str
+    """The value of the rewritten graph compared."""
+    original: str
+    """The value of the original graph it stands for."""
+    max_error: float
+    """max |value - original| (upstream approximations included: the value is computed from approximate inputs)."""
+    scale: float
+    """max(1, max |original|)."""
+
+    @property
+    def relative(self) -> float:
+        return self.max_error / self.scale
+
+    def __str__(self) -> str:
+        return (
+            f"{self.rule} at {self.root}: {format_error(self.max_error)} of scale {self.scale:.3g} "
+            f"(%{self.value} for %{self.original}; declared within {self.bound})"
+        )
+
+
+def firing_errors(before: Graph, after: Graph, trace: Sequence, inputs: Sequence[torch.Tensor]) -> list[FiringError]:
+    """Where the error of a reduced-precision rewrite comes from: every value of ``after`` that an approximate
+    rule's firing made (a firing of ``trace`` with a ``bound``; through later exact firings too, by provenance),
+    run on ``inputs`` against the value of ``before`` it stands for, worst relative error first. An error includes
+    what reaches the value from earlier approximate rewrites: the first entries in dataflow order with a large
+    error are the ones that made it."""
+    from gawee.rewrite.driver import provenance
+
+    approximate = {i for i, f in enumerate(trace) if getattr(f, "bound", "")}
+    if not approximate:
+        return []
+    b_values, a_values = _values_by_name(before), _values_by_name(after)
+    wanted: list[tuple[int, str, str]] = []
+    for name, sources in provenance(list(trace), set(b_values)).items():
+        if name not in a_values or a_values[name].data is not None:
+            continue
+        for original, chain in sources.items():
+            made = [i for i in chain if i in approximate]
+            if made and original in b_values and b_values[original].data is None:
+                wanted.append((made[-1], name, original))
+    if not wanted:
+        return []
+    ref = run(_probe(before, [o for _, _, o in wanted]), *inputs)[len(before.outputs) :]
+    got = run(_probe(after, [v for _, v, _ in wanted]), *inputs)[len(after.outputs) :]
+    out = []
+    for (i, value, original), r, g in zip(wanted, ref, got):
+        f = trace[i]
+        if not r.is_floating_point() or r.shape != g.shape:
+            continue
+        error = output_error(r.double(), g.double())
+        out.append(FiringError(i, f.rule, f.location, f.root, f.bound, value, original, error, _scale(r)))
+    return sorted(out, key=lambda e: (-e.relative, e.firing))
+
+
 def _check_instance(index: int, f, instance, distributions: Sequence[str], seed: int) -> FiringCheck:
     g, n = instance.graph, instance.replaced
     worst = FiringCheck(index, f.rule, f.location, f.root, distributions[0] if distributions else "")

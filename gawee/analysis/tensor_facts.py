@@ -1,13 +1,13 @@
-"""Exact facts about constant tensors — finite, largest magnitude, holds a zero.
+"""Exact facts about constant tensors — finite, largest magnitude, smallest magnitude.
 
 Guards (``finite(w)``) and the checks of a folded constant ask these of every weight a rule
 touches. Each answer is exact. ``torch.aminmax`` gives the extremes (nan when any element is nan)
-in one pass without a temporary, from which finiteness and the largest magnitude follow; a zero
-is counted with ``torch.count_nonzero``. Where both the largest and the smallest magnitude are
-wanted (a folded constant: overflow and underflow), ``abs_range`` takes ``aminmax`` of ``|t|``:
-one temporary and two passes, cheaper than a pass for the extremes plus ``count_nonzero``, which
-is the slowest of these reductions. Tensors of at most ``SMALL`` elements are read into Python
-floats instead (exact for every floating dtype), which costs less than dispatching a torch op on them.
+in one pass without a temporary, from which finiteness and the largest magnitude follow. Where the
+smallest magnitude is wanted too (a folded constant: overflow and underflow; a weight whose fold's
+result is then bounded from it), ``abs_range`` takes the extremes of ``|t|``, a chunk at a time into
+a small buffer, and keeps them with a large tensor while it lives unmodified. Tensors of at most
+``SMALL`` elements are read into Python floats instead (exact for every floating dtype), which
+costs less than dispatching a torch op on them.
 """
 
 from __future__ import annotations

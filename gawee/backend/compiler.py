@@ -23,8 +23,10 @@ from gawee.backend.torch_backend import TorchOptions
 from gawee.equivalence import (
     TOLERANCE,
     EquivalenceReport,
+    FiringError,
     OutputCheck,
     approximate_values,
+    firing_errors,
     output_error,
     random_inputs,
     verify_equivalent,
@@ -94,6 +96,10 @@ class CompileReport:
     """The precision phase that ran after the rules (``compile(precision=...)``), or None."""
     accuracy: Accuracy | None = None
     """With a precision phase: the module's outputs against the model's on the example inputs."""
+    firing_errors: list[FiringError] = field(default_factory=list)
+    """With a precision phase: the values its approximate rewrites made against the values they stand for on the
+    example inputs, worst relative error first (:func:`gawee.equivalence.firing_errors`): which rewrites the
+    error comes from."""
 
     @property
     def total_s(self) -> float:
@@ -115,6 +121,9 @@ class CompileReport:
             text += f"; {self.allocator}"
         if self.precision is not None:
             text += f"; precision {self.precision}: {self.accuracy}"
+            if self.firing_errors:
+                worst = "; ".join(str(e) for e in self.firing_errors[:3])
+                text += f"; largest errors at approximate rewrites ({len(self.firing_errors)} values): {worst}"
         return text
 
 
@@ -278,6 +287,7 @@ def compile(
         raise
     equivalence = EquivalenceReport(checks)
     accuracy = compare_outputs(flat_expected, pytree.tree_leaves(got)) if precision is not None else None
+    errors = firing_errors(graph, optimized, rewrite_report.trace, xs) if precision is not None else []
     if any(v.type.symbolic for v in graph.inputs) and not approximate:
         equivalence = _check_rewrite(graph, optimized, None)
     seconds["verify"] += time.perf_counter() - t0
@@ -307,6 +317,7 @@ def compile(
         allocator,
         precision,
         accuracy,
+        errors,
     )
     return module
 

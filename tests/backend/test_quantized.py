@@ -93,10 +93,29 @@ def test_compile_int8_runs_the_quantized_kernel_within_the_bound():
     assert "quantized::linear_dynamic (the only int8 kernel)" in str(report)
 
 
+def test_compile_int8_says_which_rewrites_the_error_comes_from():
+    """The report lists each value the int8 rewrites made against the float model's value it stands for, worst
+    relative error first: the first layer (exact input) within its declared bound, the output at the output's
+    error."""
+    model, x = make()
+    report = gawee.compile(model, (x,), precision="int8").gawee_report
+    errors = report.firing_errors
+    assert [e.rule for e in errors] == ["linear_int8", "linear_int8"] and all(e.bound for e in errors)
+    assert [e.relative for e in errors] == sorted((e.relative for e in errors), reverse=True)
+    first, last = sorted(errors, key=lambda e: e.firing)
+    l1 = model[0]
+    h = torch.relu(x.double() @ l1.weight.detach().double().T + l1.bias.detach().double())
+    assert 0 < first.max_error <= float(int8_bound(x, l1.weight.detach(), l1.bias.detach()).max())
+    assert first.scale == pytest.approx(max(1.0, float(h.abs().max())))
+    assert last.original == report.graph.outputs[0].name and last.value == report.optimized.outputs[0].name
+    assert last.max_error == pytest.approx(report.accuracy.max_abs_error, rel=1e-6)
+    assert "largest errors at approximate rewrites (2 values): linear_int8 at" in str(report)
+
+
 def test_compile_without_precision_is_float32():
     model, x = make()
     report = gawee.compile(model, (x,)).gawee_report
-    assert report.precision is None and report.accuracy is None
+    assert report.precision is None and report.accuracy is None and report.firing_errors == []
     assert "linear_int8_dynamic" not in {n.op for n in report.optimized}
     assert not any(o.approximate for o in report.equivalence.outputs)
 
