@@ -323,10 +323,12 @@ def cmd_optimize(args, console: Console) -> int:
         "rewrite time": f"{report.seconds * 1000:.1f} ms",
         "verification": "skipped" if verification is None else verification.short(),
     }
-    accuracy = None
+    accuracy, errors = None, []
     if any(rules.rule(name).approximate for name in report.firings):
-        accuracy = _accuracy(graph, optimized, _src)
+        accuracy, errors = _accuracy(graph, optimized, report.trace, _src)
         extra["accuracy"] = "needs real weights (drop --meta)" if accuracy is None else str(accuracy)
+        if errors:
+            extra["largest error"] = f"{errors[0]} (worst of {len(errors)} values approximate rewrites made)"
     runtime = None
     if args.bench:
         with console.status("measuring runtime ...", spinner="dots") if not args.json else _null():
@@ -356,6 +358,7 @@ def cmd_optimize(args, console: Console) -> int:
             "pictures": [str(p) for p in written],
             "runtime": None if runtime is None else runtime.as_dict(),
             "accuracy": None if accuracy is None else accuracy.as_dict(),
+            "firing_errors": [e.__dict__ for e in errors] or None,
         }
         print(json.dumps(out, indent=1, default=str))
     else:
@@ -401,20 +404,23 @@ def _ms(t) -> str:
     return f"{t.median * 1e3:.2f} ms"
 
 
-def _accuracy(graph, optimized, src):
+def _accuracy(graph, optimized, trace, src):
     """The optimized graph's outputs against the captured graph's (the float model), both interpreted on the
-    model's example inputs (random ones for a saved graph); None without real weights."""
+    model's example inputs (random ones for a saved graph), and the values approximate rewrites made against
+    the values they stand for (``gawee.equivalence.firing_errors``, from the trace); (None, []) without real
+    weights."""
     from gawee.accuracy import compare_outputs
-    from gawee.equivalence import random_inputs
+    from gawee.equivalence import firing_errors, random_inputs
     from gawee.interp import run
 
     if any(not v.has_known_data for v in graph.constants()):
-        return None
+        return None, []
     if src.module is not None:
         inputs = list(src.example_inputs)
     else:
         inputs = random_inputs([v.type for v in graph.inputs])
-    return compare_outputs(run(graph, *inputs), run(optimized, *inputs))
+    accuracy = compare_outputs(run(graph, *inputs), run(optimized, *inputs))
+    return accuracy, firing_errors(graph, optimized, trace, inputs)
 
 
 def _bench(graph, optimized, src):

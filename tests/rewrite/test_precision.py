@@ -122,6 +122,7 @@ def test_optimize_with_precision_int8(capsys, tmp_path):
     assert code == 0, out + err
     assert "linear_int8 x2" in out and "values of approximate rules past the tolerance" in out
     assert "accuracy" in out and "top-1 agreement 4/4" in out
+    assert "largest error" in out and "linear_int8 at" in out and "worst of 2 values" in out
     graph = load(out_json)
     assert sorted(n.op for n in graph) == ["linear_int8_dynamic", "linear_int8_dynamic"]
     assert {v.dtype.value for v in graph.constants()} == {"i8", "f32"}  # int8 weights, float32 scales and biases
@@ -141,3 +142,7 @@ def test_optimize_int8_reports_accuracy_in_json(capsys, tmp_path):
     assert 0 < accuracy["mean_abs_error"] <= accuracy["max_abs_error"] < 0.1
     assert 0.999 < accuracy["cosine"] <= 1.0
     assert accuracy["top1_rows"] == 4 and 0 <= accuracy["top1_agree"] <= 4
+    errors = result["firing_errors"]  # which rewrites the error comes from, worst relative error first
+    assert [e["rule"] for e in errors] == ["linear_int8"] * 2 and all(e["bound"] for e in errors)
+    assert errors[0]["max_error"] / errors[0]["scale"] >= errors[1]["max_error"] / errors[1]["scale"] > 0
+    assert any(e["max_error"] == pytest.approx(accuracy["max_abs_error"], rel=1e-6) for e in errors)  # the output
