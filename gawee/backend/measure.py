@@ -126,7 +126,7 @@ def fastest(
             if len(rounds) < min_rounds:
                 continue
             seconds = _paired(rounds, alive)
-            best = min(seconds.values())
+            best = min(seconds[name] for name in alive)  # not a candidate dropped earlier: none would stay alive
             alive = [name for name in alive if seconds[name] <= best * (1 + CLOSE)]
             if len(alive) == 1 or (
                 spent >= budget_s and (len(rounds) >= FINAL_ROUNDS or spent >= budget_s + FINAL_BUDGET_S)

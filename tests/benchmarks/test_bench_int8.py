@@ -72,6 +72,7 @@ def test_readme_refuses_tiny_models():
 def test_the_int8_workers_build_compare_and_time_a_tiny_bert(method):
     if method == "ort_int8":
         pytest.importorskip("onnxruntime", reason="the bench extra: pip install 'gawee[bench]'")
+        pytest.importorskip("onnxscript", reason="torch.onnx's export: the bench extra, pip install 'gawee[bench]'")
         if importlib.util.find_spec("onnxruntime.quantization") is None:
             pytest.skip("onnxruntime.quantization is not installed")
     quiet = Quiet(max_foreign=float("inf"), timeout_s=0.0, attempts=1)  # a smoke run: measure whatever the load
