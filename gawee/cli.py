@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run the bundled precision phase NAME last (rules/precision/NAME.rules; bf16, int8): approximate "
         "rules, each with its declared error bound, that compute in that precision",
     )
+    opt.add_argument(
+        "--target",
+        metavar="RUNTIME",
+        help="also run that runtime's bundled target phase last (rules/targets/RUNTIME/; onednn): the fusions it "
+        "executes as one step, as gawee.compile runs them before building it",
+    )
     opt.add_argument("-o", "--output", metavar="OUT.json", help="write the optimized graph (+ .npz) atomically")
     opt.add_argument(
         "--mlir", metavar="OUT.mlir", help="write the optimized graph as StableHLO (MLIR text, weights as resources)"
@@ -288,7 +294,7 @@ def cmd_optimize(args, console: Console) -> int:
     from gawee.report import Column, markdown_report, rich_report
     from gawee.rewrite.driver import rewrite
     from gawee.rewrite.explain import explain, find_node
-    from gawee.rewrite.ruleset import RULES_DIR, default_rules, load_rules, precision_rules
+    from gawee.rewrite.ruleset import RULES_DIR, default_rules, load_rules, precision_rules, target_dir
     from gawee.viz.files import plan_pictures
 
     if args.output and args.model.endswith(".json") and Path(args.output).resolve() == Path(args.model).resolve():
@@ -302,8 +308,11 @@ def cmd_optimize(args, console: Console) -> int:
     for flag, path in (("--html", pictures.html), ("--mermaid", pictures.mermaid), ("--dot", pictures.dot)):
         if path is not None:
             check_writable(path, flag)
-    if args.precision:  # the precision phase runs last, after the given (or the bundled) phases
-        rules = load_rules(*(args.rules or [RULES_DIR]), precision_rules(args.precision))
+    # the precision phase, then the target phase, run last, after the given (or the bundled) phases
+    extra = [precision_rules(args.precision)] if args.precision else []
+    extra += [target_dir(args.target)] if args.target else []
+    if extra:
+        rules = load_rules(*(args.rules or [RULES_DIR]), *extra)
     else:
         rules = load_rules(*args.rules) if args.rules else default_rules()
     stats = CaptureStats()

@@ -4,6 +4,7 @@ import pytest
 
 import gawee
 from gawee.backend import layout
+from gawee.rewrite.ruleset import target_rules, targets
 from gawee.testing import check_rule
 from tests.conftest import HARNESS
 
@@ -12,6 +13,9 @@ RULES = gawee.default_rules().rules
 LAYOUT_RULES = layout.phase().rules
 LAYOUT_EXAMPLES = 100
 """The layout phase's rules never change a value (a layout is storage): fewer draws keep the suite short."""
+TARGET_RULES = [r for name in targets() for r in target_rules(name).rules]
+TARGET_EXAMPLES = 40
+"""The target phases' rules are each proven by definition (tests/ops/test_targets.py): fewer draws."""
 WHOLE_LEVEL = 200
 """Levels enumerated whole up to this many instances (the CLI's default is 600, gawee.testing.scope.COMPLETE):
 the smallest level of every bundled rule that fits completes, the larger second levels are sampled, and the
@@ -19,10 +23,14 @@ suite stays short."""
 
 
 @pytest.mark.parametrize(
-    "rule", RULES + LAYOUT_RULES, ids=[r.name for r in RULES] + [f"layout/{r.name}" for r in LAYOUT_RULES]
+    "rule",
+    RULES + LAYOUT_RULES + TARGET_RULES,
+    ids=[r.name for r in RULES]
+    + [f"layout/{r.name}" for r in LAYOUT_RULES]
+    + [f"target/{r.name}" for r in TARGET_RULES],
 )
 def test_bundled_rule_is_sound(rule):
-    examples = LAYOUT_EXAMPLES if rule in LAYOUT_RULES else EXAMPLES
+    examples = LAYOUT_EXAMPLES if rule in LAYOUT_RULES else TARGET_EXAMPLES if rule in TARGET_RULES else EXAMPLES
     result = check_rule(rule, examples=examples, scope_complete=WHOLE_LEVEL)
     HARNESS["bundled rules"] += 1
     HARNESS["examples"] += result.examples

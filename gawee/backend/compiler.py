@@ -51,10 +51,15 @@ class BackendChoice:
     seconds: dict[str, float]
     not_candidates: dict[str, str] = field(default_factory=dict)
     """Runtime → why it was not measured (not installed, an op it cannot run, outputs that differ)."""
+    target_rules: dict[str, int] = field(default_factory=dict)
+    """The chosen runtime's target phase (:attr:`Runtime.rules`): rule → times it fired on the graph built."""
 
     def __str__(self) -> str:
         times = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in self.seconds.items())
         text = f"{self.chosen} ({times} per call)" if times else self.chosen
+        if self.target_rules:
+            fired = ", ".join(f"{k} x{v}" for k, v in sorted(self.target_rules.items()))
+            text += f"; its target rules fired: {fired}"
         if self.not_candidates:
             text += "; not measured: " + "; ".join(f"{k}: {v}" for k, v in self.not_candidates.items())
         return text
@@ -266,8 +271,11 @@ def compile(
     if chosen.variants:
         module, choice = _variants(chosen, optimized, structure, xs, flat_expected, variant, given)
     else:
-        here, trial = _builds(chosen, optimized, xs, structure, "", given)
-        module = _built_apart(chosen.name, optimized, here, xs, trial) if chosen.isolated else here()
+        lowered, target = chosen.lower(optimized)
+        here, trial = _builds(chosen, lowered, xs, structure, "", given)
+        module = _built_apart(chosen.name, lowered, here, xs, trial) if chosen.isolated else here()
+        if target is not None and target.firings:
+            choice = BackendChoice(chosen.name, {}, {}, dict(target.firings))
     if name == "auto":
         module, choice = _choose_runtime(optimized, module, structure, xs, flat_expected, given)
     seconds["lower"] = time.perf_counter() - t0
@@ -346,8 +354,9 @@ def _whole_graph_runtimes(graph: Graph) -> tuple[list[str], dict[str, str]]:
 
 
 def _builds(rt: Runtime, graph: Graph, xs: list, structure, variant: str, given: dict | None):
-    """``rt``'s builds of ``graph`` here and in a trial process (:meth:`Runtime.builds`), with the compile's
-    options ``given`` that it takes (:attr:`Runtime.options`) and ``variant`` (if any)."""
+    """``rt``'s builds of ``graph`` (after its target phase: :meth:`Runtime.lower`) here and in a trial process
+    (:meth:`Runtime.builds`), with the compile's options ``given`` that it takes (:attr:`Runtime.options`) and
+    ``variant`` (if any)."""
     kwargs = {k: v for k, v in (given or {}).items() if k in rt.options}
     if variant:
         kwargs["variant"] = variant
@@ -356,12 +365,13 @@ def _builds(rt: Runtime, graph: Graph, xs: list, structure, variant: str, given:
 
 def _runtimes(
     graph: Graph, structure, xs: list, expected: list, names: Sequence[str], given: dict | None = None
-) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str]]:
+) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str], dict[str, dict[str, int]]]:
     """The runtimes ``names`` (registered names, or ``name:variant``) of ``graph`` that can be built, run the
-    example inputs ``xs`` and compute the model's outputs (``expected``, :func:`_candidate`), with their checks; and
-    why the others are no candidates. The :attr:`Runtime.isolated` ones are first built, run and checked in child
-    processes: one whose child died, or that failed or computed other outputs there, is no candidate and never
-    built in this process."""
+    example inputs ``xs`` and compute the model's outputs (``expected``, :func:`_candidate`), with their checks;
+    why the others are no candidates; and the rules of each one's target phase that fired (each runtime's phase
+    runs once, for all its variants: :meth:`Runtime.lower`). The :attr:`Runtime.isolated` ones are first built,
+    run and checked in child processes: one whose child died, or that failed or computed other outputs there, is
+    no candidate and never built in this process."""
 
     def why_not(rt: Runtime) -> str | None:
         if rt.cpu_only and graph.device.type != "cpu":
@@ -376,11 +386,16 @@ def _runtimes(
         if whys[key] is not None:  # the runtime cannot run this graph at all: said once
             not_candidates[key] = whys[key]
     names = [name for name in names if whys[name.partition(":")[0]] is None]
-    builds, hints = {}, {}
+    builds, hints, lowered, fired = {}, {}, {}, {}
     for name in names:
         key, _, variant = name.partition(":")
         rt = runtime.get(key)
-        builds[name], hints[name] = _builds(rt, graph, xs, structure, variant, given), rt.mismatch_hint
+        if key not in lowered:
+            lowered[key], report = rt.lower(graph)
+            fired[key] = dict(report.firings) if report is not None else {}
+        fired[name] = fired[key]
+        builds[name] = _builds(rt, lowered[key], xs, structure, variant, given)
+        hints[name] = rt.mismatch_hint
     # A runtime that could crash the process is built, run and checked in a child first (all of them at once);
     # only those that survive with the model's outputs are built here.
     risky = [name for name in names if runtime.get(name.partition(":")[0]).isolated]
@@ -400,7 +415,7 @@ def _runtimes(
             modules[name] = module
         else:
             not_candidates[name] = why
-    return modules, checks, not_candidates
+    return modules, checks, not_candidates, fired
 
 
 def _apart(work: dict[str, Callable[[], str | None]]) -> dict[str, Tried]:
@@ -455,15 +470,15 @@ def _variants(
     from gawee.backend.measure import fastest
 
     names = [f"{rt.name}:{variant}"] if variant else [f"{rt.name}:{v}" for v in rt.variants]
-    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, names, given)
+    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given)
     if not modules:
         why = "; ".join(f"{k}: {v}" for k, v in not_candidates.items())
         raise GaweeError(f"{graph.name} cannot run on {rt.title}: {why}", hint='use backend="torch"')
     if len(modules) == 1:
         ((name, module),) = modules.items()
-        return module, BackendChoice(name, {}, not_candidates)
+        return module, BackendChoice(name, {}, not_candidates, fired[name])
     timed = fastest(modules, xs)
-    return modules[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates)
+    return modules[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates, fired[timed.chosen])
 
 
 def _choose_runtime(
@@ -480,13 +495,14 @@ def _choose_runtime(
 
     baseline = runtime.baseline()
     names, skipped = _measured(graph, lambda rt: rt.auto and rt is not baseline)
-    modules, _, not_candidates = _runtimes(graph, structure, xs, expected, names, given)
+    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given)
     not_candidates.update(skipped)
     if not modules:
         return torch_module, BackendChoice(baseline.name, {}, not_candidates)
     candidates = {baseline.name: torch_module, **modules}
     timed = fastest(candidates, xs, settle_s=SETTLE_S)
-    return candidates[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates)
+    target = fired.get(timed.chosen, {})
+    return candidates[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates, target)
 
 
 WHOLE_GRAPH_CALLS = 16
@@ -549,13 +565,13 @@ def whole_graph_choice(
     from gawee.backend.measure import fastest
 
     names, skipped = _whole_graph_runtimes(graph)
-    modules, checks, not_candidates = _runtimes(graph, structure, xs, expected, names)
+    modules, checks, not_candidates, fired = _runtimes(graph, structure, xs, expected, names)
     not_candidates.update(skipped)
     if not modules:
         return torch_module, BackendChoice(runtime.baseline().name, {}, not_candidates), None
     candidates = {runtime.baseline().name: torch_module, **modules}
     timed = fastest(candidates, xs)
-    choice = BackendChoice(timed.chosen, timed.seconds, not_candidates)
+    choice = BackendChoice(timed.chosen, timed.seconds, not_candidates, fired.get(timed.chosen, {}))
     return candidates[timed.chosen], choice, checks.get(timed.chosen)
 
 

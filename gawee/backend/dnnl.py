@@ -207,7 +207,6 @@ class _Plan:
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
-        self.fused = _fused_acts(graph)
         self.stripped: set[Node] = set()  # producers whose activation their consumer applies (filled next)
         self.moved = _moved_acts(self, graph)  # depthwise convolution -> (that producer, the activation)
         self.stripped.update(producer for producer, _ in self.moved.values())
@@ -330,14 +329,12 @@ class _Plan:
         return found or [self.primitive(create, *args, attr=attr)]
 
     def act_of(self, node: Node) -> tuple[str | None, tuple]:
-        """The activation ``node``'s primitive applies: its own ``act``, or the next node's when that is fused; none
-        where its consumer applies it (:func:`_moved_acts`)."""
-        if node in self.stripped:
+        """The activation ``node``'s primitive applies as its post-op: its own ``act`` (the target phase,
+        rules/targets/onednn/, gave it the activation that alone read its output); none where its consumer applies
+        it (:func:`_moved_acts`)."""
+        if node in self.stripped or node.attrs.get("act") is None:
             return None, ()
-        if node.attrs.get("act") is not None:
-            return node.attrs["act"], tuple(node.attrs.get("act_params", ()))
-        fused = self.fused.get(node)
-        return _act(fused) if fused is not None else (None, ())
+        return node.attrs["act"], tuple(node.attrs.get("act_params", ()))
 
     def queried(self, pd: int, arg: int) -> int:
         """The memory descriptor the primitive chose for its argument ``arg`` (owned by ``pd``)."""
@@ -1101,12 +1098,12 @@ def _eltwise(plan: _Plan, node: Node) -> _Tensor:
 def _binary(plan: _Plan, node: Node) -> _Tensor:
     a, b = node.inputs[:2]
     out = node.output.shape
-    if a.shape != out and "commutative" in get_op(node.op).traits:
+    if a.shape != out and "commutative" in get_op(node.attrs["alg"]).traits:
         a, b = b, a  # the full-size operand first: oneDNN broadcasts the second
     if a.shape != out:
-        raise _Unsupported(f"{node.op} broadcasting its first operand")
+        raise _Unsupported(f"{node.attrs['alg']} broadcasting its first operand")
     if not b.is_const and len(b.shape) != len(out):
-        raise _Unsupported(f"{node.op} of operands of different ranks")
+        raise _Unsupported(f"{node.attrs['alg']} of operands of different ranks")
     src0 = plan.operand(a)
     # the second operand in the first one's layout (oneDNN's kernels for mixed layouts are its reference ones)
     shape = [1] * (len(out) - len(b.shape)) + list(b.shape)  # a scalar or smaller constant: as many dimensions
@@ -1115,7 +1112,8 @@ def _binary(plan: _Plan, node: Node) -> _Tensor:
     src1 = plan.constant(_const(b, "operand"), md, shape) if b.is_const else plan.operand(b, md)
     create = plan.lib.dnnl_binary_primitive_desc_create
     mds = (src0.md, src1.md, plan.md(out, _ANY))
-    pd, prim = plan.primitive(create, plan.engine, BINARY[node.op], *mds, attr=_post_ops(plan, *plan.act_of(node)))
+    alg = BINARY[node.attrs["alg"]]
+    pd, prim = plan.primitive(create, plan.engine, alg, *mds, attr=_post_ops(plan, *plan.act_of(node)))
     dst = plan.tensor(plan.queried(pd, DST))
     plan.step(prim, {SRC: src0.memory, SRC_1: src1.memory, DST: dst.memory})
     return dst
@@ -1221,7 +1219,7 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
     emits), or whose primitive oneDNN refused: its torch semantics (its registry record, as the interpreter runs
     it; then the activation planned as its post-op, if any) on its operands in the plain layout, each output
     copied into a buffer of the module's — one step, between the primitives of the ops around it."""
-    op, attrs, act = get_op(node.op), dict(node.attrs), plan.fused.get(node)
+    op, attrs = get_op(node.op), dict(node.attrs)
 
     def operand(v: Value | None) -> torch.Tensor | None:
         if v is None:
@@ -1239,8 +1237,6 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
     def step() -> int:
         with torch.no_grad():
             results = op.run(args, attrs)
-            if act is not None:
-                results = get_op(act.op).run(results, act.attrs)
             for view, result in zip(views, results):
                 view.copy_(result)
         return 0
@@ -1256,7 +1252,7 @@ def _view(t: _Tensor, shape) -> torch.Tensor:
 
 LOWERINGS = {
     "conv2d": _conv2d,
-    "batch_norm": _batch_norm,
+    "onednn_batch_norm": _batch_norm,
     "linear": _linear,
     "max_pool2d": _max_pool2d,
     "avg_pool2d": _avg_pool2d,
@@ -1268,13 +1264,13 @@ LOWERINGS = {
     "permute": _permute,
     "split": _split,
     **dict.fromkeys(ELTWISE.keys() - {"gelu_tanh"}, _eltwise),
-    **dict.fromkeys(BINARY, _binary),
+    "onednn_binary": _binary,
 }
 """The ops this runtime runs, each with the function that plans its primitive."""
 
 RANKS = {
     "conv2d": 4,
-    "batch_norm": 4,
+    "onednn_batch_norm": 4,
     "linear": 2,
     "max_pool2d": 4,
     "avg_pool2d": 4,
@@ -1309,27 +1305,6 @@ def torch_flops(graph: Graph) -> str | None:
     return f"{stepped / total:.0%} of its FLOPs would run as torch steps ({', '.join(ops)})"
 
 
-TAKES_ACT = frozenset({"conv2d", "batch_norm", "linear", *BINARY})
-"""Ops whose primitive takes a following activation as its post-op (where the node carries no ``act`` of its
-own)."""
-
-
-def _fused_acts(graph: Graph) -> dict[Node, Node]:
-    """Producer → the activation node planned as its eltwise post-op (or applied after it by its torch step): an
-    activation whose input is the only use of an op in :data:`TAKES_ACT`."""
-    fused = {}
-    for node in graph:
-        producer = node.inputs[0].producer if node.op in ELTWISE and node.inputs else None
-        if (
-            producer is not None
-            and producer.op in TAKES_ACT
-            and producer.attrs.get("act") is None
-            and node.inputs[0].num_uses == 1
-        ):
-            fused[producer] = node
-    return fused
-
-
 def _moved_acts(plan: _Plan, graph: Graph) -> dict[Node, tuple[Node, str]]:
     """Depthwise convolution → (its input's producer, the activation that producer would apply): an activation of
     :data:`gawee.backend.depthwise.MOVED` whose output only the convolution reads moves into gawee's depthwise
@@ -1341,14 +1316,12 @@ def _moved_acts(plan: _Plan, graph: Graph) -> dict[Node, tuple[Node, str]]:
     if depthwise.unavailable() is not None:
         return {}
     moved = {}
-    fused_by = {act: producer for producer, act in plan.fused.items()}
     for node in graph:
         x = node.inputs[0] if node.op == "conv2d" and node.inputs else None
-        source = x.producer if x is not None else None
-        if source is None or x.num_uses != 1 or x.is_graph_output or x.type.rank != 4:
+        producer = x.producer if x is not None else None
+        if producer is None or x.num_uses != 1 or x.is_graph_output or x.type.rank != 4:
             continue
-        producer = fused_by.get(source, source)
-        act, params = _act(source) if source in fused_by else plan.act_of(source)
+        act, params = plan.act_of(producer)
         # a torch step (the producer's) would apply the activation as well
         if act not in depthwise.MOVED or params or not node.inputs[1].is_const or not planned(producer):
             continue
@@ -1370,7 +1343,7 @@ def _affine_cats(plan: _Plan, graph: Graph) -> dict[Node, Node]:
         return {}
     found = {}
     for node in graph:
-        x = node.inputs[0] if node.op == "batch_norm" else None
+        x = node.inputs[0] if node.op == "onednn_batch_norm" else None
         cat = x.producer if x is not None else None
         if (
             cat is not None
@@ -1423,13 +1396,9 @@ class DnnlModule(torch.nn.Module):
             md = plan.md(v.shape)
             plan.values[v] = _Tensor(md, plan.memory(md, None, 0), None)
             self.inputs.append(plan.values[v].memory)
-        acts = {act: producer for producer, act in plan.fused.items()}
         self.outputs = []  # each output's memory (plain, its address set by each call) and shape
         try:
             for node in graph:
-                if node in acts:  # computed by its producer's post-op, into the same buffer
-                    plan.values[node.output] = plan.values[acts[node].output]
-                    continue
                 if node in plan.deferred:  # concatenated by the batch norm that reads it
                     continue
                 made = _lower(plan, node)
@@ -1489,6 +1458,7 @@ class DnnlRuntime(Runtime):
     first, as they and gawee's C kernels run on addresses gawee computes."""
 
     name = "onednn"
+    target = "onednn"
     title = "oneDNN's primitives"
     variants = LAYOUTS
     isolated = True

@@ -5,8 +5,8 @@ graph (:meth:`Runtime.cannot_run`), and builds a module of a graph that takes an
 (:meth:`Runtime.build`). Its adapter lives in its own backend module (``RUNTIME`` there); the registry holds one
 record per runtime — its name and that module, loaded on first use — in the order ``backend="auto"`` tries them.
 ``gawee.compile`` selects through this module only: adding a runtime is its module plus one line of
-:data:`BUILTIN` (or one :func:`register` call from outside gawee), and later its target rule phase
-(:attr:`Runtime.rules`).
+:data:`BUILTIN` (or one :func:`register` call from outside gawee), and its target rule phase
+(:attr:`Runtime.rules`: the fusions it executes as one step, as rules under ``rules/targets/<name>/``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import torch
 
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph
-from gawee.rewrite.ruleset import RuleSet
+from gawee.rewrite.driver import RewriteReport, rewrite
+from gawee.rewrite.ruleset import RuleSet, target_rules
 
 
 class Runtime(ABC):
@@ -48,9 +49,23 @@ class Runtime(ABC):
     """The keyword options of ``gawee.compile`` that :meth:`build` takes (``mlir_path`` for IREE)."""
     mismatch_hint: str = 'compile with backend="torch", and report the model'
     """The hint of the error raised when its outputs differ from the model's."""
-    rules: RuleSet | None = None
-    """Its target rule phase: the fusions it executes as one step, written as rules. A slot to be filled (issue 38,
-    part 2): every runtime's is None, and ``gawee.compile`` runs none yet."""
+    target: str | None = None
+    """The name of its bundled target phase (``rules/targets/<target>/``), or None: :attr:`rules`."""
+
+    @property
+    def rules(self) -> RuleSet | None:
+        """Its target phase: the fusions it executes as one step, written as rules that produce its target ops
+        (:mod:`gawee.ops.targets`), checked by the harness like any others. ``gawee.compile`` runs it on the
+        rewritten graph before :meth:`build` (:meth:`lower`). A runtime may return its own RuleSet."""
+        return None if self.target is None else target_rules(self.target)
+
+    def lower(self, graph: Graph) -> tuple[Graph, RewriteReport | None]:
+        """``graph`` with :attr:`rules` applied (a new graph; ``graph`` itself unchanged) and the rewrite's report;
+        ``graph`` itself and None where there is no target phase."""
+        rules = self.rules
+        if rules is None:
+            return graph, None
+        return rewrite(graph, rules)
 
     @abstractmethod
     def unavailable(self) -> str | None:

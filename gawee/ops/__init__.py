@@ -1,6 +1,6 @@
 """The op registry: one OpDef per op, defined by theme in the modules of this package."""
 
-from gawee.ops import creation, elementwise, nn, opaque, pool, quantized, reduce, shape  # noqa: F401  (registration)
+from gawee.ops import creation, elementwise, nn, opaque, pool, quantized, reduce, shape, targets  # noqa: F401  (registration)
 from gawee.ops.base import (
     REQUIRED,
     TRAITS,

@@ -25,6 +25,12 @@ PRECISIONS = {"bf16": RULES_DIR / "precision" / "bf16.rules", "int8": RULES_DIR 
 in a lower precision. Opt-in only (`optimize --precision NAME`, :func:`precision_rules`): the default pipeline
 never reads rules/precision/."""
 
+TARGETS_DIR = RULES_DIR / "targets"
+"""The bundled target phases, one directory per runtime (``targets/onednn/``): the fusions that runtime executes as
+one step, written as rules that produce its target ops (:mod:`gawee.ops.targets`). ``gawee.compile`` runs a
+runtime's phase on the graph it builds that runtime from (:attr:`gawee.backend.runtime.Runtime.rules`);
+``optimize --target NAME`` runs it last, to show it."""
+
 log = logging.getLogger("gawee.rules")
 
 
@@ -221,6 +227,34 @@ def with_precision(rules: RuleSet | None, name: str) -> RuleSet:
     GaweeError for an unknown name."""
     base = default_rules() if rules is None else rules
     return _number([*base.phases, *load_rules(precision_rules(name)).phases])
+
+
+def targets() -> list[str]:
+    """The runtimes with a bundled target phase (the directories of :data:`TARGETS_DIR`), in name order."""
+    return sorted(p.name for p in TARGETS_DIR.iterdir() if p.is_dir()) if TARGETS_DIR.is_dir() else []
+
+
+def target_dir(name: str) -> Path:
+    """The bundled target phase of the runtime ``name`` (a directory of TARGETS_DIR); GaweeError for another
+    name."""
+    path = TARGETS_DIR / name
+    if not path.is_dir():
+        known = ", ".join(targets()) or "none"
+        raise GaweeError(f"no target phase {name!r}", hint=f"target phases: {known}")
+    return path
+
+
+def target_rules(name: str) -> RuleSet:
+    """The bundled target phase of the runtime ``name``, compiled once per process (again only if a file
+    changed); GaweeError for a runtime without one."""
+    path = target_dir(name)
+    stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(path.glob("*.rules")))
+    return _target(path, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _target(path: Path, stamp: tuple) -> RuleSet:
+    return load_rules(path)
 
 
 def default_rules() -> RuleSet:

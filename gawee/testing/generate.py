@@ -449,7 +449,9 @@ class Generator:
             n_slots = max(len(m.operands), fixed) + extra if m.op is not None else fixed + self.draw.integers(1, 2)
         else:
             n_slots = len(opdef.operands)
-        matchers = list(m.operands) + [None] * (n_slots - len(m.operands)) if m.op is not None else [None] * n_slots
+        if len(m.operands) > n_slots:  # `_(a, b, ...)` drew an op of fewer operands
+            raise S.Reject(f"{op} takes {n_slots} operands, the pattern gives {len(m.operands)}")
+        matchers = list(m.operands) + [None] * (n_slots - len(m.operands))
         sampler = opdef.sample or (lambda d, sl, a: _fallback(d, sl, a, opdef))
         wants = self.demands(m, opdef, matchers, sampler)
         slots: list[Any] = []

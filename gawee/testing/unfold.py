@@ -30,6 +30,8 @@ The definitions unfolded:
   * ``alias(x)`` is ``x`` (a view of the same tensor), and so is ``dropout(x)`` when it does not train or
     ``p`` is 0 (``F.dropout`` returns its input then); ``clone(x)`` and a one-operand ``cat(x)`` hold ``x``'s
     values in a tensor of their own: equal to ``x`` as a result, not as the operand of another op;
+  * a target op (``gawee.ops.targets``) without its epilogue is the core op its ``OpDef.core`` names, on the
+    operands and attributes of the same names;
   * an op with a fused epilogue (the ``act`` and ``act_params`` attributes, and a ``residual`` operand):
     the op without it, then ``add`` of the residual where the guard says ``same_type`` of the two (the
     reference adds with ``+`` only tensors of one shape and dtype), then the activation as its standalone
@@ -52,6 +54,7 @@ left to the small scope and the solver; ``prove(rule)`` then says what stopped i
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +77,9 @@ COMMUTE = frozenset(
 )
 """Ops whose two operands commute bit for bit (IEEE sums and products, comparisons, logic): not maximum and
 minimum, whose zero for (+0, -0) depends on the order."""
+
+MAX_CASES = 64
+"""The most combinations of ops that any-op nodes are unfolded as, one proof each (``op(y) in {...}``)."""
 
 _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
 """Tensor arithmetic in a replacement and the op it builds (see docs/rules.md, Replacements)."""
@@ -275,6 +281,12 @@ class _Terms:
             if (fact, y) not in self.facts:
                 raise _Undecided(f"{e.func}() without `{fact}` of its operand in the guard")
             return y
+        if isinstance(e, A.ECall) and e.func == "op" and len(e.args) == 1:  # the op of a node the pattern names
+            t = self.expr(e.args[0].value)
+            t = self.subst.get(t, t)
+            if t[0] == "app":
+                return lit(t[1])
+            raise _Undecided(f"`{e.text}` of a node of any op")
         if isinstance(e, A.ECall) and has_op(e.func):
             return self.op_call(e)
         raise _Undecided(f"`{e.text}`")
@@ -427,8 +439,10 @@ class _Terms:
         if act == NONE:
             params = lit(())  # apply_act ignores the parameters of no activation
         if act == NONE and residual == NONE:
-            return ("app", op, tuple((k, params if k == "act_params" else v) for k, v in s.items()), tag)
-        core = ("app", op, tuple((k, _bare(k, v)) for k, v in s.items()), tag)
+            bare = {k: params if k == "act_params" else v for k, v in s.items()}
+            return self.as_core(op, bare) or ("app", op, tuple(bare.items()), tag)
+        bare = {k: _bare(k, v) for k, v in s.items()}
+        core = self.as_core(op, bare) or ("app", op, tuple(bare.items()), tag)
         y = core
         if residual != NONE:
             if ("same_type", frozenset((core, residual))) not in self._unfolded_facts():
@@ -447,10 +461,53 @@ class _Terms:
         attrs = {a.name: _term(act_attrs[a.name]) if a.name in act_attrs else lit(a.default) for a in opdef.attrs}
         return self.unfold(self.app(standalone, {opdef.operands[0].name: y}, attrs, "rhs"))
 
+    def op_cases(self) -> list[dict[Term, str]]:
+        """The ops each any-op node may be, one case per combination: the guard's ``op(y) in {...}`` for the
+        node ``y: _(...)``; ``[{}]`` where no such node has one (at most :data:`MAX_CASES` cases)."""
+        choices = [(f[1], sorted(f[2])) for f in sorted(self.facts, key=repr) if f[0] == "op_in" and f[1][0] == "node"]
+        if math.prod(len(ops) for _, ops in choices) > MAX_CASES:
+            raise _Undecided(f"more than {MAX_CASES} combinations of the ops of any-op nodes")
+        return [dict(zip((n for n, _ in choices), ops)) for ops in itertools.product(*(o for _, o in choices))]
+
+    def case(self, ops: dict[Term, str]) -> bool:
+        """Take each any-op node of ``ops`` to be an application of its op there: its positional operands those
+        the pattern names, the rest (and every attribute) left free by its ``...``. False where the op takes fewer
+        operands than the pattern names (the pattern cannot match it)."""
+        for node, op in ops.items():
+            opdef = get_op(op)
+            named = self.node_operands[node]
+            if len(named) > len(opdef.operands) or opdef.variadic:
+                return False
+            operands = {
+                o.name: named[i] if i < len(named) else ("free", next(self._fresh))
+                for i, o in enumerate(opdef.operands)
+            }
+            attrs = {a.name: ("free", next(self._fresh)) for a in opdef.attrs}
+            self.subst[node] = self.app(op, operands, attrs, "lhs")
+        return True
+
+    def as_core(self, op: str, s: dict[str, Term]) -> Term | None:
+        """A target op without its epilogue as the core op it is defined as (``OpDef.core``), unfolded; None for
+        another op, or where the attribute that names the core op is not a literal."""
+        core = get_op(op).core
+        if core is None:
+            return None
+        if core.startswith("attr:"):
+            named = s[core.removeprefix("attr:")]
+            if named[0] != "lit" or not isinstance(named[2], str) or not has_op(named[2]):
+                return None
+            core = named[2]
+        opdef = get_op(core)
+        attrs = {a.name: s[a.name] if a.name in s else lit(a.default) for a in opdef.attrs}
+        if any(a == lit(REQUIRED) for a in attrs.values()):
+            return None
+        return self.unfold(self.app(core, {o.name: s[o.name] for o in opdef.operands}, attrs, "rhs"))
+
     def _unfolded_facts(self) -> set[tuple]:
-        return {
+        return {  # `op_in` facts name nodes, which are not unfolded (a node taken as its op reads them again)
             (f, frozenset(self.unfold(x) for x in arg) if isinstance(arg, frozenset) else self.unfold(arg))
-            for f, arg in self.facts
+            for f, arg, *more in self.facts
+            if not more
         }
 
 
@@ -488,11 +545,15 @@ def prove(rule: Rule) -> Definition | str:
     try:
         patterns = _variant_patterns(rule)
         terms = _Terms(rule, patterns)
-        results = [terms.expr(e) for e in [rule.ast.replacement, *rule.ast.extra_results]]
-        for k, (lhs, rhs) in enumerate(zip(terms.roots, results)):
-            if terms.value(lhs) != terms.value(rhs):
-                which = f"result {k}" if len(results) > 1 else "the replacement"
-                return f"{which} is not the matched computation once definitions are unfolded"
+        for ops in terms.op_cases():
+            if not terms.case(ops):
+                continue
+            results = [terms.expr(e) for e in [rule.ast.replacement, *rule.ast.extra_results]]
+            for k, (lhs, rhs) in enumerate(zip(terms.roots, results)):
+                if terms.value(lhs) != terms.value(rhs):
+                    which = f"result {k}" if len(results) > 1 else "the replacement"
+                    where = f" (where {', '.join(sorted(ops.values()))})" if ops else ""
+                    return f"{which} is not the matched computation once definitions are unfolded{where}"
     except _Undecided as e:
         return f"the terms do not decide {e}"
     return Definition("both sides are one computation once gawee's op definitions are unfolded")

@@ -1,0 +1,92 @@
+"""Target ops: what one runtime executes as one step, each with reference semantics in torch.
+
+A runtime's target phase (``rules/targets/<runtime>/``, :attr:`gawee.backend.runtime.Runtime.rules`) rewrites
+core ops into these, so that every fusion a runtime makes is a rule the harness checks (against the reference
+semantics here), ``explain`` traces and the report counts; the interpreter runs a lowered graph like any other,
+and a runtime whose kernel cannot take a node runs these semantics instead. A target op's name starts with its
+runtime's (``onednn_``). They are never captured (no ATen spelling) and draw no instances of their own: rules
+produce them.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from gawee.ops import sampling as S
+from gawee.ops.base import Attr, OpDef, Operand, get_op, register
+from gawee.ops.elementwise import EW
+from gawee.ops.nn import PURE, _bn_sample, _draw_act, _no_act_params, apply_act
+
+ONEDNN_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
+"""The core ops a oneDNN binary primitive computes (``onednn_binary``'s ``alg``)."""
+
+_EPILOGUE = (Attr("act", "str?", None), Attr("act_params", "floats", ()))
+
+
+def _with_act(flops_per_element: int):
+    def flops(ins, outs, attrs):
+        return outs[0].numel * (flops_per_element + int(attrs.get("act") is not None))
+
+    return flops
+
+
+def _binary(self, other, *, alg, act=None, act_params=()):
+    if alg not in ONEDNN_BINARY:
+        raise ValueError(f"onednn_binary computes {', '.join(ONEDNN_BINARY)}, not {alg!r}")
+    return apply_act(get_op(alg).evaluate(self, other), act, act_params)
+
+
+def _binary_sample(draw, slots, attrs):
+    """Two broadcasting tensors, an ``alg`` and an activation (each unless the pattern fixes it)."""
+    types, _ = S.elementwise(draw, slots, {})
+    return types, {"alg": draw.choice(ONEDNN_BINARY), **_draw_act(draw), **attrs}
+
+
+register(
+    OpDef(
+        "onednn_binary",
+        (Operand("self"), Operand("other")),
+        _binary,
+        attrs=(Attr("alg", "str"), *_EPILOGUE),
+        traits=EW,
+        flops=_with_act(1),
+        sample=_binary_sample,
+        core="attr:alg",
+        canonicalize=lambda attrs, _types: _no_act_params(attrs),
+        doc="act(alg(self, other)): oneDNN's binary primitive (alg: add, sub, mul, div, maximum, minimum; "
+        "broadcasting as the core op) with its eltwise post-op",
+    )
+)
+
+
+def _batch_norm(input, weight, bias, running_mean, running_var, *, eps, act=None, act_params=()):
+    y = F.batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps)
+    return apply_act(y, act, act_params)
+
+
+def _batch_norm_sample(draw, slots, attrs):
+    types, drawn = _bn_sample(draw, slots, attrs)
+    return types, {**_draw_act(draw), **drawn}
+
+
+register(
+    OpDef(
+        "onednn_batch_norm",
+        (
+            Operand("input"),
+            Operand("weight", optional=True),
+            Operand("bias", optional=True),
+            Operand("running_mean"),
+            Operand("running_var", domain="nonnegative"),
+        ),
+        _batch_norm,
+        attrs=(Attr("eps", "float", 1e-5), *_EPILOGUE),
+        traits=PURE,
+        flops=_with_act(2),
+        sample=_batch_norm_sample,
+        core="batch_norm",
+        canonicalize=lambda attrs, _types: _no_act_params(attrs),
+        doc="act(batch_norm(...)): an inference batch norm as oneDNN's 1x1 depthwise convolution by its scale and "
+        "shift, with its eltwise post-op",
+    )
+)

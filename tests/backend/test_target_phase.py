@@ -1,0 +1,120 @@
+"""A runtime's target phase: its fusions as rules (rules/targets/<runtime>/) that gawee.compile runs on the graph
+it builds that runtime from, that the compile report counts, and that `optimize --target` traces."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gawee
+from gawee.backend import dnnl, runtime
+from gawee.cli import main
+from gawee.errors import GaweeError
+from gawee.interp import run
+from gawee.ir.serialize import load
+from gawee.rewrite.ruleset import target_dir, target_rules, targets
+
+MODEL = """
+import torch
+import torch.nn as nn
+
+
+class SqueezeExcite(nn.Module):
+    '''A convolution, its batch norm and a squeeze-and-excitation gate: x * sigmoid(conv(pool(x))), then a
+    batch norm and a leaky ReLU that the bundled rules leave standalone (the norm follows a multiply).'''
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.gate, self.bn = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = self.conv(x)
+        y = y * torch.sigmoid(self.gate(y.mean((2, 3), keepdim=True)))
+        return torch.nn.functional.leaky_relu(self.bn(y), 0.2) + x
+
+
+def make():
+    torch.manual_seed(0)
+    model = SqueezeExcite().eval()
+    model.bn.running_mean.uniform_(-1, 1)
+    model.bn.running_var.uniform_(0.5, 2)
+    return model, (torch.randn(2, 8, 10, 10),)
+"""
+
+
+def _model():
+    namespace: dict = {}
+    exec(MODEL, namespace)
+    return namespace["make"]()
+
+
+def test_onednn_has_the_bundled_target_phase_and_the_others_none():
+    assert targets() == ["onednn"]
+    assert runtime.get("onednn").rules is target_rules("onednn")
+    assert runtime.get("torch").rules is None
+    graph, _ = gawee.rewrite(gawee.capture(*_model()))
+    same, report = runtime.get("torch").lower(graph)
+    assert same is graph and report is None
+    with pytest.raises(GaweeError, match="no target phase 'tpu'"):
+        target_dir("tpu")
+
+
+def test_lowering_rewrites_into_target_ops_and_keeps_the_values():
+    model, (x,) = _model()
+    graph, _ = gawee.rewrite(gawee.capture(model, (x,)))
+    lowered, report = dnnl.RUNTIME.lower(graph)
+    assert [n.op for n in graph].count("batch_norm") == 1  # the graph itself is left as it was
+    ops = {(n.op, n.attrs.get("alg"), n.attrs.get("act")) for n in lowered}
+    assert ("onednn_binary", "mul", None) in ops  # the gate
+    assert ("onednn_batch_norm", None, "leaky_relu") in ops  # the norm with its activation as a post-op
+    assert ("onednn_binary", "add", None) in ops
+    assert report.firings["onednn_batch_norm_leaky_relu"] == 1
+    with torch.no_grad():
+        torch.testing.assert_close(run(lowered, x)[0], model(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(dnnl.unavailable() is not None, reason="oneDNN's primitives are not available here")
+def test_compile_runs_the_target_phase_and_reports_its_rules():
+    model, (x,) = _model()
+    module = gawee.compile(model, (x,), backend="onednn:blocked")
+    choice = module.gawee_report.backend
+    assert choice.target_rules["onednn_binary"] == 2
+    assert choice.target_rules["onednn_batch_norm_leaky_relu"] == 1
+    assert "its target rules fired: " in str(choice)
+    assert "torch:" not in " ".join(module.kernels)  # every node on a primitive, the activation as a post-op
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_optimize_traces_the_target_phase(capsys, tmp_path):
+    src = tmp_path / "se.py"
+    src.write_text(MODEL)
+    out_json = tmp_path / "se-onednn.json"
+    code = main(["optimize", f"{src}:make", "--target", "onednn", "--trace", "-o", str(out_json)])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "onednn_batch_norm_leaky_relu (rules/targets/onednn/post_ops.rules:" in out  # traced
+    assert "onednn_binary x2" in out  # counted among the rules fired
+    assert "onednn_binary" in {n.op for n in load(out_json)}
+    code = main(["optimize", f"{src}:make", "--target", "tpu"])
+    assert code != 0 and "no target phase 'tpu'" in capsys.readouterr().err
+
+
+def test_the_docs_example_of_a_runtime_fusion_loads_and_is_sound():
+    """docs/rules.md, "Target phases": the worked example of adding a fusion to the oneDNN runtime."""
+    import re
+    from pathlib import Path
+
+    from gawee.rewrite.ruleset import load_rules_text
+    from gawee.testing import check_rule
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text(encoding="utf-8")
+    section = doc.split("## Target phases", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```\n(.*?)```", section, re.S)
+    (rule,) = load_rules_text(block, "docs/rules.md").rules
+    assert rule.name == "onednn_binary_clamp"
+    result = check_rule(rule, examples=40)
+    assert result.verdict in ("proven", "sound") and result.fired > 0, result.verdict
+    # an integer tensor is clamped to float bounds in float; the fused one would keep its integer dtype
+    unguarded = block.replace(" and a.dtype == f32 and c.dtype == f32", "")
+    assert check_rule(load_rules_text(unguarded, "docs/rules.md").rules[0], examples=40).verdict == "UNSOUND"

@@ -1,0 +1,77 @@
+"""Target ops (gawee.ops.targets): their reference semantics are their definitions, and the onednn target phase's
+rules are proven by them; rules that change the computation are not, and the harness refutes them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gawee.ops import ACTIVATIONS, all_ops, apply_act, get_op
+from gawee.ops.targets import ONEDNN_BINARY
+from gawee.rewrite.ruleset import load_rules_text, target_rules
+from gawee.testing import check_rule
+from gawee.testing.unfold import Definition, prove
+
+TARGET_OPS = sorted(name for name, op in all_ops().items() if op.core is not None)
+
+
+def _core(name: str, attrs: dict) -> tuple[str, dict]:
+    """What OpDef.core says ``name`` computes before its epilogue, as an op and its attributes."""
+    op = get_op(name)
+    core = attrs[op.core.removeprefix("attr:")] if op.core.startswith("attr:") else op.core
+    return core, {a.name: attrs[a.name] for a in get_op(core).attrs if a.name in attrs}
+
+
+def _operands(name: str) -> list[torch.Tensor]:
+    if name == "onednn_batch_norm":
+        return [torch.randn(2, 3, 4, 4), torch.rand(3) + 0.5, torch.randn(3), torch.randn(3), torch.rand(3) + 0.1]
+    return [torch.randn(2, 3, 4, 4), torch.randn(3, 1, 1)]
+
+
+def test_the_target_ops_are_the_onednn_ones():
+    assert TARGET_OPS == ["onednn_batch_norm", "onednn_binary"]
+
+
+@pytest.mark.parametrize("name", TARGET_OPS)
+@pytest.mark.parametrize("act", [None, *ACTIVATIONS])
+def test_a_target_op_is_its_core_op_then_its_activation(name, act):
+    """The definition the rule prover unfolds (OpDef.core, then the activation) is what evaluate computes."""
+    torch.manual_seed(0)
+    params = {"hardtanh": (-0.5, 0.75), "leaky_relu": (0.1,)}.get(act, ())
+    for alg in ONEDNN_BINARY if name == "onednn_binary" else [None]:
+        attrs = {"eps": 1e-3} if alg is None else {"alg": alg}
+        xs = _operands(name)
+        got = get_op(name).run(xs, {**attrs, "act": act, "act_params": params})[0]
+        core, core_attrs = _core(name, attrs)
+        want = apply_act(get_op(core).run(xs, core_attrs)[0], act, params)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_every_rule_of_the_onednn_target_phase_is_proven_by_definition():
+    rules = target_rules("onednn").rules
+    assert len(rules) >= 20
+    unproven = [r.name for r in rules if not isinstance(prove(r), Definition)]
+    assert not unproven
+
+
+UNSOUND = [
+    # another binary op than the matched one
+    'rule r: y: sub(a, c) => onednn_binary(a, c, alg="add")',
+    # the operands swapped (sub does not commute)
+    "rule r: y: sub(a, c) => onednn_binary(c, a, alg=op(y))",
+    # an activation with an attribute among the any-op ones: gelu's approximate is dropped
+    'rule r: r: _(y: onednn_binary(a, c, alg=f, act=none), ...) where single_use(y) and op(r) in {"relu", "gelu"}\n'
+    "    => onednn_binary(a, c, alg=f, act=op(r))",
+    # the batch norm's eps dropped
+    "rule r: batch_norm(x, g, b, m, v, eps=e) => onednn_batch_norm(x, g, b, m, v)",
+    # the convolution may carry an activation already, which the replacement overwrites
+    'rule r: r: _(y: conv2d(x, w, b, ...attrs), ...) where single_use(y) and op(r) in {"relu", "tanh"}\n'
+    "    => conv2d(x, w, b, act=op(r), ...attrs)",
+]
+
+
+@pytest.mark.parametrize("text", UNSOUND)
+def test_a_target_rule_that_changes_the_computation_is_not_proven_and_is_refuted(text):
+    rule = load_rules_text(text, "planted.rules").rules[0]
+    assert not isinstance(prove(rule), Definition)
+    assert check_rule(rule, examples=200).verdict == "UNSOUND"
