@@ -22,9 +22,11 @@ layout, a 3×3 stride-1 convolution also races gawee's own Winograd F(4×4, 3×3
 (:mod:`gawee.backend.winograd`: two C transforms around oneDNN's matmul), kept where it measures fastest, and a
 convolution of 8 channels per group (RegNet's) races gawee's grouped kernel (:mod:`gawee.backend.grouped`), a
 depthwise one (MobileNet's, EfficientNet's) gawee's depthwise kernel with its activation
-(:mod:`gawee.backend.depthwise`). A batch
-norm that alone reads a concatenation along channels (DenseNet's layers) runs in one pass with it
-(:mod:`gawee.backend.affine_cat`).
+(:mod:`gawee.backend.depthwise`). The fusions are the runtime's target phase (``rules/targets/onednn/``), which
+``gawee.compile`` runs before building it: an activation that alone reads a convolution, linear, batch norm or
+binary op becomes its post-op, and a batch norm that alone reads a concatenation along channels (DenseNet's layers)
+runs in one pass with it (``onednn_affine_cat``, :mod:`gawee.backend.affine_cat`); this module lowers the target
+ops they produce (:mod:`gawee.ops.targets`).
 
 The library is ``libdnnl.so.3`` from the ``onednn-cpu-gomp`` wheel (a dependency of gawee on x86-64 Linux), or the
 file ``GAWEE_DNNL_LIBRARY`` names. It is loaded after torch, so it shares torch's OpenMP runtime (both name it
@@ -57,6 +59,7 @@ from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType
 from gawee.ops import get_op
 from gawee.ops.nn import _pair as pair
+from gawee.rewrite.ruleset import RuleSet, target_rules
 
 # -- the C API (oneDNN 3.x, dnnl.h / dnnl_types.h) -----------------------------------------------------------
 _P = ctypes.c_void_p
@@ -210,7 +213,6 @@ class _Plan:
         self.stripped: set[Node] = set()  # producers whose activation their consumer applies (filled next)
         self.moved = _moved_acts(self, graph)  # depthwise convolution -> (that producer, the activation)
         self.stripped.update(producer for producer, _ in self.moved.values())
-        self.deferred = _affine_cats(self, graph)
 
     # handles
     def _new(self, destroy: str, create, *args) -> int:
@@ -955,47 +957,50 @@ def _conv2d(plan: _Plan, node: Node) -> _Tensor:
     return _conv(plan, node, weight, bias, a["groups"], stride, padding, dilation, (residual or [None])[0])
 
 
-def _batch_norm(plan: _Plan, node: Node) -> _Tensor:
-    """Inference batch norm as a 1×1 depthwise convolution by its scale and shift, as ONNX Runtime's NCHWc
-    transformer does: it then runs in the blocked layout and takes a following activation as its post-op."""
-    x, weight, bias, mean, var = node.inputs
-    scale = torch.rsqrt(_const(var, "running_var").double() + node.attrs["eps"])
+def _scale_shift(weight, bias, mean, var, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """An inference batch norm's per-channel scale and shift (y = x * scale + shift), computed in float64."""
+    scale = torch.rsqrt(_const(var, "running_var").double() + eps)
     if weight is not None:
         scale = scale * _const(weight, "weight").double()
     shift = -_const(mean, "running_mean").double() * scale
     if bias is not None:
         shift = shift + _const(bias, "bias").double()
+    return scale.float(), shift.float()
+
+
+def _batch_norm(plan: _Plan, node: Node) -> _Tensor:
+    """Inference batch norm (``onednn_batch_norm``) as a 1×1 depthwise convolution by its scale and shift, as ONNX
+    Runtime's NCHWc transformer does: it then runs in the blocked layout and takes its activation as a post-op."""
+    x, weight, bias, mean, var = node.inputs
+    scale, shift = _scale_shift(weight, bias, mean, var, node.attrs["eps"])
     c = x.shape[1]
-    cat = x.producer if x.producer in plan.deferred else None
-    if cat is not None:
-        fused = _affine_cat(plan, node, cat, scale.float(), shift.float())
-        if fused is None:  # the parts are in layouts the kernel does not take: concatenated first
-            plan.values[x] = _cat(plan, cat)
-        plan.done_with(cat)
-        if fused is not None:
-            return fused
-    return _conv(plan, node, scale.float().reshape(c, 1, 1, 1), shift.float(), c, [1, 1], [0, 0], [1, 1])
+    return _conv(plan, node, scale.reshape(c, 1, 1, 1), shift, c, [1, 1], [0, 0], [1, 1])
 
 
-def _affine_cat(plan: _Plan, node: Node, cat: Node, scale: torch.Tensor, shift: torch.Tensor) -> _Tensor | None:
-    """The batch norm ``node`` (and its ReLU) applied while concatenating its input's parts, one step
-    (:mod:`gawee.backend.affine_cat`), in the layout of the first part held blocked or channels-last (the others
-    reordered to it); None where there is none, or it is blocked and a part's channels are not a multiple of the
-    block."""
+def _affine_cat(plan: _Plan, node: Node) -> _Tensor:
+    """``onednn_affine_cat``: the batch norm (and its ReLU) applied while concatenating the parts along channels,
+    one step (:mod:`gawee.backend.affine_cat`), in the layout of the first part held blocked or channels-last (the
+    others reordered to it). Refused (a torch step computes it) for parts of another rank or dimension, constant
+    parts, another activation, parts held in no such layout, or blocked parts whose channels are not a multiple of
+    the block."""
     from gawee.backend import affine_cat
 
-    parts, out = cat.inputs, node.output.shape
+    weight, bias, mean, var, *parts = node.inputs
+    out, act = node.output.shape, plan.act_of(node)[0]
+    if len(out) != 4 or node.attrs["dim"] % 4 != 1 or act not in affine_cat.ACTS or any(v.is_const for v in parts):
+        raise _Unsupported("a concatenation the affine_cat kernel does not take")
     layout = next(filter(None, (plan.layout_of(plan.values[v], v.shape) for v in parts)), None)
     block = plan.block if layout == "blocked" else 0
     if layout is None or (block and any(v.shape[1] % block for v in parts)):
-        return None
+        raise _Unsupported("parts in layouts the affine_cat kernel does not take")
+    scale, shift = _scale_shift(weight, bias, mean, var, node.attrs["eps"])
     srcs = [_addressed(plan, plan.operand(v, plan.activation_md(v.shape, layout))) for v in parts]
     dst = plan.tensor(plan.activation_md(out, layout))
     coeffs = torch.stack([scale, shift]).contiguous()
     addresses = (_P * len(srcs))(*(_P(t.buffer.tensor.data_ptr()) for t in srcs))
     channels = (ctypes.c_int * len(parts))(*(v.shape[1] for v in parts))
     plan.keep += [coeffs, addresses, channels]
-    act = affine_cat.ACTS[plan.act_of(node)[0]]
+    act = affine_cat.ACTS[act]
     args = (addresses, channels, len(parts), dst.buffer.tensor.data_ptr(), coeffs[0].data_ptr(), coeffs[1].data_ptr())
     plan.call(affine_cat.library().gawee_affine_cat, (*args, act, out[0], out[2] * out[3], block), "gawee:affine_cat")
     plan.conv_layouts[node.name], plan.conv_kernels[node.name] = layout, "gawee:affine_cat"
@@ -1148,13 +1153,12 @@ def _reshape(plan: _Plan, node: Node) -> _Tensor:
 def _lower(plan: _Plan, node: Node) -> _Tensor | tuple[_Tensor, ...]:
     """``node`` planned on its primitive, else (no lowering, or one that cannot take this node: a convolution of
     rank 3, a linear of rank 3, an operand oneDNN refuses) as a torch step. A node whose activation another node
-    applies, or that applies another's (:func:`_moved_acts`), or that concatenates as it reads (:func:`_affine_cats`)
-    has no torch step: its lowering's refusal is the module's."""
+    applies, or that applies another's (:func:`_moved_acts`), has no torch step: its lowering's refusal is the
+    module's."""
     if not planned(node):
         return _torch_op(plan, node)
     lowering = LOWERINGS[node.op]
-    reads_cat = any(v is not None and v.producer in plan.deferred for v in node.inputs)
-    entangled = node in plan.stripped or node in plan.moved or reads_cat
+    entangled = node in plan.stripped or node in plan.moved
     mark = plan.mark()
     try:
         return lowering(plan, node)
@@ -1265,6 +1269,7 @@ LOWERINGS = {
     "split": _split,
     **dict.fromkeys(ELTWISE.keys() - {"gelu_tanh"}, _eltwise),
     "onednn_binary": _binary,
+    "onednn_affine_cat": _affine_cat,
 }
 """The ops this runtime runs, each with the function that plans its primitive."""
 
@@ -1334,31 +1339,6 @@ def _moved_acts(plan: _Plan, graph: Graph) -> dict[Node, tuple[Node, str]]:
     return moved
 
 
-def _affine_cats(plan: _Plan, graph: Graph) -> dict[Node, Node]:
-    """Concatenation along channels → the batch norm that alone reads it, with no activation or a ReLU: planned as
-    one :func:`_affine_cat` step when the batch norm is (the concatenation itself is not planned before it)."""
-    from gawee.backend import affine_cat
-
-    if affine_cat.unavailable() is not None:
-        return {}
-    found = {}
-    for node in graph:
-        x = node.inputs[0] if node.op == "onednn_batch_norm" else None
-        cat = x.producer if x is not None else None
-        if (
-            cat is not None
-            and cat.op == "cat"
-            and x.type.rank == 4
-            and cat.attrs.get("dim", 0) % 4 == 1
-            and x.num_uses == 1
-            and not x.is_graph_output
-            and plan.act_of(node)[0] in affine_cat.ACTS
-            and not any(v.is_const for v in cat.inputs)
-        ):
-            found[cat] = node
-    return found
-
-
 def supports(graph: Graph) -> str | None:
     """Why ``graph`` cannot run on this runtime, or None if it can (as far as its types and ops show; the
     primitives themselves are checked when the module is built)."""
@@ -1399,8 +1379,6 @@ class DnnlModule(torch.nn.Module):
         self.outputs = []  # each output's memory (plain, its address set by each call) and shape
         try:
             for node in graph:
-                if node in plan.deferred:  # concatenated by the batch norm that reads it
-                    continue
                 made = _lower(plan, node)
                 for v, t in zip(node.outputs, made if isinstance(made, tuple) else (made,)):
                     plan.values[v] = t
@@ -1466,6 +1444,13 @@ class DnnlRuntime(Runtime):
 
     def unavailable(self) -> str | None:
         return unavailable()
+
+    @property
+    def rules(self) -> RuleSet:
+        """The bundled onednn target phase, without its affine_cat phase where that kernel cannot be built."""
+        from gawee.backend import affine_cat
+
+        return target_rules(self.target, skip=() if affine_cat.unavailable() is None else ("2-affine_cat",))
 
     def cannot_run(self, graph: Graph) -> str | None:
         return supports(graph)

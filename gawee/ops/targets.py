@@ -10,6 +10,7 @@ produce them.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
 from gawee.ops import sampling as S
@@ -90,3 +91,32 @@ register(
         "shift, with its eltwise post-op",
     )
 )
+
+
+def _affine_cat(weight, bias, running_mean, running_var, *parts, dim, eps, act=None, act_params=()):
+    y = F.batch_norm(torch.cat(parts, dim), running_mean, running_var, weight, bias, False, 0.0, eps)
+    return apply_act(y, act, act_params)
+
+
+register(
+    OpDef(
+        "onednn_affine_cat",
+        (
+            Operand("weight", optional=True),
+            Operand("bias", optional=True),
+            Operand("running_mean"),
+            Operand("running_var", domain="nonnegative"),
+            Operand("tensors", variadic=True),
+        ),
+        _affine_cat,
+        attrs=(Attr("dim", "int", 0), Attr("eps", "float", 1e-5), *_EPILOGUE),
+        traits=PURE,
+        flops=_with_act(2),
+        canonicalize=lambda attrs, _types: _no_act_params(attrs),
+        doc="act(batch_norm(cat(tensors, dim), ...)): the batch norm that alone reads a concatenation along "
+        "channels, applied as the parts are copied in (gawee's affine_cat kernel beside oneDNN's primitives)",
+    )
+)
+
+TARGET_OPS = frozenset({"onednn_binary", "onednn_batch_norm", "onednn_affine_cat"})
+"""The target ops defined here: only rules make them (never a capture)."""

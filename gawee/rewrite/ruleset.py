@@ -244,17 +244,17 @@ def target_dir(name: str) -> Path:
     return path
 
 
-def target_rules(name: str) -> RuleSet:
-    """The bundled target phase of the runtime ``name``, compiled once per process (again only if a file
-    changed); GaweeError for a runtime without one."""
-    path = target_dir(name)
-    stamp = tuple((p.name, p.stat().st_mtime_ns) for p in sorted(path.glob("*.rules")))
-    return _target(path, stamp)
+def target_rules(name: str, skip: tuple[str, ...] = ()) -> RuleSet:
+    """The bundled target phase of the runtime ``name`` (its files in name order, each a phase), but for the
+    phases named in ``skip`` (a file's stem: those of a kernel the runtime cannot build here), compiled once per
+    process (again only if a file changed); GaweeError for a runtime without one."""
+    files = tuple(p for p in sorted(target_dir(name).glob("*.rules")) if p.stem not in skip)
+    return _target(files, tuple(p.stat().st_mtime_ns for p in files))
 
 
 @functools.lru_cache(maxsize=8)
-def _target(path: Path, stamp: tuple) -> RuleSet:
-    return load_rules(path)
+def _target(files: tuple[Path, ...], stamp: tuple) -> RuleSet:
+    return load_rules(*files)
 
 
 def default_rules() -> RuleSet:

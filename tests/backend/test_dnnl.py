@@ -252,8 +252,8 @@ def test_batch_norm_then_relu_runs_as_one_depthwise_convolution():
     torch.manual_seed(0)
     bn = nn.BatchNorm2d(12).eval()
     bn.running_mean.uniform_(-1, 1), bn.running_var.uniform_(0.5, 2), bn.weight.data.uniform_(0.5, 2)
-    model = Lambda(lambda p, x: p[1](torch.relu(p[0](torch.cat([x, x * 2], 1)))), bn, nn.Conv2d(12, 8, 1))
-    graph = assert_runs_like(model, torch.randn(2, 6, 7, 7))
+    model = Lambda(lambda p, x: p[1](torch.relu(p[0](x * 2))), bn, nn.Conv2d(12, 8, 1))
+    graph = assert_runs_like(model, torch.randn(2, 12, 7, 7))
     # the target phase's onednn_batch_norm_act fused the ReLU into the batch norm (rules/targets/onednn/)
     assert [(n.op, n.attrs.get("act")) for n in graph if n.op in ("relu", "onednn_batch_norm")] == [
         ("onednn_batch_norm", "relu")

@@ -93,7 +93,7 @@ def test_optimize_traces_the_target_phase(capsys, tmp_path):
     code = main(["optimize", f"{src}:make", "--target", "onednn", "--trace", "-o", str(out_json)])
     out, err = capsys.readouterr()
     assert code == 0, out + err
-    assert "onednn_batch_norm_leaky_relu (rules/targets/onednn/post_ops.rules:" in out  # traced
+    assert "onednn_batch_norm_leaky_relu (rules/targets/onednn/1-post_ops.rules:" in out  # traced
     assert "onednn_binary x2" in out  # counted among the rules fired
     assert "onednn_binary" in {n.op for n in load(out_json)}
     code = main(["optimize", f"{src}:make", "--target", "tpu"])
@@ -118,3 +118,53 @@ def test_the_docs_example_of_a_runtime_fusion_loads_and_is_sound():
     # an integer tensor is clamped to float bounds in float; the fused one would keep its integer dtype
     unguarded = block.replace(" and a.dtype == f32 and c.dtype == f32", "")
     assert check_rule(load_rules_text(unguarded, "docs/rules.md").rules[0], examples=40).verdict == "UNSOUND"
+
+
+DENSE = """
+import torch
+import torch.nn as nn
+
+
+class Dense(nn.Module):
+    '''Two DenseNet layers: each normalizes the concatenation of everything before it, then a ReLU and a conv.'''
+
+    def __init__(self):
+        super().__init__()
+        self.bn1, self.conv1 = nn.BatchNorm2d(16), nn.Conv2d(16, 16, 3, padding=1)
+        self.bn2, self.conv2 = nn.BatchNorm2d(32), nn.Conv2d(32, 16, 1)
+
+    def forward(self, x):
+        y = self.conv1(torch.relu(self.bn1(x)))
+        return self.conv2(torch.relu(self.bn2(torch.cat([x, y], 1))))
+
+
+def make():
+    torch.manual_seed(0)
+    model = Dense().eval()
+    for bn in (model.bn1, model.bn2):
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    return model, (torch.randn(2, 16, 8, 8),)
+"""
+
+
+def test_the_affine_cat_phase_runs_where_its_kernel_builds(monkeypatch):
+    from gawee.backend import affine_cat
+
+    namespace: dict = {}
+    exec(DENSE, namespace)
+    model, (x,) = namespace["make"]()
+    graph, _ = gawee.rewrite(gawee.capture(model, (x,)))
+    monkeypatch.setattr(affine_cat, "unavailable", lambda: None)
+    lowered, report = dnnl.RUNTIME.lower(graph)
+    assert [(n.op, n.attrs.get("act")) for n in lowered if n.op.startswith("onednn_")] == [
+        ("onednn_batch_norm", "relu"),
+        ("onednn_affine_cat", "relu"),
+    ]
+    assert report.firings["onednn_affine_cat"] == 1
+    with torch.no_grad():
+        torch.testing.assert_close(run(lowered, x)[0], model(x), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(affine_cat, "unavailable", lambda: "no C compiler")
+    assert "onednn_affine_cat" not in {r.name for r in dnnl.RUNTIME.rules.rules}
+    lowered, _ = dnnl.RUNTIME.lower(graph)
+    assert "onednn_affine_cat" not in {n.op for n in lowered} and "cat" in {n.op for n in lowered}
