@@ -10,7 +10,8 @@ This kernel (``depthwise.c``) reads and writes the activations where oneDNN keep
 NHWC), one vector of channels per pixel. It keeps the input rows an output row reads in a ring of rows padded with
 zeros (no tap checks bounds), computes output pixels in tiles of 8, and the bias, a residual and the activation in
 its epilogue (SiLU with a polynomial e^x). It can also apply an activation to its input as the rows enter the ring,
-once per element: a SiLU only it reads moves there from its producer's post-op (:data:`MOVED`). The runtime times
+once per element: a SiLU only it reads moves there from its producer's post-op (the onednn target phase's
+``rules/targets/onednn/3-depthwise.rules`` makes an ``onednn_depthwise`` with ``act_in``). The runtime times
 it beside oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl._Plan.fastest`), which
 made efficientnet_b0's blocked module about a tenth faster.
 
@@ -36,13 +37,6 @@ ACTS = {None: 0, "relu": 1, "silu": 2, "hardswish": 3}
 """The activations the epilogue applies, and the prologue to the input as it reads it (their ``act`` codes): each
 maps 0 to 0, so a blocked layout's padding lanes (zero weights, zero bias) stay zero, and so does the padding
 around the image."""
-
-MOVED = frozenset({"silu"})
-"""The activations moved from a producer's oneDNN post-op into this kernel's prologue where the kernel alone reads
-the producer's output (:func:`gawee.backend.dnnl._moved_acts`). A SiLU cost half as much in the prologue of the
-depthwise convolution as in oneDNN's post-op of the 1×1 convolution before it (it reads each element once there,
-after the expansion); ReLU and hardswish cost oneDNN's post-ops next to nothing, and moving them would only take
-the convolution out of the race with oneDNN's kernels."""
 
 
 @cache

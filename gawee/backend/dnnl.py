@@ -210,9 +210,6 @@ class _Plan:
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
-        self.stripped: set[Node] = set()  # producers whose activation their consumer applies (filled next)
-        self.moved = _moved_acts(self, graph)  # depthwise convolution -> (that producer, the activation)
-        self.stripped.update(producer for producer, _ in self.moved.values())
 
     # handles
     def _new(self, destroy: str, create, *args) -> int:
@@ -332,9 +329,8 @@ class _Plan:
 
     def act_of(self, node: Node) -> tuple[str | None, tuple]:
         """The activation ``node``'s primitive applies as its post-op: its own ``act`` (the target phase,
-        rules/targets/onednn/, gave it the activation that alone read its output); none where its consumer applies
-        it (:func:`_moved_acts`)."""
-        if node in self.stripped or node.attrs.get("act") is None:
+        rules/targets/onednn/, gave it the activation that alone read its output)."""
+        if node.attrs.get("act") is None:
             return None, ()
         return node.attrs["act"], tuple(node.attrs.get("act_params", ()))
 
@@ -917,10 +913,12 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
         ]
 
     layouts = MEASURED if plan.layout == "per_conv" else (plan.layout,)
-    act_in = plan.moved.get(node, (None, None))[1]
+    act_in = node.attrs.get("act_in")  # onednn_depthwise's prologue (rules/targets/onednn/3-depthwise.rules)
     if act_in is not None:  # only gawee's depthwise kernel applies an activation to its input
         own = (x, out, geometry, act, residual is not None, act_in)
         candidates = [c for layout in layouts for c in _Depthwise.candidates(plan, layout, *own)]
+        if not candidates:
+            raise _Unsupported(f"gawee's depthwise kernel does not take {node.name} in the {plan.layout} layout")
     else:
         candidates = [c for layout in layouts for c in candidates_in(layout)]
         if all(_reference(c.name) for c in candidates if isinstance(c, _Primitive)):  # oneDNN has no kernel here
@@ -1152,19 +1150,14 @@ def _reshape(plan: _Plan, node: Node) -> _Tensor:
 
 def _lower(plan: _Plan, node: Node) -> _Tensor | tuple[_Tensor, ...]:
     """``node`` planned on its primitive, else (no lowering, or one that cannot take this node: a convolution of
-    rank 3, a linear of rank 3, an operand oneDNN refuses) as a torch step. A node whose activation another node
-    applies, or that applies another's (:func:`_moved_acts`), has no torch step: its lowering's refusal is the
-    module's."""
+    rank 3, a linear of rank 3, an operand oneDNN refuses, a target op gawee's kernel does not take) as a torch step
+    of its reference semantics."""
     if not planned(node):
         return _torch_op(plan, node)
-    lowering = LOWERINGS[node.op]
-    entangled = node in plan.stripped or node in plan.moved
     mark = plan.mark()
     try:
-        return lowering(plan, node)
+        return LOWERINGS[node.op](plan, node)
     except _Unsupported:
-        if entangled:
-            raise
         plan.undo(mark)
         return _torch_op(plan, node)
 
@@ -1256,6 +1249,7 @@ def _view(t: _Tensor, shape) -> torch.Tensor:
 
 LOWERINGS = {
     "conv2d": _conv2d,
+    "onednn_depthwise": _conv2d,
     "onednn_batch_norm": _batch_norm,
     "linear": _linear,
     "max_pool2d": _max_pool2d,
@@ -1275,6 +1269,7 @@ LOWERINGS = {
 
 RANKS = {
     "conv2d": 4,
+    "onednn_depthwise": 4,
     "onednn_batch_norm": 4,
     "linear": 2,
     "max_pool2d": 4,
@@ -1308,35 +1303,6 @@ def torch_flops(graph: Graph) -> str | None:
         return None
     ops = sorted({node.op for node in steps})
     return f"{stepped / total:.0%} of its FLOPs would run as torch steps ({', '.join(ops)})"
-
-
-def _moved_acts(plan: _Plan, graph: Graph) -> dict[Node, tuple[Node, str]]:
-    """Depthwise convolution → (its input's producer, the activation that producer would apply): an activation of
-    :data:`gawee.backend.depthwise.MOVED` whose output only the convolution reads moves into gawee's depthwise
-    kernel, which applies it to its input as it reads the rows (once per element); the producer's primitive is
-    created without it. Only where the kernel computes the convolution in the module's layout (for ``per_conv``,
-    in either)."""
-    from gawee.backend import depthwise
-
-    if depthwise.unavailable() is not None:
-        return {}
-    moved = {}
-    for node in graph:
-        x = node.inputs[0] if node.op == "conv2d" and node.inputs else None
-        producer = x.producer if x is not None else None
-        if producer is None or x.num_uses != 1 or x.is_graph_output or x.type.rank != 4:
-            continue
-        act, params = plan.act_of(producer)
-        # a torch step (the producer's) would apply the activation as well
-        if act not in depthwise.MOVED or params or not node.inputs[1].is_const or not planned(producer):
-            continue
-        padding, dilation = _pair(node, "padding", (0, 0)), _pair(node, "dilation")
-        geometry = (list(node.inputs[1].shape[2:]), _pair(node, "stride"), padding, dilation, node.attrs["groups"])
-        layouts = MEASURED if plan.layout == "per_conv" else (plan.layout,)
-        own = plan.act_of(node)[0]
-        if any(_Depthwise.computes(plan, layout, x.shape, node.output.shape, geometry, own) for layout in layouts):
-            moved[node] = (producer, act)
-    return moved
 
 
 def supports(graph: Graph) -> str | None:
@@ -1399,7 +1365,11 @@ class DnnlModule(torch.nn.Module):
         self.kernels = [step[2] for step in plan.steps]
         self.conv_layouts = plan.conv_layouts
         self.conv_kernels = plan.conv_kernels
-        self.moved_acts = {node.name: act for node, (_, act) in plan.moved.items()}
+        self.moved_acts = {  # the depthwise convolutions gawee's kernel computes with their input's activation
+            n.name: n.attrs["act_in"]
+            for n in graph
+            if n.op == "onednn_depthwise" and plan.conv_kernels.get(n.name) == _Depthwise.name
+        }
         self._keep = (plan.keep, plan.values, plan.pool, plan.converted)
         self.signature = InputSignature.of(graph)
         self.output_structure = None if output_structure is None else as_structure(output_structure)
@@ -1447,10 +1417,13 @@ class DnnlRuntime(Runtime):
 
     @property
     def rules(self) -> RuleSet:
-        """The bundled onednn target phase, without its affine_cat phase where that kernel cannot be built."""
-        from gawee.backend import affine_cat
+        """The bundled onednn target phase, without the phases of gawee's kernels that cannot be built here."""
+        from gawee.backend import affine_cat, depthwise
 
-        return target_rules(self.target, skip=() if affine_cat.unavailable() is None else ("2-affine_cat",))
+        skip = ("2-affine_cat",) * (affine_cat.unavailable() is not None) + ("3-depthwise",) * (
+            depthwise.unavailable() is not None
+        )
+        return target_rules(self.target, skip=skip)
 
     def cannot_run(self, graph: Graph) -> str | None:
         return supports(graph)

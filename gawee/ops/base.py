@@ -147,8 +147,9 @@ class OpDef:
     """ATen overloads that capture maps here; a plain string is a binding by names alone."""
     core: str | None = None
     """A target op's definition (:mod:`gawee.ops.targets`): the core op it computes before its fused epilogue
-    (``act``), named here or, as ``"attr:NAME"``, by its attribute NAME. That op takes the operands of the same
-    names, and the attributes of the same names (the others at their defaults). The rule prover unfolds the
+    (``act``) and after its prologue (``act_in``, an activation applied to its ``input`` first), named here or, as
+    ``"attr:NAME"``, by its attribute NAME. That op takes the operands of the same names, and the attributes of the
+    same names (the others at their defaults). The rule prover unfolds the
     target op so (gawee.testing.unfold); tests/ops/test_targets.py checks it against ``evaluate``."""
     doc: str = ""
 

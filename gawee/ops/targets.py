@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from gawee.ops import sampling as S
 from gawee.ops.base import Attr, OpDef, Operand, get_op, register
 from gawee.ops.elementwise import EW
-from gawee.ops.nn import PURE, _bn_sample, _draw_act, _no_act_params, apply_act
+from gawee.ops.nn import PURE, _bn_sample, _conv_canon, _conv_flops, _draw_act, _no_act_params, apply_act
 
 ONEDNN_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 """The core ops a oneDNN binary primitive computes (``onednn_binary``'s ``alg``)."""
@@ -118,5 +118,47 @@ register(
     )
 )
 
-TARGET_OPS = frozenset({"onednn_binary", "onednn_batch_norm", "onednn_affine_cat"})
+
+def _depthwise(
+    input, weight, bias=None, residual=None, *, stride, padding, dilation, groups, act=None, act_params=(), act_in=None
+):
+    return get_op("conv2d").evaluate(
+        apply_act(input, act_in),
+        weight,
+        bias,
+        residual,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        groups=groups,
+        act=act,
+        act_params=act_params,
+    )
+
+
+register(
+    OpDef(
+        "onednn_depthwise",
+        (Operand("input"), Operand("weight"), Operand("bias", optional=True), Operand("residual", optional=True)),
+        _depthwise,
+        attrs=(
+            Attr("stride", "ints", (1, 1)),
+            Attr("padding", "ints", (0, 0)),
+            Attr("dilation", "ints", (1, 1)),
+            Attr("groups", "int", 1),
+            *_EPILOGUE,
+            Attr("act_in", "str?", None),
+        ),
+        traits=PURE,
+        flops=lambda ins, outs, attrs: (
+            _conv_flops(ins, outs, attrs) + ins[0].numel * int(attrs.get("act_in") is not None)
+        ),
+        canonicalize=_conv_canon(2),
+        core="conv2d",
+        doc="conv2d(act_in(input), ...) with conv2d's epilogues: gawee's depthwise kernel, which applies act_in to "
+        "its input rows as it reads them (once per element)",
+    )
+)
+
+TARGET_OPS = frozenset({"onednn_binary", "onednn_batch_norm", "onednn_affine_cat", "onednn_depthwise"})
 """The target ops defined here: only rules make them (never a capture)."""

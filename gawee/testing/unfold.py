@@ -31,7 +31,7 @@ The definitions unfolded:
     ``p`` is 0 (``F.dropout`` returns its input then); ``clone(x)`` and a one-operand ``cat(x)`` hold ``x``'s
     values in a tensor of their own: equal to ``x`` as a result, not as the operand of another op;
   * a target op (``gawee.ops.targets``) without its epilogue is the core op its ``OpDef.core`` names, on the
-    operands and attributes of the same names;
+    operands and attributes of the same names, its input first through its prologue activation (``act_in``);
   * an op with a fused epilogue (the ``act`` and ``act_params`` attributes, and a ``residual`` operand):
     the op without it, then ``add`` of the residual where the guard says ``same_type`` of the two (the
     reference adds with ``+`` only tensors of one shape and dtype), then the activation as its standalone
@@ -192,8 +192,11 @@ class _Terms:
                 attrs[a.name] = ("free", next(self._fresh))
             else:
                 attrs[a.name] = lit(a.default)  # a pattern without `...` matches the default
-        if isinstance(rest, str) and attrs.get("act") == NONE and "act_params" in free_attrs:
-            self.subst[("rest", rest, "act_params")] = lit(())  # no activation, no parameters (canonical)
+        act = attrs.get("act")
+        parameterless = act == NONE or (act is not None and act[0] == "lit" and ACTIVATIONS.get(act[2]) == 0)
+        if isinstance(rest, str) and parameterless and "act_params" in free_attrs:
+            # no activation, no parameters (canonical); an activation of none has none (any other cannot run)
+            self.subst[("rest", rest, "act_params")] = lit(())
         return self.app(p.op, operands, attrs, "lhs")
 
     def app(self, op: str, operands: dict[str, Term], attrs: dict[str, Term], side: str) -> Term:
@@ -501,7 +504,15 @@ class _Terms:
         attrs = {a.name: s[a.name] if a.name in s else lit(a.default) for a in opdef.attrs}
         if any(a == lit(REQUIRED) for a in attrs.values()):
             return None
-        return self.unfold(self.app(core, {o.name: s[o.name] for o in opdef.operands}, attrs, "rhs"))
+        operands = {o.name: s[o.name] for o in opdef.operands}
+        act_in = s.get("act_in", NONE)
+        if act_in != NONE:  # the prologue: the activation applied to the input first
+            if act_in[0] != "lit" or ACTIVATIONS.get(act_in[2]) != 0:
+                return None
+            standalone = get_op(act_in[2])
+            defaults = {a.name: lit(a.default) for a in standalone.attrs}
+            operands["input"] = self.unfold(self.app(act_in[2], {"self": operands["input"]}, defaults, "rhs"))
+        return self.unfold(self.app(core, operands, attrs, "rhs"))
 
     def _unfolded_facts(self) -> set[tuple]:
         return {  # `op_in` facts name nodes, which are not unfolded (a node taken as its op reads them again)

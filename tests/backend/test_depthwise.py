@@ -65,7 +65,7 @@ def test_depthwise_computes_torchs_convolution(
     graph = assert_runs_like(model, x, layouts=[layout])
     module = DnnlModule(graph, layout=layout)
     fits = {"blocked": dnnl.block_size() == depthwise.width(), "channels_last": c % depthwise.width() == 0}
-    dws = [n.name for n in graph if n.op == "conv2d" and n.attrs["groups"] > 1]
+    dws = [n.name for n in graph if n.op in ("conv2d", "onednn_depthwise") and n.attrs["groups"] > 1]
     expected = sum(fits[module.conv_layouts[name]] for name in dws)
     assert list(module.conv_kernels.values()).count(dnnl._Depthwise.name) == expected
     if layout == "blocked" and fits["blocked"]:
@@ -163,7 +163,9 @@ def test_a_silu_only_a_depthwise_convolution_reads_moves_into_its_kernel():
             nn.Conv2d(8, c, 1), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1, groups=c), nn.SiLU(), nn.Conv2d(c, 8, 1)
         )
         graph = assert_runs_like(model, torch.randn(1, 8, 13, 13) * 3)
-        (dw,) = [n.name for n in graph if n.op == "conv2d" and n.attrs["groups"] > 1]
+        # the target phase (rules/targets/onednn/3-depthwise.rules) moved the SiLU: the producer has none left
+        (dw,) = [n.name for n in graph if n.op == "onednn_depthwise" and n.attrs["act_in"] == "silu"]
+        assert [n.attrs["act"] for n in graph if n.op == "conv2d"] == [None, None]
         fits = {"blocked": dnnl.block_size() == vector, "channels_last": c % vector == 0}
         fits["per_conv"] = any(fits.values())
         for layout in dnnl.LAYOUTS:
@@ -171,6 +173,8 @@ def test_a_silu_only_a_depthwise_convolution_reads_moves_into_its_kernel():
             assert module.moved_acts == ({dw: "silu"} if fits[layout] else {}), (c, layout)
             if fits[layout]:
                 assert module.conv_kernels[dw] == dnnl._Depthwise.name
+            else:  # a torch step of the target op computes it (the SiLU, then the convolution)
+                assert "torch:onednn_depthwise" in module.kernels
 
 
 def test_an_activation_stays_with_its_producer_where_the_kernel_would_not_apply_it_alone():
@@ -186,4 +190,5 @@ def test_an_activation_stays_with_its_producer_where_the_kernel_would_not_apply_
     output = Lambda(lambda p, x: (lambda y: (y, p[1](y)))(F.silu(p[0](x))), conv1, dw)
     for model in (shared, relu, pairs, output):
         graph = assert_runs_like(model, torch.randn(1, 8, 9, 9))
+        assert "onednn_depthwise" not in {n.op for n in graph}
         assert all(_moved(graph, layout) == {} for layout in dnnl.LAYOUTS)
