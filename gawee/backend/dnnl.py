@@ -1214,8 +1214,8 @@ def _regions(plan: _Plan, src: _Tensor, node: Node) -> list[int] | None:
 def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
     """An op without a primitive here (a softmax, a layer norm, a convolution of rank 3: any op torch.export
     emits), or whose primitive oneDNN refused: its torch semantics (its registry record, as the interpreter runs
-    it; then the activation planned as its post-op, if any) on its operands in the plain layout, each output
-    copied into a buffer of the module's — one step, between the primitives of the ops around it."""
+    it: a target op's with its activations) on its operands in the plain layout, each output copied into a buffer
+    of the module's — one step, between the primitives of the ops around it."""
     op, attrs = get_op(node.op), dict(node.attrs)
 
     def operand(v: Value | None) -> torch.Tensor | None:
@@ -1429,7 +1429,7 @@ class DnnlRuntime(Runtime):
         return supports(graph)
 
     def unpromising(self, graph: Graph) -> str | None:
-        return torch_flops(graph)
+        return torch_flops(self.lower(graph)[0])  # the ops its target phase makes are planned, not torch steps
 
     def build(
         self,

@@ -149,8 +149,8 @@ class OpDef:
     """A target op's definition (:mod:`gawee.ops.targets`): the core op it computes before its fused epilogue
     (``act``) and after its prologue (``act_in``, an activation applied to its ``input`` first), named here or, as
     ``"attr:NAME"``, by its attribute NAME. That op takes the operands of the same names, and the attributes of the
-    same names (the others at their defaults). The rule prover unfolds the
-    target op so (gawee.testing.unfold); tests/ops/test_targets.py checks it against ``evaluate``."""
+    same names (the others at their defaults). The rule prover unfolds the target op so (gawee.testing.unfold);
+    tests/ops/test_targets.py checks it against ``evaluate``."""
     doc: str = ""
 
     def __post_init__(self):

@@ -4,8 +4,8 @@ A runtime's target phase (``rules/targets/<runtime>/``, :attr:`gawee.backend.run
 core ops into these, so that every fusion a runtime makes is a rule the harness checks (against the reference
 semantics here), ``explain`` traces and the report counts; the interpreter runs a lowered graph like any other,
 and a runtime whose kernel cannot take a node runs these semantics instead. A target op's name starts with its
-runtime's (``onednn_``). They are never captured (no ATen spelling) and draw no instances of their own: rules
-produce them.
+runtime's (``onednn_``). They are never captured (no ATen spelling): rules produce them. Those a rule may match
+(a later rule of a phase fusing an activation into one) draw instances for the harness like any op.
 """
 
 from __future__ import annotations

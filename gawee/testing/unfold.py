@@ -472,22 +472,21 @@ class _Terms:
             raise _Undecided(f"more than {MAX_CASES} combinations of the ops of any-op nodes")
         return [dict(zip((n for n, _ in choices), ops)) for ops in itertools.product(*(o for _, o in choices))]
 
-    def case(self, ops: dict[Term, str]) -> bool:
+    def case(self, ops: dict[Term, str]) -> None:
         """Take each any-op node of ``ops`` to be an application of its op there: its positional operands those
-        the pattern names, the rest (and every attribute) left free by its ``...``. False where the op takes fewer
-        operands than the pattern names (the pattern cannot match it)."""
+        the pattern names, the rest (and every attribute) left free by its ``...``. Undecided where the op is
+        variadic or takes fewer operands than the pattern names."""
         for node, op in ops.items():
             opdef = get_op(op)
             named = self.node_operands[node]
             if len(named) > len(opdef.operands) or opdef.variadic:
-                return False
+                raise _Undecided(f"{op} as a node of any op with {len(named)} operands named")
             operands = {
                 o.name: named[i] if i < len(named) else ("free", next(self._fresh))
                 for i, o in enumerate(opdef.operands)
             }
             attrs = {a.name: ("free", next(self._fresh)) for a in opdef.attrs}
             self.subst[node] = self.app(op, operands, attrs, "lhs")
-        return True
 
     def as_core(self, op: str, s: dict[str, Term]) -> Term | None:
         """A target op without its epilogue as the core op it is defined as (``OpDef.core``), unfolded; None for
@@ -557,8 +556,7 @@ def prove(rule: Rule) -> Definition | str:
         patterns = _variant_patterns(rule)
         terms = _Terms(rule, patterns)
         for ops in terms.op_cases():
-            if not terms.case(ops):
-                continue
+            terms.case(ops)
             results = [terms.expr(e) for e in [rule.ast.replacement, *rule.ast.extra_results]]
             for k, (lhs, rhs) in enumerate(zip(terms.roots, results)):
                 if terms.value(lhs) != terms.value(rhs):

@@ -68,6 +68,11 @@ def test_the_bundled_fusions_identities_cse_and_folding_are_proven_by_definition
         # permute moves elements: a reshape of it is not a reshape of its operand
         "rule r: reshape(permute(x, dims=_), shape=s) => reshape(x, shape=s)",
         'rule r: reshape(y: _(x, ...), shape=s) where op(y) in {"reshape", "permute"} => reshape(x, shape=s)',
+        # an any-op node taken case by case: one case (gelu's approximate attribute, left free) differs
+        'rule r: r: _(y: relu(x), ...) where op(r) in {"tanh", "gelu"} => tanh(relu(x))',
+        'rule r: r: _(relu(x), ...) where op(r) in {"sigmoid", "tanh"} => sigmoid(relu(x))',
+        # a variadic op as the node: its other operands are not followed (cat(x, z) is not x)
+        'rule r: r: _(x, ...) where op(r) in {"cat"} => x',
         # clamp is hardtanh only on floating-point tensors (torch's hardtanh keeps an integer dtype)
         "rule r: conv2d(x, w, b, residual=none, act=none, ...attrs) |> clamp(min=lo, max=hi)\n"
         '    => conv2d(x, w, b, act="hardtanh", act_params=[lo, hi], ...attrs)',
@@ -75,6 +80,14 @@ def test_the_bundled_fusions_identities_cse_and_folding_are_proven_by_definition
 )
 def test_a_rule_that_changes_the_computation_is_not_proven_by_definition(text):
     assert not isinstance(prove(_rule(text)), Definition)
+
+
+def test_a_node_of_any_op_is_proven_for_each_op_the_guard_allows():
+    rule = _rule('rule r: r: _(y: relu(x), ...) where op(r) in {"tanh", "sigmoid"} => r')
+    assert isinstance(prove(rule), Definition)
+    fused = 'rule r: r: _(y: conv2d(x, w, b, act=none, ...a), ...) where op(r) in {"relu", "tanh", "silu"}\n'
+    assert isinstance(prove(_rule(fused + "    => conv2d(x, w, b, act=op(r), ...a)")), Definition)
+    assert "(where" in prove(_rule(fused.replace('"silu"', '"gelu"') + "    => conv2d(x, w, b, act=op(r), ...a)"))
 
 
 def test_copies_and_each_alternative_are_proven_by_definition():
