@@ -12,7 +12,7 @@ zeros (no tap checks bounds), computes output pixels in tiles of 8, and the bias
 its epilogue (SiLU with a polynomial e^x). It can also apply an activation to its input as the rows enter the ring,
 once per element: a SiLU only it reads moves there from its producer's post-op (the onednn target phase's
 ``rules/targets/onednn/3-depthwise.rules`` makes an ``onednn_depthwise`` with ``act_in``). The runtime times
-it beside oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl._Plan.fastest`), which
+it beside oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl_plan._Plan.fastest`), which
 made efficientnet_b0's blocked module about a tenth faster.
 
 The C is compiled once per machine (:mod:`gawee.backend.native`) with floating-point contraction on; its vector

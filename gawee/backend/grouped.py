@@ -9,7 +9,7 @@ A group's 8 channels are contiguous in each of oneDNN's layouts (nChw8c, nChw16c
 AVX2 vector: a tile of up to 12 output pixels of a row keeps 12 accumulators in registers, each loaded weight
 vector serving all of them. The input rows
 an output row reads are copied once into a zero-padded band, so no tile checks bounds. The runtime times it
-beside oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl._Plan.fastest`).
+beside oneDNN's kernels per convolution and keeps the fastest (:meth:`gawee.backend.dnnl_plan._Plan.fastest`).
 
 It computes the bias, a residual and ReLU in its epilogue, for strides 1 and 2 along the width, any kernel
 size, padding and dilation, in every layout (in blocks of 16, the AVX-512 ones, only where the channels fill the

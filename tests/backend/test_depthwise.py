@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gawee.backend import depthwise, dnnl
+from gawee.backend import depthwise, dnnl, dnnl_conv, dnnl_plan
 from gawee.backend.dnnl import DnnlModule
 
 from .test_dnnl import (
@@ -51,7 +51,7 @@ def test_depthwise_computes_torchs_convolution(
     """Against torch within 1e-5 of the output's magnitude, with the kernel chosen for every such convolution that
     its layout can hold (channels-last: a multiple of its vector; 24 channels fill no block of 16)."""
     torch.manual_seed(0)
-    prefer(monkeypatch, dnnl._Depthwise, wins=True)
+    prefer(monkeypatch, dnnl_conv._Depthwise, wins=True)
     c = channels
     conv = nn.Conv2d(c, c, kernel, stride, padding, dilation=dilation, groups=c)
     if epilogue == "residual_relu":  # the residual is another depthwise convolution of the same input
@@ -64,10 +64,10 @@ def test_depthwise_computes_torchs_convolution(
     x = torch.randn(batch, c, size, size) * 3  # SiLU's e^-x over a wide range
     graph = assert_runs_like(model, x, layouts=[layout])
     module = DnnlModule(graph, layout=layout)
-    fits = {"blocked": dnnl.block_size() == depthwise.width(), "channels_last": c % depthwise.width() == 0}
+    fits = {"blocked": dnnl_plan.block_size() == depthwise.width(), "channels_last": c % depthwise.width() == 0}
     dws = [n.name for n in graph if n.op in ("conv2d", "onednn_depthwise") and n.attrs["groups"] > 1]
     expected = sum(fits[module.conv_layouts[name]] for name in dws)
-    assert list(module.conv_kernels.values()).count(dnnl._Depthwise.name) == expected
+    assert list(module.conv_kernels.values()).count(dnnl_conv._Depthwise.name) == expected
     if layout == "blocked" and fits["blocked"]:
         assert expected == len(dws) == (2 if epilogue == "residual_relu" else 1)
 
@@ -77,13 +77,13 @@ def test_the_padding_lanes_of_a_block_stay_zero(monkeypatch):
     bias), which the next convolution reads as the zero padding oneDNN keeps there; its sum over all channels
     matches torch's."""
     torch.manual_seed(0)
-    prefer(monkeypatch, dnnl._Depthwise, wins=True)
+    prefer(monkeypatch, dnnl_conv._Depthwise, wins=True)
     model = nn.Sequential(
         nn.Conv2d(12, 12, 3, padding=1, groups=12), nn.SiLU(), nn.Conv2d(12, 8, 1), nn.Conv2d(8, 8, 1, groups=8)
     )
     graph = assert_runs_like(model, torch.randn(1, 12, 10, 10), layouts=["blocked"])
-    if dnnl.block_size() == depthwise.width():
-        assert dnnl._Depthwise.name in DnnlModule(graph, layout="blocked").conv_kernels.values()
+    if dnnl_plan.block_size() == depthwise.width():
+        assert dnnl_conv._Depthwise.name in DnnlModule(graph, layout="blocked").conv_kernels.values()
 
 
 def test_depthwise_is_offered_only_where_its_vector_is_the_block(monkeypatch):
@@ -92,14 +92,14 @@ def test_depthwise_is_offered_only_where_its_vector_is_the_block(monkeypatch):
     of 16 on an AVX2 CPU, on the depthwise kernel in channels-last); a channels-last one on the depthwise kernel."""
     torch.manual_seed(0)
     other = 8 if depthwise.width() == 16 else 16
-    monkeypatch.setattr(dnnl, "block_size", lambda: other)
-    prefer(monkeypatch, dnnl._Depthwise, wins=True)
+    monkeypatch.setattr(dnnl_plan, "block_size", lambda: other)
+    prefer(monkeypatch, dnnl_conv._Depthwise, wins=True)
     model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.SiLU())
     graph = assert_runs_like(model, torch.randn(1, 16, 9, 9), layouts=["blocked", "channels_last"])
     blocked = DnnlModule(graph, layout="blocked")
     for name, kernel in blocked.conv_kernels.items():
-        assert kernel != dnnl._Depthwise.name or blocked.conv_layouts[name] == "channels_last"
-    assert convs_on(graph, "channels_last", dnnl._Depthwise) == 1
+        assert kernel != dnnl_conv._Depthwise.name or blocked.conv_layouts[name] == "channels_last"
+    assert convs_on(graph, "channels_last", dnnl_conv._Depthwise) == 1
 
 
 def test_depthwise_is_a_candidate_only_where_it_computes_the_convolution(monkeypatch):
@@ -107,7 +107,7 @@ def test_depthwise_is_a_candidate_only_where_it_computes_the_convolution(monkeyp
     apply (sigmoid: padding lanes would be 0.5) run on oneDNN's kernels even when the kernel would win every
     race."""
     torch.manual_seed(0)
-    prefer(monkeypatch, dnnl._Depthwise, wins=True)
+    prefer(monkeypatch, dnnl_conv._Depthwise, wins=True)
     model = nn.Sequential(
         nn.Conv2d(32, 64, 3, padding=1, groups=32),
         nn.Conv2d(64, 64, 3, padding=1, groups=32),
@@ -116,7 +116,7 @@ def test_depthwise_is_a_candidate_only_where_it_computes_the_convolution(monkeyp
     )
     graph = assert_runs_like(model, torch.randn(1, 32, 12, 12))
     for layout in dnnl.LAYOUTS:
-        assert convs_on(graph, layout, dnnl._Depthwise) == 0
+        assert convs_on(graph, layout, dnnl_conv._Depthwise) == 0
 
 
 def test_depthwise_runs_only_where_it_measures_fastest(monkeypatch):
@@ -127,7 +127,7 @@ def test_depthwise_runs_only_where_it_measures_fastest(monkeypatch):
     model = nn.Sequential(
         nn.Conv2d(c, c, 3, padding=1, groups=c), nn.ReLU(), nn.Conv2d(c, c, 5, padding=2, groups=c), nn.SiLU()
     )
-    assert_race_decides(monkeypatch, _graph(model, torch.randn(1, c, 10, 10)), dnnl._Depthwise.name, 2)
+    assert_race_decides(monkeypatch, _graph(model, torch.randn(1, c, 10, 10)), dnnl_conv._Depthwise.name, 2)
 
 
 def test_without_a_c_compiler_the_runtime_runs_without_the_depthwise_kernel(monkeypatch, tmp_path):
@@ -135,7 +135,9 @@ def test_without_a_c_compiler_the_runtime_runs_without_the_depthwise_kernel(monk
     oneDNN's kernels alone and still computes the model."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.SiLU())
-    assert_runs_without_compiler(monkeypatch, tmp_path, depthwise, dnnl._Depthwise, model, torch.randn(1, 16, 8, 8))
+    assert_runs_without_compiler(
+        monkeypatch, tmp_path, depthwise, dnnl_conv._Depthwise, model, torch.randn(1, 16, 8, 8)
+    )
 
 
 def test_the_filters_are_packed_chunk_tap_channel_and_padded():
@@ -166,13 +168,13 @@ def test_a_silu_only_a_depthwise_convolution_reads_moves_into_its_kernel():
         # the target phase (rules/targets/onednn/3-depthwise.rules) moved the SiLU: the producer has none left
         (dw,) = [n.name for n in graph if n.op == "onednn_depthwise" and n.attrs["act_in"] == "silu"]
         assert [n.attrs["act"] for n in graph if n.op == "conv2d"] == [None, None]
-        fits = {"blocked": dnnl.block_size() == vector, "channels_last": c % vector == 0}
+        fits = {"blocked": dnnl_plan.block_size() == vector, "channels_last": c % vector == 0}
         fits["per_conv"] = any(fits.values())
         for layout in dnnl.LAYOUTS:
             module = DnnlModule(graph, layout=layout)
             assert module.moved_acts == ({dw: "silu"} if fits[layout] else {}), (c, layout)
             if fits[layout]:
-                assert module.conv_kernels[dw] == dnnl._Depthwise.name
+                assert module.conv_kernels[dw] == dnnl_conv._Depthwise.name
             else:  # a torch step of the target op computes it (the SiLU, then the convolution)
                 assert "torch:onednn_depthwise" in module.kernels
 

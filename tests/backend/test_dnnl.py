@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gawee
-from gawee.backend import dnnl, kernels, winograd
+from gawee.backend import dnnl, dnnl_plan, kernels, winograd
 from gawee.backend.dnnl import DnnlModule
 from gawee.errors import GaweeError, InputError
 from gawee.ir.builder import GraphBuilder
@@ -61,7 +61,7 @@ def convs_on(graph, layout: str, kind: type) -> int:
 def prefer(monkeypatch, kind: type, wins: bool) -> None:
     """Every race decided for (or against) the candidates of ``kind`` (a kernel of gawee's own), whatever the
     clock says."""
-    fastest = dnnl._Plan.fastest
+    fastest = dnnl_plan._Plan.fastest
 
     def decided(self, candidates, reads, situation=None):
         kept = [c for c in candidates if isinstance(c, kind) == wins] or candidates
@@ -70,7 +70,7 @@ def prefer(monkeypatch, kind: type, wins: bool) -> None:
                 c.drop()
         return fastest(self, kept, reads, situation) if len(kept) > 1 else kept[0]
 
-    monkeypatch.setattr(dnnl._Plan, "fastest", decided)
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", decided)
 
 
 def assert_runs_without_compiler(monkeypatch, tmp_path, source, kind: type, model, x) -> None:
@@ -96,13 +96,13 @@ def assert_race_decides(monkeypatch, graph, name: str, convs: int) -> None:
     compute run on it: with the kernel measured slower than oneDNN's (a scripted clock), none do; measured faster,
     all ``convs``, in every layout."""
     raced = []
-    fastest = dnnl._Plan.fastest
+    fastest = dnnl_plan._Plan.fastest
 
     def remembering(self, candidates, reads, situation=None):
         raced[:] = [c.name for c in candidates]
         return fastest(self, candidates, reads, situation)
 
-    monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", remembering)
     for own_time in (1.0, 1e-3):
         monkeypatch.setattr(
             kernels,
@@ -130,7 +130,7 @@ ACTS = {
 
 
 def test_every_activation_the_runtime_maps_is_one_the_tests_check():
-    assert set(ACTS) == set(dnnl.ELTWISE)
+    assert set(ACTS) == set(dnnl_plan.ELTWISE)
 
 
 @pytest.mark.parametrize("name", sorted(ACTS))
@@ -182,13 +182,13 @@ def test_a_convolution_the_blocked_layout_has_only_the_reference_kernel_for_runs
     only its reference implementation (on AVX-512, RegNet's convolutions: up to 200 ms for one). The convolution
     runs in channels-last instead, in every layout of the module, and computes torch's."""
     torch.manual_seed(0)
-    width = dnnl.block_size() // 2
+    width = dnnl_plan.block_size() // 2
     model = nn.Sequential(nn.Conv2d(3 * width, 3 * width, 3, padding=1, groups=3), nn.ReLU())
     x = torch.randn(1, 3 * width, 28, 28)
     graph = assert_runs_like(model, x)
     for layout in dnnl.LAYOUTS:
         module = DnnlModule(graph, layout=layout)
-        assert not [k for k in module.kernels if dnnl._reference(k)], (layout, module.kernels)
+        assert not [k for k in module.kernels if dnnl_plan._reference(k)], (layout, module.kernels)
     assert list(DnnlModule(graph, layout="blocked").conv_layouts.values()) == ["channels_last"]
 
 
@@ -498,7 +498,7 @@ def test_a_lowering_refused_midway_leaves_no_step_behind(monkeypatch):
 
     def refusing(plan, node):
         plan.operand(node.inputs[0], plan.activation_md(node.inputs[0].shape, "channels_last"))
-        raise dnnl._Unsupported("oneDNN refused the batch norm (status 3)")
+        raise dnnl_plan._Unsupported("oneDNN refused the batch norm (status 3)")
 
     monkeypatch.setitem(dnnl.LOWERINGS, "onednn_batch_norm", refusing)
     module = DnnlModule(graph)
@@ -519,15 +519,15 @@ def test_inputs_of_another_type_are_refused():
 
 
 def test_a_missing_library_is_a_reason_not_a_crash(monkeypatch, tmp_path):
-    monkeypatch.setenv(dnnl.LIBRARY_ENV, str(tmp_path / "libdnnl.so.3"))
-    dnnl._load.cache_clear()
+    monkeypatch.setenv(dnnl_plan.LIBRARY_ENV, str(tmp_path / "libdnnl.so.3"))
+    dnnl_plan._load.cache_clear()
     try:
         assert "not installed" in dnnl.unavailable()
         b = GraphBuilder("g")
         assert "not installed" in dnnl.supports(b.output(b.relu(b.input("x", "f32[2,3]"))))
     finally:
         monkeypatch.undo()
-        dnnl._load.cache_clear()
+        dnnl_plan._load.cache_clear()
     assert dnnl.unavailable() is None
 
 
@@ -556,20 +556,20 @@ class _MixedNet(nn.Module):
 def _forced(monkeypatch, layout_of_call):
     """``per_conv``'s choice among the candidates of the layout ``layout_of_call(n)`` only, ``n`` counting the
     plan's convolutions (None: among all)."""
-    fastest = dnnl._Plan.fastest
+    fastest = dnnl_plan._Plan.fastest
 
     def forced(self, candidates, reads, situation=None):
         self.calls = getattr(self, "calls", -1) + 1
         layout = layout_of_call(self.calls)
         return fastest(self, [c for c in candidates if layout in (None, c.layout)], reads, situation)
 
-    monkeypatch.setattr(dnnl._Plan, "fastest", forced)
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", forced)
 
 
 def _executions_as_time(monkeypatch) -> None:
     """A candidate's time is the number of primitives its call executes: the convolution and each reorder its
     layout needs (ties go to the first candidate: blocked)."""
-    lib, count = dnnl._lib(), [0]
+    lib, count = dnnl_plan._lib(), [0]
     execute = lib.dnnl_primitive_execute
 
     def counting(*args):
@@ -592,11 +592,11 @@ def test_per_conv_layouts_that_alternate_still_compute_the_model(monkeypatch):
     """The choice forced to alternate between the layouts: each op between convolutions reads operands in both,
     and the module still computes the model."""
     torch.manual_seed(0)
-    _forced(monkeypatch, lambda n: dnnl.MEASURED[n % 2])
+    _forced(monkeypatch, lambda n: dnnl_plan.MEASURED[n % 2])
     model, x = _MixedNet().eval(), torch.randn(2, 3, 8, 8)
     graph = assert_runs_like(model, x, layouts=["per_conv"])
     module = DnnlModule(graph, layout="per_conv")
-    assert len(module.conv_layouts) == 8 and set(module.conv_layouts.values()) == set(dnnl.MEASURED)
+    assert len(module.conv_layouts) == 8 and set(module.conv_layouts.values()) == set(dnnl_plan.MEASURED)
 
 
 def test_per_conv_counts_the_reorders_a_layout_would_need(monkeypatch):
@@ -617,15 +617,15 @@ def test_per_conv_keeps_the_fastest_of_every_kernel_onednn_has(monkeypatch):
     model = nn.Sequential(nn.Conv2d(16, 32, 1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1)).eval()
     x = torch.randn(1, 16, 14, 14)
     graph = _graph(model, x)
-    for layout in dnnl.MEASURED:
+    for layout in dnnl_plan.MEASURED:
         assert not any("gemm:jit" in k for k in DnnlModule(graph, layout=layout).conv_kernels.values())
-    fastest, raced = dnnl._Plan.fastest, []
+    fastest, raced = dnnl_plan._Plan.fastest, []
 
     def remembering(self, candidates, reads, situation=None):
         raced[:] = [c.name for c in candidates]
         return fastest(self, candidates, reads, situation)
 
-    monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", remembering)
     monkeypatch.setattr(
         kernels, "best_calls", lambda runners, *_, **__: {i: 1e-3 if "gemm:jit" in raced[i] else 1.0 for i in runners}
     )
@@ -662,13 +662,13 @@ def test_each_implementation_of_a_convolution_is_a_candidate_once(monkeypatch):
     """oneDNN 3.2's iteration over a convolution's implementations visits them once more for each earlier
     convolution of the same shape; the race takes each implementation once."""
     torch.manual_seed(0)
-    fastest, raced = dnnl._Plan.fastest, []
+    fastest, raced = dnnl_plan._Plan.fastest, []
 
     def remembering(self, candidates, reads, situation=None):
         raced.append([c.key for c in candidates])
         return fastest(self, candidates, reads, situation)
 
-    monkeypatch.setattr(dnnl._Plan, "fastest", remembering)
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", remembering)
     model = nn.Sequential(*(nn.Sequential(nn.Conv2d(16, 16, 1), nn.ReLU()) for _ in range(4)))
     DnnlModule(_graph(model, torch.randn(1, 16, 6, 6)), layout="per_conv")
     assert len(raced) == 4

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gawee.backend import dnnl, grouped
+from gawee.backend import dnnl, dnnl_conv, dnnl_plan, grouped
 from gawee.backend.dnnl import DnnlModule
 
 from .test_dnnl import (
@@ -47,7 +47,7 @@ def test_grouped_computes_torchs_convolution(
 ):
     """Against torch within 1e-5 of the output's magnitude, with the kernel chosen for every such convolution."""
     torch.manual_seed(0)
-    prefer(monkeypatch, dnnl._Grouped, wins=True)
+    prefer(monkeypatch, dnnl_conv._Grouped, wins=True)
     c = 8 * groups
     conv = nn.Conv2d(c, c, kernel, stride, padding, dilation=dilation, groups=groups)
     if epilogue == "none":
@@ -59,7 +59,7 @@ def test_grouped_computes_torchs_convolution(
         model = Lambda(lambda p, x: F.relu(p[0](x) + p[1](x)), conv, skip)
     graph = assert_runs_like(model, torch.randn(batch, c, size, size), layouts=[layout])
     # (in blocks of 16, AVX-512, an odd number of groups pads the last block: test_grouped_computes_in_blocks_of_16)
-    assert convs_on(graph, layout, dnnl._Grouped) == (2 if epilogue == "residual_relu" else 1)
+    assert convs_on(graph, layout, dnnl_conv._Grouped) == (2 if epilogue == "residual_relu" else 1)
 
 
 def test_grouped_computes_in_blocks_of_16(monkeypatch):
@@ -68,13 +68,13 @@ def test_grouped_computes_in_blocks_of_16(monkeypatch):
     kernel there but its reference one: the convolution runs in channels-last, on the grouped kernel. An even
     number runs on it in either layout."""
     torch.manual_seed(0)
-    monkeypatch.setattr(dnnl, "block_size", lambda: 16)
-    prefer(monkeypatch, dnnl._Grouped, wins=True)
-    for groups, layouts in ((4, dnnl.MEASURED), (3, ("channels_last",))):
+    monkeypatch.setattr(dnnl_plan, "block_size", lambda: 16)
+    prefer(monkeypatch, dnnl_conv._Grouped, wins=True)
+    for groups, layouts in ((4, dnnl_plan.MEASURED), (3, ("channels_last",))):
         model = nn.Sequential(nn.Conv2d(8 * groups, 8 * groups, 3, padding=1, groups=groups), nn.ReLU())
         graph = assert_runs_like(model, torch.randn(1, 8 * groups, 9, 9), layouts=["blocked"])
         module = DnnlModule(graph, layout="blocked")
-        assert list(module.conv_kernels.values()) == [dnnl._Grouped.name], groups
+        assert list(module.conv_kernels.values()) == [dnnl_conv._Grouped.name], groups
         (layout,) = module.conv_layouts.values()
         assert layout in layouts, groups
 
@@ -83,7 +83,7 @@ def test_grouped_is_a_candidate_only_where_it_computes_the_convolution(monkeypat
     """Groups of other widths (4, 16; in and out differing), stride 3 and an activation the epilogue does not apply
     run on oneDNN's kernels even when the grouped kernel would win every race."""
     torch.manual_seed(0)
-    prefer(monkeypatch, dnnl._Grouped, wins=True)
+    prefer(monkeypatch, dnnl_conv._Grouped, wins=True)
     model = nn.Sequential(
         nn.Conv2d(32, 32, 3, padding=1, groups=8),
         nn.Conv2d(32, 32, 3, padding=1, groups=2),
@@ -94,7 +94,7 @@ def test_grouped_is_a_candidate_only_where_it_computes_the_convolution(monkeypat
     )
     graph = assert_runs_like(model, torch.randn(1, 32, 12, 12))
     for layout in dnnl.LAYOUTS:
-        assert convs_on(graph, layout, dnnl._Grouped) == 0
+        assert convs_on(graph, layout, dnnl_conv._Grouped) == 0
 
 
 def test_grouped_runs_only_where_it_measures_fastest(monkeypatch):
@@ -102,7 +102,7 @@ def test_grouped_runs_only_where_it_measures_fastest(monkeypatch):
     faster, on the grouped kernel."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=2), nn.ReLU(), nn.Conv2d(16, 16, 3, groups=2))
-    assert_race_decides(monkeypatch, _graph(model, torch.randn(1, 16, 10, 10)), dnnl._Grouped.name, 2)
+    assert_race_decides(monkeypatch, _graph(model, torch.randn(1, 16, 10, 10)), dnnl_conv._Grouped.name, 2)
 
 
 def test_without_a_c_compiler_the_runtime_runs_without_the_grouped_kernel(monkeypatch, tmp_path):
@@ -110,7 +110,7 @@ def test_without_a_c_compiler_the_runtime_runs_without_the_grouped_kernel(monkey
     oneDNN's kernels alone and still computes the model."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=2), nn.ReLU())
-    assert_runs_without_compiler(monkeypatch, tmp_path, grouped, dnnl._Grouped, model, torch.randn(1, 16, 8, 8))
+    assert_runs_without_compiler(monkeypatch, tmp_path, grouped, dnnl_conv._Grouped, model, torch.randn(1, 16, 8, 8))
 
 
 def test_the_filters_are_packed_group_tap_channel_output():

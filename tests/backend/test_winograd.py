@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gawee.backend import dnnl, winograd
+from gawee.backend import dnnl, dnnl_conv, dnnl_plan, winograd
 from gawee.backend.dnnl import DnnlModule
 
 from .test_dnnl import Lambda, _graph, assert_race_decides, assert_runs_like
@@ -23,10 +23,10 @@ pytestmark = [
 def _prefer(monkeypatch, winograd_wins: bool, smallest_chunks: bool = False) -> None:
     """Every race decided for (or against) the Winograd candidates, whatever the clock says (among them, for the
     one of the fewest rows of tiles per chunk)."""
-    fastest = dnnl._Plan.fastest
+    fastest = dnnl_plan._Plan.fastest
 
     def decided(self, candidates, reads, situation=None):
-        kept = [c for c in candidates if isinstance(c, dnnl._Winograd) == winograd_wins] or candidates
+        kept = [c for c in candidates if isinstance(c, dnnl_conv._Winograd) == winograd_wins] or candidates
         if smallest_chunks and winograd_wins:
             kept = [c for c in kept if c.rows == min(k.rows for k in kept)]
         for c in candidates:
@@ -34,11 +34,11 @@ def _prefer(monkeypatch, winograd_wins: bool, smallest_chunks: bool = False) -> 
                 c.drop()
         return fastest(self, kept, reads, situation)
 
-    monkeypatch.setattr(dnnl._Plan, "fastest", decided)
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", decided)
 
 
 def _winograd_convs(graph, layout: str) -> int:
-    return list(DnnlModule(graph, layout=layout).conv_kernels.values()).count(dnnl._Winograd.name)
+    return list(DnnlModule(graph, layout=layout).conv_kernels.values()).count(dnnl_conv._Winograd.name)
 
 
 @pytest.mark.parametrize("layout", dnnl.LAYOUTS)
@@ -78,7 +78,7 @@ def test_winograd_in_chunks_of_tile_rows_computes_the_whole_batch(monkeypatch, l
     assert winograd.chunkings(3, 16, 16, 10, 10, (1, 1)) == [9, 1]
     graph = assert_runs_like(model, x, layouts=[layout])
     module = DnnlModule(graph, layout=layout)
-    assert list(module.conv_kernels.values()) == [dnnl._Winograd.name]
+    assert list(module.conv_kernels.values()) == [dnnl_conv._Winograd.name]
     assert module.kernels.count("gawee:winograd_input") == 9
 
 
@@ -107,7 +107,7 @@ def test_winograd_runs_only_where_it_measures_fastest(monkeypatch):
     faster, on Winograd's three steps."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1)).eval()
-    assert_race_decides(monkeypatch, _graph(model, torch.randn(1, 16, 10, 10)), dnnl._Winograd.name, 2)
+    assert_race_decides(monkeypatch, _graph(model, torch.randn(1, 16, 10, 10)), dnnl_conv._Winograd.name, 2)
 
 
 def test_without_a_c_compiler_the_runtime_runs_without_winograd(monkeypatch, tmp_path):

@@ -1,0 +1,429 @@
+"""A convolution on oneDNN's plan: its candidate kernels and the race between them (:func:`_conv`).
+
+The candidates are every implementation oneDNN has of the convolution in the layouts it may run in (one layout, or
+both with ``per_conv``), gawee's Winograd F(4×4, 3×3) kernel for a 3×3 stride-1 one (:mod:`gawee.backend.winograd`),
+its grouped kernel for 8 channels per group (:mod:`gawee.backend.grouped`) and its depthwise kernel
+(:mod:`gawee.backend.depthwise`, the only one that applies an activation to its input: ``onednn_depthwise``'s
+``act_in``). Each is timed with the reorders of its operands its layout would need, and the fastest kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gawee.backend.dnnl_plan import (
+    _ANY,
+    _CONV_DIRECT,
+    _DIMS,
+    _INFERENCE,
+    _P,
+    BIAS,
+    DST,
+    MEASURED,
+    SRC,
+    WEIGHTS,
+    _Arg,
+    _Plan,
+    _post_op_arg,
+    _post_ops,
+    _reference,
+    _Tensor,
+    _Unsupported,
+)
+from gawee.ir.core import Node, Value
+
+
+class _Primitive:
+    """A candidate convolution kernel: one of oneDNN's implementations in ``layout``, compiled; ``args`` are the
+    arguments it takes."""
+
+    def __init__(self, plan: _Plan, layout: str, pd: int, prim: int, args: tuple[int, ...]):
+        self.plan, self.layout, self.pd, self.prim, self.args = plan, layout, pd, prim, args
+
+    @property
+    def name(self) -> str:
+        return self.plan.impl[self.prim]
+
+    @property
+    def key(self) -> tuple:
+        """What tells it from the other candidates of a convolution."""
+        return self.layout, self.name
+
+    def wants(self, arg: int) -> int:
+        """The memory descriptor it reads (or writes) ``arg`` in."""
+        return self.plan.queried(self.pd, arg)
+
+    def scratch(self, memories: list) -> list[tuple]:
+        """Its call on zero-filled scratch buffers, as steps."""
+        return [self.plan.scratch_step(self.prim, {arg: self.wants(arg) for arg in self.args}, memories)]
+
+    def drop(self) -> None:
+        self.plan._drop(self.prim)
+
+    def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
+        """Its step of every call (operands reordered to its layout, weights once now); the output."""
+        plan, args = self.plan, {}
+        if residual is not None:
+            args[_post_op_arg(0)] = plan.operand(residual, self.wants(_post_op_arg(0))).memory
+        src = plan.operand(x, self.wants(SRC))
+        w = plan.constant(weight, self.wants(WEIGHTS), wshape)
+        b = plan.constant(bias, self.wants(BIAS))
+        dst = plan.tensor(self.wants(DST))
+        plan.step(self.prim, {SRC: src.memory, WEIGHTS: w.memory, BIAS: b.memory, DST: dst.memory, **args})
+        return dst
+
+
+class _Winograd:
+    """A candidate convolution kernel for 3×3 stride-1 convolutions: Winograd F(4×4, 3×3)
+    (:mod:`gawee.backend.winograd`) in ``layout``, in chunks of ``rows`` rows of tiles (each image has
+    ``tiles[0]`` rows): per chunk, the input transform, oneDNN's matmul over the 36 transformed matrices (weights
+    prepacked once), and the output transform adding the bias and residual and applying the activation. A chunk's
+    transformed tiles stay in the CPU's caches between its steps where the whole image's would not."""
+
+    name = "gawee:winograd_f4x4_3x3"
+
+    def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, padding, act, residual: bool, rows: int):
+        from gawee.backend import winograd
+
+        self.plan, self.layout, self.lib, self.act, self.residual = plan, layout, winograd.library(), act, residual
+        (n, c, h, w), (k, oh, ow) = x.shape, out.shape[1:]
+        self.tiles = winograd.tiles(h, padding[0]), winograd.tiles(w, padding[1])
+        self.rows, self.chunks = rows, n * self.tiles[0] // rows
+        t, e = rows * self.tiles[1], winograd.ALPHA**2
+        self.geometry = (c, h, w, k, oh, ow, *padding)
+        self.src_md, self.dst_md = plan.activation_md(x.shape, layout), plan.activation_md(out.shape, layout)
+        self.v_md, self.m_md = plan.md([e, t, c]), plan.md([e, t, k])
+        create = plan.lib.dnnl_matmul_primitive_desc_create
+        self.pd, self.prim = plan.primitive(create, plan.engine, self.v_md, plan.md([e, c, k], _ANY), None, self.m_md)
+
+    @staticmethod
+    def candidates(plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool) -> list[_Winograd]:
+        """The Winograd kernels for this convolution in ``layout``: one per chunking of
+        :func:`gawee.backend.winograd.chunkings` (none where it cannot compute it: see :func:`winograd.eligible`;
+        the blocked layout must not pad the channels, as the transforms skip padding lanes)."""
+        from gawee.backend import winograd
+
+        kernel, stride, padding, dilation, groups = geometry
+        cin, cout = x.shape[1], out.shape[1]
+        blocks = layout != "blocked" or (cin % plan.block == 0 and cout % plan.block == 0)
+        if not (blocks and winograd.eligible(cin, cout, kernel, stride, dilation, groups, act)):
+            return []
+        if winograd.unavailable() is not None:
+            return []
+        rows = winograd.chunkings(x.shape[0], cin, cout, x.shape[2], x.shape[3], padding)
+        return [_Winograd(plan, layout, x, out, padding, act, residual, r) for r in rows]
+
+    @property
+    def key(self) -> tuple:
+        return self.layout, self.name, self.rows
+
+    def wants(self, arg: int) -> int:
+        return self.src_md if arg == SRC else self.dst_md
+
+    def _steps(self, src: int, v: tuple[int, int], m: tuple[int, int], w: int, bias: int, res, dst: int) -> list:
+        """Each chunk's three steps, over these addresses (``v`` and ``m``: (oneDNN memory, address)): (function,
+        arguments, name)."""
+        from gawee.backend import winograd
+
+        c, h, w_, k, oh, ow, pt, pl = self.geometry
+        th, tw = self.tiles
+        array = (_Arg * 3)(_Arg(SRC, _P(v[0])), _Arg(WEIGHTS, _P(w)), _Arg(DST, _P(m[0])))
+        self.plan.keep.append(array)
+        into = (src, v[1], c, h, w_, *_strides(self.plan, self.layout, c, h, w_), pt, pl, th, tw)
+        out = _strides(self.plan, self.layout, k, oh, ow)
+        steps = []
+        for r0 in range(0, self.chunks * self.rows, self.rows):
+            steps += [
+                (self.lib.gawee_wino_input, (*into, r0, self.rows), "gawee:winograd_input"),
+                (
+                    self.plan.lib.dnnl_primitive_execute,
+                    (self.prim, self.plan.stream, 3, array),
+                    self.plan.impl[self.prim],
+                ),
+                (
+                    self.lib.gawee_wino_output,
+                    (m[1], dst, bias, res, winograd.ACTS[self.act], k, oh, ow, *out, th, tw, r0, self.rows),
+                    "gawee:winograd_output",
+                ),
+            ]
+        return steps
+
+    def scratch(self, memories: list) -> list[tuple]:
+        plan = self.plan
+        src, dst, res = (plan.zeros(md) for md in (self.src_md, self.dst_md, self.dst_md))
+        v, vb = plan.scratch_memory(self.v_md, memories)
+        m, mb = plan.scratch_memory(self.m_md, memories)
+        w, wb = plan.scratch_memory(plan.queried(self.pd, WEIGHTS), memories)
+        bias = torch.zeros(self.geometry[3])
+        keep = [src, dst, res, vb, mb, wb, bias]
+        steps = self._steps(
+            src.data_ptr(),
+            (v, vb.data_ptr()),
+            (m, mb.data_ptr()),
+            w,
+            bias.data_ptr(),
+            res.data_ptr() if self.residual else None,
+            dst.data_ptr(),
+        )
+        return [(function, args, keep) for function, args, _ in steps]
+
+    def drop(self) -> None:
+        self.plan._drop(self.prim)
+
+    def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
+        from gawee.backend import winograd
+
+        plan = self.plan
+        src, res = _operands(plan, x, residual, self.src_md, self.dst_md)
+        w = plan.constant(winograd.weights(weight), plan.queried(self.pd, WEIGHTS))
+        b = bias.detach().to(torch.float32).contiguous()
+        plan.keep.append(b)
+        dst = plan.tensor(self.dst_md)
+        v, m = plan.tensor(self.v_md), plan.tensor(self.m_md)
+        address = lambda t: t.buffer.tensor.data_ptr()
+        steps = self._steps(
+            address(src),
+            (v.memory, address(v)),
+            (m.memory, address(m)),
+            w.memory,
+            b.data_ptr(),
+            res and address(res),
+            address(dst),
+        )
+        for function, args, name in steps:
+            plan.call(function, args, name)
+        plan.release(v)
+        plan.release(m)
+        return dst
+
+
+class _Native:
+    """A candidate convolution kernel of gawee's own (C, :mod:`gawee.backend.native`) in ``layout``: one step that
+    reads the activations where oneDNN keeps them and adds the bias and residual and applies the activation.
+    A subclass names its kernel and says how it packs the filters and bias and what its C function takes."""
+
+    name = ""
+
+    def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool):
+        self.plan, self.layout, self.residual = plan, layout, residual
+        self.src_md, self.dst_md = plan.activation_md(x.shape, layout), plan.activation_md(out.shape, layout)
+        self.function, self.sizes, self.blank = self.kernel(plan, layout, x.shape, out.shape, geometry, act)
+
+    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple, tuple]:
+        """The C function, its arguments after the five addresses (source, filters, bias, residual, output), and
+        zero filters and bias of the convolution's shapes (what :meth:`scratch` runs it on)."""
+        raise NotImplementedError
+
+    def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filters and bias in the order the kernel reads them."""
+        raise NotImplementedError
+
+    @property
+    def key(self) -> tuple:
+        return self.layout, self.name
+
+    def wants(self, arg: int) -> int:
+        return self.src_md if arg == SRC else self.dst_md
+
+    def _step(self, src: int, w: int, bias: int, res, dst: int) -> tuple:
+        return self.function, (src, w, bias, res, dst, *self.sizes), self.name
+
+    def scratch(self, memories: list) -> list[tuple]:
+        src, dst, res = (self.plan.zeros(md) for md in (self.src_md, self.dst_md, self.dst_md))
+        w, bias = (torch.zeros_like(t) for t in self.pack(*self.blank))
+        function, args, _ = self._step(
+            src.data_ptr(), w.data_ptr(), bias.data_ptr(), res.data_ptr() if self.residual else None, dst.data_ptr()
+        )
+        return [(function, args, [src, dst, res, w, bias])]
+
+    def drop(self) -> None:
+        pass
+
+    def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
+        plan = self.plan
+        src, res = _operands(plan, x, residual, self.src_md, self.dst_md)
+        w, b = self.pack(weight, bias)
+        plan.keep += [w, b]
+        dst = plan.tensor(self.dst_md)
+        address = lambda t: t.buffer.tensor.data_ptr()
+        plan.call(*self._step(address(src), w.data_ptr(), b.data_ptr(), res and address(res), address(dst)))
+        return dst
+
+
+class _Grouped(_Native):
+    """gawee's kernel for convolutions of 8 channels per group (:mod:`gawee.backend.grouped`)."""
+
+    name = "gawee:grouped8"
+
+    @staticmethod
+    def candidates(plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool) -> list[_Grouped]:
+        """The kernel for this convolution in ``layout``, where it computes it (see
+        :func:`gawee.backend.grouped.eligible`; the blocked layout must not pad the output's channels, which the
+        kernel leaves unwritten)."""
+        from gawee.backend import grouped
+
+        kernel, stride, _, dilation, groups = geometry
+        cin, cout, ow = x.shape[1], out.shape[1], out.shape[3]
+        if (layout == "blocked" and cout % plan.block != 0) or grouped.unavailable() is not None:
+            return []
+        if not grouped.eligible(cin, cout, groups, kernel, stride, dilation, ow, act):
+            return []
+        return [_Grouped(plan, layout, x, out, geometry, act, residual)]
+
+    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple, tuple]:
+        from gawee.backend import grouped
+
+        kernel, stride, padding, dilation, groups = geometry
+        (n, c, h, w), (k, oh, ow) = x, out[1:]
+        src, dst = _strides(plan, layout, c, h, w), _strides(plan, layout, k, oh, ow)
+        sizes = (n, groups, h, w, *src, oh, ow, *dst, *kernel, *stride, *padding, *dilation, grouped.ACTS[act])
+        return grouped.library().gawee_group8_conv, sizes, (torch.zeros(k, c // groups, *kernel), torch.zeros(k))
+
+    def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from gawee.backend import grouped
+
+        return grouped.weights(weight), bias.detach().to(torch.float32).contiguous()
+
+
+class _Depthwise(_Native):
+    """gawee's depthwise kernel with its activation (:mod:`gawee.backend.depthwise`)."""
+
+    name = "gawee:depthwise"
+
+    @staticmethod
+    def computes(plan: _Plan, layout: str, x, out, geometry, act) -> bool:
+        """Whether the kernel computes this convolution (shapes ``x``, ``out``) in ``layout`` (see
+        :func:`gawee.backend.depthwise.eligible`): blocked where oneDNN's block is the kernel's vector,
+        channels-last where the channels are a multiple of it."""
+        from gawee.backend import depthwise
+
+        if depthwise.unavailable() is not None:
+            return False
+        kernel, stride, padding, dilation, groups = geometry
+        if not depthwise.eligible(x[1], out[1], groups, kernel, stride, padding, dilation, x[3], out[3], act):
+            return False
+        vector = depthwise.width()
+        return plan.block == vector if layout == "blocked" else x[1] % vector == 0
+
+    @staticmethod
+    def candidates(
+        plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool, act_in: str | None = None
+    ) -> list[_Depthwise]:
+        """The kernel for this convolution (applying ``act_in`` to its input) in ``layout``, where it computes it."""
+        if not _Depthwise.computes(plan, layout, x.shape, out.shape, geometry, act):
+            return []
+        return [_Depthwise(plan, layout, x, out, geometry, act, residual, act_in)]
+
+    def __init__(self, plan: _Plan, layout: str, x: Value, out: Value, geometry, act, residual: bool, act_in=None):
+        self.act_in = act_in
+        super().__init__(plan, layout, x, out, geometry, act, residual)
+
+    def kernel(self, plan: _Plan, layout: str, x, out, geometry, act) -> tuple[Any, tuple, tuple]:
+        from gawee.backend import depthwise
+
+        kernel, stride, padding, dilation, _ = geometry
+        (n, c, h, w), (oh, ow) = x, out[2:]
+        vector = depthwise.width()
+        src, dst = list(_strides(plan, layout, c, h, w)[:4]), list(_strides(plan, layout, c, oh, ow)[:4])
+        if layout == "channels_last":  # a chunk of channels is the next vector of the pixel's
+            src[1] = dst[1] = vector
+        sizes = (n, -(-c // vector), h, w, *src, oh, ow, *dst, *kernel, *stride, *padding, *dilation)
+        acts = depthwise.ACTS[act], depthwise.ACTS[self.act_in]
+        return depthwise.library().gawee_depthwise_conv, (*sizes, *acts), (torch.zeros(c, 1, *kernel), torch.zeros(c))
+
+    def pack(self, weight: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from gawee.backend import depthwise
+
+        return depthwise.weights(weight, depthwise.width()), depthwise.bias(bias, depthwise.width())
+
+
+def _strides(plan: _Plan, layout: str, channels: int, h: int, w: int) -> tuple[int, int, int, int, int]:
+    """Where element (n, c, h, w) of an activation is in ``layout``: strides of n, of c's block, of h and w, and the
+    block."""
+    if layout == "channels_last":
+        return w * h * channels, 0, w * channels, channels, channels
+    blk = plan.block
+    return -(-channels // blk) * h * w * blk, h * w * blk, w * blk, blk, blk
+
+
+def _operands(
+    plan: _Plan, x: Value, residual: Value | None, src_md: int, dst_md: int
+) -> tuple[_Tensor, _Tensor | None]:
+    """``x`` in ``src_md`` and ``residual`` (where there is one) in ``dst_md``, each in a buffer of the module's: what
+    a kernel of gawee's own reads by address."""
+    res = None if residual is None else _addressed(plan, plan.operand(residual, dst_md))
+    return _addressed(plan, plan.operand(x, src_md)), res
+
+
+def _addressed(plan: _Plan, t: _Tensor) -> _Tensor:
+    """``t``, or a copy of it in a buffer of the module's where each call sets its address (a graph input)."""
+    if t.buffer is None:
+        t = plan.reorder(t, t.md)
+        plan.keep.append(t)  # no value holds the copy: the module does
+    return t
+
+
+def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, dilation, residual=None) -> _Tensor:
+    """``act(conv(x) + residual)`` as one step, or Winograd's three, on the kernel measured fastest where there are
+    several (every implementation oneDNN has, in each layout, with ``per_conv``)."""
+    x, out = node.inputs[0], node.output
+    cin, cout = x.shape[1], out.shape[1]
+    kernel = list(weight.shape[2:])
+    wshape = [groups, cout // groups, cin // groups, *kernel] if groups > 1 else [cout, cin, *kernel]
+    dims = (_DIMS(*stride), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*padding))
+    act, params = plan.act_of(node)
+    create = plan.lib.dnnl_convolution_forward_primitive_desc_create
+
+    def descriptor(layout: str) -> tuple[tuple, int | None]:
+        """The convolution's arguments in ``layout``, and its post-ops."""
+        # a few input channels (an image): read as they are, like ORT's NCHWc convolutions
+        src_md = plan.md(x.shape, _ANY) if cin < plan.block and groups == 1 else plan.activation_md(x.shape, layout)
+        dst_md, w_md, b_md = plan.activation_md(out.shape, layout), plan.md(wshape, _ANY), plan.md([cout])
+        if residual is not None:  # added in the layout the output gets: asked for first, then fixed
+            probe = plan.descriptor(create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims)
+            dst_md = plan.queried(probe, DST)
+        attr = _post_ops(plan, act, params, dst_md if residual is not None else None)
+        return (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims), attr
+
+    reads = {SRC: x, **({_post_op_arg(0): residual} if residual is not None else {})}
+    args, geometry = (SRC, WEIGHTS, BIAS, DST, *reads), (kernel, stride, padding, dilation, groups)
+
+    def candidates_in(layout: str) -> list:
+        conv_args, attr = descriptor(layout)
+        if plan.layout == "per_conv":  # every kernel of each layout timed here, with the reorders it would need
+            found = plan.implementations(create, *conv_args, attr=attr)
+        else:
+            found = [plan.primitive(create, *conv_args, attr=attr)]
+        return [
+            *(_Primitive(plan, layout, pd, prim, args) for pd, prim in found),
+            *_Winograd.candidates(plan, layout, x, out, geometry, act, residual is not None),
+            *_Grouped.candidates(plan, layout, x, out, geometry, act, residual is not None),
+            *_Depthwise.candidates(plan, layout, x, out, geometry, act, residual is not None),
+        ]
+
+    layouts = MEASURED if plan.layout == "per_conv" else (plan.layout,)
+    act_in = node.attrs.get("act_in")  # onednn_depthwise's prologue (rules/targets/onednn/3-depthwise.rules)
+    if act_in is not None:  # only gawee's depthwise kernel applies an activation to its input
+        own = (x, out, geometry, act, residual is not None, act_in)
+        candidates = [c for layout in layouts for c in _Depthwise.candidates(plan, layout, *own)]
+        if not candidates:
+            raise _Unsupported(f"gawee's depthwise kernel does not take {node.name} in the {plan.layout} layout")
+    else:
+        candidates = [c for layout in layouts for c in candidates_in(layout)]
+        if all(_reference(c.name) for c in candidates if isinstance(c, _Primitive)):  # oneDNN has no kernel here
+            candidates += [c for layout in MEASURED if layout not in layouts for c in candidates_in(layout)]
+    real = [c for c in candidates if not _reference(c.name)]
+    if real:
+        for c in candidates:
+            if c not in real:
+                c.drop()
+        candidates = real
+    shapes = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups)
+    situation = (*shapes, act, *params, residual is None, act_in)
+    chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
+    plan.conv_layouts[node.name] = chosen.layout
+    plan.conv_kernels[node.name] = chosen.name
+    bias = bias if bias is not None else torch.zeros(cout)
+    return chosen.build(x, residual, weight, bias, wshape)

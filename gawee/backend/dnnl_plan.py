@@ -1,0 +1,514 @@
+"""oneDNN's C API through ctypes, and the plan that builds one graph's primitives (:class:`_Plan`).
+
+The plan owns every handle it creates (destroyed with the module), gives each value a memory descriptor in the
+module's activation layout, reorders operands between layouts (each reorder once per consumer layout), reorders
+constants once into the layout a primitive asked for, reuses buffers by liveness, and races candidate kernels of
+one convolution (:meth:`_Plan.fastest`). :mod:`gawee.backend.dnnl_conv` builds those candidates and
+:mod:`gawee.backend.dnnl` lowers each op onto the plan.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gawee.errors import GaweeError
+from gawee.ir.core import Graph, Node, Value
+from gawee.ops.nn import _pair as pair
+
+# -- the C API (oneDNN 3.x, dnnl.h / dnnl_types.h) -----------------------------------------------------------
+_P = ctypes.c_void_p
+_DIMS = ctypes.c_int64 * 12
+_F32, _ANY, _CPU, _IN_ORDER, _INFERENCE = 3, 1, 1, 1, 96
+_CONV_DIRECT = 1
+_NCHW8C, _NCHW16C, _NHWC = 102, 78, 22
+_QUERY_IMPL, _QUERY_ARG_MD = 8, 255
+SRC, SRC_1, DST, WEIGHTS, BIAS, MULTIPLE_SRC = 1, 2, 17, 33, 41, 1024
+
+
+def _post_op_arg(index: int) -> int:
+    """DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1: a binary post-op's second operand."""
+    return (1 << 15) * (index + 1) | SRC_1
+
+
+ELTWISE = {
+    "relu": (32, lambda p: (0.0, 0.0)),
+    "leaky_relu": (32, lambda p: (p[0], 0.0)),
+    "tanh": (33, lambda p: (0.0, 0.0)),
+    "sigmoid": (41, lambda p: (0.0, 0.0)),
+    "silu": (44, lambda p: (1.0, 0.0)),
+    "hardswish": (52, lambda p: (1 / 6, 0.5)),
+    "hardsigmoid": (40, lambda p: (1 / 6, 0.5)),
+    "gelu": (49, lambda p: (0.0, 0.0)),
+    "gelu_tanh": (43, lambda p: (0.0, 0.0)),
+    "hardtanh": (47, lambda p: (p[0], p[1])),
+    "mish": (51, lambda p: (0.0, 0.0)),
+}
+"""gawee's activations (the fused ``act`` vocabulary and the standalone ops) as oneDNN eltwise algorithms and
+their (alpha, beta): hardswish and hardsigmoid are x·max(0, min(1, x/6 + 1/2)) and max(0, min(1, x/6 + 1/2)),
+silu is swish with alpha 1, hardtanh is clip_v2 to [alpha, beta], leaky_relu is relu with the negative slope."""
+
+BINARY = {"add": 0x1FFF0, "mul": 0x1FFF1, "sub": 0x1FFF5, "div": 0x1FFF4, "maximum": 0x1FFF2, "minimum": 0x1FFF3}
+_POOL_MAX, _POOL_AVG_INCLUDE, _POOL_AVG_EXCLUDE = 0x1FF, 0x2FF, 0x3FF
+
+LIBRARY_ENV = "GAWEE_DNNL_LIBRARY"
+
+LAYOUTS = ("blocked", "channels_last", "per_conv")
+"""The activation layouts a module can run in: channel-blocked everywhere (the default), channels-last (NHWC)
+everywhere, or each convolution's own, measured here (``per_conv``: its fastest kernel in either layout, counting
+the reorders of its operands; the ops between convolutions take their input's)."""
+
+MEASURED = ("blocked", "channels_last")
+"""The layouts ``per_conv`` times for each convolution."""
+
+
+class _Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int), ("hash", ctypes.c_char_p)]
+
+
+class _Unsupported(Exception):
+    """Why a node has no primitive here (the message is :func:`supports`'s answer)."""
+
+
+@cache
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    """The oneDNN library, or why it cannot be loaded."""
+    path = os.environ.get(LIBRARY_ENV) or str(Path(sys.prefix) / "lib" / "libdnnl.so.3")
+    if not Path(path).exists():
+        return None, f"oneDNN's library is not installed (pip install onednn-cpu-gomp, or set {LIBRARY_ENV})"
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        return None, f"oneDNN's library {path} cannot be loaded: {e}"
+    lib.dnnl_version.restype = ctypes.POINTER(_Version)
+    version = lib.dnnl_version().contents
+    if version.major != 3:
+        return None, f"{path} is oneDNN {version.major}.{version.minor}: this runtime calls oneDNN 3's C API"
+    lib.dnnl_primitive_desc_query_md.restype = _P
+    lib.dnnl_primitive_desc_query_md.argtypes = [_P, ctypes.c_int, ctypes.c_int]
+    lib.dnnl_memory_desc_get_size.restype = ctypes.c_size_t
+    lib.dnnl_memory_desc_get_size.argtypes = [_P]
+    lib.dnnl_memory_desc_equal.restype = ctypes.c_int
+    lib.dnnl_memory_desc_equal.argtypes = [_P, _P]
+    lib.dnnl_primitive_execute.argtypes = [_P, _P, ctypes.c_int, _P]
+    lib.dnnl_memory_set_data_handle.argtypes = [_P, _P]
+    lib.dnnl_stream_wait.argtypes = [_P]
+    lib.dnnl_post_ops_append_eltwise.argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
+    return lib, None
+
+
+def unavailable() -> str | None:
+    """Why this runtime cannot run here (the library is missing), or None."""
+    return _load()[1]
+
+
+def _lib() -> ctypes.CDLL:
+    lib, why = _load()
+    if lib is None:
+        raise GaweeError(why, hint='use backend="torch"')
+    return lib
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise _Unsupported(f"oneDNN refused {what} (status {status})")
+
+
+class _Arg(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_int), ("memory", _P)]
+
+
+def block_size() -> int:
+    """The channel block of the blocked layout: 16 floats where the CPU has AVX-512, else 8 (AVX2's vector)."""
+    return 16 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 8
+
+
+# -- planning: the graph as a list of primitives ---------------------------------------------------------------
+class _Buffer:
+    """Storage shared by the values that view it (a reshape's output views its input's), back to the pool when
+    the last of them is dead."""
+
+    __slots__ = ("refs", "tensor")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor, self.refs = tensor, 0
+
+
+class _Tensor:
+    """A value as the runtime holds it: its memory descriptor, its oneDNN memory over a buffer."""
+
+    __slots__ = ("buffer", "md", "memory")
+
+    def __init__(self, md, memory, buffer: _Buffer | None):
+        self.md, self.memory, self.buffer = md, memory, buffer
+
+
+class _Plan:
+    """Builds the primitives of one graph; owns every handle it creates (destroyed with the module)."""
+
+    def __init__(self, graph: Graph, layout: str):
+        if layout not in LAYOUTS:
+            raise GaweeError(f"unknown oneDNN layout {layout!r}", hint=f"layout is one of {', '.join(LAYOUTS)}")
+        self.lib = _lib()
+        self.layout = layout
+        self.block = block_size()
+        self.handles: list[tuple[str, int]] = []  # (destroy function, handle), destroyed in reverse
+        self.keep: list[Any] = []  # what the primitives' arguments point to
+        self.steps: list[tuple[Any, tuple, str]] = []  # (C function, its arguments, the kernel's name)
+        self.impl: dict[int, str] = {}  # each primitive's implementation (oneDNN's name for its kernel)
+        self.pool: dict[int, list[_Buffer]] = {}
+        self.values: dict[Value, _Tensor] = {}
+        self.converted: dict[Value, list[_Tensor]] = {}  # a value reordered to consumers' layouts
+        self.conv_layouts: dict[str, str] = {}  # each convolution's (and batch norm's) activation layout
+        self.conv_kernels: dict[str, str] = {}  # each convolution's (and batch norm's) kernel
+        self.raced: dict[tuple, int] = {}  # a race's situation, candidates and operand layouts -> the winner
+        self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
+        self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
+        self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
+
+    # handles
+    def _new(self, destroy: str, create, *args) -> int:
+        handle = _P()
+        args = [_P(a) if isinstance(a, int) else a for a in args]  # handles are pointers; int enums fit the slot
+        _check(create(ctypes.byref(handle), *args), create.__name__)
+        self.handles.append((destroy, handle.value))
+        return handle.value
+
+    def md(self, shape, tag: int | None = None, strides=None) -> int:
+        """A float32 memory descriptor: plain row-major, or the format ``tag`` (``_ANY``: the primitive's choice), or
+        with these ``strides``."""
+        shape = list(shape) or [1]
+        if tag is not None:
+            create = self.lib.dnnl_memory_desc_create_with_tag
+            return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, tag)
+        strides = strides or torch.empty(shape, device="meta").stride()
+        create = self.lib.dnnl_memory_desc_create_with_strides
+        return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, _DIMS(*strides))
+
+    def activation_md(self, shape, layout: str) -> int:
+        """A convolution's activation in ``layout`` (one of :data:`MEASURED`)."""
+        return self.md(shape, _NHWC if layout == "channels_last" else _NCHW16C if self.block == 16 else _NCHW8C)
+
+    def layout_of(self, t: _Tensor, shape) -> str | None:
+        """Which of :data:`MEASURED` the tensor ``t`` of ``shape`` is in, if any."""
+        for layout in MEASURED:
+            if self.lib.dnnl_memory_desc_equal(_P(t.md), _P(self.activation_md(shape, layout))):
+                return layout
+        return None
+
+    def memory(self, md: int, buffer: _Buffer | None, data_ptr: int | None = None) -> int:
+        """A oneDNN memory over ``buffer``, or at ``data_ptr`` (0: an address each call sets)."""
+        ptr = buffer.tensor.data_ptr() if buffer is not None else data_ptr
+        return self._new("dnnl_memory_destroy", self.lib.dnnl_memory_create, md, self.engine, _P(ptr))
+
+    def buffer(self, md: int) -> _Buffer:
+        """Storage for ``md``: a dead value's of the same size, else new."""
+        size = self.lib.dnnl_memory_desc_get_size(md)
+        free = self.pool.get(size)
+        if free:
+            return free.pop()
+        return _Buffer(torch.empty(max(1, size // 4), dtype=torch.float32))
+
+    def tensor(self, md: int) -> _Tensor:
+        buffer = self.buffer(md)
+        buffer.refs += 1
+        return _Tensor(md, self.memory(md, buffer), buffer)
+
+    def mark(self) -> tuple:
+        """What :meth:`undo` restores: the steps, the copies of values in other layouts, the free buffers."""
+        converted = {v: list(c) for v, c in self.converted.items()}
+        return len(self.steps), converted, {size: list(free) for size, free in self.pool.items()}
+
+    def undo(self, mark: tuple) -> None:
+        """The plan as it was at ``mark``: a step planned since (a reorder) is dropped, and with it the copy it
+        would have made (a later consumer would take it as made); a free buffer taken since is free again (an
+        earlier step still writes it: dropped by everyone, it would be freed under that step)."""
+        steps, self.converted, self.pool = mark
+        del self.steps[steps:]
+        for free in self.pool.values():
+            for buffer in free:
+                buffer.refs = 0
+
+    def release(self, t: _Tensor) -> None:
+        if t.buffer is not None:
+            t.buffer.refs -= 1
+            if t.buffer.refs == 0:
+                self.pool.setdefault(t.buffer.tensor.numel() * 4, []).append(t.buffer)
+
+    def descriptor(self, create, *args, attr: int | None = None) -> int:
+        """The primitive descriptor ``create(*args, attr)`` makes: what the primitive would choose, not compiled."""
+        return self._new("dnnl_primitive_desc_destroy", create, *args, _P(attr))
+
+    def primitive(self, create, *args, attr: int | None = None) -> tuple[int, int]:
+        """The primitive descriptor ``create(*args, attr)`` makes, and its primitive (oneDNN compiles it now)."""
+        pd = self.descriptor(create, *args, attr=attr)
+        return pd, self._compile(pd)
+
+    def _compile(self, pd: int) -> int:
+        """The primitive of the implementation ``pd`` is at, compiled now."""
+        prim = self._new("dnnl_primitive_destroy", self.lib.dnnl_primitive_create, pd)
+        self.impl[prim] = self._impl_name(pd)
+        return prim
+
+    def _impl_name(self, pd: int) -> str:
+        impl = ctypes.c_char_p()
+        self.lib.dnnl_primitive_desc_query(_P(pd), _QUERY_IMPL, 0, ctypes.byref(impl))
+        return impl.value.decode() if impl.value else "?"
+
+    def _drop(self, handle: int) -> None:
+        """Destroys one of the plan's handles now (a primitive measured and not kept)."""
+        for i, (destroy, h) in enumerate(self.handles):
+            if h == handle:
+                getattr(self.lib, destroy)(_P(self.handles.pop(i)[1]))
+                return
+
+    def implementations(self, create, *args, attr: int | None) -> list[tuple[int, int]]:
+        """Every implementation oneDNN has of the primitive ``create(*args, attr)``, compiled: (the descriptor the
+        primitive keeps, the primitive); the reference one only where there is no other. oneDNN's own first choice
+        is a heuristic: on an AVX2 machine its second implementation of channels-last 1×1 convolutions
+        (``jit_1x1``) took less time than its first (``brgconv_1x1``). Each implementation once: oneDNN 3.2's
+        iteration visited a resnet50's implementations of a shape once more for each earlier convolution of that
+        shape (the 4th 1×1 convolution of a shape, 4 times each)."""
+        pd, found, names = self.descriptor(create, *args, attr=attr), [], set()
+        while True:
+            name = self._impl_name(pd)
+            if not _reference(name) and name not in names:
+                names.add(name)
+                prim = self._compile(pd)
+                own = _P()  # the descriptor the primitive keeps: ``pd`` moves on to the next implementation
+                self.lib.dnnl_primitive_get_primitive_desc(_P(prim), ctypes.byref(own))
+                found.append((own.value, prim))
+            if self.lib.dnnl_primitive_desc_next_impl(_P(pd)) != 0:  # the last implementation was reached
+                break
+        return found or [self.primitive(create, *args, attr=attr)]
+
+    def act_of(self, node: Node) -> tuple[str | None, tuple]:
+        """The activation ``node``'s primitive applies as its post-op: its own ``act`` (the target phase,
+        rules/targets/onednn/, gave it the activation that alone read its output)."""
+        if node.attrs.get("act") is None:
+            return None, ()
+        return node.attrs["act"], tuple(node.attrs.get("act_params", ()))
+
+    def queried(self, pd: int, arg: int) -> int:
+        """The memory descriptor the primitive chose for its argument ``arg`` (owned by ``pd``)."""
+        return self.lib.dnnl_primitive_desc_query_md(_P(pd), _QUERY_ARG_MD, arg)
+
+    def step(self, prim: int, args: dict[int, int]) -> None:
+        """``prim`` executed on ``args`` (argument → memory), a step of every call."""
+        array = (_Arg * len(args))(*(_Arg(k, _P(m)) for k, m in args.items()))
+        self.keep.append(array)
+        self.steps.append((self.lib.dnnl_primitive_execute, (prim, self.stream, len(args), array), self.impl[prim]))
+
+    def call(self, function, args: tuple, name: str) -> None:
+        """A C function of gawee's own (returning 0, else a status) on ``args``, a step of every call."""
+        self.steps.append((function, args, name))
+
+    def reorder(self, src: _Tensor, md: int, dst: _Tensor | None = None, now: bool = False) -> _Tensor:
+        """``src`` copied into the layout ``md``: a step of every call, or (``now``) once, at build time."""
+        dst = dst or self.tensor(md)
+        _, prim = self.primitive(self.lib.dnnl_reorder_primitive_desc_create, src.md, self.engine, md, self.engine)
+        if not now:
+            self.step(prim, {SRC: src.memory, DST: dst.memory})
+            return dst
+        args = (_Arg * 2)(_Arg(SRC, _P(src.memory)), _Arg(DST, _P(dst.memory)))
+        _check(self.lib.dnnl_primitive_execute(prim, self.stream, 2, args), "a weight reorder")
+        self.lib.dnnl_stream_wait(self.stream)
+        return dst
+
+    def constant(self, data: torch.Tensor, md: int, shape=None) -> _Tensor:
+        """A constant in the layout ``md`` asks for, reordered once now."""
+        data = data.detach().to(torch.float32).contiguous()
+        if shape is not None:
+            data = data.reshape(shape)
+        self.keep.append(data)
+        plain = self.md(data.shape)
+        src = _Tensor(plain, self.memory(plain, None, data.data_ptr()), None)
+        if self.lib.dnnl_memory_desc_equal(_P(plain), _P(md)):
+            return src
+        # a buffer of its own: a pooled one is an earlier activation's, which the steps before would overwrite
+        buffer = _Buffer(torch.empty(max(1, self.lib.dnnl_memory_desc_get_size(md) // 4)))
+        self.keep.append(buffer)
+        return self.reorder(src, md, _Tensor(md, self.memory(md, buffer), buffer), now=True)
+
+    def plain(self, v: Value) -> _Tensor:
+        """The value in the plain row-major layout, in a buffer of the module's (a graph input's address is each
+        call's, not the module's to view: copied)."""
+        md = self.md(v.shape)
+        t = self.operand(v, md)
+        if t.buffer is not None:
+            return t
+        if v.is_const:
+            return self.reorder(t, md)
+        copies = self.converted.setdefault(v, [])
+        for c in copies:
+            if c.buffer is not None and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
+                return c
+        copies.append(self.reorder(t, md))
+        return copies[-1]
+
+    def operand(self, v: Value, md: int | None = None) -> _Tensor:
+        """The value as a primitive's operand, reordered to ``md`` when that layout differs from its own."""
+        if v.is_const:
+            if not v.has_known_data:
+                raise _Unsupported(f"constant {v.name} has no data")
+            return self.constant(v.data, md if md is not None else self.md(v.data.shape))
+        t = self.values[v]
+        if md is None or self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)):
+            return t
+        copies = self.converted.setdefault(v, [])
+        for c in copies:
+            if self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
+                return c
+        copies.append(self.reorder(t, md))
+        return copies[-1]
+
+    def fastest(self, candidates: list, reads: dict[int, Value | None], situation: tuple | None = None):
+        """The candidate convolution kernel (a :class:`_Primitive`, :class:`_Winograd` or :class:`_Grouped`) whose
+        call — after the reorders of the values it ``reads`` (argument → value) that its layout would need — is
+        fastest here, each run on zero-filled scratch buffers, in rounds over the candidates
+        (:func:`gawee.backend.kernels.best_calls`). The others are dropped. A convolution of the same ``situation``
+        (its shapes, geometry and epilogue), with the same candidates and its operands held in the same layouts,
+        takes the winner of the race run for the first one in this plan (a resnet repeats its blocks' convolutions:
+        resnet50's 53 convolutions took 25 races)."""
+        held = tuple(self._held(v) for v in reads.values())
+        key = situation and (situation, tuple(c.key for c in candidates), held)
+        winner = self.raced.get(key) if key else None
+        if winner is None:
+            winner = self._race(candidates, reads)
+            if key:
+                self.raced[key] = winner
+        for i, kernel in enumerate(candidates):
+            if i != winner:
+                kernel.drop()
+        return candidates[winner]
+
+    def _held(self, v: Value | None) -> tuple | None:
+        """The layouts ``v`` is held in (its own, then the copies converted for other consumers)."""
+        if v is None or v.is_const:
+            return None
+        return tuple(self.layout_of(t, v.shape) for t in (self.values[v], *self.converted.get(v, ())))
+
+    def _race(self, candidates: list, reads: dict[int, Value | None]) -> int:
+        """The index of the fastest candidate (see :meth:`fastest`)."""
+        from gawee.backend.kernels import best_calls
+
+        lib, memories, reorders, runners = self.lib, [], [], {}
+        for i, kernel in enumerate(candidates):
+            steps, planned = [], []
+            for arg, v in reads.items():
+                if v is None or v.is_const:
+                    continue
+                have, want = self.values[v].md, kernel.wants(arg)
+                known = [c.md for c in (self.values[v], *self.converted.get(v, ()))] + planned
+                if not any(lib.dnnl_memory_desc_equal(_P(md), _P(want)) for md in known):
+                    planned.append(want)  # one reorder, whichever operands read it in that layout
+                    _, reorder = self.primitive(
+                        lib.dnnl_reorder_primitive_desc_create, have, self.engine, want, self.engine
+                    )
+                    reorders.append(reorder)
+                    steps.append(self.scratch_step(reorder, {SRC: have, DST: want}, memories))
+            steps += kernel.scratch(memories)
+
+            def run(steps=steps) -> None:
+                for function, args, _ in steps:
+                    _check(function(*args), "a measured kernel")
+                lib.dnnl_stream_wait(self.stream)
+
+            run()  # warm: the first call of a primitive pages its buffers and code in
+            runners[i] = run
+        try:
+            best = best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.05) if len(runners) > 1 else {0: 0}
+        finally:
+            for memory in memories:
+                lib.dnnl_memory_destroy(memory)
+            for reorder in reorders:
+                self._drop(reorder)
+        return min(best, key=lambda i: (best[i], i))
+
+    def zeros(self, md: int) -> torch.Tensor:
+        """A zero-filled scratch buffer the size of ``md``."""
+        return torch.zeros(max(1, self.lib.dnnl_memory_desc_get_size(_P(md)) // 4))
+
+    def scratch_memory(self, md: int, memories: list) -> tuple[int, torch.Tensor]:
+        """A oneDNN memory of ``md`` over a zero-filled scratch buffer of its own, added to ``memories``; and the
+        buffer."""
+        buffer = self.zeros(md)
+        memory = _P()
+        _check(
+            self.lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(self.engine), _P(buffer.data_ptr())), "scratch"
+        )
+        memories.append(memory)
+        return memory.value, buffer
+
+    def scratch_step(self, prim: int, mds: dict[int, int], memories: list) -> tuple:
+        """``prim`` with each argument (argument → memory descriptor) in a zero-filled scratch buffer of its own:
+        a step (function, arguments, the buffers to keep); its memories are added to ``memories``."""
+        made = {arg: self.scratch_memory(md, memories) for arg, md in mds.items()}
+        args = (_Arg * len(made))(*(_Arg(arg, _P(memory)) for arg, (memory, _) in made.items()))
+        return self.lib.dnnl_primitive_execute, (prim, self.stream, len(made), args), [b for _, b in made.values()]
+
+    def done_with(self, node: Node) -> None:
+        """Frees the buffers of the inputs ``node`` read for the last time."""
+        for v in {v for v in node.inputs if v is not None and not v.is_const}:
+            self.remaining[v] -= sum(1 for i in node.inputs if i is v)
+            if self.remaining[v] == 0 and not v.is_graph_output and v in self.values:  # else never made (cat)
+                for t in (self.values[v], *self.converted.pop(v, ())):
+                    self.release(t)
+
+
+def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:
+    """A 2-d geometry attribute as a list (an empty ``stride`` is the default: pooling's is the kernel)."""
+    return list(pair(node.attrs.get(name) or default))
+
+
+def _act(node: Node) -> tuple[str, tuple]:
+    """A standalone activation node as the ``act`` vocabulary's name and parameters."""
+    a = node.attrs
+    if node.op == "gelu" and a.get("approximate", "none") != "none":
+        return "gelu_tanh", ()
+    if node.op == "leaky_relu":
+        return "leaky_relu", (a.get("negative_slope", 0.01),)
+    if node.op == "hardtanh":
+        return "hardtanh", (a.get("min_val", -1.0), a.get("max_val", 1.0))
+    return node.op, ()
+
+
+def _const(v: Value | None, what: str) -> torch.Tensor | None:
+    if v is None:
+        return None
+    if not v.has_known_data:
+        raise _Unsupported(f"the {what} {v.name} is computed, not a constant")
+    return v.data
+
+
+def _post_ops(plan: _Plan, act: str | None, params, residual_md: int | None = None) -> int | None:
+    """An attribute holding ``+ residual`` (a binary post-op) then ``act`` (an eltwise post-op)."""
+    if act is None and residual_md is None:
+        return None
+    if act is not None and act not in ELTWISE:
+        raise _Unsupported(f"no oneDNN post-op for {act}")
+    lib = plan.lib
+    po = plan._new("dnnl_post_ops_destroy", lib.dnnl_post_ops_create)
+    if residual_md is not None:
+        _check(lib.dnnl_post_ops_append_binary(_P(po), BINARY["add"], _P(residual_md)), "a residual add")
+    if act is not None:
+        alg, alpha_beta = ELTWISE[act]
+        _check(lib.dnnl_post_ops_append_eltwise(_P(po), alg, *alpha_beta(tuple(params))), f"a fused {act}")
+    attr = plan._new("dnnl_primitive_attr_destroy", lib.dnnl_primitive_attr_create)
+    _check(lib.dnnl_primitive_attr_set_post_ops(_P(attr), _P(po)), "post-ops")
+    return attr
+
+
+def _reference(implementation: str) -> bool:
+    """Whether ``implementation`` (a kernel's name) is oneDNN's reference one, which races only where nothing else
+    computes the convolution. On AVX-512, oneDNN has no other for a convolution of 8 channels per group in the
+    blocked layout (blocks of 16): there nine of RegNet's made a regnet_y_400mf call two orders of magnitude slower
+    than with them in channels-last. Where oneDNN has only its reference kernel in the
+    module's layout, the other layouts' kernels are candidates too."""
+    return implementation.startswith("ref")
