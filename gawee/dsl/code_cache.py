@@ -36,13 +36,13 @@ from gawee.resources import VERSION
 
 @cache
 def _compiler_digest() -> str:
-    """The code that turns rule text into compiled patterns, besides the generator: the compiler and the
-    parsed-rules cache's digest (grammar, parser, AST)."""
-    from gawee.dsl import compiler, kinds
+    """The code that turns rule text into compiled patterns, besides the generator: the compiler (its patterns,
+    expressions and scope) and the parsed-rules cache's digest (grammar, parser, AST)."""
+    from gawee.dsl import compiler, expressions, kinds, patterns, scope
 
     h = hashlib.sha256(ast_cache._code_digest().encode())
-    for path in (Path(compiler.__file__), Path(kinds.__file__)):
-        h.update(path.read_bytes())
+    for module in (compiler, patterns, expressions, scope, kinds):
+        h.update(Path(module.__file__).read_bytes())
     return h.hexdigest()
 
 
