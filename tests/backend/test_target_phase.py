@@ -50,7 +50,9 @@ def _model():
 
 def test_onednn_has_the_bundled_target_phase_and_the_others_none():
     assert targets() == ["onednn"]
-    assert runtime.get("onednn").rules is target_rules("onednn")
+    bundled = {r.name for r in target_rules("onednn").rules}
+    used = {r.name for r in runtime.get("onednn").rules.rules}  # less the phases of kernels not built here
+    assert "onednn_binary" in used and used <= bundled
     assert runtime.get("torch").rules is None
     graph, _ = gawee.rewrite(gawee.capture(*_model()))
     same, report = runtime.get("torch").lower(graph)
