@@ -14,6 +14,7 @@ from gawee.backend.lowering import LoweringTable
 from gawee.backend.ops_reference import reference
 from gawee.ops import OPAQUE, all_ops
 from gawee.ops.quantized import RULE_ONLY
+from gawee.ops.targets import TARGET_OPS
 
 TABLES = {"torch": TORCH, "onnx": ONNX, "mlir": MLIR}
 
@@ -27,9 +28,10 @@ CANNOT_LOWER = {
             OPAQUE,  # an arbitrary ATen call runs through torch only
             "index_put",  # no ONNX form yet (ScatterND with accumulate and a broadcast value would be one)
             *RULE_ONLY,  # int8 quantization (DynamicQuantizeLinear + MatMulInteger would be one for the linear)
+            *TARGET_OPS,  # oneDNN's target ops: only its own target phase makes them, on the graph it builds
         }
     ),
-    "mlir": frozenset({OPAQUE, *RULE_ONLY}),  # int8 quantization: no StableHLO form yet
+    "mlir": frozenset({OPAQUE, *RULE_ONLY, *TARGET_OPS}),  # int8 quantization: no StableHLO form yet
 }
 """Per target, the registered ops it cannot lower. Adding an op without a lowering for a target means adding it
 here; giving one a lowering means taking it out."""

@@ -385,13 +385,16 @@ def test_large_models_weights_are_iree_parameters_given_as_tensors_or_archive(tm
 
 
 def test_op_without_lowering_names_op_and_node(monkeypatch):
-    """Every registered op but the int8 ones only rules make has a lowering today; an op added without one, an
-    opaque ATen node and a case a lowering refuses are each a LoweringError naming op and node."""
+    """Every registered op but those only rules make (int8, a runtime's target ops) has a lowering today; an op
+    added without one, an opaque ATen node and a case a lowering refuses are each a LoweringError naming op and
+    node."""
     from gawee.backend.lower_mlir import MLIR
     from gawee.ops import base
     from gawee.ops.quantized import RULE_ONLY
+    from gawee.ops.targets import TARGET_OPS
 
-    assert sorted(name for name in base.all_ops() if name not in MLIR) == ["aten", *sorted(RULE_ONLY)]
+    unlowered = sorted(name for name in base.all_ops() if name not in MLIR)
+    assert unlowered == sorted(["aten", *RULE_ONLY, *TARGET_OPS])
     monkeypatch.delitem(MLIR._lowerings, "sort")
     b = GraphBuilder("sorting")
     x = b.input("x", "f32[2,3]")
