@@ -53,6 +53,9 @@ class BackendChoice:
     """Runtime → why it was not measured (not installed, an op it cannot run, outputs that differ)."""
     target_rules: dict[str, int] = field(default_factory=dict)
     """The chosen runtime's target phase (:attr:`Runtime.rules`): rule → times it fired on the graph built."""
+    spent: dict[str, float] = field(default_factory=dict)
+    """Where the choice's seconds went: the candidates' target phases, their trial processes, their builds
+    (oneDNN's races of each convolution's kernels included) with their checks, and timing them against each other."""
 
     def __str__(self) -> str:
         times = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in self.seconds.items())
@@ -60,6 +63,8 @@ class BackendChoice:
         if self.target_rules:
             fired = ", ".join(f"{k} x{v}" for k, v in sorted(self.target_rules.items()))
             text += f"; its target rules fired: {fired}"
+        if self.spent:
+            text += "; choosing took " + ", ".join(f"{k} {v:.2f}s" for k, v in self.spent.items())
         if self.not_candidates:
             text += "; not measured: " + "; ".join(f"{k}: {v}" for k, v in self.not_candidates.items())
         return text
@@ -364,14 +369,21 @@ def _builds(rt: Runtime, graph: Graph, xs: list, structure, variant: str, given:
 
 
 def _runtimes(
-    graph: Graph, structure, xs: list, expected: list, names: Sequence[str], given: dict | None = None
+    graph: Graph,
+    structure,
+    xs: list,
+    expected: list,
+    names: Sequence[str],
+    given: dict | None = None,
+    spent: dict[str, float] | None = None,
 ) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str], dict[str, dict[str, int]]]:
     """The runtimes ``names`` (registered names, or ``name:variant``) of ``graph`` that can be built, run the
     example inputs ``xs`` and compute the model's outputs (``expected``, :func:`_candidate`), with their checks;
     why the others are no candidates; and the rules of each one's target phase that fired (each runtime's phase
     runs once, for all its variants: :meth:`Runtime.lower`). The :attr:`Runtime.isolated` ones are first built,
     run and checked in child processes: one whose child died, or that failed or computed other outputs there, is
-    no candidate and never built in this process."""
+    no candidate and never built in this process. ``spent`` gets the seconds of each of those steps added."""
+    spent = {} if spent is None else spent
 
     def why_not(rt: Runtime) -> str | None:
         if rt.cpu_only and graph.device.type != "cpu":
@@ -387,6 +399,7 @@ def _runtimes(
             not_candidates[key] = whys[key]
     names = [name for name in names if whys[name.partition(":")[0]] is None]
     builds, hints, lowered, fired = {}, {}, {}, {}
+    t0 = time.perf_counter()
     for name in names:
         key, _, variant = name.partition(":")
         rt = runtime.get(key)
@@ -396,15 +409,19 @@ def _runtimes(
         fired[name] = fired[key]
         builds[name] = _builds(rt, lowered[key], xs, structure, variant, given)
         hints[name] = rt.mismatch_hint
+    _spend(spent, "target phases", t0)
     # A runtime that could crash the process is built, run and checked in a child first (all of them at once);
     # only those that survive with the model's outputs are built here.
     risky = [name for name in names if runtime.get(name.partition(":")[0]).isolated]
+    t0 = time.perf_counter()
     trials = _apart(
         {
             name: functools.partial(_candidate_why, graph.name, builds[name][1], expected, xs, hints[name])
             for name in risky
         }
     )
+    _spend(spent, "trials", t0)
+    t0 = time.perf_counter()
     for name in names:
         trial = trials.get(name)
         if trial is not None and (trial.died or trial.error or trial.answer):
@@ -415,7 +432,13 @@ def _runtimes(
             modules[name] = module
         else:
             not_candidates[name] = why
+    _spend(spent, "builds", t0)
     return modules, checks, not_candidates, fired
+
+
+def _spend(spent: dict[str, float], step: str, since: float) -> None:
+    """Add the seconds since ``since`` to ``spent[step]`` (where a measured choice's time went)."""
+    spent[step] = spent.get(step, 0.0) + time.perf_counter() - since
 
 
 def _apart(work: dict[str, Callable[[], str | None]]) -> dict[str, Tried]:
@@ -470,15 +493,19 @@ def _variants(
     from gawee.backend.measure import fastest
 
     names = [f"{rt.name}:{variant}"] if variant else [f"{rt.name}:{v}" for v in rt.variants]
-    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given)
+    spent: dict[str, float] = {}
+    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given, spent)
     if not modules:
         why = "; ".join(f"{k}: {v}" for k, v in not_candidates.items())
         raise GaweeError(f"{graph.name} cannot run on {rt.title}: {why}", hint='use backend="torch"')
     if len(modules) == 1:
         ((name, module),) = modules.items()
-        return module, BackendChoice(name, {}, not_candidates, fired[name])
+        return module, BackendChoice(name, {}, not_candidates, fired[name], spent)
+    t0 = time.perf_counter()
     timed = fastest(modules, xs)
-    return modules[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates, fired[timed.chosen])
+    _spend(spent, "timing", t0)
+    choice = BackendChoice(timed.chosen, timed.seconds, not_candidates, fired[timed.chosen], spent)
+    return modules[timed.chosen], choice
 
 
 def _choose_runtime(
@@ -495,14 +522,17 @@ def _choose_runtime(
 
     baseline = runtime.baseline()
     names, skipped = _measured(graph, lambda rt: rt.auto and rt is not baseline)
-    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given)
+    spent: dict[str, float] = {}
+    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given, spent)
     not_candidates.update(skipped)
     if not modules:
-        return torch_module, BackendChoice(baseline.name, {}, not_candidates)
+        return torch_module, BackendChoice(baseline.name, {}, not_candidates, {}, spent)
     candidates = {baseline.name: torch_module, **modules}
+    t0 = time.perf_counter()
     timed = fastest(candidates, xs, settle_s=SETTLE_S)
+    _spend(spent, "timing", t0)
     target = fired.get(timed.chosen, {})
-    return candidates[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates, target)
+    return candidates[timed.chosen], BackendChoice(timed.chosen, timed.seconds, not_candidates, target, spent)
 
 
 WHOLE_GRAPH_CALLS = 16
@@ -565,13 +595,16 @@ def whole_graph_choice(
     from gawee.backend.measure import fastest
 
     names, skipped = _whole_graph_runtimes(graph)
-    modules, checks, not_candidates, fired = _runtimes(graph, structure, xs, expected, names)
+    spent: dict[str, float] = {}
+    modules, checks, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, spent=spent)
     not_candidates.update(skipped)
     if not modules:
-        return torch_module, BackendChoice(runtime.baseline().name, {}, not_candidates), None
+        return torch_module, BackendChoice(runtime.baseline().name, {}, not_candidates, {}, spent), None
     candidates = {runtime.baseline().name: torch_module, **modules}
+    t0 = time.perf_counter()
     timed = fastest(candidates, xs)
-    choice = BackendChoice(timed.chosen, timed.seconds, not_candidates, fired.get(timed.chosen, {}))
+    _spend(spent, "timing", t0)
+    choice = BackendChoice(timed.chosen, timed.seconds, not_candidates, fired.get(timed.chosen, {}), spent)
     return candidates[timed.chosen], choice, checks.get(timed.chosen)
 
 

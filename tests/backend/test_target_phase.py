@@ -83,6 +83,9 @@ def test_compile_runs_the_target_phase_and_reports_its_rules():
     assert choice.target_rules["onednn_binary"] == 2
     assert choice.target_rules["onednn_batch_norm_leaky_relu"] == 1
     assert "its target rules fired: " in str(choice)
+    # where choosing took its time: one variant asked for, so nothing is timed against it
+    assert set(choice.spent) == {"target phases", "trials", "builds"} and "choosing took" in str(choice)
+    assert all(s >= 0 for s in choice.spent.values())
     assert "torch:" not in " ".join(module.kernels)  # every node on a primitive, the activation as a post-op
     with torch.no_grad():
         torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-4)
