@@ -11,7 +11,6 @@ runtime's (``onednn_``). They are never captured (no ATen spelling): rules produ
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from gawee.ops import sampling as S
 from gawee.ops.base import Attr, OpDef, Operand, get_op, register
@@ -61,7 +60,7 @@ register(
 
 
 def _batch_norm(input, weight, bias, running_mean, running_var, *, eps, act=None, act_params=()):
-    y = F.batch_norm(input, running_mean, running_var, weight, bias, False, 0.0, eps)
+    y = get_op("batch_norm").evaluate(input, weight, bias, running_mean, running_var, eps=eps)
     return apply_act(y, act, act_params)
 
 
@@ -73,15 +72,9 @@ def _batch_norm_sample(draw, slots, attrs):
 register(
     OpDef(
         "onednn_batch_norm",
-        (
-            Operand("input"),
-            Operand("weight", optional=True),
-            Operand("bias", optional=True),
-            Operand("running_mean"),
-            Operand("running_var", domain="nonnegative"),
-        ),
+        get_op("batch_norm").operands,
         _batch_norm,
-        attrs=(Attr("eps", "float", 1e-5), *_EPILOGUE),
+        attrs=(*get_op("batch_norm").attrs, *_EPILOGUE),
         traits=PURE,
         flops=_with_act(2),
         sample=_batch_norm_sample,
@@ -94,8 +87,9 @@ register(
 
 
 def _affine_cat(weight, bias, running_mean, running_var, *parts, dim, eps, act=None, act_params=()):
-    y = F.batch_norm(torch.cat(parts, dim), running_mean, running_var, weight, bias, False, 0.0, eps)
-    return apply_act(y, act, act_params)
+    return _batch_norm(
+        torch.cat(parts, dim), weight, bias, running_mean, running_var, eps=eps, act=act, act_params=act_params
+    )
 
 
 register(
@@ -139,14 +133,10 @@ def _depthwise(
 register(
     OpDef(
         "onednn_depthwise",
-        (Operand("input"), Operand("weight"), Operand("bias", optional=True), Operand("residual", optional=True)),
+        get_op("conv2d").operands,
         _depthwise,
         attrs=(
-            Attr("stride", "ints", (1, 1)),
-            Attr("padding", "ints", (0, 0)),
-            Attr("dilation", "ints", (1, 1)),
-            Attr("groups", "int", 1),
-            *_EPILOGUE,
+            *get_op("conv2d").attrs,  # its epilogue among them
             Attr("act_in", "str?", None),
         ),
         traits=PURE,
