@@ -335,16 +335,35 @@ def compile(
     return module
 
 
-def _measured(graph: Graph, which: Callable[[Runtime], bool]) -> tuple[list[str], dict[str, str]]:
+Lowered = dict[str, tuple[Graph, RewriteReport | None]]
+"""Runtime name → ``graph`` after its target phase and that rewrite's report (:meth:`Runtime.lower`): each
+runtime's phase runs once per measured choice, for its promise and its builds alike."""
+
+
+def _lowered(
+    rt: Runtime, graph: Graph, lowered: Lowered, spent: dict[str, float]
+) -> tuple[Graph, RewriteReport | None]:
+    """``graph`` after ``rt``'s target phase, from ``lowered`` or run now (its seconds added to ``spent``) and kept
+    there."""
+    if rt.name not in lowered:
+        t0 = time.perf_counter()
+        lowered[rt.name] = rt.lower(graph)
+        _spend(spent, "target phases", t0)
+    return lowered[rt.name]
+
+
+def _measured(
+    graph: Graph, which: Callable[[Runtime], bool], lowered: Lowered, spent: dict[str, float]
+) -> tuple[list[str], dict[str, str]]:
     """The candidates of a measured choice for ``graph`` among the registered runtimes ``which`` takes, in the
     registry's order (a runtime with variants: each, as ``name:variant``), leaving out those that need not be built
-    for it (:meth:`Runtime.unpromising`: oneDNN's primitives where torch steps would compute most of its FLOPs,
-    as a transformer's batched matmuls); and why those were left out."""
+    for it (:meth:`Runtime.unpromising` of the graph after its target phase: oneDNN's primitives where torch steps
+    would compute most of its FLOPs, as a transformer's batched matmuls); and why those were left out."""
     names, skipped = [], {}
     for rt in runtime.runtimes():
         if not which(rt):
             continue
-        why = rt.unpromising(graph)
+        why = rt.unpromising(_lowered(rt, graph, lowered, spent)[0])
         if why is not None:
             skipped[rt.name] = why
         else:
@@ -352,10 +371,10 @@ def _measured(graph: Graph, which: Callable[[Runtime], bool]) -> tuple[list[str]
     return names, skipped
 
 
-def _whole_graph_runtimes(graph: Graph) -> tuple[list[str], dict[str, str]]:
+def _whole_graph_runtimes(graph: Graph, lowered: Lowered, spent: dict[str, float]) -> tuple[list[str], dict[str, str]]:
     """The runtimes the default compile measures against the torch lowering (:attr:`Runtime.whole_graph`: oneDNN's
     primitives in each layout, oneDNN Graph's), and why some were left out (:func:`_measured`)."""
-    return _measured(graph, lambda rt: rt.whole_graph)
+    return _measured(graph, lambda rt: rt.whole_graph, lowered, spent)
 
 
 def _builds(rt: Runtime, graph: Graph, xs: list, structure, variant: str, given: dict | None):
@@ -376,14 +395,17 @@ def _runtimes(
     names: Sequence[str],
     given: dict | None = None,
     spent: dict[str, float] | None = None,
+    lowered: Lowered | None = None,
 ) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str], dict[str, dict[str, int]]]:
     """The runtimes ``names`` (registered names, or ``name:variant``) of ``graph`` that can be built, run the
     example inputs ``xs`` and compute the model's outputs (``expected``, :func:`_candidate`), with their checks;
     why the others are no candidates; and the rules of each one's target phase that fired (each runtime's phase
     runs once, for all its variants: :meth:`Runtime.lower`). The :attr:`Runtime.isolated` ones are first built,
     run and checked in child processes: one whose child died, or that failed or computed other outputs there, is
-    no candidate and never built in this process. ``spent`` gets the seconds of each of those steps added."""
+    no candidate and never built in this process. ``spent`` gets the seconds of each of those steps added;
+    ``lowered`` holds the target phases already run."""
     spent = {} if spent is None else spent
+    lowered = {} if lowered is None else lowered
 
     def why_not(rt: Runtime) -> str | None:
         if rt.cpu_only and graph.device.type != "cpu":
@@ -398,18 +420,14 @@ def _runtimes(
         if whys[key] is not None:  # the runtime cannot run this graph at all: said once
             not_candidates[key] = whys[key]
     names = [name for name in names if whys[name.partition(":")[0]] is None]
-    builds, hints, lowered, fired = {}, {}, {}, {}
-    t0 = time.perf_counter()
+    builds, hints, fired = {}, {}, {}
     for name in names:
         key, _, variant = name.partition(":")
         rt = runtime.get(key)
-        if key not in lowered:
-            lowered[key], report = rt.lower(graph)
-            fired[key] = dict(report.firings) if report is not None else {}
-        fired[name] = fired[key]
-        builds[name] = _builds(rt, lowered[key], xs, structure, variant, given)
+        target, report = _lowered(rt, graph, lowered, spent)
+        fired[name] = dict(report.firings) if report is not None else {}
+        builds[name] = _builds(rt, target, xs, structure, variant, given)
         hints[name] = rt.mismatch_hint
-    _spend(spent, "target phases", t0)
     # A runtime that could crash the process is built, run and checked in a child first (all of them at once);
     # only those that survive with the model's outputs are built here.
     risky = [name for name in names if runtime.get(name.partition(":")[0]).isolated]
@@ -521,9 +539,10 @@ def _choose_runtime(
     from gawee.backend.measure import SETTLE_S, fastest
 
     baseline = runtime.baseline()
-    names, skipped = _measured(graph, lambda rt: rt.auto and rt is not baseline)
+    lowered: Lowered = {}
     spent: dict[str, float] = {}
-    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given, spent)
+    names, skipped = _measured(graph, lambda rt: rt.auto and rt is not baseline, lowered, spent)
+    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given, spent, lowered)
     not_candidates.update(skipped)
     if not modules:
         return torch_module, BackendChoice(baseline.name, {}, not_candidates, {}, spent)
@@ -594,9 +613,12 @@ def whole_graph_choice(
     With the choice and, when it is not the lowering, its checks against the model."""
     from gawee.backend.measure import fastest
 
-    names, skipped = _whole_graph_runtimes(graph)
+    lowered: Lowered = {}
     spent: dict[str, float] = {}
-    modules, checks, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, spent=spent)
+    names, skipped = _whole_graph_runtimes(graph, lowered, spent)
+    modules, checks, not_candidates, fired = _runtimes(
+        graph, structure, xs, expected, names, spent=spent, lowered=lowered
+    )
     not_candidates.update(skipped)
     if not modules:
         return torch_module, BackendChoice(runtime.baseline().name, {}, not_candidates, {}, spent), None

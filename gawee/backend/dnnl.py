@@ -566,7 +566,7 @@ class DnnlRuntime(Runtime):
         return supports(graph)
 
     def unpromising(self, graph: Graph) -> str | None:
-        return torch_flops(self.lower(graph)[0])  # the ops its target phase makes are planned, not torch steps
+        return torch_flops(graph)
 
     def build(
         self,

@@ -77,8 +77,8 @@ class Runtime(ABC):
         return None
 
     def unpromising(self, graph: Graph) -> str | None:
-        """Why a measured choice need not build it for ``graph``, which it could run (it would hand most of the
-        work back to torch), or None."""
+        """Why a measured choice need not build it for ``graph`` (after its target phase: :meth:`lower`), which it
+        could run (it would hand most of the work back to torch), or None."""
         return None
 
     @abstractmethod

@@ -83,7 +83,7 @@ def _plant(monkeypatch, runtime: str) -> list:
     else:
         monkeypatch.setattr(dnnl, "supports", lambda graph: None)
         monkeypatch.setattr(dnnl, "DnnlModule", Aborts)
-    monkeypatch.setattr(compiler, "_whole_graph_runtimes", lambda graph: ([runtime], {}))
+    monkeypatch.setattr(compiler, "_whole_graph_runtimes", lambda graph, lowered, spent: ([runtime], {}))
     monkeypatch.setattr(compiler, "WHOLE_GRAPH_MIN_BUDGET_S", 1e9)  # measured, however long a call takes
     return built
 
