@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import torch
 
+from gawee.ir.types import TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import Attr, OpDef, Operand, get_op, register
 from gawee.ops.elementwise import EW
-from gawee.ops.nn import PURE, _bn_sample, _conv_canon, _conv_flops, _draw_act, _no_act_params, apply_act
+from gawee.ops.nn import PURE, _bn_sample, _conv_canon, _conv_flops, _draw_act, _no_act_params, act_as_op, apply_act
 
 ONEDNN_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 """The core ops a oneDNN binary primitive computes (``onednn_binary``'s ``alg``)."""
@@ -28,6 +29,23 @@ def _with_act(flops_per_element: int):
         return outs[0].numel * (flops_per_element + int(attrs.get("act") is not None))
 
     return flops
+
+
+def _after_act(t: TensorType, attrs) -> TensorType:
+    """The type of ``t`` through the fused activation of ``attrs`` (its standalone op's inference)."""
+    if attrs.get("act") is None:
+        return t
+    op, act_attrs = act_as_op(attrs["act"], tuple(attrs.get("act_params", ())))
+    return get_op(op).infer_types([t], act_attrs)[0]
+
+
+def _bn_type(types, eps: float) -> TensorType:
+    """An inference batch norm's result type: its input's, where every operand has the input's float dtype (a
+    per-channel scale and shift); else what evaluating it on meta tensors gives."""
+    x = types[0]
+    if x.dtype.is_float and all(t is None or t.dtype == x.dtype for t in types[1:]):
+        return x
+    return get_op("batch_norm").infer_types(types, {"eps": eps})[0]
 
 
 def _binary(self, other, *, alg, act=None, act_params=()):
@@ -50,6 +68,7 @@ register(
         attrs=(Attr("alg", "str"), *_EPILOGUE),
         traits=EW,
         flops=_with_act(1),
+        infer=lambda types, attrs: [_after_act(get_op(attrs["alg"]).infer_types(types, {})[0], attrs)],
         sample=_binary_sample,
         core="attr:alg",
         canonicalize=lambda attrs, _types: _no_act_params(attrs),
@@ -77,6 +96,7 @@ register(
         attrs=(*get_op("batch_norm").attrs, *_EPILOGUE),
         traits=PURE,
         flops=_with_act(2),
+        infer=lambda types, attrs: [_after_act(_bn_type(types, attrs["eps"]), attrs)],
         sample=_batch_norm_sample,
         core="batch_norm",
         canonicalize=lambda attrs, _types: _no_act_params(attrs),
@@ -84,6 +104,12 @@ register(
         "shift, with its eltwise post-op",
     )
 )
+
+
+def _affine_cat_type(types, attrs) -> TensorType:
+    """The batch norm's result type on the concatenation's (cat's own inference)."""
+    cat = get_op("cat").infer_types(list(types[4:]), {"dim": attrs["dim"]})[0]
+    return _bn_type([cat, *types[:4]], attrs["eps"])
 
 
 def _affine_cat(weight, bias, running_mean, running_var, *parts, dim, eps, act=None, act_params=()):
@@ -104,6 +130,7 @@ register(
         ),
         _affine_cat,
         attrs=(Attr("dim", "int", 0), Attr("eps", "float", 1e-5), *_EPILOGUE),
+        infer=lambda types, attrs: [_after_act(_affine_cat_type(types, attrs), attrs)],
         traits=PURE,
         flops=_with_act(2),
         canonicalize=lambda attrs, _types: _no_act_params(attrs),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gawee.ir.types import DType
 from gawee.ops import ACTIVATIONS, all_ops, apply_act, get_op
 from gawee.ops.targets import ONEDNN_BINARY
 from gawee.rewrite.ruleset import load_rules_text, target_rules
@@ -93,3 +94,35 @@ def test_a_target_rule_that_changes_the_computation_is_not_proven_and_is_refuted
     rule = load_rules_text(text, "planted.rules").rules[0]
     assert not isinstance(prove(rule), Definition)
     assert check_rule(rule, examples=200).verdict == "UNSOUND"
+
+
+@pytest.mark.parametrize("dtype", [DType.f32, DType.bf16, DType.f16, DType.f64])
+@pytest.mark.parametrize("act", [None, "relu", "sigmoid", "leaky_relu"])
+def test_a_target_ops_inference_is_what_evaluating_it_gives(dtype, act):
+    """The target ops' own inference (cheaper than evaluating on meta tensors) gives evaluate's type, also with
+    operands of mixed dtypes (the batch norm's statistics in float32) and integer binary operands."""
+    from gawee.ir.types import TensorType
+    from gawee.ops.base import meta_tensor
+
+    params = {"leaky_relu": (0.1,)}.get(act, ())
+    x, c = TensorType((2, 3, 4, 4), dtype), TensorType((3,), dtype)
+    c32, ints = TensorType((3,), DType.f32), TensorType((2, 3, 4, 4), DType.i64)
+    cases = [
+        ("onednn_batch_norm", [x, c, c, c, c], {"eps": 1e-5}),
+        ("onednn_batch_norm", [x, c32, None, c32, c32], {"eps": 1e-5}),
+        (
+            "onednn_affine_cat",
+            [c, c, TensorType((5,), dtype), TensorType((5,), dtype), x, TensorType((2, 2, 4, 4), dtype)],
+            {"dim": 1, "eps": 1e-5},
+        ),
+        *(("onednn_binary", [x, TensorType((3, 1, 1), dtype)], {"alg": alg}) for alg in ONEDNN_BINARY),
+        *(("onednn_binary", [ints, ints], {"alg": alg}) for alg in ONEDNN_BINARY),
+    ]
+    for name, types, attrs in cases:
+        op = get_op(name)
+        attrs = op.prepare_attrs({**attrs, "act": act, "act_params": params}, types)
+        try:
+            want = [TensorType.of(t) for t in op.run([None if t is None else meta_tensor(t) for t in types], attrs)]
+        except (RuntimeError, ValueError, TypeError):
+            continue  # evaluation refuses these operands (a mixed-dtype batch norm torch does not take)
+        assert op.infer(types, attrs) == [TensorType(w.shape, w.dtype) for w in want], (name, types, attrs)
