@@ -110,3 +110,33 @@ def test_proven_needs_a_whole_level_of_the_scope():
     assert NO_SCOPE in short.proof_note
     unscoped = RuleProof(None, instances=3, proven=3)
     assert not unscoped.complete and NO_SCOPE in unscoped.summary()
+
+
+def test_an_unsigned_fact_keeps_the_upper_half_of_the_range():
+    # nonnegative(x) of a u8 holds for 0..255: read as a signed comparison it dropped 128..255, and the
+    # solver proved a rule whose every counterexample lies there
+    rule = PLANTED["u8_sum_never_below"]
+    instances = _instances(rule, 4)[:3]
+    assert instances
+    for ex, after in instances:
+        result = prove_instance(rule, ex, after)
+        assert result.status == "refuted", result.reason
+        assert result.counterexample.found_by == "the SMT solver"
+
+
+def test_a_verdict_does_not_depend_on_the_queries_asked_before(monkeypatch):
+    # the solver's work on a query once depended on the terms earlier queries had made in z3's shared
+    # context: the same query took 0.15 or 2.4 million steps, past its limit in a loaded test worker
+    import z3.z3
+
+    rule = PLANTED["abs_as_square_over_abs"]
+    ex, after = _instances(rule, 4, 1)[0]
+    monkeypatch.setattr(z3.z3, "_main_ctx", None)  # as in a new process
+    alone = prove_instance(rule, ex, after)
+    for name in ("sub_self_zero", "div_self_one", "maximum_as_select", "widen_after_wrapping_add"):
+        other = PLANTED[name]
+        for o_ex, o_after in _instances(other, 2, 1):
+            prove_instance(other, o_ex, o_after)
+    later = prove_instance(rule, ex, after)
+    assert alone.status == later.status == "refuted"
+    assert alone.rlimit == later.rlimit and alone.queries == later.queries

@@ -23,6 +23,7 @@ Choices that follow torch's CPU kernels (each checked by the same tests):
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 from gawee.ir.types import DType
@@ -39,6 +40,23 @@ def z3mod():
     import z3
 
     return z3
+
+
+@contextmanager
+def fresh_context():
+    """Make every z3 term and solver inside the block in a new z3 context (z3's Python API makes them in
+    its main context unless each call is given one). What z3 spends on a query depends on the terms made
+    before it in the context (their ids order its simplifier's and bit-blaster's work): in one shared
+    context, whether a query finished within its resource limit depended on the queries the process had
+    asked before it. A context per query makes the verdict a function of the query alone."""
+    import z3.z3 as api
+
+    saved = api._main_ctx  # the API's default context: it has no setter
+    api._main_ctx = api.Context()
+    try:
+        yield
+    finally:
+        api._main_ctx = saved
 
 
 def sort(dtype: DType):

@@ -189,6 +189,11 @@ def _shape_key(q: _Query) -> tuple:
 
 def _fact(name: str, e, dtype: DType):
     z3 = E.z3mod()
+    if dtype is DType.u8:  # unsigned: z3's > and >= on bit-vectors are the signed comparisons
+        zero = E.literal(dtype, 0)
+        return {"finite": z3.BoolVal(True), "positive": z3.UGT(e, zero), "nonnegative": z3.BoolVal(True)}.get(
+            name, e != zero
+        )
     if not dtype.is_float:
         zero = E.literal(dtype, 0)
         return {"finite": z3.BoolVal(True), "positive": e > zero, "nonnegative": e >= zero, "nonzero": e != zero}[name]
@@ -207,6 +212,11 @@ def _open_ops(t: Term) -> Counter:
 
 def _decide(rule: Rule, ex: Example, after: Graph, q: _Query, rlimit: int):
     """(status, reason, counterexample, resources used) of one query."""
+    with E.fresh_context():
+        return _decide_in_context(rule, ex, after, q, rlimit)
+
+
+def _decide_in_context(rule: Rule, ex: Example, after: Graph, q: _Query, rlimit: int):
     from gawee.equivalence import TOLERANCE
 
     z3 = E.z3mod()
@@ -262,6 +272,7 @@ def _decide(rule: Rule, ex: Example, after: Graph, q: _Query, rlimit: int):
             )
     if cx is not None:
         cx.reason = f"{cx.reason} (an input the SMT solver found)"
+        cx.found_by = "the SMT solver"
         return "refuted", cx.reason, cx, used
     if uninterpreted:
         ops = sorted((_open_ops(q.before) + _open_ops(q.after)).keys())
