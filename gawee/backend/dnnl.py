@@ -40,10 +40,11 @@ of its torch semantics on the plain layout (:func:`_torch_op`), so any graph run
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -465,14 +466,16 @@ class DnnlModule(torch.nn.Module):
     ``module.conv_layouts`` the activation layout of each convolution (by node name; they differ with ``per_conv``),
     ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd, grouped or depthwise kernel),
     ``module.moved_acts`` the depthwise convolutions that apply their producer's activation to their input.
-    A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait)."""
+    A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait).
+    ``trial``: built by a trial process, with its convolutions' candidate kernels run once each and not raced
+    (:meth:`gawee.backend.dnnl_plan._Plan.fastest`)."""
 
-    def __init__(self, graph: Graph, *, output_structure: Any = None, layout: str = "blocked"):
+    def __init__(self, graph: Graph, *, output_structure: Any = None, layout: str = "blocked", trial: bool = False):
         super().__init__()
         why = supports(graph)
         if why is not None:
             raise GaweeError(f"{graph.name} cannot run on oneDNN's primitives: {why}", hint='use backend="torch"')
-        plan = _Plan(graph, layout)
+        plan = _Plan(graph, layout, trial)
         self._finalizer = weakref.finalize(self, _destroy, plan.lib, plan.handles)
         self.inputs = []  # each input's memory: its address is set by each call
         for v in graph.inputs:
@@ -577,6 +580,19 @@ class DnnlRuntime(Runtime):
         variant: str = "blocked",
     ) -> DnnlModule:
         return DnnlModule(graph, output_structure=output_structure, layout=variant)
+
+    def builds(
+        self, graph: Graph, example_inputs: Sequence[torch.Tensor], **options
+    ) -> tuple[Callable[[], DnnlModule], Callable[[], DnnlModule]]:
+        """The build here races each convolution's candidate kernels; the trial process's build runs each once,
+        untimed (``DnnlModule``'s ``trial``)."""
+        return functools.partial(self.build, graph, example_inputs, **options), functools.partial(
+            DnnlModule,
+            graph,
+            output_structure=options.get("output_structure"),
+            layout=options.get("variant", "blocked"),
+            trial=True,
+        )
 
 
 RUNTIME = DnnlRuntime()

@@ -152,7 +152,7 @@ class _Tensor:
 class _Plan:
     """Builds the primitives of one graph; owns every handle it creates (destroyed with the module)."""
 
-    def __init__(self, graph: Graph, layout: str):
+    def __init__(self, graph: Graph, layout: str, trial: bool = False):
         if layout not in LAYOUTS:
             raise GaweeError(f"unknown oneDNN layout {layout!r}", hint=f"layout is one of {', '.join(LAYOUTS)}")
         self.lib = _lib()
@@ -168,6 +168,7 @@ class _Plan:
         self.conv_layouts: dict[str, str] = {}  # each convolution's (and batch norm's) activation layout
         self.conv_kernels: dict[str, str] = {}  # each convolution's (and batch norm's) kernel
         self.raced: dict[tuple, int] = {}  # a race's situation, candidates and operand layouts -> the winner
+        self.trial = trial  # a trial build (see fastest): every candidate run once, none timed
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
@@ -375,7 +376,13 @@ class _Plan:
         (:func:`gawee.backend.kernels.best_calls`). The others are dropped. A convolution of the same ``situation``
         (its shapes, geometry and epilogue), with the same candidates and its operands held in the same layouts,
         takes the winner of the race run for the first one in this plan (a resnet repeats its blocks' convolutions:
-        resnet50's 53 convolutions took 25 races)."""
+        resnet50's 53 convolutions took 25 races).
+
+        In a ``trial`` plan (the build a trial process makes, to learn whether the module could crash this one:
+        :attr:`gawee.backend.runtime.Runtime.isolated`) every candidate makes its first call and the first is
+        kept, untimed: the build here races the same candidates, after the trial showed that none of them crashes
+        on the scratch buffers the race runs them on. Timing them in the trial too cost as much as the races here
+        (resnet18's per_conv trial: 16 races, 1.3 s of its 2 s), and those timings were not used."""
         held = tuple(self._held(v) for v in reads.values())
         key = situation and (situation, tuple(c.key for c in candidates), held)
         winner = self.raced.get(key) if key else None
@@ -423,7 +430,8 @@ class _Plan:
             run()  # warm: the first call of a primitive pages its buffers and code in
             runners[i] = run
         try:
-            best = best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.05) if len(runners) > 1 else {0: 0}
+            timed = len(runners) > 1 and not self.trial
+            best = best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.05) if timed else {0: 0}
         finally:
             for memory in memories:
                 lib.dnnl_memory_destroy(memory)

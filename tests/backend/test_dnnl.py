@@ -331,6 +331,35 @@ def test_a_resnet_compiles_to_the_runtime_with_its_layout_measured():
     assert set(fixed.conv_layouts.values()) == {"channels_last"} and len(fixed.conv_layouts) == 20
 
 
+def test_the_trial_process_builds_without_racing_and_the_build_here_races(monkeypatch):
+    # the trial process only learns whether the module could crash this one: each candidate kernel runs once
+    # there, untimed; the build here times them
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1)).eval()
+    x = torch.randn(1, 16, 16, 16)
+    graph = _graph(model, x)
+    raced, timed = [], []
+    fastest, best_calls = dnnl_plan._Plan.fastest, kernels.best_calls
+
+    def counted(self, candidates, reads, situation=None):
+        raced.append(len(candidates))
+        return fastest(self, candidates, reads, situation)
+
+    def timing(runners, *args, **kwargs):
+        timed.append(len(runners))
+        return best_calls(runners, *args, **kwargs)
+
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", counted)
+    monkeypatch.setattr(kernels, "best_calls", timing)
+    here, trial = dnnl.RUNTIME.builds(graph, [x], variant="per_conv")
+    with torch.no_grad():
+        want = model(x)
+        torch.testing.assert_close(trial()(x)[0], want, rtol=1e-4, atol=1e-4)
+        assert raced and max(raced) > 1 and timed == []
+        torch.testing.assert_close(here()(x)[0], want, rtol=1e-4, atol=1e-4)
+    assert timed and max(timed) > 1
+
+
 def test_gawee_compile_measures_the_runtime_against_the_lowering_by_default():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1)).eval()
