@@ -27,27 +27,17 @@
 #include <immintrin.h>
 #endif
 #if defined(__AVX512F__)
-enum { V = 16 };
+#define LANES 16
 #else
-enum { V = 8 };
+#define LANES 8
 #endif
+#include "vec.h"
 
-typedef float vf __attribute__((vector_size(4 * V)));
-typedef int vi __attribute__((vector_size(4 * V)));
+enum { V = LANES };
 
 enum { UR = 8, RING = 1 << 20 };
 /* Pixels per tile at most; the floats of a work item's rows at most (depthwise.py offers the kernel only where
  * they fit: (kernel rows' span + 1) x padded width x V). */
-
-static inline vf load(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
-
-static inline vf splat(float f) { return (vf){0} + f; }
 
 #if defined(__AVX512F__)
 static inline vf vmax(vf a, vf b) { return (vf)_mm512_max_ps((__m512)a, (__m512)b); }

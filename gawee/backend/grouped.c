@@ -15,20 +15,8 @@
  * multiply-adds. The filters are packed once (grouped.py) as [g][kh][kw][c][8 output channels]. Threads: OpenMP
  * over (image, group, output row), the runtime torch and oneDNN share.
  */
-#include <string.h>
-
-typedef float v8 __attribute__((vector_size(32)));
-typedef int vi8 __attribute__((vector_size(32)));
-
-static inline v8 load(const float *p) {
-    v8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void store(float *p, v8 v) { memcpy(p, &v, sizeof v); }
-
-static inline v8 splat(float f) { return (v8){f, f, f, f, f, f, f, f}; }
+#define LANES 8
+#include "vec.h"
 
 enum { UR = 12, BAND = 16384 };
 /* Pixels per tile at most; the band's floats at most (grouped.py offers the kernel only where it fits). */
@@ -38,25 +26,25 @@ static inline __attribute__((always_inline)) void tile(const int ur, const int s
                                                         const float *w, int KH, int KW, int DW, int ow0,
                                                         const float *bias, const float *res, float *out, long dw,
                                                         int act) {
-    v8 acc[UR];
+    vf acc[UR];
     for (int p = 0; p < ur; p++)
-        acc[p] = (v8){0};
+        acc[p] = (vf){0};
     for (int kh = 0; kh < KH; kh++)
         for (int kw = 0; kw < KW; kw++) {
             const float *x = band + ((long)kh * wb + (long)ow0 * sw + (long)kw * DW) * 8;
             const float *wt = w + (kh * KW + kw) * 64;
             _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
-                const v8 wc = load(wt + 8 * c);
+                const vf wc = load(wt + 8 * c);
                 _Pragma("GCC unroll 12") for (int p = 0; p < ur; p++) acc[p] += splat(x[c + p * sw * 8]) * wc;
             }
         }
-    const v8 b = load(bias);
+    const vf b = load(bias);
     for (int p = 0; p < ur; p++) {
-        v8 v = acc[p] + b;
+        vf v = acc[p] + b;
         if (res)
             v += load(res + (ow0 + p) * dw);
         if (act == 1)
-            v = (v8)((vi8)v & (v > 0.0f));
+            v = relu_mask(v);
         store(out + (ow0 + p) * dw, v);
     }
 }
@@ -95,7 +83,7 @@ int gawee_group8_conv(const float *src, const float *wp, const float *bias, cons
                         const int iw = j - PL;
                         store(r + 8 * j, ih >= 0 && ih < H && iw >= 0 && iw < W
                                              ? load(plane + ih * sh + iw * sw)
-                                             : (v8){0});
+                                             : (vf){0});
                     }
                 }
                 const float *w = wp + (long)g * KH * KW * 64;

@@ -3,14 +3,17 @@
 Each is compiled with the system's C compiler (``$CC``, else ``cc``) for the host CPU (``-march=native``, OpenMP:
 libgomp, the runtime torch and oneDNN share), and kept in gawee's cache directory (:mod:`gawee.cache`) under a name
 that digests the source, the compiler and the machine (:func:`gawee.cache.path`; a temporary directory, for this
-process only, where that cannot be written). Without a C compiler :func:`load` says why, and the runtime offers
-no kernel of that source; nothing else changes.
+process only, where that cannot be written). A source includes the headers beside it it shares with the others
+(``#include "vec.h"``: the vector type, loads and stores); their text is digested with it, so changing a header
+rebuilds every source that includes it. Without a C compiler :func:`load` says why, and the runtime offers no
+kernel of that source; nothing else changes.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -32,7 +35,7 @@ def load(source: Path, argtypes: dict[str, list], flags: tuple[str, ...] = ()) -
         return None, f"the C compiler {cc} does not run: {e}"
     from gawee import cache
 
-    question = "\n".join([source.read_text(encoding="utf-8"), cc, version, *FLAGS, *flags])
+    question = "\n".join([*_texts(source), cc, version, *FLAGS, *flags])
     path = cache.path(source.stem, question, ".so")
     if not path.exists():
         try:
@@ -49,6 +52,21 @@ def load(source: Path, argtypes: dict[str, list], flags: tuple[str, ...] = ()) -
     for name, types in argtypes.items():
         getattr(lib, name).argtypes = types
     return lib, None
+
+
+def _texts(source: Path) -> list[str]:
+    """The text of ``source`` and of each header beside it that it includes (``#include "name.h"``, once each, and
+    theirs): what the build reads besides the system's headers."""
+    texts, seen, todo = [], set(), [source]
+    while todo:
+        path = todo.pop(0)
+        if path in seen:
+            continue
+        seen.add(path)
+        text = path.read_text(encoding="utf-8")
+        texts.append(text)
+        todo += [source.parent / name for name in re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, re.MULTILINE)]
+    return texts
 
 
 def library(loaded: tuple[ctypes.CDLL | None, str | None]) -> ctypes.CDLL:

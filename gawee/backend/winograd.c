@@ -13,23 +13,13 @@
  * (GCC's vector extension; -march=native picks the instructions), so C and K are multiples of 8 and blk too.
  * Threads: OpenMP, the runtime torch and oneDNN share.
  */
-#include <string.h>
-
-typedef float v8 __attribute__((vector_size(32)));
-typedef int vi8 __attribute__((vector_size(32)));
-
-static inline v8 load(const float *p) {
-    v8 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void store(float *p, v8 v) { memcpy(p, &v, sizeof v); }
+#define LANES 8
+#include "vec.h"
 
 /* r = B^T d over 6 values a stride apart. */
 #define BT6(d, r)                                                   \
     do {                                                            \
-        v8 d0 = d[0], d1 = d[1], d2 = d[2], d3 = d[3], d4 = d[4], d5 = d[5]; \
+        vf d0 = d[0], d1 = d[1], d2 = d[2], d3 = d[3], d4 = d[4], d5 = d[5]; \
         r[0] = 4.0f * d0 - 5.0f * d2 + d4;                          \
         r[1] = -4.0f * (d1 + d2) + d3 + d4;                         \
         r[2] = 4.0f * (d1 - d2) - d3 + d4;                          \
@@ -41,8 +31,8 @@ static inline void store(float *p, v8 v) { memcpy(p, &v, sizeof v); }
 /* r = A^T m over 6 values. */
 #define AT6(m, r)                                                   \
     do {                                                            \
-        v8 m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3], m4 = m[4], m5 = m[5]; \
-        v8 p12 = m1 + m2, d12 = m1 - m2, p34 = m3 + m4, d34 = m3 - m4; \
+        vf m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3], m4 = m[4], m5 = m[5]; \
+        vf p12 = m1 + m2, d12 = m1 - m2, p34 = m3 + m4, d34 = m3 - m4; \
         r[0] = m0 + p12 + p34;                                      \
         r[1] = d12 + 2.0f * d34;                                    \
         r[2] = p12 + 4.0f * p34;                                    \
@@ -70,16 +60,16 @@ int gawee_wino_input(const float *src, float *V, int C, int H, int W, long sn, l
             for (int cv = 0; cv < CV; cv++) {
                 const int n = (r0 + r) / TH, th = (r0 + r) % TH, c = cv * 8;
                 for (int tw = 0; tw < TW; tw++) {
-                    v8 d[6][6], t[6][6], e[6];
+                    vf d[6][6], t[6][6], e[6];
                     const int h0 = th * 4 - pt, w0 = tw * 4 - pl;
                     for (int i = 0; i < 6; i++)
                         for (int j = 0; j < 6; j++) {
                             const int h = h0 + i, w = w0 + j;
                             d[i][j] = (h >= 0 && h < H && w >= 0 && w < W) ? load(src + at(&l, n, c, h, w))
-                                                                           : (v8){0};
+                                                                           : (vf){0};
                         }
                     for (int j = 0; j < 6; j++) { /* columns: t = B^T d */
-                        v8 col[6] = {d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]};
+                        vf col[6] = {d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]};
                         BT6(col, e);
                         for (int i = 0; i < 6; i++) t[i][j] = e[i];
                     }
@@ -104,14 +94,14 @@ int gawee_wino_output(const float *M, float *dst, const float *bias, const float
     for (int r = 0; r < R; r++)
             for (int kv = 0; kv < KV; kv++) {
                 const int n = (r0 + r) / TH, th = (r0 + r) % TH, k = kv * 8;
-                const v8 b = load(bias + k);
+                const vf b = load(bias + k);
                 for (int tw = 0; tw < TW; tw++) {
-                    v8 m[6][6], t[4][6], a[6], y[4];
+                    vf m[6][6], t[4][6], a[6], y[4];
                     const long tile = (long)r * TW + tw;
                     for (int i = 0; i < 6; i++)
                         for (int j = 0; j < 6; j++) m[i][j] = load(M + ((long)(i * 6 + j) * T + tile) * K + k);
                     for (int j = 0; j < 6; j++) { /* columns: t = A^T m */
-                        v8 col[6] = {m[0][j], m[1][j], m[2][j], m[3][j], m[4][j], m[5][j]};
+                        vf col[6] = {m[0][j], m[1][j], m[2][j], m[3][j], m[4][j], m[5][j]};
                         AT6(col, a);
                         for (int i = 0; i < 4; i++) t[i][j] = a[i];
                     }
@@ -123,9 +113,9 @@ int gawee_wino_output(const float *M, float *dst, const float *bias, const float
                             const int w = tw * 4 + j;
                             if (w >= OW) break;
                             const long o = at(&l, n, k, h, w);
-                            v8 v = y[j] + b;
+                            vf v = y[j] + b;
                             if (res) v += load(res + o);
-                            if (act == 1) v = (v8)((vi8)v & (v > 0.0f));
+                            if (act == 1) v = relu_mask(v);
                             store(dst + o, v);
                         }
                     }
