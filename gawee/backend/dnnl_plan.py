@@ -381,8 +381,8 @@ class _Plan:
         In a ``trial`` plan (the build a trial process makes, to learn whether the module could crash this one:
         :attr:`gawee.backend.runtime.Runtime.isolated`) every candidate makes its first call and the first is
         kept, untimed: the build here races the same candidates, after the trial showed that none of them crashes
-        on the scratch buffers the race runs them on. Timing them in the trial too cost as much as the races here
-        (resnet18's per_conv trial: 16 races, 1.3 s of its 2 s), and those timings were not used."""
+        on the scratch buffers the race runs them on. Timing them in the trial too took about as long as the races here,
+        for winners nobody used (benchmarks/README.md, "Runtime: the oneDNN fusions as a target phase")."""
         held = tuple(self._held(v) for v in reads.values())
         key = situation and (situation, tuple(c.key for c in candidates), held)
         winner = self.raced.get(key) if key else None
