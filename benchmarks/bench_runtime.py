@@ -329,11 +329,11 @@ def build_gawee_iree(model, xs):
 def build_iree_turbine(model, xs):
     """What a PyTorch user would do today to run a model on IREE: iree-turbine's ``aot.export``
     (torch.export, then torch-mlir's torch dialect), compiled with the same iree-compile flags as
-    gawee's path (llvm-cpu for the host, gawee.backend.mlir.compile_flags) and run by the same runtime
+    gawee's path (llvm-cpu for the host, gawee.backend.iree.compile_flags) and run by the same runtime
     wrapper (local-task driver): only the MLIR handed to IREE differs."""
     from iree.turbine import aot
 
-    from gawee.backend.mlir import IreeModule, compile_iree
+    from gawee.backend.iree import IreeModule, compile_iree
     from gawee.ir.types import TensorType
 
     def make():

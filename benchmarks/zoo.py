@@ -178,7 +178,8 @@ def measure_iree(optimized, inputs, ref) -> dict:
     (wrong numbers), no lowering (the ops are listed), rejected (to_mlir or IREE refused the module)."""
     import gc
 
-    from gawee.backend.mlir import IreeModule, LoweringError, compile_iree, lower_mlir
+    from gawee.backend.iree import IreeModule, compile_iree
+    from gawee.backend.stablehlo import LoweringError, lower_mlir
     from gawee.equivalence import TOLERANCE
     from gawee.ir.types import DType
 
@@ -476,7 +477,7 @@ def memory_estimate_mb(params: int, iree: bool = False) -> float:
     vit_h_14 (633 M, little to fold, no float64 run needed) 4.7 GiB. The IREE column adds the
     module's text (hex: 2 bytes a weight byte), iree-compile's copy of the weights and the .vmfb — or,
     for a model whose weights are IREE parameters (``EXTERNAL_BYTES``), the runtime's own buffers."""
-    from gawee.backend.mlir import EXTERNAL_BYTES
+    from gawee.backend.stablehlo import EXTERNAL_BYTES
 
     text = 0 if not iree else 1 if params * 4 > EXTERNAL_BYTES else 5
     return 1000 + (4.5 + text) * params * 4 / 2**20

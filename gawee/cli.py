@@ -271,7 +271,8 @@ def _write_mlir(graph, mlir_path: str | None, vmfb_path: str | None) -> list[str
     model's weights as an ``.irpa`` parameter archive beside them, when IREE is installed to write it)."""
     if not mlir_path and not vmfb_path:
         return []
-    from gawee.backend.mlir import IREE_HINT, compile_iree, iree_unavailable, lower_mlir, write_artifacts
+    from gawee.backend.iree import IREE_HINT, compile_iree, iree_unavailable, write_artifacts
+    from gawee.backend.stablehlo import lower_mlir
 
     missing = iree_unavailable()
     if vmfb_path and missing is not None:

@@ -176,7 +176,7 @@ def compile(
     ``auto`` measures those registered as its candidates (:attr:`Runtime.auto`), in the registry's order.
 
     ``backend="iree"`` lowers the rewritten graph to StableHLO instead (:func:`gawee.to_mlir`) and
-    compiles it with IREE for the host CPU: the result is a :class:`gawee.backend.mlir.IreeModule`,
+    compiles it with IREE for the host CPU: the result is a :class:`gawee.backend.iree.IreeModule`,
     a callable taking and returning torch tensors. ``mlir_path`` and ``vmfb_path`` (iree only) also
     write the module's text and the compiled flatbuffer, each atomically. IREE is an optional extra:
     without it this raises ModuleNotFoundError saying how to install it (``pip install 'gawee[iree]'``).

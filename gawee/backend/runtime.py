@@ -110,7 +110,7 @@ BUILTIN: tuple[tuple[str, str], ...] = (
     ("onednn", "gawee.backend.dnnl"),
     ("onednn_graph", "gawee.backend.onednn_graph"),
     ("onnxruntime", "gawee.backend.ort"),
-    ("iree", "gawee.backend.mlir"),
+    ("iree", "gawee.backend.iree"),
 )
 """gawee's runtimes, in the order ``auto`` tries them: each its name and the module whose ``RUNTIME`` it is. The
 first is the baseline: what ``auto`` keeps unless another measures faster."""

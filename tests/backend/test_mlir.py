@@ -15,15 +15,8 @@ import pytest
 import torch
 
 import gawee
-from gawee.backend.mlir import (
-    INLINE_BYTES,
-    IreeModule,
-    LoweringError,
-    compile_iree,
-    lower_mlir,
-    to_mlir,
-    write_atomic,
-)
+from gawee.backend.iree import IreeModule, compile_iree, write_artifacts
+from gawee.backend.stablehlo import INLINE_BYTES, LoweringError, MlirModule, lower_mlir, to_mlir
 from gawee.equivalence import TOLERANCE, output_error, random_inputs
 from gawee.ir.builder import GraphBuilder
 from gawee.ir.types import DType
@@ -349,11 +342,11 @@ def test_text_parses_and_verifies_with_iree_opt_and_keeps_weights_out_of_line(tm
 def test_large_models_weights_are_iree_parameters_given_as_tensors_or_archive(tmp_path, monkeypatch):
     """Over EXTERNAL_BYTES the weights leave the text: immutable globals named in the gawee scope, given to the
     runtime as tensors or as the .irpa written beside the artifacts; a module without them is a LoweringError."""
-    from gawee.backend import mlir
+    from gawee.backend import stablehlo
 
     graph = fused_conv_graph()
     assert lower_mlir(graph).parameters == {}  # small: weights in the text, as to_mlir writes them
-    monkeypatch.setattr(mlir, "EXTERNAL_BYTES", 1000)
+    monkeypatch.setattr(stablehlo, "EXTERNAL_BYTES", 1000)
     lowered = lower_mlir(graph)
     weights = {v for n in graph for v in n.inputs if v is not None and v.is_const}
     big = {v for v in weights if v.data.numel() * v.data.element_size() > INLINE_BYTES}
@@ -365,7 +358,7 @@ def test_large_models_weights_are_iree_parameters_given_as_tensors_or_archive(tm
     types = ([v.type for v in graph.inputs], [v.type for v in graph.outputs])
     xs = random_inputs(types[0], seed=3)
     expected = gawee.run(graph, *xs)
-    written = mlir.write_artifacts(lowered, vmfb, tmp_path / "m.mlir", tmp_path / "m.vmfb")
+    written = write_artifacts(lowered, vmfb, tmp_path / "m.mlir", tmp_path / "m.vmfb")
     assert (
         sorted(p.name for p in tmp_path.iterdir()) == ["m.irpa", "m.mlir", "m.vmfb"] == sorted(p.name for p in written)
     )
@@ -435,12 +428,12 @@ def test_iree_rejection_is_a_lowering_error():
 
 
 def test_host_target_is_the_runtimes_cpu_features_not_the_cpu_name(monkeypatch):
-    from gawee.backend import mlir
+    from gawee.backend import iree
 
-    features = mlir.host_cpu_features()
-    flags = mlir.compile_flags()
+    features = iree.host_cpu_features()
+    flags = iree.compile_flags()
     assert "--iree-global-opt-use-im2col-for-convs" in flags
-    assert "--iree-llvmcpu-target-cpu=generic" in mlir.compile_flags("generic")
+    assert "--iree-llvmcpu-target-cpu=generic" in iree.compile_flags("generic")
     if features is None:  # not x86-64: LLVM's host CPU
         assert "--iree-llvmcpu-target-cpu=host" in flags
         return
@@ -448,12 +441,12 @@ def test_host_target_is_the_runtimes_cpu_features_not_the_cpu_name(monkeypatch):
     assert not any(f.startswith("--iree-llvmcpu-target-cpu=") for f in flags)
     assert f"--iree-llvmcpu-target-cpu-features={features}" in flags
     assert all(f.startswith("+") for f in features.split(",")) and "+sse4.2" in features.split(",")
-    mlir.host_cpu_features.cache_clear()
-    monkeypatch.setattr(mlir.platform, "machine", lambda: "aarch64")
+    iree.host_cpu_features.cache_clear()
+    monkeypatch.setattr(iree.platform, "machine", lambda: "aarch64")
     try:
-        assert mlir.host_cpu_features() is None and "--iree-llvmcpu-target-cpu=host" in mlir.compile_flags()
+        assert iree.host_cpu_features() is None and "--iree-llvmcpu-target-cpu=host" in iree.compile_flags()
     finally:
-        mlir.host_cpu_features.cache_clear()
+        iree.host_cpu_features.cache_clear()
 
 
 @pytest.fixture(scope="module")
@@ -495,14 +488,14 @@ def test_atomic_write_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
     import os
 
     path = tmp_path / "m.mlir"
-    write_atomic(path, "old")
+    assert write_artifacts(MlirModule("old"), None, path, None) == [path]
 
     def fail(*args):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", fail)
     with pytest.raises(gawee.GaweeError, match=r"cannot write .*m\.mlir: disk full"):
-        write_atomic(path, "new text")
+        write_artifacts(MlirModule("new text"), None, path, None)
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["m.mlir"]
 
@@ -588,12 +581,12 @@ def test_sort_topk_gather_index_put_and_bilinear_upsampling():
 
 
 def test_the_text_is_written_even_when_iree_rejects_it(tmp_path, monkeypatch):
-    from gawee.backend import mlir
+    from gawee.backend import iree
 
     def reject(text, **kwargs):
         raise LoweringError("iree-compile rejected the module: planted")
 
-    monkeypatch.setattr(mlir, "compile_iree", reject)
+    monkeypatch.setattr(iree, "compile_iree", reject)
     model = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU()).eval()
     with pytest.raises(LoweringError, match="planted"):
         gawee.compile(

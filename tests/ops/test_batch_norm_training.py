@@ -81,7 +81,7 @@ def test_half_inputs_keep_float32_statistics_as_inference_says():
 def test_batch_statistics_of_an_activation_bind_and_lower_to_stablehlo():
     """``F.batch_norm(x, None, None, training=True)`` exports as ``aten.batch_norm.default``, one result against
     the op's three: the binding checks the results the call has (it was kept opaque), and StableHLO lowers it."""
-    from gawee.backend.mlir import to_mlir
+    from gawee.backend.stablehlo import to_mlir
 
     class Normalize(torch.nn.Module):
         def forward(self, x):

@@ -1,7 +1,7 @@
-"""The MLIR target's lowering table: how :func:`gawee.backend.mlir.to_mlir` writes each op in StableHLO.
+"""The MLIR target's lowering table: how :func:`gawee.backend.stablehlo.to_mlir` writes each op in StableHLO.
 
 An entry is a StableHLO (or CHLO) op name, applied to the operands broadcast to the result's shape and converted
-to its dtype, or ``lower(ctx)``, which emits ops through a :class:`gawee.backend.mlir.MlirLowering` and returns
+to its dtype, or ``lower(ctx)``, which emits ops through a :class:`gawee.backend.stablehlo.MlirLowering` and returns
 the result values. An op with no entry cannot be lowered: ``to_mlir`` raises LoweringError naming it. The
 entries are grouped as the op registry groups the ops (``creation``, ``elementwise``, ``nn``, ``pool``,
 ``reduce``, ``shape``).
