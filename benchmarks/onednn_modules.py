@@ -5,10 +5,11 @@
 
 For each torchvision model (random weights, batch 1, 224²): the graph gawee.compile hands the runtime (captured,
 rewritten by the bundled rules, then the runtime's target phase where this gawee has one) built as
-``DnnlModule(layout)``; printed: the target phase's milliseconds and firings (and the time to load its rules), the module's step count, how many
-steps each gawee kernel took, the activations moved into the depthwise kernel, and the median milliseconds of 60
-calls after 10 warm ones. Run it with ``PYTHONPATH`` set to another checkout to compare two commits (a checkout
-before the target phase builds from the rewritten graph). ``--compile``: ``gawee.compile(model, (x,))`` with the
+``DnnlModule(layout)``; printed: the target phase's milliseconds and firings (and the time to load its rules), the
+module's step count, how many steps each gawee kernel took, the activations moved into the depthwise kernel, and the
+median milliseconds of 60 calls after 10 warm ones. Run it with ``PYTHONPATH`` set to another checkout to compare two
+commits (a checkout before the target phase builds from the rewritten graph).
+``--compile``: ``gawee.compile(model, (x,))`` with the
 default options, after one warm compile of a small model; printed: the report's seconds per stage and the runtime
 choice with where choosing took its time. Each model runs in this process: run one invocation per model to keep
 them apart.
@@ -36,7 +37,7 @@ def module_figures(name: str, layout: str) -> str:
     phase = ""
     if hasattr(dnnl.RUNTIME, "lower"):
         t0 = time.perf_counter()
-        dnnl.RUNTIME.rules  # loaded once per process (from the compiled-rule cache when it holds them)
+        _ = dnnl.RUNTIME.rules  # loaded once per process (from the compiled-rule cache when it holds them)
         t1 = time.perf_counter()
         graph, report = dnnl.RUNTIME.lower(graph)
         t2 = time.perf_counter()
