@@ -9,10 +9,9 @@ rewritten by the bundled rules, then the runtime's target phase where this gawee
 module's step count, how many steps each gawee kernel took, the activations moved into the depthwise kernel, and the
 median milliseconds of 60 calls after 10 warm ones. Run it with ``PYTHONPATH`` set to another checkout to compare two
 commits (a checkout before the target phase builds from the rewritten graph).
-``--compile``: ``gawee.compile(model, (x,))`` with the
-default options, after one warm compile of a small model; printed: the report's seconds per stage and the runtime
-choice with where choosing took its time. Each model runs in this process: run one invocation per model to keep
-them apart.
+``--compile``: ``gawee.compile(model, (x,))`` with the default options, after one warm compile of a small model;
+printed: the report's seconds per stage and the runtime choice with where choosing took its time. Each model runs in
+this process: run one invocation per model to keep them apart.
 """
 
 from __future__ import annotations
