@@ -3,8 +3,10 @@
 It also spells the provenance every section states: the machine and the gawee commit.
 
 A program replaces its own section (or appends it) and leaves every other section as it
-is; a hand-written ``### Notes`` subsection inside the old section is carried over to the
-end of the new one, so commentary survives a rerun. The file is replaced atomically.
+is; the hand-written ``### `` subsections inside the old section (``### Notes``, ``### Figures
+behind the code``: every one whose heading the program's new text does not write itself) are
+carried over to the end of the new one, in their order, so commentary survives a rerun. The
+file is replaced atomically.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ INTRO = """# gawee benchmarks
 Figures produced by the programs in this folder. Each section is written by the program
 named in it; rerun that program to refresh it (other sections are left untouched).
 """
-NOTES = "### Notes"
 
 
 def _headings(lines: list[str]) -> list[int]:
@@ -49,10 +50,12 @@ def replace_section(heading: str, body: str, path: Path = README) -> None:
         new = text.rstrip() + "\n\n" + block
     else:
         end = next((i for i in heads if i > start and lines[i].startswith("## ")), len(lines))
-        notes = next((i for i in heads if start < i < end and lines[i].rstrip() == NOTES), None)
-        if notes is not None and NOTES not in body:
-            stop = next((i for i in heads if notes < i < end and lines[i].startswith("### ")), end)
-            block += "\n" + "".join(lines[notes:stop]).strip() + "\n"
+        subs = [i for i in heads if start < i < end and lines[i].startswith("### ")]
+        written = {line.rstrip() for line in body.splitlines() if line.startswith("### ")}
+        for i, sub in enumerate(subs):
+            if lines[sub].rstrip() not in written:  # hand-written: kept
+                stop = subs[i + 1] if i + 1 < len(subs) else end
+                block += "\n" + "".join(lines[sub:stop]).strip() + "\n"
         rest = "".join(lines[end:])
         new = "".join(lines[:start]) + block + ("\n" + rest if rest else "")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".README.", suffix=".tmp")

@@ -17,9 +17,17 @@ old zoo
 ## not a heading: inside a fence
 ```
 
+### Targets (computed from the table)
+
+old targets
+
 ### Notes
 
 hand-written, kept
+
+### Figures behind the code
+
+also hand-written, kept
 
 ## Runtime
 
@@ -30,13 +38,15 @@ old runtime
 def test_replaces_only_its_section_and_keeps_notes(tmp_path):
     path = tmp_path / "README.md"
     path.write_text(DOC)
-    replace_section("## Model zoo", "new zoo", path)
+    replace_section("## Model zoo", "new zoo\n\n### Targets (computed from the table)\n\nnew targets", path)
     text = path.read_text()
-    assert "old zoo" not in text and "not a heading" not in text
-    assert text.index("new zoo") < text.index("### Notes\n\nhand-written, kept") < text.index("## Runtime")
+    assert "old zoo" not in text and "not a heading" not in text and "old targets" not in text
+    notes, figures = text.index("### Notes\n\nhand-written, kept"), text.index("also hand-written, kept")
+    assert text.index("new zoo") < text.index("new targets") < notes < figures < text.index("## Runtime")
     assert text.endswith("## Runtime\n\nold runtime\n")
     replace_section("## Model zoo", "newer zoo", path)  # idempotent shape: the notes are not doubled
-    assert path.read_text().count("### Notes") == 1
+    text = path.read_text()
+    assert text.count("### Notes") == 1 and text.count("### Figures behind the code") == 1
 
 
 def test_appends_a_missing_section_and_creates_the_file(tmp_path):
