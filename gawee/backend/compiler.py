@@ -18,7 +18,7 @@ from gawee.backend import isolation, runtime
 from gawee.backend.allocator import keep_freed_memory
 from gawee.backend.host import OutputStructure
 from gawee.backend.isolation import Tried
-from gawee.backend.runtime import Runtime
+from gawee.backend.runtime import Alternatives, Runtime
 from gawee.backend.torch_backend import TorchOptions
 from gawee.equivalence import (
     TOLERANCE,
@@ -44,8 +44,10 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BackendChoice:
-    """The runtime ``backend="auto"`` picked, with each candidate's median seconds per call, and why the
-    runtimes that were no candidate were not."""
+    """The runtime ``backend="auto"`` (or the default compile's whole-graph choice) picked, with each candidate's
+    median seconds per call, and why the runtimes that were no candidate were not. In the whole-graph choice the
+    torch lowering may be two candidates, ``torch`` (NCHW) and ``torch:channels_last`` (its layout phase applied:
+    :mod:`gawee.backend.layout`)."""
 
     chosen: str
     seconds: dict[str, float]
@@ -272,13 +274,20 @@ def compile(
             len(optimized.outputs),
         )
         structure = None
-    choice = None
+    whole_graph = name != "auto" and chosen is runtime.baseline() and options.whole_graph == "measure"
+    whole_graph = whole_graph and options.fused_kernels and not approximate
+    choice, alternatives = None, None
     if chosen.variants:
         module, choice = _variants(chosen, optimized, structure, xs, flat_expected, variant, given)
     else:
         lowered, target = chosen.lower(optimized)
-        here, trial = _builds(chosen, lowered, xs, structure, "", given)
-        module = _built_apart(chosen.name, lowered, here, xs, trial) if chosen.isolated else here()
+        if whole_graph:  # what the build would measure (the layouts) is timed with the whole-graph runtimes
+            alternatives = chosen.alternatives(lowered, xs, output_structure=structure, **_options(chosen, given))
+        if alternatives is not None:
+            module = next(iter(alternatives.modules.values()))
+        else:
+            here, trial = _builds(chosen, lowered, xs, structure, "", given)
+            module = _built_apart(chosen.name, lowered, here, xs, trial) if chosen.isolated else here()
         if target is not None and target.firings:
             choice = BackendChoice(chosen.name, {}, {}, dict(target.firings))
     if name == "auto":
@@ -295,6 +304,14 @@ def compile(
     try:
         ran = runtime.get((choice.chosen if choice else chosen.name).partition(":")[0])
         checks = _check_backend(graph.name, flat_expected, pytree.tree_leaves(got), ran.mismatch_hint, approximate)
+        checked = {}
+        for key, other in (alternatives.modules if alternatives is not None else {}).items():  # each as the first
+            if other is not module:
+                with torch.no_grad():
+                    got_other = pytree.tree_leaves(other(*xs))
+                checked[key] = _check_backend(graph.name, flat_expected, got_other, ran.mismatch_hint, approximate)
+            else:
+                checked[key] = checks
     except EquivalenceError:
         _check_rewrite(graph, optimized, xs)
         raise
@@ -305,11 +322,17 @@ def compile(
         equivalence = _check_rewrite(graph, optimized, None)
     seconds["verify"] += time.perf_counter() - t0
 
-    whole_graph = name != "auto" and chosen is runtime.baseline() and options.whole_graph == "measure"
-    if whole_graph and options.fused_kernels and not approximate:
+    if whole_graph:
         t0 = time.perf_counter()
         module, choice, whole_checks = _whole_graph(
-            optimized, module, structure, xs, flat_expected, first_call_s, sum(seconds.values())
+            optimized,
+            alternatives or module,
+            structure,
+            xs,
+            flat_expected,
+            first_call_s,
+            sum(seconds.values()),
+            checked,
         )
         checks = whole_checks or checks
         seconds["lower"] += time.perf_counter() - t0
@@ -377,11 +400,15 @@ def _whole_graph_runtimes(graph: Graph, lowered: Lowered, spent: dict[str, float
     return _measured(graph, lambda rt: rt.whole_graph, lowered, spent)
 
 
+def _options(rt: Runtime, given: dict | None) -> dict[str, Any]:
+    """The compile's options ``given`` that ``rt`` takes (:attr:`Runtime.options`)."""
+    return {k: v for k, v in (given or {}).items() if k in rt.options}
+
+
 def _builds(rt: Runtime, graph: Graph, xs: list, structure, variant: str, given: dict | None):
     """``rt``'s builds of ``graph`` (after its target phase: :meth:`Runtime.lower`) here and in a trial process
-    (:meth:`Runtime.builds`), with the compile's options ``given`` that it takes (:attr:`Runtime.options`) and
-    ``variant`` (if any)."""
-    kwargs = {k: v for k, v in (given or {}).items() if k in rt.options}
+    (:meth:`Runtime.builds`), with the compile's options ``given`` that it takes and ``variant`` (if any)."""
+    kwargs = _options(rt, given)
     if variant:
         kwargs["variant"] = variant
     return rt.builds(graph, xs, output_structure=structure, **kwargs)
@@ -585,12 +612,19 @@ is always measured."""
 
 
 def _whole_graph(
-    graph: Graph, torch_module, structure, xs: list, expected: list, first_call_s: float, compile_s: float
+    graph: Graph,
+    torch_lowering,
+    structure,
+    xs: list,
+    expected: list,
+    first_call_s: float,
+    compile_s: float,
+    torch_checks: dict[str, list[OutputCheck]] | None = None,
 ) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
     """``TorchOptions.whole_graph="measure"``: :func:`whole_graph_choice`, measured only when that costs at most a
     share (:data:`WHOLE_GRAPH_SHARE`) of the ``compile_s`` seconds the compile has taken so far, or
     :data:`WHOLE_GRAPH_MIN_BUDGET_S` (the cost is :data:`WHOLE_GRAPH_CALLS` times the lowering's first call,
-    ``first_call_s``)."""
+    ``first_call_s``); else the torch lowering, its alternatives timed alone."""
     cost_s, budget_s = WHOLE_GRAPH_CALLS * first_call_s, max(WHOLE_GRAPH_MIN_BUDGET_S, WHOLE_GRAPH_SHARE * compile_s)
     if cost_s > budget_s:  # too long a call is not measured, whatever the fuser can do
         why = (
@@ -598,19 +632,39 @@ def _whole_graph(
             f'of {budget_s:.1f} s (the compile so far; backend="auto" measures every runtime anyway)'
         )
         skipped = {rt.name: why for rt in runtime.runtimes() if rt.whole_graph}
-        return torch_module, BackendChoice(runtime.baseline().name, {}, skipped), None
-    return whole_graph_choice(graph, torch_module, structure, xs, expected)
+        module, checks = _settled(torch_lowering, xs, torch_checks)
+        return module, BackendChoice(runtime.baseline().name, {}, skipped), checks
+    return whole_graph_choice(graph, torch_lowering, structure, xs, expected, torch_checks)
+
+
+def _settled(torch_lowering, xs: list, torch_checks: dict | None) -> tuple[object, list[OutputCheck] | None]:
+    """The torch lowering: its :class:`Alternatives` timed alone (:attr:`Alternatives.settle`), with the checks of
+    the one chosen; a module as it is."""
+    if not isinstance(torch_lowering, Alternatives):
+        return torch_lowering, None
+    key, module = torch_lowering.settle(xs)
+    return module, (torch_checks or {}).get(key)
+
+
+def _named(base: str, alternatives: Alternatives) -> dict[str, str]:
+    """Each alternative's name among the candidates → its own: the first is ``base`` (the runtime's name), the
+    others ``base:name`` (``torch:channels_last``)."""
+    return {base if i == 0 else f"{base}:{key}": key for i, key in enumerate(alternatives.modules)}
 
 
 def whole_graph_choice(
-    graph: Graph, torch_module, structure, xs: list, expected: list
+    graph: Graph, torch_lowering, structure, xs: list, expected: list, torch_checks: dict | None = None
 ) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
-    """The torch lowering ``torch_module`` of ``graph``, or a whole-graph runtime of the same graph — oneDNN
-    Graph's compiled partitions, oneDNN's primitives in each activation layout (:mod:`gawee.backend.dnnl`) —
-    where it can run it, computes the model's outputs (``expected``) on the example inputs ``xs`` within the
-    tolerance and measures more than 5% faster (:func:`gawee.backend.measure.fastest`; all share torch's OpenMP
-    threads, so no pause between them): what gawee.compile returns by default (``TorchOptions.whole_graph``).
-    With the choice and, when it is not the lowering, its checks against the model."""
+    """The torch lowering of ``graph``, or a whole-graph runtime of the same graph — oneDNN Graph's compiled
+    partitions, oneDNN's primitives in each activation layout (:mod:`gawee.backend.dnnl`) — where it can run it,
+    computes the model's outputs (``expected``) on the example inputs ``xs`` within the tolerance and measures more
+    than 5% faster (:func:`gawee.backend.measure.fastest`; all share torch's OpenMP threads, so no pause between
+    them): what gawee.compile returns by default (``TorchOptions.whole_graph``). With the choice and its checks
+    against the model (None for a module given as ``torch_lowering``).
+
+    ``torch_lowering`` is the torch lowering's module, or the :class:`Alternatives` its build would measure (the
+    layouts, :meth:`Runtime.alternatives`; their checks by name in ``torch_checks``): those are timed here beside
+    the runtimes (``torch``, ``torch:channels_last``), so one measurement settles the layout and the runtime."""
     from gawee.backend.measure import fastest
 
     lowered: Lowered = {}
@@ -620,14 +674,27 @@ def whole_graph_choice(
         graph, structure, xs, expected, names, spent=spent, lowered=lowered
     )
     not_candidates.update(skipped)
+    base = runtime.baseline().name
     if not modules:
-        return torch_module, BackendChoice(runtime.baseline().name, {}, not_candidates, {}, spent), None
-    candidates = {runtime.baseline().name: torch_module, **modules}
+        t0 = time.perf_counter()
+        module, checks = _settled(torch_lowering, xs, torch_checks)
+        _spend(spent, "timing", t0)
+        return module, BackendChoice(base, {}, not_candidates, {}, spent), checks
+    if isinstance(torch_lowering, Alternatives):
+        own = _named(base, torch_lowering)
+        candidates = {name: torch_lowering.modules[key] for name, key in own.items()}
+    else:
+        own, candidates = {}, {base: torch_lowering}
+    candidates.update(modules)
     t0 = time.perf_counter()
     timed = fastest(candidates, xs)
     _spend(spent, "timing", t0)
     choice = BackendChoice(timed.chosen, timed.seconds, not_candidates, fired.get(timed.chosen, {}), spent)
-    return candidates[timed.chosen], choice, checks.get(timed.chosen)
+    if timed.chosen not in own:
+        return candidates[timed.chosen], choice, checks.get(timed.chosen)
+    key = own[timed.chosen]
+    module = torch_lowering.chosen(key, {k: timed.seconds[name] for name, k in own.items()})
+    return module, choice, (torch_checks or {}).get(key)
 
 
 def _candidate(name: str, build, expected: list, xs: list, hint: str) -> tuple[object, list[OutputCheck], str | None]:

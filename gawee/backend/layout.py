@@ -110,21 +110,64 @@ def channels_last(graph: Graph) -> Graph:
     return rewrite(graph, phase())[0]
 
 
-def choose(graph: Graph, build: Callable[[Graph], torch.nn.Module]) -> tuple[torch.nn.Module, LayoutChoice | None]:
-    """The faster of ``build(graph)`` and ``build(channels_last(graph))``, and the measurement;
-    ``(build(graph), None)`` when the graph has no 4-D float convolution, ``build(graph)`` unmeasured
-    when they are under CONV_SHARE of its FLOPs."""
+@dataclass
+class Candidates:
+    """The lowerings of a graph in the layouts left to measure, not yet measured (:func:`candidates`): NCHW alone
+    (nothing to measure: no 4-D float convolution, or under :data:`CONV_SHARE` of the FLOPs), or NCHW and
+    channels-last. :meth:`settle` times them against each other; a caller that times them beside other candidates
+    anyway (``gawee.compile``'s whole-graph choice) says which won with :meth:`chosen`, one measurement instead of
+    two."""
+
+    modules: dict[str, torch.nn.Module]
+    """``"contiguous"`` (the default, first), and ``"channels_last"`` when the choice is measured."""
+    convolutions: int
+    conv_share: float | None = None
+    unmeasured: LayoutChoice | None = None
+    """The choice when there is nothing to measure (None: no convolution)."""
+
+    @property
+    def measured(self) -> bool:
+        """Whether there are two layouts to time."""
+        return len(self.modules) > 1
+
+    def chosen(self, layout: str, seconds: dict[str, float]) -> tuple[torch.nn.Module, LayoutChoice | None]:
+        """The module in ``layout`` and the choice, from the median ``seconds`` per call of both layouts (by layout
+        name) measured elsewhere; the NCHW module and its unmeasured choice where nothing was to be measured."""
+        if not self.measured:
+            return self.modules["contiguous"], self.unmeasured
+        choice = LayoutChoice(
+            layout, seconds["contiguous"], seconds["channels_last"], self.convolutions, self.conv_share
+        )
+        return self.modules[layout], choice
+
+    def settle(self, xs: list[torch.Tensor]) -> tuple[torch.nn.Module, LayoutChoice | None]:
+        """The faster of the two on the inputs ``xs`` (channels-last only when faster by :data:`MARGIN`)."""
+        if not self.measured:
+            return self.chosen("contiguous", {})
+        timed = fastest(self.modules, xs, margin=MARGIN)
+        return self.chosen(timed.chosen, timed.seconds)
+
+
+def candidates(graph: Graph, build: Callable[[Graph], torch.nn.Module]) -> Candidates:
+    """``build(graph)``, and ``build(channels_last(graph))`` where the choice is to be measured (see
+    :class:`Candidates`)."""
     count = convolutions(graph)
     nchw = build(graph)
     if not count:
-        return nchw, None
+        return Candidates({"contiguous": nchw}, 0)
     share = conv_share(graph)
     if share is not None and share < CONV_SHARE:
-        return nchw, LayoutChoice("contiguous", None, None, count, share)
+        return Candidates({"contiguous": nchw}, count, share, LayoutChoice("contiguous", None, None, count, share))
+    return Candidates({"contiguous": nchw, "channels_last": build(channels_last(graph))}, count, share)
+
+
+def choose(graph: Graph, build: Callable[[Graph], torch.nn.Module]) -> tuple[torch.nn.Module, LayoutChoice | None]:
+    """The faster of ``build(graph)`` and ``build(channels_last(graph))`` on random inputs of the graph's input
+    types, and the measurement; ``(build(graph), None)`` when the graph has no 4-D float convolution,
+    ``build(graph)`` unmeasured when they are under CONV_SHARE of its FLOPs."""
+    found = candidates(graph, build)
+    if not found.measured:
+        return found.settle([])
     from gawee.equivalence import random_inputs
 
-    nhwc = build(channels_last(graph))
-    xs = random_inputs([v.type for v in graph.inputs], seed=0)
-    timed = fastest({"contiguous": nchw, "channels_last": nhwc}, xs, margin=MARGIN)
-    choice = LayoutChoice(timed.chosen, timed.seconds["contiguous"], timed.seconds["channels_last"], count, share)
-    return (nhwc if timed.chosen == "channels_last" else nchw), choice
+    return found.settle(random_inputs([v.type for v in graph.inputs], seed=0))

@@ -15,6 +15,7 @@ import functools
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,6 +24,22 @@ from gawee.errors import GaweeError
 from gawee.ir.core import Graph
 from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet, target_rules
+
+
+@dataclass(frozen=True)
+class Alternatives:
+    """The modules a runtime's :meth:`Runtime.build` would time against each other and choose from (the torch
+    lowering's activation layouts), built and left unmeasured for a caller that times them beside other candidates
+    anyway (the default compile's whole-graph choice): one measurement instead of two."""
+
+    modules: dict[str, Callable]
+    """Name → module; the first is the default, kept unless another measures faster."""
+    chosen: Callable[[str, dict[str, float]], Callable]
+    """``chosen(name, seconds)``: the module named, with the runtime's record of the choice made from each
+    alternative's median seconds per call (``seconds``, by name)."""
+    settle: Callable[[Sequence[torch.Tensor]], tuple[str, Callable]]
+    """``settle(example_inputs)``: the alternatives timed against each other the runtime's own way, as
+    :meth:`Runtime.build` would; the name and module chosen."""
 
 
 class Runtime(ABC):
@@ -88,6 +105,11 @@ class Runtime(ABC):
         """A module computing ``graph``: called with its inputs (by position or by name), it returns its outputs
         (a tuple, or nested as ``output_structure``). ``options``: ``variant`` (one of :attr:`variants`) and those
         of :attr:`options`. Raises GaweeError (or the runtime's own error) when it cannot build one."""
+
+    def alternatives(self, graph: Graph, example_inputs: Sequence[torch.Tensor], **options) -> Alternatives | None:
+        """The modules :meth:`build` (with the same arguments) would measure and choose between, built, unmeasured;
+        None where it measures nothing (then :meth:`build` it)."""
+        return None
 
     def builds(
         self, graph: Graph, example_inputs: Sequence[torch.Tensor], **options

@@ -29,7 +29,7 @@ from torch.utils import _pytree as pytree
 from gawee.backend import kernels, layout
 from gawee.backend.host import InputSignature, OutputStructure, SizeFormula, as_structure
 from gawee.backend.lower_torch import TORCH
-from gawee.backend.runtime import Runtime
+from gawee.backend.runtime import Alternatives, Runtime
 from gawee.errors import GaweeError, IRError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.symbolic import Sym, has_symbols, symbols_of
@@ -66,7 +66,8 @@ class TorchOptions:
     """Whether to apply the layout phase (``rules/layout/channels_last.rules``: convolutions on channels-last
     activations, converted at the graph's edges): ``"measure"`` lowers the graph without and with it when it
     has convolutions and keeps the phase only if it runs measurably faster on this machine
-    (``gawee.backend.layout``; the choice is the module's ``gawee_layout``); True applies it, False does not.
+    (``gawee.backend.layout``; the choice is the module's ``gawee_layout``; ``gawee.compile`` times the two
+    modules beside the whole-graph runtimes, one measurement for both choices); True applies it, False does not.
     oneDNN reorders NCHW activations into its blocked layout inside each fused convolution, channels-last
     ones it takes as they are; which wins depends on the CPU and the model."""
     whole_graph: bool | str = "measure"
@@ -238,6 +239,43 @@ def to_torch(
     or a pytree spec over the flat outputs). Raises IRError for a graph whose operand is neither an input, a
     constant nor computed earlier (run ``gawee.verify``).
     """
+    options, build = _lowering(graph, options, output_structure)
+    if options.channels_last == "measure":
+        module, choice = layout.choose(graph, build)
+    else:
+        module, choice = build(layout.channels_last(graph) if options.channels_last else graph), None
+    module.gawee_layout = choice
+    return module
+
+
+def to_torch_layouts(
+    graph: Graph,
+    options: TorchOptions | None = None,
+    *,
+    output_structure: OutputStructure | pytree.TreeSpec | None = None,
+) -> layout.Candidates:
+    """:func:`to_torch`'s modules before its layout measurement: where ``options.channels_last`` is ``"measure"``,
+    the NCHW module and the channels-last one when the choice is to be measured (:func:`gawee.backend.layout.
+    candidates`), for a caller that times them with other candidates (``gawee.compile``'s whole-graph choice) and
+    settles the layout from that one measurement; else the one module :func:`to_torch` builds. Each module's
+    ``gawee_layout`` is set once the choice is made (:func:`with_layout`)."""
+    options, build = _lowering(graph, options, output_structure)
+    if options.channels_last == "measure":
+        return layout.candidates(graph, build)
+    return layout.Candidates({"contiguous": to_torch(graph, options, output_structure=output_structure)}, 0)
+
+
+def with_layout(chosen: tuple[torch.fx.GraphModule, layout.LayoutChoice | None]) -> torch.fx.GraphModule:
+    """The module of a settled :class:`gawee.backend.layout.Candidates` choice, its ``gawee_layout`` set."""
+    module, choice = chosen
+    module.gawee_layout = choice
+    return module
+
+
+def _lowering(
+    graph: Graph, options: TorchOptions | None, output_structure
+) -> tuple[TorchOptions, Callable[[Graph], torch.fx.GraphModule]]:
+    """The options as they apply on the graph's device, checked, and how to lower a graph with them."""
     options = on_device(options or TorchOptions(), graph.device)
     if options.channels_last not in (True, False, "measure"):
         raise GaweeError(
@@ -247,12 +285,7 @@ def to_torch(
     def build(g: Graph) -> torch.fx.GraphModule:
         return _Builder(g, options).build(output_structure)
 
-    if options.channels_last == "measure":
-        module, choice = layout.choose(graph, build)
-    else:
-        module, choice = build(layout.channels_last(graph) if options.channels_last else graph), None
-    module.gawee_layout = choice
-    return module
+    return options, build
 
 
 def on_device(options: TorchOptions, device: torch.device) -> TorchOptions:
@@ -407,6 +440,24 @@ class TorchRuntime(Runtime):
         options: TorchOptions | None = None,
     ) -> torch.fx.GraphModule:
         return to_torch(graph, options, output_structure=output_structure)
+
+    def alternatives(
+        self,
+        graph: Graph,
+        example_inputs: Sequence[torch.Tensor],
+        *,
+        output_structure: OutputStructure | None = None,
+        options: TorchOptions | None = None,
+    ) -> Alternatives:
+        """The lowering without and with the layout phase where :func:`to_torch` would measure them
+        (:func:`to_torch_layouts`; one module where it measures nothing)."""
+        found = to_torch_layouts(graph, options, output_structure=output_structure)
+
+        def settle(xs: Sequence[torch.Tensor]) -> tuple[str, torch.fx.GraphModule]:
+            module = with_layout(found.settle(list(xs)))
+            return next(name for name, m in found.modules.items() if m is module), module
+
+        return Alternatives(dict(found.modules), lambda name, seconds: with_layout(found.chosen(name, seconds)), settle)
 
 
 RUNTIME = TorchRuntime()

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import gawee
+from gawee.backend import TorchOptions
 from gawee.backend.compiler import CompileReport
 from gawee.errors import EquivalenceError
 
@@ -54,16 +55,25 @@ def test_compile_returns_an_equivalent_module_with_the_models_output_structure()
         torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-4)
 
 
-def test_compile_refuses_a_module_that_disagrees_with_the_model(monkeypatch):
+@pytest.mark.parametrize("whole_graph", ["measure", False])
+def test_compile_refuses_a_module_that_disagrees_with_the_model(monkeypatch, whole_graph):
+    # both ways the torch lowering is built: alone (to_torch), and in each layout for the whole-graph choice
     from gawee.backend import torch_backend
 
-    def wrong_lowering(graph, options=None, *, output_structure=None):
-        module = gawee.to_torch(graph, options, output_structure=output_structure)
-        return lambda x: {k: v + 1 for k, v in module(x).items()}
+    lowering = torch_backend._lowering
 
-    monkeypatch.setattr(torch_backend, "to_torch", wrong_lowering)  # what the torch runtime builds with
+    def wrong_lowering(graph, options, output_structure):
+        options, build = lowering(graph, options, output_structure)
+
+        def wrong_build(g):
+            module = build(g)
+            return lambda x: {k: v + 1 for k, v in module(x).items()}
+
+        return options, wrong_build
+
+    monkeypatch.setattr(torch_backend, "_lowering", wrong_lowering)  # what every torch module is built with
     with pytest.raises(EquivalenceError, match="differs from the model"):
-        gawee.compile(block(), (torch.randn(1, 4, 8, 8),))
+        gawee.compile(block(), (torch.randn(1, 4, 8, 8),), options=TorchOptions(whole_graph=whole_graph))
 
 
 def test_torch_compile_backend_gawee():

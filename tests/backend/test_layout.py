@@ -118,3 +118,66 @@ def test_compile_report_lists_the_layout():
     module = gawee.compile(model, (torch.randn(1, 3, 16, 16),), options=TorchOptions(whole_graph=False))
     assert module.gawee_report.layout is module.gawee_layout is not None
     assert "layout: activations" in str(module.gawee_report)
+
+
+def _conv_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 16, 3, padding=1)
+    ).eval()
+
+
+def test_the_default_compile_times_the_torch_layouts_beside_the_runtimes_once(monkeypatch):
+    # one measurement settles the torch lowering's layout and the runtime: the layouts are not timed on their
+    # own first (that measurement cost the compile as much as the whole-graph one)
+    from gawee.backend import measure
+    from gawee.backend.measure import Timings
+
+    def not_alone(*args, **kwargs):
+        raise AssertionError("the layouts were timed on their own")
+
+    timed = []
+
+    def scripted(candidates, xs, **kwargs):  # channels-last torch wins, whatever the clock says
+        timed.append(list(candidates))
+        seconds = {name: 0.5 if name == "torch:channels_last" else 1.0 for name in candidates}
+        return Timings(seconds, "torch:channels_last")
+
+    monkeypatch.setattr(layout, "fastest", not_alone)
+    monkeypatch.setattr(measure, "fastest", scripted)
+    model, x = _conv_net(), torch.randn(1, 3, 16, 16)
+    module = gawee.compile(model, (x,))
+    assert len(timed) == 1 and timed[0][:2] == ["torch", "torch:channels_last"] and len(timed[0]) > 2
+    report = module.gawee_report
+    assert report.backend.chosen == "torch:channels_last"
+    choice = module.gawee_layout
+    assert report.layout is choice and choice.layout == "channels_last"
+    assert (choice.contiguous_s, choice.channels_last_s) == (1.0, 0.5)
+    assert "to_layout" in module.code and report.backend_error < 1e-4
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("why", ["over the budget", "no runtime can run it"])
+def test_the_torch_layouts_are_timed_alone_where_no_runtime_is(monkeypatch, why):
+    from gawee.backend import compiler
+
+    if why == "over the budget":
+        monkeypatch.setattr(compiler, "WHOLE_GRAPH_CALLS", 10**9)
+    else:
+        monkeypatch.setattr(compiler, "_whole_graph_runtimes", lambda graph, lowered, spent: ([], {}))
+    alone = []
+    fastest = layout.fastest
+
+    def counted(candidates, xs, **kwargs):
+        alone.append(list(candidates))
+        return fastest(candidates, xs, **kwargs)
+
+    monkeypatch.setattr(layout, "fastest", counted)
+    model, x = _conv_net(), torch.randn(1, 3, 16, 16)
+    module = gawee.compile(model, (x,))
+    assert alone == [["contiguous", "channels_last"]]
+    assert module.gawee_report.backend.chosen == "torch" and module.gawee_report.layout is module.gawee_layout
+    assert module.gawee_layout.contiguous_s > 0 and module.gawee_layout.channels_last_s > 0
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-4)

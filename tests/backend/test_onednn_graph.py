@@ -19,6 +19,9 @@ needs_fuser = pytest.mark.skipif(onednn_graph.unavailable() is not None, reason=
 PRIMITIVES = [f"onednn:{layout}" for layout in dnnl.LAYOUTS] if dnnl.unavailable() is None else []
 """The default compile's other whole-graph candidates: oneDNN's primitives in each layout (gawee.backend.dnnl)."""
 
+TORCH = ["torch", "torch:channels_last"]
+"""The torch lowering among them: without and with its layout phase (the net's convolutions: gawee.backend.layout)."""
+
 
 @needs_fuser
 def test_backend_compiles_fused_partitions_equal_to_the_model_and_restores_the_fuser_flag():
@@ -75,7 +78,7 @@ def test_the_default_compile_keeps_the_runtime_that_measured_faster(monkeypatch,
     given = _wins(monkeypatch, winner)
     net, x = _net()
     module = gawee.compile(net, (x,))
-    assert given == [["torch", *PRIMITIVES, "onednn_graph"]]
+    assert given == [[*TORCH, *PRIMITIVES, "onednn_graph"]]
     report = module.gawee_report
     assert report.backend.chosen == winner and f"runtime: {winner}" in str(report)
     assert isinstance(module, OneDNNGraphModule) == (winner == "onednn_graph")
@@ -95,7 +98,7 @@ def test_the_default_compile_measures_the_whole_graph_runtime_only_where_that_co
     monkeypatch.setattr(compiler, "WHOLE_GRAPH_MIN_BUDGET_S", 0.0)
     net, x = _net()
     module = gawee.compile(net, (x,))  # a call of a millisecond: 16 of them cost less than the compile so far
-    assert given == [["torch", *PRIMITIVES, "onednn_graph"]] and module.gawee_report.backend.chosen == "onednn_graph"
+    assert given == [[*TORCH, *PRIMITIVES, "onednn_graph"]] and module.gawee_report.backend.chosen == "onednn_graph"
     monkeypatch.setattr(compiler, "WHOLE_GRAPH_CALLS", 1e6)  # now they would cost more
     module = gawee.compile(net, (x,))
     assert len(given) == 1 and isinstance(module, torch.fx.GraphModule)
@@ -125,7 +128,7 @@ def test_a_whole_graph_runtime_that_computes_something_else_is_not_chosen(monkey
     monkeypatch.setattr(OneDNNGraphModule, "forward", off)
     net, x = _net()
     module = gawee.compile(net, (x,))
-    assert given == ([["torch", *PRIMITIVES]] if PRIMITIVES else []) and isinstance(module, torch.fx.GraphModule)
+    assert given == ([[*TORCH, *PRIMITIVES]] if PRIMITIVES else []) and isinstance(module, torch.fx.GraphModule)
     assert "differ" in module.gawee_report.backend.not_candidates["onednn_graph"]
 
 
@@ -134,7 +137,7 @@ def test_without_the_fuser_the_default_compile_keeps_the_lowering(monkeypatch):
     given = _wins(monkeypatch, "onednn_graph")
     net, x = _net()
     module = gawee.compile(net, (x,))
-    assert given == ([["torch", *PRIMITIVES]] if PRIMITIVES else []) and isinstance(module, torch.fx.GraphModule)
+    assert given == ([[*TORCH, *PRIMITIVES]] if PRIMITIVES else []) and isinstance(module, torch.fx.GraphModule)
     assert "trial run" in module.gawee_report.backend.not_candidates["onednn_graph"]
 
 
