@@ -4,8 +4,10 @@ replayed through the harness, whatever the drawn data; and the verdict says `pro
 from pathlib import Path
 
 import pytest
+import torch
 
 import gawee
+from gawee.ir.types import DType
 from gawee.testing import check_rule
 from gawee.testing import harness as H
 from gawee.testing.smt import prove_instance
@@ -65,6 +67,7 @@ SOLVER_REFUTES = [
     "abs_as_square_over_abs",
     "eq_self_true",
     "relu_of_abs_int",
+    "eq_self_true_nonzero",
 ]
 
 
@@ -140,3 +143,35 @@ def test_a_verdict_does_not_depend_on_the_queries_asked_before(monkeypatch):
     later = prove_instance(rule, ex, after)
     assert alone.status == later.status == "refuted"
     assert alone.rlimit == later.rlimit and alone.queries == later.queries
+
+
+FACT_VALUES = {
+    "float": [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, -2.5, 3.0],
+    "int": [0, 1, -1, 127, -128],
+    "u8": [0, 1, 127, 128, 255],
+    "bool": [False, True],
+}
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [DType.f16, DType.bf16, DType.f32, DType.f64, DType.i8, DType.i32, DType.i64, DType.u8, DType.bool],
+    ids=str,
+)
+def test_the_solver_reads_each_assumption_as_the_harness_does(dtype):
+    # what the solver assumes of an element must be what the harness's draws satisfy, value for value: assuming
+    # more (nonzero excluding nan, nonnegative of a u8 as a signed comparison) let it prove rules wrong there
+    from gawee.dsl.library import ASSUMPTIONS
+    from gawee.testing.smt import encode as E
+    from gawee.testing.smt.solve import _fact
+    from gawee.testing.smt.terms import const_key
+
+    kind = "float" if dtype.is_float else "u8" if dtype is DType.u8 else "bool" if dtype is DType.bool else "int"
+    for value in FACT_VALUES[kind]:
+        t = torch.tensor([value], dtype=dtype.torch)
+        element = t.item() if dtype is not DType.bool else bool(value)
+        literal = E.literal(dtype, const_key(dtype, element))
+        for name, fact in ASSUMPTIONS.items():
+            want = bool(fact.holds(t).item())
+            got = E.z3mod().simplify(_fact(name, literal, dtype))
+            assert E.z3mod().is_true(got) == want and E.z3mod().is_false(got) != want, (name, dtype, value)

@@ -189,11 +189,12 @@ def _shape_key(q: _Query) -> tuple:
 
 def _fact(name: str, e, dtype: DType):
     z3 = E.z3mod()
+    if dtype is DType.bool:  # as torch compares a bool tensor with 0: True is 1
+        return {"finite": z3.BoolVal(True), "positive": e, "nonnegative": z3.BoolVal(True), "nonzero": e}[name]
     if dtype is DType.u8:  # unsigned: z3's > and >= on bit-vectors are the signed comparisons
         zero = E.literal(dtype, 0)
-        return {"finite": z3.BoolVal(True), "positive": z3.UGT(e, zero), "nonnegative": z3.BoolVal(True)}.get(
-            name, e != zero
-        )
+        facts = {"finite": z3.BoolVal(True), "positive": z3.UGT(e, zero), "nonnegative": z3.BoolVal(True)}
+        return facts.get(name, e != zero)  # nonzero
     if not dtype.is_float:
         zero = E.literal(dtype, 0)
         return {"finite": z3.BoolVal(True), "positive": e > zero, "nonnegative": e >= zero, "nonzero": e != zero}[name]
@@ -202,7 +203,7 @@ def _fact(name: str, e, dtype: DType):
         "finite": z3.Not(z3.Or(z3.fpIsNaN(e), z3.fpIsInf(e))),
         "positive": z3.fpGT(e, zero),
         "nonnegative": z3.fpGEQ(e, zero),
-        "nonzero": z3.And(z3.Not(z3.fpIsZero(e)), z3.Not(z3.fpIsNaN(e))),
+        "nonzero": z3.Not(z3.fpIsZero(e)),  # as the harness reads it (t != 0): nan is nonzero
     }[name]
 
 
