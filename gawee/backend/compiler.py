@@ -215,7 +215,13 @@ def compile(
     chosen = runtime.baseline() if name == "auto" else runtime.get(name)
     if chosen is None or (variant and (name == "auto" or variant not in chosen.variants)):
         known = [*runtime.names(), "auto", *(f"{r.name}:{v}" for r in runtime.runtimes() for v in r.variants)]
-        raise GaweeError(f"unknown backend {backend!r}", hint="backend is one of " + ", ".join(map(repr, known)))
+        hint = "backend is one of " + ", ".join(map(repr, known))
+        if chosen is runtime.baseline() and name != "auto":  # a name the whole-graph choice reports (its alternatives)
+            hint = (
+                f'{name} takes no variant: "{backend}" in a report names one of the modules it measures itself; '
+                f"TorchOptions(channels_last=True or False) fixes its layout. Else {hint}"
+            )
+        raise GaweeError(f"unknown backend {backend!r}", hint=hint)
     options = options or TorchOptions()
     if options.whole_graph not in ("measure", False):
         raise GaweeError(

@@ -373,6 +373,9 @@ def test_unknown_layouts_and_backends_are_typed_errors():
         gawee.compile(model, (x,), backend="onednn:nhwc")
     with pytest.raises(GaweeError, match="unknown backend 'torch:any'"):
         gawee.compile(model, (x,), backend="torch:any")
+    with pytest.raises(GaweeError, match="unknown backend 'torch:channels_last'") as e:  # a name reports show
+        gawee.compile(model, (x,), backend="torch:channels_last")
+    assert "TorchOptions(channels_last=True" in e.value.hint
     with pytest.raises(GaweeError, match="unknown oneDNN layout"):
         DnnlModule(_graph(model, x), layout="nhwc")
 
