@@ -262,6 +262,7 @@ def to_torch_layouts(
     options, build = _lowering(graph, options, output_structure)
     if options.channels_last == "measure":
         return layout.candidates(graph, build)
+    # the one module to_torch builds (channels-last where options force it), under the default's key
     return layout.Candidates({"contiguous": to_torch(graph, options, output_structure=output_structure)}, 0)
 
 
