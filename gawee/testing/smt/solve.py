@@ -193,8 +193,12 @@ def _fact(name: str, e, dtype: DType):
         return {"finite": z3.BoolVal(True), "positive": e, "nonnegative": z3.BoolVal(True), "nonzero": e}[name]
     if dtype is DType.u8:  # unsigned: z3's > and >= on bit-vectors are the signed comparisons
         zero = E.literal(dtype, 0)
-        facts = {"finite": z3.BoolVal(True), "positive": z3.UGT(e, zero), "nonnegative": z3.BoolVal(True)}
-        return facts.get(name, e != zero)  # nonzero
+        return {
+            "finite": z3.BoolVal(True),
+            "positive": z3.UGT(e, zero),
+            "nonnegative": z3.BoolVal(True),
+            "nonzero": e != zero,
+        }[name]
     if not dtype.is_float:
         zero = E.literal(dtype, 0)
         return {"finite": z3.BoolVal(True), "positive": e > zero, "nonnegative": e >= zero, "nonzero": e != zero}[name]
