@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gawee.analysis.tensor_facts import KEPT, abs_peak, abs_range, all_finite, kept_abs_range
+from gawee.analysis.tensor_facts import KEPT, SMALL, abs_peak, abs_range, all_finite, kept_abs_range
 from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Graph, Node, Value
@@ -27,6 +27,19 @@ if TYPE_CHECKING:
 def detached_constant(data: torch.Tensor) -> Value:
     """A constant not yet in any graph; it is named when a node first reads it."""
     return Value(TensorType.of(data), "", data=data)
+
+
+def _constant_data(inputs: list[Value | None]) -> list[torch.Tensor | None] | None:
+    """The data of ``inputs`` when every one present is a constant (absent ones as None), else None."""
+    data = []
+    for v in inputs:
+        if v is None:
+            data.append(None)
+        elif v.data is None:
+            return None
+        else:
+            data.append(v.data)
+    return data
 
 
 def _finite(t: torch.Tensor | None) -> bool:
@@ -50,10 +63,11 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     float64 only where the result has a zero. A product shown safe by its operands' magnitudes is not read
     (:func:`_product_is_safe`); any other result is read once in the common case (:func:`result_problem`).
     """
-    if opdef.has_trait("view") or not result.is_floating_point() or result.is_meta:
+    if "view" in opdef.traits or not result.is_floating_point() or result.is_meta:
         return None  # a view moves values: it makes no new ones
-    if result.numel() == 0 or (opdef.name == "mul" and _product_is_safe(data, result)):
-        return None
+    n = result.numel()
+    if n == 0 or (n > SMALL and opdef.name == "mul" and _product_is_safe(data, result)):
+        return None  # a small result costs less to read than its operands
     return result_problem(opdef, data, attrs, result)
 
 
@@ -69,7 +83,7 @@ def result_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str 
     finite = math.isfinite(hi)
     if not finite and all(_finite(d) for d in data):
         return f"folding {opdef.name} overflowed {result.dtype}"
-    if finite and result.dtype != torch.float64 and hi > torch.finfo(result.dtype).max ** 0.75:
+    if finite and result.dtype != torch.float64 and hi > _headroom(result.dtype):
         operands = [abs_peak(d) for d in data if isinstance(d, torch.Tensor) and d.is_floating_point()]
         if hi > max(operands, default=0.0):  # no real weight is this large: only a fold can make one
             return (
@@ -102,6 +116,13 @@ def result_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str 
     return None
 
 
+@functools.cache
+def _headroom(dtype: torch.dtype) -> float:
+    """The largest magnitude a folded constant of ``dtype`` may have: max^(3/4), so that a product with it
+    overflows only where the original's could."""
+    return torch.finfo(dtype).max ** 0.75
+
+
 _ROUNDING = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 """Unit roundoff of the dtypes whose products of two values are exact in float64 (53 bits hold 2 × 24)."""
 
@@ -129,9 +150,8 @@ def _product_is_safe(data: list, result: torch.Tensor) -> bool:
     (lo_a, hi_a), (lo_b, hi_b) = ranges
     if not (math.isfinite(hi_a) and math.isfinite(hi_b)):  # nan compares false below, inf too
         return False
-    info = torch.finfo(result.dtype)
     hi, lo = hi_a * hi_b, lo_a * lo_b
-    return hi * (1 + u) <= info.max**0.75 and lo >= info.smallest_normal
+    return hi * (1 + u) <= _headroom(result.dtype) and lo >= torch.finfo(result.dtype).smallest_normal
 
 
 def fold_device(data: list[torch.Tensor | None], graph_device: torch.device) -> torch.device | None:
@@ -240,19 +260,12 @@ class RewriteContext:
         missing = opdef.missing_operand(inputs)
         if missing is not None:
             raise self.error(f"cannot build {op}: its operand {missing} is absent (guard with present(...))")
-        in_types = [None if v is None else v.type for v in inputs]
         try:
-            if opdef.has_trait("pure") and all(v is None or v.data is not None for v in inputs):
-                attrs = opdef.prepare_attrs(attrs, in_types, where=op, shared=True)  # read by the op only
-                data, out = self._evaluate(opdef, [None if v is None else v.data for v in inputs], attrs)
-                if len(out) != 1 and not multi:
-                    raise self.error(f"{op} has {len(out)} outputs: pick one with `[i]`")
-                for t in out:
-                    problem = _fold_problem(opdef, data, attrs, t)
-                    if problem is not None:
-                        raise GuardFailed(problem)
-                consts = tuple(detached_constant(t) for t in out)
-                return consts if multi else consts[0]
+            if "pure" in opdef.traits:
+                data = _constant_data(inputs)
+                if data is not None:
+                    return self._fold(opdef, inputs, data, attrs, multi)
+            in_types = [None if v is None else v.type for v in inputs]
             attrs = opdef.prepare_attrs(attrs, in_types, where=op)
             if len(self.roots) > 1:
                 self._check_available(inputs)
@@ -274,6 +287,28 @@ class RewriteContext:
         if len(node.outputs) != 1:
             raise self.error(f"{op} has {len(node.outputs)} outputs: pick one with `[i]`")
         return node.outputs[0]
+
+    def _fold(self, opdef, inputs: list, data: list, attrs: dict, multi: bool):
+        """``opdef`` evaluated now on the constants ``data`` (of ``inputs``): new detached constants, or
+        GuardFailed when a result must not be used (:func:`_fold_problem`)."""
+        # the prepared attributes are read by the op only; the operand types matter only to a canonicalization
+        in_types = None if opdef.canonicalize is None else [None if v is None else v.type for v in inputs]
+        attrs = opdef.prepare_attrs(attrs, in_types, where=opdef.name, shared=True)
+        data, out = self._evaluate(opdef, data, attrs)
+        if len(out) != 1:
+            if not multi:
+                raise self.error(f"{opdef.name} has {len(out)} outputs: pick one with `[i]`")
+            for t in out:
+                problem = _fold_problem(opdef, data, attrs, t)
+                if problem is not None:
+                    raise GuardFailed(problem)
+            return tuple(detached_constant(t) for t in out)
+        (t,) = out
+        problem = _fold_problem(opdef, data, attrs, t)
+        if problem is not None:
+            raise GuardFailed(problem)
+        v = detached_constant(t)
+        return (v,) if multi else v
 
     def _check_available(self, inputs: list[Value | None]) -> None:
         """With several roots the replacement goes before the earliest one: an operand computed after

@@ -171,7 +171,12 @@ class Rewriter:
         smaller one (matmul(x, w) -> linear) that would otherwise consume its inside first."""
         own = phase.candidates(node.op)
         lowest = phase.lowest(node.op)
-        users = {id(u): u for v in node.outputs for u in v.users() if phase.enclosing(u.op, lowest)}
+        users: dict[int, Node] = {}
+        for v in node.outputs:
+            for use in v._uses:
+                u = use.node
+                if id(u) not in users and phase.enclosing(u.op, lowest):
+                    users[id(u)] = u
         if not users:
             return [(rule, node) for rule in own]
         above = [
@@ -356,9 +361,14 @@ def match_roots(
                     yield from extra(k + 1, [*roots, user])
 
     v = node.outputs[0] if rule.whole_node is not None else output_value(rule.root_output, node)
-    if v is not None:
+    if v is None:
+        return
+    if not rule.extra_roots:  # one root: no later roots to look for
         for _ in fns[0](v, env, mctx):
-            yield from extra(0, [node])
+            yield [node]
+        return
+    for _ in fns[0](v, env, mctx):
+        yield from extra(0, [node])
 
 
 def root_value(m: OpM, node: Node) -> Value | None:
@@ -436,7 +446,15 @@ def _operand_pairings(p: Node, q: Node) -> Iterator[list[tuple[Value | None, Val
 
 
 def _dead(node: Node) -> bool:
-    return bool(node.outputs) and all(v.num_uses == 0 for v in node.outputs)
+    """Whether ``node`` has outputs and nothing reads any of them (no operand, no graph output): asked of every
+    node the worklist visits, so it reads the use lists directly."""
+    outputs = node.outputs
+    if not outputs:
+        return False
+    for v in outputs:  # noqa: SIM110 (a loop: no generator made per visit)
+        if v._uses or v._output_refs:
+            return False
+    return True
 
 
 def _cycle_error(recent, rules: RuleSet, fired: int) -> RewriteError:
