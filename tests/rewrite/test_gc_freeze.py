@@ -24,6 +24,23 @@ def test_old_objects_are_frozen_during_a_rewrite_and_released_after():
     assert gc.get_freeze_count() == before == 0
 
 
+def test_the_copy_being_rewritten_is_frozen_too():
+    """The copy is made inside the rewrite: frozen once made, a full collection does not walk it again and
+    again (gc.get_objects lists the collected generations only, not the frozen one)."""
+    seen = []
+
+    def probe(x):
+        seen.append(any(o is x for o in gc.get_objects()))
+        return True
+
+    graph = _graph()
+    _, report = rewrite(
+        graph, load_rules_text("rule rr: relu(relu(x)) where probe(x) => relu(x)", helpers={"probe": probe})
+    )
+    assert report.total == 1 and seen == [False]  # x: the copy's input, made by the rewrite
+    assert any(o is graph.inputs[0] for o in gc.get_objects())  # released after
+
+
 def test_a_callers_own_freeze_is_left_alone():
     gc.freeze()
     try:
