@@ -5,7 +5,7 @@ touches. Each answer is exact. ``torch.aminmax`` gives the extremes (nan when an
 in one pass without a temporary, from which finiteness and the largest magnitude follow. Where the
 smallest magnitude is wanted too (a folded constant: overflow and underflow; a weight whose fold's
 result is then bounded from it), ``abs_range`` takes the extremes of ``|t|``, a chunk at a time into
-a small buffer, and keeps them with a large tensor while it lives unmodified. Tensors of at most
+a small buffer, and keeps them with a tensor of ``KEPT`` elements or more while it lives unmodified. Tensors of at most
 ``SMALL`` elements are read into Python floats instead (exact for every floating dtype), which
 costs less than dispatching a torch op on them.
 """
@@ -21,9 +21,10 @@ import torch
 SMALL = 16
 """Elements up to which a tensor is examined in Python rather than by a torch reduction."""
 
-KEPT = 4096
+KEPT = 64
 """Elements from which a tensor's ``abs_range`` is kept with it (while it lives, unmodified): a weight is
-asked again by the next rule, or the next rewrite of the same graph."""
+asked again by the fold that follows its guard's ``finite(w)``, by the next rule, or by the next rewrite of the
+same graph, and keeping an answer costs less than a second reduction over this many elements."""
 
 _KEPT: dict[int, tuple[weakref.ref, int, tuple[float, float]]] = {}
 """id(tensor) -> (a reference to it, its version counter then, its abs_range); an entry whose tensor died or

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gawee.analysis.tensor_facts import KEPT, SMALL, abs_peak, abs_range, all_finite, kept_abs_range
+from gawee.analysis.tensor_facts import SMALL, abs_peak, abs_range, all_finite, kept_abs_range
 from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Graph, Node, Value
@@ -123,6 +123,11 @@ def _headroom(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).max ** 0.75
 
 
+OPERAND_PASS = 4096
+"""Elements below which :func:`_product_is_safe` reads an operand whose magnitudes are not kept (a per-channel
+scale); a larger one (a weight) is shown safe only from magnitudes its guard's ``finite`` kept."""
+
+
 _ROUNDING = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 """Unit roundoff of the dtypes whose products of two values are exact in float64 (53 bits hold 2 × 24)."""
 
@@ -143,7 +148,7 @@ def _product_is_safe(data: list, result: torch.Tensor) -> bool:
     for d in data:
         if not isinstance(d, torch.Tensor) or d.dtype != result.dtype or d.numel() == 0:
             return False
-        known = abs_range(d) if d.numel() < KEPT else kept_abs_range(d)  # a pass over a small operand only
+        known = abs_range(d) if d.numel() < OPERAND_PASS else kept_abs_range(d)  # a pass over a small operand only
         if known is None:
             return False
         ranges.append(known)

@@ -45,9 +45,8 @@ def test_a_product_shown_safe_from_its_operands_passes_the_checks_of_its_result(
     """`_product_is_safe` skips reading a folded product only where reading it finds nothing: over operands
     spanning zero, subnormals, the headroom, overflow, inf and nan, it never says safe where reading the result
     finds a problem (`result_problem`), and it says safe for ordinary weights."""
-    from gawee.analysis.tensor_facts import KEPT
     from gawee.ops import get_op
-    from gawee.rewrite.context import _product_is_safe, result_problem
+    from gawee.rewrite.context import OPERAND_PASS, _product_is_safe, result_problem
 
     mul = get_op("mul")
     gen = torch.Generator().manual_seed(0)
@@ -55,7 +54,8 @@ def test_a_product_shown_safe_from_its_operands_passes_the_checks_of_its_result(
     said_safe = 0
     for lo_a in specials:
         for hi_b in specials:
-            w = (torch.rand(KEPT, generator=gen) + 0.5) * torch.where(torch.rand(KEPT, generator=gen) < 0.5, -1, 1)
+            n = OPERAND_PASS  # a weight: shown safe only from the magnitudes its guard's pass kept
+            w = (torch.rand(n, generator=gen) + 0.5) * torch.where(torch.rand(n, generator=gen) < 0.5, -1, 1)
             w[0], w[1] = lo_a, -lo_a
             w = w.to(dtype).reshape(8, -1)  # past the dtype's range: inf
             s = torch.rand(8, 1, generator=gen).double() * hi_b
