@@ -78,6 +78,39 @@ def kleene_or(a: bool | None, b: bool | None) -> bool | None:
     return None if a is None or b is None else False
 
 
+def _call(b: Builtin, args: list[tuple[Fn, bool]]) -> Fn:
+    """The call of builtin ``b`` on its compiled arguments (each: its function, and whether a number there is
+    made a 0-d tensor): the common shapes — one or two plain arguments, a fallback — without a loop."""
+    impl = b.impl
+
+    def arg(fn: Fn, implicit: bool) -> Fn:
+        return (lambda ctx: ctx.tensor(fn(ctx))) if implicit else fn
+
+    if b.fallback:
+        first, second = (arg(fn, implicit) for fn, implicit in args)
+
+        def fallback(ctx):
+            v = first(ctx)
+            return v if v is not None else second(ctx)
+
+        return fallback
+    if len(args) == 1 and not args[0][1]:
+        ((f0, _),) = args
+        return lambda ctx: impl(ctx, f0(ctx))
+    if len(args) == 2 and not (args[0][1] or args[1][1]):
+        (f0, _), (f1, _) = args
+        return lambda ctx: impl(ctx, f0(ctx), f1(ctx))
+
+    def call(ctx):
+        vals = []
+        for fn, implicit in args:
+            v = fn(ctx)
+            vals.append(ctx.tensor(v) if implicit else v)
+        return impl(ctx, *vals)
+
+    return call
+
+
 def kleene_any(items) -> bool | None:
     result: bool | None = False
     for v in items:
@@ -401,15 +434,7 @@ class _ExprCompiler:
                 f"`{b.name}` takes {len(b.params)}{'+' if b.variadic else ''} argument(s), got {len(e.args)}",
                 span=e.span,
             )
-        impl = b.impl
-
-        def call(ctx):
-            vals = []
-            for fn, implicit in args:
-                v = fn(ctx)
-                vals.append(ctx.tensor(v) if implicit else v)
-            return impl(ctx, *vals)
-
+        call = _call(b, args)
         if b.int_preserving and kinds and all(k.base in (K.Base.INT, K.Base.ANY) for k in kinds):
             # ints give an int; an item of a list (`x.shape[0]`) is known only at firing, where it is checked
             return call, K.INT if all(k.base is K.Base.INT for k in kinds) else K.ANY

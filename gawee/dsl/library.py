@@ -36,6 +36,9 @@ class Builtin:
     doc: str = ""
     int_preserving: bool = False
     """The result is an int where every argument is (`min(e, x.shape[0])` fits an int attribute)."""
+    fallback: bool = False
+    """Two arguments, the second evaluated only where the first is absent (``default``): a fallback that is not
+    needed is not built (``impl`` gives the same answer from both)."""
 
 
 class GuardFailed(Exception):
@@ -383,7 +386,8 @@ BUILTINS: dict[str, Builtin] = {
             T,
             lambda ctx, a, b: a if a is not None else b,
             where="replace",
-            doc="a if present, else b (e.g. default(b, 0) for an absent bias)",
+            doc="a if present, else b (e.g. default(b, 0) for an absent bias; b is evaluated only then)",
+            fallback=True,
         ),
     ]
 }

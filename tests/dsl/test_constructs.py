@@ -212,3 +212,19 @@ def test_min_max_abs_of_ints_fill_int_attributes():
     assert report.firings == {"r": 1} and node.op == "slice" and (node.attrs["start"], node.attrs["end"]) == (0, 5)
     with pytest.raises(RuleError, match=r"slice.end is int\?, this is a float"):
         load_rules_text("rule r: reshape(x, shape=[-1]) => slice(x, dim=0, start=0, end=max(1.5, 2.0), step=1)")
+
+
+def test_default_builds_its_fallback_only_where_the_first_is_absent():
+    """`default(b, e)` is `b` when b is present, and evaluates `e` only otherwise: a fallback that cannot be
+    built (here `1 / 0`, which abandons a firing) stops only the firing that needs it."""
+    rules = load_rules_text(
+        "rule r: conv2d(x, w, b, act=none, ...attrs) |> relu() => conv2d(x, w, default(b, 1 / 0), act='relu', ...attrs)"
+    )
+    fired = []
+    for bias in (torch.zeros(2), None):
+        b = GraphBuilder("g")
+        w = b.const(torch.ones(2, 1, 1, 1), "w")
+        bias = None if bias is None else b.const(bias, "b")
+        g = b.output(b.relu(b.conv2d(b.input("x", "f32[1,1,4,4]"), w, bias)))
+        fired.append(rewrite(g, rules)[1].firings["r"])
+    assert fired == [1, 0]
