@@ -104,8 +104,11 @@ class Rewriter:
         check: bool = False,
         budget_per_node: int = BUDGET_PER_NODE,
         max_firings: int | None = None,
+        before_phase: Callable[[], None] | None = None,
     ):
         self.graph = graph
+        self.before_phase = before_phase
+        """Called as each phase starts (:func:`rewrite` freezes what the earlier phases made there)."""
         self.rules = rules
         self.report = RewriteReport(nodes_before=len(graph))
         self.trace = trace
@@ -139,6 +142,8 @@ class Rewriter:
         return self.report
 
     def _run_phase(self, phase: Phase) -> None:
+        if self.before_phase is not None:
+            self.before_phase()
         for node in self.graph:
             self._push(node)
         budget = self.budget_per_node * (len(self.graph) + 8)
@@ -510,8 +515,8 @@ def rewrite(
     rules = default_rules() if rules is None else rules
     with torch_threads(1), _old_objects_frozen() as freeze:
         work = graph.clone()
-        freeze()  # the copy too: what it rewrites away is collected after, with the rest
-        report = Rewriter(work, rules, trace=trace, check=check, max_firings=max_firings).run()
+        # the copy too, and what each phase leaves to the next: what they rewrite away is collected after
+        report = Rewriter(work, rules, trace=trace, check=check, max_firings=max_firings, before_phase=freeze).run()
     return work, report
 
 
@@ -521,9 +526,9 @@ def _old_objects_frozen() -> Iterator[Callable[[], None]]:
     rules, the caller's heap: ``gc.freeze``) while it copies the graph and rewrites the copy: a full
     collection, which a rewrite's allocations trigger again and again, then walks only what the rewrite
     made — on graphs of thousands of nodes the walks were a fifth of the time. Gives a function that
-    freezes what exists by then as well (the copy, once made). Cyclic garbage among the frozen objects
-    is collected once they are unfrozen, after. Left alone when the collector is off or a caller froze
-    objects itself (unfreezing would undo that)."""
+    freezes what exists by then as well (the copy, once made; what a phase made, before the next). Cyclic
+    garbage among the frozen objects is collected once they are unfrozen, after. Left alone when the
+    collector is off or a caller froze objects itself (unfreezing would undo that)."""
     if not gc.isenabled() or gc.get_freeze_count():
         yield lambda: None
         return

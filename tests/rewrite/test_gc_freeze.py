@@ -4,7 +4,7 @@ import gc
 
 from gawee.ir.builder import GraphBuilder
 from gawee.rewrite.driver import rewrite
-from gawee.rewrite.ruleset import load_rules_text
+from gawee.rewrite.ruleset import RuleSet, load_rules_text
 
 
 def _graph():
@@ -39,6 +39,22 @@ def test_the_copy_being_rewritten_is_frozen_too():
     )
     assert report.total == 1 and seen == [False]  # x: the copy's input, made by the rewrite
     assert any(o is graph.inputs[0] for o in gc.get_objects())  # released after
+
+
+def test_what_a_phase_made_is_frozen_before_the_next():
+    """The relu the first phase made is not walked by the second phase's full collections."""
+    seen = []
+
+    def probe(y):
+        seen.append(any(o is y for o in gc.get_objects()))
+        return True
+
+    first = load_rules_text("rule a: relu(relu(x)) => relu(x)")
+    second = load_rules_text("rule b: y: relu(x) where probe(y) => neg(neg(relu(x)))", helpers={"probe": probe})
+    b = GraphBuilder("g")
+    graph = b.output(b.relu(b.relu(b.exp(b.input("x", "f32[4]")))))
+    _, report = rewrite(graph, RuleSet([*first.phases, *second.phases]), max_firings=2)
+    assert report.firings == {"a": 1, "b": 1} and seen == [False]
 
 
 def test_a_callers_own_freeze_is_left_alone():
