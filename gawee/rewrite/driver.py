@@ -514,10 +514,24 @@ def rewrite(
     """
     rules = default_rules() if rules is None else rules
     with torch_threads(1), _old_objects_frozen() as freeze:
-        work = graph.clone()
+        with _collector_paused():  # a copy makes no garbage: nothing for a collection to find while it grows
+            work = graph.clone()
         # the copy too, and what each phase leaves to the next: what they rewrite away is collected after
         report = Rewriter(work, rules, trace=trace, check=check, max_firings=max_firings, before_phase=freeze).run()
     return work, report
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off (if it was on) for the block, on again after."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @contextlib.contextmanager

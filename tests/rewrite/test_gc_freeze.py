@@ -65,3 +65,14 @@ def test_a_callers_own_freeze_is_left_alone():
         assert gc.get_freeze_count() > frozen // 2  # still frozen (a few frozen objects may have been freed)
     finally:
         gc.unfreeze()
+
+
+def test_the_collector_is_paused_while_the_copy_is_made(monkeypatch):
+    """Copying makes no garbage: the collector is off while the copy grows (its full collections walked the
+    copy again and again), and on again after."""
+    from gawee.ir.core import Graph
+
+    seen, clone = [], Graph.clone
+    monkeypatch.setattr(Graph, "clone", lambda self: (seen.append(gc.isenabled()), clone(self))[1])
+    rewrite(_graph(), load_rules_text("rule rr: relu(relu(x)) => relu(x)"))
+    assert seen == [False] and gc.isenabled()
