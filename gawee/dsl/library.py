@@ -7,6 +7,7 @@ time (``load_rules(..., helpers=...)``) join this table for that rule set only.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 
 import torch
 
-from gawee.analysis.tensor_facts import all_finite
+from gawee.analysis.tensor_facts import SMALL, all_finite
 from gawee.dsl import kinds as K
 from gawee.ir.core import Value
 from gawee.ir.types import DType
@@ -82,10 +83,33 @@ def _operand_size(v: Value | None) -> int:
 
 
 def _all_equal(c: Value | None, x: float) -> bool:
+    """Every element of the constant ``c`` equals ``x`` as torch compares them (``c == x``); false when empty. A
+    small constant compared in its own dtype is read into Python instead (exact: its elements and ``x`` rounded to
+    that dtype are Python numbers), which costs less than two torch ops."""
     if c is None or not c.has_known_data:
         return False
     data = c.data
-    return bool(data.numel() > 0 and (data == x).all().item())
+    n = data.numel()
+    if n == 0:
+        return False
+    if n <= SMALL and not data.is_complex():
+        ref = _compared_as(data.dtype, type(x), x)
+        if ref is not None:
+            return all(v == ref for v in (data.tolist() if data.dim() == 1 else data.reshape(-1).tolist()))
+    return bool((data == x).all().item())
+
+
+@functools.lru_cache(maxsize=4096)
+def _compared_as(dtype: torch.dtype, kind: type, x: Any) -> Any:
+    """``x`` as torch compares it with a tensor of ``dtype``: rounded to ``dtype``, as a Python number; None where
+    torch compares them in another dtype (an integer tensor against a float). ``kind`` tells 0, 0.0 and False apart
+    (equal as keys, not to torch)."""
+    try:
+        if torch.result_type(torch.empty(1, dtype=dtype, device="meta"), x) != dtype:
+            return None
+        return torch.tensor(x, dtype=dtype).item()
+    except (RuntimeError, TypeError, OverflowError):  # x does not fit the dtype: torch decides
+        return None
 
 
 def _reassociable(a: Value | None, b: Value | None) -> bool:
