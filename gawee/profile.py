@@ -265,18 +265,21 @@ def measure(
     repeats: int = 20,
 ) -> RuntimeReport:
     """Time ``baseline()`` and what gawee.compile makes of the ``optimized`` graph on ``inputs`` — its torch
-    lowering, or oneDNN Graph's runtime where that computes ``baseline``'s outputs and measures faster
-    (:func:`gawee.backend.compiler.whole_graph_choice`) — and profile the torch lowering."""
+    lowering, or a whole-graph runtime where that computes ``baseline``'s outputs and measures faster
+    (:func:`gawee.backend.compiler.whole_graph_choice`, which times the lowering's layouts beside the runtimes, as
+    gawee.compile does) — and profile the torch lowering."""
     from torch.utils import _pytree as pytree
 
-    from gawee.backend.compiler import whole_graph_choice
-    from gawee.backend.torch_backend import to_torch
+    from gawee.backend import runtime
+    from gawee.backend.compiler import lowering_as_measured, whole_graph_choice
 
     allocator = keep_freed_memory()  # both timed with what gawee.compile does to the allocator
-    module = to_torch(optimized)
+    xs = list(inputs)
+    alternatives = runtime.baseline().alternatives(optimized, xs)
     with torch.no_grad():
         expected = [x for x in pytree.tree_leaves(baseline()) if isinstance(x, torch.Tensor)]
-    compiled, choice, _ = whole_graph_choice(optimized, module, None, list(inputs), expected)
+    compiled, choice, _ = whole_graph_choice(optimized, alternatives, None, xs, expected)
+    module = lowering_as_measured(alternatives, compiled, choice, xs)
     before = time_call(baseline, repeats=repeats)
     after = time_call(lambda: compiled(*inputs), repeats=repeats)
     prof = profile(module, optimized, inputs, repeats=max(5, repeats // 2))

@@ -109,9 +109,11 @@ def test_optimize_bench_reports_runtime_and_profile(capsys):
     assert rt["profile"]["top_nodes"][0]["op"] in {"conv2d", "max_pool2d", "linear"}
     backend = rt["backend"]  # the runtime gawee.compile would return, timed against the torch lowering
     runtimes = {"torch", "onednn_graph", "onednn:blocked", "onednn:channels_last", "onednn:per_conv"}
+    runtimes.add("torch:channels_last")  # the lowering's layouts, timed in the same measurement
     assert backend["chosen"] in runtimes
     assert set(backend["seconds"]) | set(backend["not_measured"]) <= runtimes | {"onednn"}
     assert "onednn:blocked" in backend["seconds"] or "onednn" in backend["not_measured"]
+    assert not backend["seconds"] or {"torch", "torch:channels_last"} <= set(backend["seconds"])
     assert sum(rt["profile"]["by_op_s"].values()) > 0
 
 
@@ -120,23 +122,34 @@ def test_the_runtime_timed_is_the_one_gawee_compile_chooses(monkeypatch):
     `--bench` timed the torch lowering at 16 ms: the report showed 1.65x where the user gets 2.8x."""
     from gawee.backend import compiler
     from gawee.backend.compiler import BackendChoice
+    from gawee.backend.layout import Candidates
     from gawee.profile import measure
 
     optimized, _, x = _compiled()
     seen, delay = {}, 0.2
+    seconds = {"torch": 0.012, "torch:channels_last": 0.01, "onednn_graph": 0.005}
 
-    def choose(graph, torch_module, structure, xs, expected):
-        seen["expected"] = expected
-        return _slowed(torch_module, delay), BackendChoice("onednn_graph", {"torch": 0.01, "onednn_graph": 0.005}), []
+    def choose(graph, lowering, structure, xs, expected):
+        seen["expected"], seen["layouts"] = expected, list(lowering.modules)
+        return _slowed(lowering.modules["contiguous"], delay), BackendChoice("onednn_graph", seconds), []
+
+    def settle(self, xs):
+        raise AssertionError("the layouts were timed alone, after the whole-graph measurement timed them")
 
     monkeypatch.setattr(compiler, "whole_graph_choice", choose)
+    monkeypatch.setattr(Candidates, "settle", settle)
     report = measure(optimized, [x], lambda: torch.zeros(3), repeats=3)
     # timed: the chosen module (the delay on top of the lowering); profiled: the lowering itself
     assert report.after.median >= delay and report.profile.total.median < report.after.median - delay / 2
     assert [t.shape for t in seen["expected"]] == [(3,)]  # checked against the baseline's outputs
+    # the lowering's two layouts were handed to the one measurement; the profile reads the faster one there
+    assert seen["layouts"] == ["contiguous", "channels_last"] and report.layout.startswith("activations channels_last")
     assert report.summary().split(",")[0].endswith("(onednn_graph)")
     lines = report.lines()
-    assert "runtime compiled: onednn_graph (torch 10.00 ms, onednn_graph 5.00 ms per call)" in lines
+    assert (
+        "runtime compiled: onednn_graph (torch 12.00 ms, torch:channels_last 10.00 ms, onednn_graph 5.00 ms per call)"
+        in lines
+    )
     assert any(line.startswith("profile of the torch lowering: ") for line in lines)
     assert report.as_dict()["backend"]["chosen"] == "onednn_graph"
 

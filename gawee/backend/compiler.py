@@ -658,6 +658,20 @@ def _named(base: str, alternatives: Alternatives) -> dict[str, str]:
     return {base if i == 0 else f"{base}:{key}": key for i, key in enumerate(alternatives.modules)}
 
 
+def lowering_as_measured(alternatives: Alternatives, compiled, choice: BackendChoice, xs: list):
+    """The torch lowering's module as :func:`whole_graph_choice` left it (``compiled``, ``choice``), for a caller
+    that reads the lowering whichever runtime won (``optimize --bench`` profiles it): ``compiled`` where it is one
+    of ``alternatives``; else the alternative that measured fastest beside the runtimes, with its record of that
+    measurement; timed alone only where they were not all measured there."""
+    if any(m is compiled for m in alternatives.modules.values()):
+        return compiled
+    own = _named(runtime.baseline().name, alternatives)
+    if not all(name in choice.seconds for name in own):
+        return alternatives.settle(xs)[1]
+    best = min(own, key=choice.seconds.__getitem__)
+    return alternatives.chosen(own[best], {key: choice.seconds[name] for name, key in own.items()})
+
+
 def whole_graph_choice(
     graph: Graph, torch_lowering, structure, xs: list, expected: list, torch_checks: dict | None = None
 ) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
