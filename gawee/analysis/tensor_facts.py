@@ -5,9 +5,9 @@ touches. Each answer is exact. ``torch.aminmax`` gives the extremes (nan when an
 in one pass without a temporary, from which finiteness and the largest magnitude follow. Where the
 smallest magnitude is wanted too (a folded constant: overflow and underflow; a weight whose fold's
 result is then bounded from it), ``abs_range`` takes the extremes of ``|t|``, a chunk at a time into
-a small buffer, and keeps them with a tensor of ``KEPT`` elements or more while it lives unmodified. Tensors of at most
-``SMALL`` elements are read into Python floats instead (exact for every floating dtype), which
-costs less than dispatching a torch op on them.
+a small buffer, and keeps them with a tensor of ``KEPT`` elements or more while it lives unmodified.
+Tensors of at most ``SMALL`` elements are read into Python floats instead (exact for every floating
+dtype), which costs less than dispatching a torch op on them.
 """
 
 from __future__ import annotations
