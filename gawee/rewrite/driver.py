@@ -368,7 +368,7 @@ def match_roots(
     v = node.outputs[0] if rule.whole_node is not None else output_value(rule.root_output, node)
     if v is None:
         return
-    if not rule.extra_roots:  # one root: no later roots to look for
+    if len(fns) == 1:  # one root, no later roots to look for (read from its matchers: a rule not compiled yet stays so)
         for _ in fns[0](v, env, mctx):
             yield [node]
         return

@@ -10,6 +10,7 @@ import gawee
 from gawee.dsl import check_cache, compiler
 from gawee.dsl.check_cache import LazyRule
 from gawee.errors import RuleError
+from gawee.ir.builder import GraphBuilder
 from gawee.ops import ACTIVATIONS
 from gawee.rewrite import ruleset
 from gawee.rewrite.ruleset import RULES_DIR, load_rules
@@ -142,3 +143,17 @@ def test_lazy_bundled_rules_rewrite_as_checked_ones(resnet18, cache):
     _, b = gawee.rewrite(graph, lazy, trace=True)
     assert [str(f) for f in a.trace] == [str(f) for f in b.trace]
     assert 0 < sum(r.compiled for r in lazy.rules) < len(lazy.rules)  # only the rules that matched
+
+
+def test_a_rule_tried_where_its_pattern_fails_stays_uncompiled(tmp_path, cache):
+    """The rewriter tries a kept rule at every node of its root op; only a match of its generated matcher compiles it
+    (reading its deferred fields, `extra_roots` included, before that would compile every rule tried)."""
+    path = tmp_path / "mine.rules"
+    path.write_text("rule twice: relu(relu(x)) => relu(x)\nrule exp_log: exp(log(x)) => x\n")
+    load_rules(path)
+    lazy = load_rules(path)
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[4]")
+    graph = b.output(b.add(b.relu(b.exp(x)), b.exp(b.relu(x))))  # both root ops, neither pattern
+    _, report = gawee.rewrite(graph, lazy)
+    assert report.total == 0 and not any(r.compiled for r in lazy.rules)
