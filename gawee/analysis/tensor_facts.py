@@ -31,14 +31,15 @@ _KEPT: dict[int, tuple[weakref.ref, int, tuple[float, float]]] = {}
 was written to since is not used."""
 
 
-def _floats(t: torch.Tensor) -> list[float]:
+def elements(t: torch.Tensor) -> list:
+    """The elements of a (small) tensor as Python numbers, in order: exact for every float and integer dtype."""
     return t.tolist() if t.dim() == 1 else t.reshape(-1).tolist()
 
 
 def _magnitudes(t: torch.Tensor) -> list[float] | None:
     """|element| of a small floating tensor as Python floats; None when one is nan (a sum of magnitudes is
     nan exactly then: magnitudes have no -inf to cancel an inf)."""
-    mags = list(map(abs, _floats(t)))
+    mags = list(map(abs, elements(t)))
     total = sum(mags)
     return None if total != total else mags
 

@@ -80,35 +80,19 @@ def kleene_or(a: bool | None, b: bool | None) -> bool | None:
 
 def _call(b: Builtin, args: list[tuple[Fn, bool]]) -> Fn:
     """The call of builtin ``b`` on its compiled arguments (each: its function, and whether a number there is
-    made a 0-d tensor): the common shapes — one or two plain arguments, a fallback — without a loop."""
+    made a 0-d tensor): one or two arguments without a loop, a fallback's second only where the first is absent."""
     impl = b.impl
-
-    def arg(fn: Fn, implicit: bool) -> Fn:
-        return (lambda ctx: ctx.tensor(fn(ctx))) if implicit else fn
-
+    fns = [(lambda ctx, fn=fn: ctx.tensor(fn(ctx))) if implicit else fn for fn, implicit in args]
     if b.fallback:
-        first, second = (arg(fn, implicit) for fn, implicit in args)
-
-        def fallback(ctx):
-            v = first(ctx)
-            return v if v is not None else second(ctx)
-
-        return fallback
-    if len(args) == 1 and not args[0][1]:
-        ((f0, _),) = args
+        first, second = fns
+        return lambda ctx: v if (v := first(ctx)) is not None else second(ctx)
+    if len(fns) == 1:
+        (f0,) = fns
         return lambda ctx: impl(ctx, f0(ctx))
-    if len(args) == 2 and not (args[0][1] or args[1][1]):
-        (f0, _), (f1, _) = args
+    if len(fns) == 2:
+        f0, f1 = fns
         return lambda ctx: impl(ctx, f0(ctx), f1(ctx))
-
-    def call(ctx):
-        vals = []
-        for fn, implicit in args:
-            v = fn(ctx)
-            vals.append(ctx.tensor(v) if implicit else v)
-        return impl(ctx, *vals)
-
-    return call
+    return lambda ctx: impl(ctx, *[fn(ctx) for fn in fns])
 
 
 def kleene_any(items) -> bool | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from gawee.analysis.tensor_facts import SMALL, all_finite
+from gawee.analysis.tensor_facts import SMALL, all_finite, elements
 from gawee.dsl import kinds as K
 from gawee.ir.core import Value
 from gawee.ir.types import DType
@@ -95,7 +95,7 @@ def _all_equal(c: Value | None, x: float) -> bool:
     if n <= SMALL and not data.is_complex():
         ref = _compared_as(data.dtype, type(x), x)
         if ref is not None:
-            return all(v == ref for v in (data.tolist() if data.dim() == 1 else data.reshape(-1).tolist()))
+            return all(v == ref for v in elements(data))
     return bool((data == x).all().item())
 
 
