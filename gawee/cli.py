@@ -105,9 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     opt.add_argument(
         "--target",
-        metavar="RUNTIME",
-        help="also run that runtime's bundled target phase last (rules/targets/RUNTIME/; onednn): the fusions it "
-        "executes as one step, as gawee.compile runs them before building it",
+        metavar="RUNTIME[:VARIANT]",
+        help="also run that runtime's bundled target phase last (rules/targets/RUNTIME/; onednn), then VARIANT's "
+        "phase (rules/targets/RUNTIME/variants/VARIANT.rules: onednn:blocked, onednn:channels_last, "
+        "onednn:per_conv, the activation layouts): the fusions and decisions of the module gawee.compile builds",
     )
     opt.add_argument("-o", "--output", metavar="OUT.json", help="write the optimized graph (+ .npz) atomically")
     opt.add_argument(
@@ -284,6 +285,15 @@ def _write_mlir(graph, mlir_path: str | None, vmfb_path: str | None) -> list[str
     return [str(p) for p in written]
 
 
+def _target_phases(target: str) -> list:
+    """``--target RUNTIME[:VARIANT]``: the runtime's bundled target phase, then its variant's phase (a file)."""
+    from gawee.rewrite.ruleset import target_dir, variant_dir
+
+    name, _, variant = target.partition(":")
+    phases = [target_dir(name)]
+    return [*phases, variant_dir(name, variant)] if variant else phases
+
+
 def cmd_optimize(args, console: Console) -> int:
     from pathlib import Path
 
@@ -295,7 +305,7 @@ def cmd_optimize(args, console: Console) -> int:
     from gawee.report import Column, markdown_report, rich_report
     from gawee.rewrite.driver import rewrite
     from gawee.rewrite.explain import explain, find_node
-    from gawee.rewrite.ruleset import RULES_DIR, default_rules, load_rules, precision_rules, target_dir
+    from gawee.rewrite.ruleset import RULES_DIR, default_rules, load_rules, precision_rules
     from gawee.viz.files import plan_pictures
 
     if args.output and args.model.endswith(".json") and Path(args.output).resolve() == Path(args.model).resolve():
@@ -311,7 +321,7 @@ def cmd_optimize(args, console: Console) -> int:
             check_writable(path, flag)
     # the precision phase, then the target phase, run last, after the given (or the bundled) phases
     extra = [precision_rules(args.precision)] if args.precision else []
-    extra += [target_dir(args.target)] if args.target else []
+    extra += _target_phases(args.target) if args.target else []
     if extra:
         rules = load_rules(*(args.rules or [RULES_DIR]), *extra)
     else:

@@ -4,7 +4,7 @@ import pytest
 
 import gawee
 from gawee.backend import layout
-from gawee.rewrite.ruleset import target_rules, targets
+from gawee.rewrite.ruleset import target_rules, targets, variant_rules, variants
 from gawee.testing import check_rule
 from tests.conftest import HARNESS
 
@@ -13,9 +13,12 @@ RULES = gawee.default_rules().rules
 LAYOUT_RULES = layout.phase().rules
 LAYOUT_EXAMPLES = 100
 """The layout phase's rules never change a value (a layout is storage): fewer draws keep the suite short."""
-TARGET_RULES = [r for name in targets() for r in target_rules(name).rules]
+TARGET_RULES = [r for name in targets() for r in target_rules(name).rules] + [
+    r for name in targets() for v in variants(name) for r in variant_rules(name, v).rules
+]
 TARGET_EXAMPLES = 40
-"""The target phases' rules are each proven by definition (tests/ops/test_targets.py): fewer draws."""
+"""The target phases' rules and their variants' are each proven by definition (tests/ops/test_targets.py): fewer
+draws."""
 WHOLE_LEVEL = 200
 """Levels enumerated whole up to this many instances (the CLI's default is 600, gawee.testing.scope.COMPLETE):
 the smallest level of every bundled rule that fits completes, the larger second levels are sampled, and the

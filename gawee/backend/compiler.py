@@ -54,7 +54,8 @@ class BackendChoice:
     not_candidates: dict[str, str] = field(default_factory=dict)
     """Runtime → why it was not measured (not installed, an op it cannot run, outputs that differ)."""
     target_rules: dict[str, int] = field(default_factory=dict)
-    """The chosen runtime's target phase (:attr:`Runtime.rules`): rule → times it fired on the graph built."""
+    """The chosen runtime's target phase (:attr:`Runtime.rules`) and its variant's (:meth:`Runtime.variant_rules`:
+    the rules that made the candidate that won): rule → times it fired on the graph built."""
     spent: dict[str, float] = field(default_factory=dict)
     """Where the choice's seconds went: the candidates' target phases, their trial processes, their builds
     (oneDNN's races of each convolution's kernels included) with their checks, and timing them against each other."""
@@ -364,21 +365,26 @@ def compile(
     return module
 
 
-Lowered = dict[str, tuple[Graph, RewriteReport | None]]
-"""Runtime name → ``graph`` after its target phase and that rewrite's report (:meth:`Runtime.lower`): each
-runtime's phase runs once per measured choice, for its promise and its builds alike."""
+Lowered = dict[str, tuple[Graph, dict[str, int]]]
+"""Runtime name (``name:variant`` for a variant's phase after it) → ``graph`` after its target phase and the rules
+that fired there (:meth:`Runtime.lower`): each runtime's phase runs once per measured choice, for its promise and
+its builds alike."""
 
 
 def _lowered(
-    rt: Runtime, graph: Graph, lowered: Lowered, spent: dict[str, float]
-) -> tuple[Graph, RewriteReport | None]:
-    """``graph`` after ``rt``'s target phase, from ``lowered`` or run now (its seconds added to ``spent``) and kept
-    there."""
-    if rt.name not in lowered:
+    rt: Runtime, graph: Graph, lowered: Lowered, spent: dict[str, float], variant: str = ""
+) -> tuple[Graph, dict[str, int]]:
+    """``graph`` after ``rt``'s target phase (then ``variant``'s phase, where it has one: :meth:`Runtime.lower`), and
+    the rules that fired there; from ``lowered`` or run now (its seconds added to ``spent``) and kept there. All of a
+    runtime's variants share its target phase's run."""
+    key = f"{rt.name}:{variant}" if variant else rt.name
+    if key not in lowered:
+        base, fired = _lowered(rt, graph, lowered, spent) if variant else (graph, {})
         t0 = time.perf_counter()
-        lowered[rt.name] = rt.lower(graph)
+        result, report = rt.lower(base, variant)
         _spend(spent, "target phases", t0)
-    return lowered[rt.name]
+        lowered[key] = result, {**fired, **(report.firings if report is not None else {})}
+    return lowered[key]
 
 
 def _measured(
@@ -457,8 +463,7 @@ def _runtimes(
     for name in names:
         key, _, variant = name.partition(":")
         rt = runtime.get(key)
-        target, report = _lowered(rt, graph, lowered, spent)
-        fired[name] = dict(report.firings) if report is not None else {}
+        target, fired[name] = _lowered(rt, graph, lowered, spent, variant)
         builds[name] = _builds(rt, target, xs, structure, variant, given)
         hints[name] = rt.mismatch_hint
     # A runtime that could crash the process is built, run and checked in a child first (all of them at once);

@@ -387,6 +387,7 @@ def _view(t: _Tensor, shape) -> torch.Tensor:
 
 LOWERINGS = {
     "conv2d": _conv2d,
+    "onednn_conv": _conv2d,
     "onednn_depthwise": _conv2d,
     "onednn_batch_norm": _batch_norm,
     "linear": _linear,
@@ -407,6 +408,7 @@ LOWERINGS = {
 
 RANKS = {
     "conv2d": 4,
+    "onednn_conv": 4,
     "onednn_depthwise": 4,
     "onednn_batch_norm": 4,
     "linear": 2,

@@ -375,6 +375,8 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
     dims = (_DIMS(*stride), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*padding))
     act, params = plan.act_of(node)
     create = plan.lib.dnnl_convolution_forward_primitive_desc_create
+    tag = node.attrs.get("layout")  # set by a layout phase (rules/targets/onednn/variants/); else the module's
+    mode = plan.layout if tag is None else "per_conv" if tag == "any" else tag
 
     def descriptor(layout: str) -> tuple[tuple, int | None]:
         """The convolution's arguments in ``layout``, and its post-ops."""
@@ -392,7 +394,7 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
 
     def candidates_in(layout: str) -> list:
         conv_args, attr = descriptor(layout)
-        if plan.layout == "per_conv":  # every kernel of each layout timed here, with the reorders it would need
+        if mode == "per_conv":  # every kernel of each layout timed here, with the reorders it would need
             found = plan.implementations(create, *conv_args, attr=attr)
         else:
             found = [plan.primitive(create, *conv_args, attr=attr)]
@@ -403,13 +405,13 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
             *_Depthwise.candidates(plan, layout, x, out, geometry, act, residual is not None),
         ]
 
-    layouts = MEASURED if plan.layout == "per_conv" else (plan.layout,)
+    layouts = MEASURED if mode == "per_conv" else (mode,)
     act_in = node.attrs.get("act_in")  # onednn_depthwise's prologue (rules/targets/onednn/3-depthwise.rules)
     if act_in is not None:  # only gawee's depthwise kernel applies an activation to its input
         own = (x, out, geometry, act, residual is not None, act_in)
         candidates = [c for layout in layouts for c in _Depthwise.candidates(plan, layout, *own)]
         if not candidates:
-            raise _Unsupported(f"gawee's depthwise kernel does not take {node.name} in the {plan.layout} layout")
+            raise _Unsupported(f"gawee's depthwise kernel does not take {node.name} in the {mode} layout")
     else:
         candidates = [c for layout in layouts for c in candidates_in(layout)]
         if all(_reference(c.name) for c in candidates if isinstance(c, _Primitive)):  # oneDNN has no kernel here

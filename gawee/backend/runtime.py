@@ -23,7 +23,7 @@ import torch
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph
 from gawee.rewrite.driver import RewriteReport, rewrite
-from gawee.rewrite.ruleset import RuleSet, target_rules
+from gawee.rewrite.ruleset import RuleSet, target_rules, variant_rules
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,18 @@ class Runtime(ABC):
         rewritten graph before :meth:`build` (:meth:`lower`). A runtime may return its own RuleSet."""
         return None if self.target is None else target_rules(self.target)
 
-    def lower(self, graph: Graph) -> tuple[Graph, RewriteReport | None]:
+    def variant_rules(self, variant: str) -> RuleSet | None:
+        """The phase that makes its ``variant`` (one of :attr:`variants`) from the graph after its target phase:
+        that variant's decisions written as rules (``rules/targets/<target>/variants/<variant>.rules``: oneDNN's
+        activation layouts), or None where the variant has none. The whole-graph choice times the variants' modules
+        against each other, and the report names the rules of the one that won (``BackendChoice.target_rules``)."""
+        return None if self.target is None else variant_rules(self.target, variant)
+
+    def lower(self, graph: Graph, variant: str = "") -> tuple[Graph, RewriteReport | None]:
         """``graph`` with :attr:`rules` applied (a new graph; ``graph`` itself unchanged) and the rewrite's report;
-        ``graph`` itself and None where there is no target phase."""
-        rules = self.rules
+        ``graph`` itself and None where there is no target phase. With ``variant``: ``graph`` (already through the
+        target phase) with that variant's phase applied instead (:meth:`variant_rules`)."""
+        rules = self.variant_rules(variant) if variant else self.rules
         if rules is None:
             return graph, None
         return rewrite(graph, rules)

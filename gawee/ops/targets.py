@@ -16,12 +16,39 @@ from gawee.ir.types import TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import Attr, OpDef, Operand, get_op, register
 from gawee.ops.elementwise import EW
-from gawee.ops.nn import PURE, _bn_sample, _conv_canon, _conv_flops, _draw_act, _no_act_params, act_as_op, apply_act
+from gawee.ops.nn import (
+    PURE,
+    _bn_sample,
+    _conv_canon,
+    _conv_flops,
+    _conv_sample,
+    _draw_act,
+    _no_act_params,
+    act_as_op,
+    apply_act,
+)
 
 ONEDNN_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 """The core ops a oneDNN binary primitive computes (``onednn_binary``'s ``alg``)."""
 
 _EPILOGUE = (Attr("act", "str?", None), Attr("act_params", "floats", ()))
+
+ONEDNN_LAYOUTS = ("blocked", "channels_last", "any")
+"""What a convolution's ``layout`` attribute may say (the runtime's layout phases set it:
+``rules/targets/onednn/variants/``): its activations in oneDNN's blocked layout (nChw8c/nChw16c) or in channels-last,
+or ``any``: every kernel of both layouts raced, each with the reorders of its operands that it would need. Absent,
+the module's layout decides. A layout is storage: it never changes a value, so the definitions ignore it."""
+
+_LAYOUT = Attr("layout", "str?", None)
+
+
+def _check_layout(attrs) -> None:
+    if attrs.get("layout") not in (None, *ONEDNN_LAYOUTS):
+        raise ValueError(f"layout is one of {', '.join(ONEDNN_LAYOUTS)}, not {attrs['layout']!r}")
+
+
+def _draw_layout(draw) -> dict:
+    return {"layout": draw.choice([None, *ONEDNN_LAYOUTS])}
 
 
 def _with_act(flops_per_element: int):
@@ -78,14 +105,15 @@ register(
 )
 
 
-def _batch_norm(input, weight, bias, running_mean, running_var, *, eps, act=None, act_params=()):
+def _batch_norm(input, weight, bias, running_mean, running_var, *, eps, act=None, act_params=(), layout=None):
+    _check_layout({"layout": layout})
     y = get_op("batch_norm").evaluate(input, weight, bias, running_mean, running_var, eps=eps)
     return apply_act(y, act, act_params)
 
 
 def _batch_norm_sample(draw, slots, attrs):
     types, drawn = _bn_sample(draw, slots, attrs)
-    return types, {**_draw_act(draw), **drawn}
+    return types, {**_draw_act(draw), **_draw_layout(draw), **drawn}
 
 
 register(
@@ -93,15 +121,15 @@ register(
         "onednn_batch_norm",
         get_op("batch_norm").operands,
         _batch_norm,
-        attrs=(*get_op("batch_norm").attrs, *_EPILOGUE),
+        attrs=(*get_op("batch_norm").attrs, *_EPILOGUE, _LAYOUT),
         traits=PURE,
         flops=_with_act(2),
-        infer=lambda types, attrs: [_after_act(_bn_type(types, attrs["eps"]), attrs)],
+        infer=lambda types, attrs: _check_layout(attrs) or [_after_act(_bn_type(types, attrs["eps"]), attrs)],
         sample=_batch_norm_sample,
         core="batch_norm",
         canonicalize=lambda attrs, _types: _no_act_params(attrs),
         doc="act(batch_norm(...)): an inference batch norm as oneDNN's 1x1 depthwise convolution by its scale and "
-        "shift, with its eltwise post-op",
+        "shift, with its eltwise post-op, in the activation layout ``layout`` names (storage only)",
     )
 )
 
@@ -140,9 +168,22 @@ register(
 )
 
 
-def _depthwise(
-    input, weight, bias=None, residual=None, *, stride, padding, dilation, groups, act=None, act_params=(), act_in=None
+def _conv(
+    input,
+    weight,
+    bias=None,
+    residual=None,
+    *,
+    stride,
+    padding,
+    dilation,
+    groups,
+    act=None,
+    act_params=(),
+    act_in=None,
+    layout=None,
 ):
+    _check_layout({"layout": layout})
     return get_op("conv2d").evaluate(
         apply_act(input, act_in),
         weight,
@@ -157,25 +198,65 @@ def _depthwise(
     )
 
 
+def _conv_target_sample(prologue: bool):
+    """conv2d's instances, with a layout (and an input activation) drawn unless the pattern fixes them."""
+    core = _conv_sample(2, True)
+
+    def sample(draw, slots, attrs):
+        types, drawn = core(draw, slots, {k: v for k, v in attrs.items() if k not in ("layout", "act_in")})
+        extra = _draw_layout(draw)
+        if prologue:
+            extra["act_in"] = draw.choice([None, "silu", "relu"])
+        return types, {**drawn, **extra, **{k: v for k, v in attrs.items() if k in ("layout", "act_in")}}
+
+    return sample
+
+
+def _conv_infer(types, attrs):
+    _check_layout(attrs)
+    core = {k: v for k, v in attrs.items() if k not in ("layout", "act_in")}
+    return get_op("conv2d").infer_types(types, core)
+
+
+register(
+    OpDef(
+        "onednn_conv",
+        get_op("conv2d").operands,
+        _conv,
+        attrs=(*get_op("conv2d").attrs, _LAYOUT),  # its epilogue among them
+        traits=PURE,
+        flops=_conv_flops,
+        canonicalize=_conv_canon(2),
+        infer=_conv_infer,
+        sample=_conv_target_sample(prologue=False),
+        core="conv2d",
+        doc="conv2d with its epilogues, its activations in the layout ``layout`` names (blocked, channels_last, or "
+        "any: raced); storage only: a layout phase of oneDNN's runtime (rules/targets/onednn/variants/) sets it",
+    )
+)
+
 register(
     OpDef(
         "onednn_depthwise",
         get_op("conv2d").operands,
-        _depthwise,
+        _conv,
         attrs=(
             *get_op("conv2d").attrs,  # its epilogue among them
             Attr("act_in", "str?", None),
+            _LAYOUT,
         ),
         traits=PURE,
         flops=lambda ins, outs, attrs: (
             _conv_flops(ins, outs, attrs) + ins[0].numel * int(attrs.get("act_in") is not None)
         ),
         canonicalize=_conv_canon(2),
+        infer=_conv_infer,
+        sample=_conv_target_sample(prologue=True),
         core="conv2d",
         doc="conv2d(act_in(input), ...) with conv2d's epilogues: gawee's depthwise kernel, which applies act_in to "
-        "its input rows as it reads them (once per element)",
+        "its input rows as it reads them (once per element), in the layout ``layout`` names (storage only)",
     )
 )
 
-TARGET_OPS = frozenset({"onednn_binary", "onednn_batch_norm", "onednn_affine_cat", "onednn_depthwise"})
+TARGET_OPS = frozenset({"onednn_binary", "onednn_batch_norm", "onednn_affine_cat", "onednn_conv", "onednn_depthwise"})
 """The target ops defined here: only rules make them (never a capture)."""

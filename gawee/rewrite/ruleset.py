@@ -252,6 +252,30 @@ def target_rules(name: str, skip: tuple[str, ...] = ()) -> RuleSet:
     return _target(files, tuple(p.stat().st_mtime_ns for p in files))
 
 
+def variants(name: str) -> list[str]:
+    """The variants of the runtime ``name`` with a bundled phase of their own (``rules/targets/<name>/variants/``)."""
+    return sorted(p.stem for p in (target_dir(name) / "variants").glob("*.rules"))
+
+
+def variant_dir(name: str, variant: str) -> Path:
+    """The bundled phase of the runtime ``name``'s variant ``variant``; GaweeError where it has none."""
+    path = target_dir(name) / "variants" / f"{variant}.rules"
+    if not path.is_file():
+        known = ", ".join(f"{name}:{v}" for v in variants(name)) or "none"
+        raise GaweeError(f"no phase for the variant {name}:{variant}", hint=f"variants with a phase: {known}")
+    return path
+
+
+def variant_rules(name: str, variant: str) -> RuleSet | None:
+    """The bundled phase that makes the runtime ``name``'s variant ``variant`` from the graph after its target phase
+    (``rules/targets/<name>/variants/<variant>.rules``: oneDNN's activation layouts), compiled once per process
+    (again only if it changed); None where it has none."""
+    if variant not in variants(name):
+        return None
+    path = variant_dir(name, variant)
+    return _target((path,), (path.stat().st_mtime_ns,))
+
+
 @functools.lru_cache(maxsize=8)
 def _target(files: tuple[Path, ...], stamp: tuple) -> RuleSet:
     return load_rules(*files)

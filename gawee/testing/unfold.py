@@ -505,8 +505,10 @@ class _Terms:
             return None
         operands = {o.name: s[o.name] for o in opdef.operands}
         act_in = s.get("act_in", NONE)
-        if act_in != NONE:  # the prologue: the activation applied to the input first
-            if act_in[0] != "lit" or ACTIVATIONS.get(act_in[2]) != 0:
+        if act_in != NONE and act_in[0] != "lit":  # a prologue carried over unread (`...attrs`): the same on both sides
+            operands["input"] = ("act", act_in, lit(()), operands["input"])
+        elif act_in != NONE:  # the prologue: the activation applied to the input first
+            if ACTIVATIONS.get(act_in[2]) != 0:
                 return None
             standalone = get_op(act_in[2])
             defaults = {a.name: lit(a.default) for a in standalone.attrs}

@@ -3,11 +3,13 @@ it builds that runtime from, that the compile report counts, and that `optimize 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 import gawee
-from gawee.backend import dnnl, runtime
+from gawee.backend import dnnl, dnnl_plan, runtime
 from gawee.cli import main
 from gawee.errors import GaweeError
 from gawee.interp import run
@@ -82,6 +84,8 @@ def test_compile_runs_the_target_phase_and_reports_its_rules():
     choice = module.gawee_report.backend
     assert choice.target_rules["onednn_binary"] == 2
     assert choice.target_rules["onednn_batch_norm_leaky_relu"] == 1
+    # the variant's phase too: the rules that made the module built (rules/targets/onednn/variants/blocked.rules)
+    assert choice.target_rules["onednn_conv_blocked"] == 2 and choice.target_rules["onednn_batch_norm_blocked"] == 1
     assert "its target rules fired: " in str(choice)
     # where choosing took its time: one variant asked for, so nothing is timed against it
     assert set(choice.spent) == {"target phases", "trials", "builds"} and "choosing took" in str(choice)
@@ -103,18 +107,80 @@ def test_optimize_traces_the_target_phase(capsys, tmp_path):
     assert "onednn_binary" in {n.op for n in load(out_json)}
     code = main(["optimize", f"{src}:make", "--target", "tpu"])
     assert code != 0 and "no target phase 'tpu'" in capsys.readouterr().err
+    # a variant's phase after it: the activation layout of each convolution, traced and counted like any rule
+    code = main(["optimize", f"{src}:make", "--target", "onednn:channels_last", "--trace", "-o", str(out_json)])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "onednn_conv_channels_last (rules/targets/onednn/variants/channels_last.rules:" in out
+    assert "onednn_conv_channels_last x2" in out and "onednn_batch_norm_channels_last x1" in out
+    layouts = {n.attrs["layout"] for n in load(out_json) if n.op in ("onednn_conv", "onednn_batch_norm")}
+    assert layouts == {"channels_last"}
+    code = main(["optimize", f"{src}:make", "--target", "onednn:nchw"])
+    err = capsys.readouterr().err
+    assert code != 0 and "no phase for the variant onednn:nchw" in err and "onednn:per_conv" in err
+
+
+POINTWISE = """rule pointwise_channels_last:
+    conv2d(x, w, b, ...attrs) where w.shape[2] == 1 and w.shape[3] == 1
+    => onednn_conv(x, w, b, layout="channels_last", ...attrs)
+"""
+"""docs/rules.md's example ("Variant phases")."""
+
+MIXED = f"""
+# 1x1 convolutions in channels-last, the others blocked: a node keeps the first layout it gets
+{POINTWISE}
+rule others_blocked:
+    conv2d(x, w, b, ...attrs) => onednn_conv(x, w, b, layout="blocked", ...attrs)
+
+rule bn_blocked:
+    onednn_batch_norm(x, g, b, m, v, layout=none, ...attrs)
+    => onednn_batch_norm(x, g, b, m, v, layout="blocked", ...attrs)
+"""
+
+
+@pytest.mark.skipif(dnnl.unavailable() is not None, reason="oneDNN's primitives are not available here")
+@pytest.mark.parametrize("variant", ["blocked", "channels_last", "per_conv", "mixed"])
+def test_a_variant_phase_decides_each_convolutions_layout(variant, monkeypatch):
+    """The layout each convolution's activations take in oneDNN's module is what a phase's rules set on it (the
+    module's own ``layout`` is only the default for a node no rule reached): the bundled variants give the module
+    the module-wide layout would, and a rule file of an author's mixes them as it says."""
+    from gawee.rewrite.ruleset import load_rules_text, variant_rules
+
+    model, (x,) = _model()
+    graph, _ = dnnl.RUNTIME.lower(gawee.rewrite(gawee.capture(model, (x,)))[0])
+    phase = load_rules_text(MIXED, "mixed.rules") if variant == "mixed" else variant_rules("onednn", variant)
+    tagged, _ = gawee.rewrite(graph, phase)
+    convs = [n for n in tagged if n.op in ("onednn_conv", "onednn_batch_norm")]
+    assert len(convs) == 3 and all("layout" in n.attrs for n in convs)
+    other = "channels_last" if variant == "blocked" else "blocked"  # the module's default, which no node takes
+    raced = []  # the layouts of each race's candidates
+    fastest = dnnl_plan._Plan.fastest
+    monkeypatch.setattr(
+        dnnl_plan._Plan, "fastest", lambda plan, cs, *a: raced.append({c.layout for c in cs}) or fastest(plan, cs, *a)
+    )
+    module = dnnl.DnnlModule(tagged, layout=other)
+    layouts = [module.conv_layouts[n.name] for n in convs]
+    if variant == "mixed":
+        assert layouts == ["blocked", "channels_last", "blocked"]  # the 3x3, the 1x1 gate, the batch norm
+        assert POINTWISE in (Path(__file__).parents[2] / "docs" / "rules.md").read_text()
+    elif variant == "per_conv":  # every convolution raced the kernels of both layouts
+        assert len(raced) == 3 and all(r == {"blocked", "channels_last"} for r in raced)
+    else:
+        assert layouts == [variant] * 3 and all(r == {variant} for r in raced)
+        assert list(dnnl.DnnlModule(graph, layout=variant).conv_layouts.values()) == layouts
+    with torch.no_grad():
+        torch.testing.assert_close(module(x)[0], model(x), rtol=1e-4, atol=1e-4)
 
 
 def test_the_docs_example_of_a_runtime_fusion_loads_and_is_sound():
     """docs/rules.md, "Target phases": the worked example of adding a fusion to the oneDNN runtime."""
     import re
-    from pathlib import Path
 
     from gawee.rewrite.ruleset import load_rules_text
     from gawee.testing import check_rule
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text(encoding="utf-8")
-    section = doc.split("## Target phases", 1)[1].split("\n## ", 1)[0]
+    section = doc.split("## Target phases", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     (block,) = re.findall(r"```\n(.*?)```", section, re.S)
     (rule,) = load_rules_text(block, "docs/rules.md").rules
     assert rule.name == "onednn_binary_clamp"

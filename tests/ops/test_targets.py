@@ -8,8 +8,8 @@ import torch
 
 from gawee.ir.types import DType
 from gawee.ops import ACTIVATIONS, all_ops, apply_act, get_op
-from gawee.ops.targets import ONEDNN_BINARY
-from gawee.rewrite.ruleset import load_rules_text, target_rules
+from gawee.ops.targets import ONEDNN_BINARY, ONEDNN_LAYOUTS
+from gawee.rewrite.ruleset import load_rules_text, target_rules, variant_rules, variants
 from gawee.testing import check_rule
 from gawee.testing.unfold import Definition, prove
 
@@ -28,6 +28,8 @@ def _operands(name: str) -> list[torch.Tensor]:
         return [torch.randn(2, 3, 4, 4), torch.rand(3) + 0.5, torch.randn(3), torch.randn(3), torch.rand(3) + 0.1]
     if name == "onednn_depthwise":
         return [torch.randn(2, 3, 6, 6), torch.randn(3, 1, 3, 3), torch.randn(3), torch.randn(2, 3, 6, 6)]
+    if name == "onednn_conv":
+        return [torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4), torch.randn(2, 4, 6, 6)]
     return [torch.randn(2, 3, 4, 4), torch.randn(3, 1, 1)]
 
 
@@ -37,12 +39,18 @@ def _variants(name: str) -> list[dict]:
         return [{"alg": alg} for alg in ONEDNN_BINARY]
     if name == "onednn_depthwise":
         conv = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 3}
-        return [{**conv, "act_in": act_in} for act_in in (None, "silu", "relu", "hardswish")]
-    return [{"eps": 1e-3}]
+        return [
+            {**conv, "act_in": act_in, "layout": layout}
+            for act_in, layout in zip((None, "silu", "relu", "hardswish"), (None, *ONEDNN_LAYOUTS))
+        ]
+    if name == "onednn_conv":
+        conv = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 1}
+        return [{**conv, "layout": layout} for layout in (None, *ONEDNN_LAYOUTS)]
+    return [{"eps": 1e-3, "layout": layout} for layout in (None, *ONEDNN_LAYOUTS)]
 
 
 def test_the_target_ops_are_the_onednn_ones():
-    assert TARGET_OPS == ["onednn_batch_norm", "onednn_binary", "onednn_depthwise"]
+    assert TARGET_OPS == ["onednn_batch_norm", "onednn_binary", "onednn_conv", "onednn_depthwise"]
 
 
 @pytest.mark.parametrize("name", TARGET_OPS)
@@ -70,6 +78,27 @@ def test_every_rule_of_the_onednn_target_phase_is_proven_by_definition():
     assert unproven == ["onednn_affine_cat"]
 
 
+def test_every_rule_of_the_onednn_variant_phases_is_proven_by_definition():
+    """The layout phases (rules/targets/onednn/variants/): a layout is storage, which no definition reads."""
+    assert variants("onednn") == ["blocked", "channels_last", "per_conv"]
+    rules = [r for v in variants("onednn") for r in variant_rules("onednn", v).rules]
+    assert len(rules) == 9
+    assert all(isinstance(prove(r), Definition) for r in rules), [r.name for r in rules]
+
+
+@pytest.mark.parametrize("name", ["onednn_conv", "onednn_depthwise", "onednn_batch_norm"])
+def test_a_layout_the_runtime_does_not_know_is_refused(name):
+    from gawee.errors import InferenceError
+    from gawee.ir.types import TensorType
+
+    attrs = {**_variants(name)[0], "layout": "nchw"}
+    with pytest.raises(ValueError, match="layout is one of blocked, channels_last, any, not 'nchw'"):
+        get_op(name).run(_operands(name), attrs)
+    types = [TensorType.of(x) for x in _operands(name)]
+    with pytest.raises(InferenceError, match="layout is one of"):
+        get_op(name).infer_types(types, attrs)
+
+
 UNSOUND = [
     # another binary op than the matched one
     'rule r: y: sub(a, c) => onednn_binary(a, c, alg="add")',
@@ -83,6 +112,12 @@ UNSOUND = [
     # a SiLU moved into a convolution that keeps it on its producer too (applied twice)
     'rule r: y: conv2d(x0, w0, b0, act="silu", ...a0) |> conv2d(w, b, ...attrs)\n'
     '    => onednn_depthwise(y, w, b, act_in="silu", ...attrs)',
+    # a layout phase's rule that drops the input activation of gawee's depthwise kernel
+    "rule r: onednn_depthwise(x, w, b, layout=none, ...attrs) => conv2d(x, w, b, stride=attrs.stride,\n"
+    "    padding=attrs.padding, dilation=attrs.dilation, groups=attrs.groups, act=attrs.act,\n"
+    "    act_params=attrs.act_params, residual=attrs.residual)",
+    # a layout phase's rule that drops the convolution's fused activation with its other attributes
+    'rule r: conv2d(x, w, b, act=a, ...attrs) => onednn_conv(x, w, b, layout="blocked", ...attrs)',
     # the convolution may carry an activation already, which the replacement overwrites
     'rule r: r: _(y: conv2d(x, w, b, ...attrs), ...) where single_use(y) and op(r) in {"relu", "tanh"}\n'
     "    => conv2d(x, w, b, act=op(r), ...attrs)",
