@@ -93,3 +93,27 @@ def cpu_name() -> str:
     import platform
 
     return cpu_info().get("model name") or platform.processor() or "unknown CPU"
+
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""x86 flags (``/proc/cpuinfo``) of bf16 arithmetic: AVX512-BF16's dot products and conversions, AMX's tiles."""
+
+
+def no_bf16(device: torch.device | None = None) -> str | None:
+    """Why ``device`` (default: this CPU) has no bf16 arithmetic of its own — its bf16 kernels convert to float32 and
+    back around every op, slower than float32 and less exact —, or None where it has (an x86 CPU with
+    :data:`BF16_FLAGS`, an Arm one with ``bf16`` among its features, a CUDA device torch says supports it) or where
+    nothing says (no ``/proc/cpuinfo``)."""
+    if device is not None and device.type == "cuda":
+        supported = torch.cuda.is_bf16_supported()
+        return None if supported else f"{torch.cuda.get_device_name(device)} has no bf16 arithmetic"
+    if device is not None and device.type != "cpu":
+        return None
+    info = cpu_info()
+    if "flags" in info:
+        if any(flag in info["flags"].split() for flag in BF16_FLAGS):
+            return None
+        return f"this CPU has no bf16 instructions (neither of {', '.join(BF16_FLAGS)} among /proc/cpuinfo's flags)"
+    if "Features" in info:  # Arm
+        return None if "bf16" in info["Features"].split() else "this CPU has no bf16 instructions (Arm's bf16 feature)"
+    return None

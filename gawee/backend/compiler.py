@@ -36,6 +36,7 @@ from gawee.frontend.capture import capture, example_args
 from gawee.ir.core import Graph
 from gawee.ir.symbolic import draw_values, example_values, symbols_of
 from gawee.ir.types import DType, TensorType
+from gawee.machine import no_bf16
 from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet, with_precision
 
@@ -113,6 +114,9 @@ class CompileReport:
     """With a precision phase: the values its approximate rewrites made against the values they stand for on the
     example inputs, worst relative error first (:func:`gawee.equivalence.firing_errors`): which rewrites the
     error comes from."""
+    precision_skipped: str = ""
+    """Why the precision phase asked for did not run, or empty: bf16 on a device without bf16 arithmetic
+    (:func:`gawee.machine.no_bf16`), where it would be slower than float32 as well as less exact."""
 
     @property
     def total_s(self) -> float:
@@ -132,6 +136,8 @@ class CompileReport:
             text += f"; runtime: {self.backend}"
         if self.allocator:
             text += f"; {self.allocator}"
+        if self.precision_skipped:
+            text += f"; precision {self.precision_skipped}"
         if self.precision is not None:
             text += f"; precision {self.precision}: {self.accuracy}"
             if self.firing_errors:
@@ -206,7 +212,9 @@ def compile(
 
     ``precision`` (``"bf16"``, ``"int8"``: :data:`gawee.rewrite.ruleset.PRECISIONS`) runs that bundled precision
     phase after ``rules``: approximate rules, each with its declared error bound, that compute in lower precision
-    (int8 linear layers run torch's dynamic quantized kernel). The outputs they reach are not held to the
+    (int8 linear layers run torch's dynamic quantized kernel). bf16 runs only on a device with bf16 arithmetic
+    (:func:`gawee.machine.no_bf16`: AVX512-BF16 or AMX on x86): elsewhere the model stays in float32 and the report
+    says why (``CompileReport.precision_skipped``). The outputs they reach are not held to the
     tolerance by the check (they are counted in its report), and the report says how far the module's outputs
     are from the model's on the example inputs (``CompileReport.accuracy``). Where they reach an output, the
     whole-graph runtimes are not measured (they have no quantized kernels) and, with symbolic shapes, the rewritten
@@ -241,6 +249,7 @@ def compile(
     why = chosen.unavailable()
     if why is not None:  # fail before the capture when the runtime cannot run here
         raise chosen.unavailable_error(why)
+    unprecise = rules
     if precision is not None:
         rules = with_precision(rules, precision)  # an unknown name fails before the capture
     allocator = keep_freed_memory() if options.keep_freed_memory else ""
@@ -256,6 +265,13 @@ def compile(
             f"backend {name!r} runs on the CPU only; the model is on {graph.device}",
             hint='use backend="torch" (it runs on the model\'s device), or move the model and inputs to the CPU',
         )
+
+    precision_skipped = ""
+    why = no_bf16(graph.device) if precision == "bf16" else None
+    if why is not None:  # its kernels would convert to float32 and back around every op: slower, and less exact
+        precision_skipped = f"{precision} not applied: {why}, so the model stays in float32"
+        logger.warning("%s: %s", graph.name, precision_skipped)
+        rules, precision = unprecise, None
 
     t0 = time.perf_counter()
     optimized, rewrite_report = rewrite(graph, rules, trace=precision is not None)
@@ -361,6 +377,7 @@ def compile(
         precision,
         accuracy,
         errors,
+        precision_skipped,
     )
     return module
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gawee
-from gawee.backend import quantized
+from gawee.backend import compiler, quantized
 from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.errors import GaweeError
 from gawee.interp import run
@@ -120,12 +120,55 @@ def test_compile_without_precision_is_float32():
     assert not any(o.approximate for o in report.equivalence.outputs)
 
 
-def test_compile_bf16_is_checked_as_approximate_too():
+def test_compile_bf16_is_checked_as_approximate_too(monkeypatch):
+    monkeypatch.setattr(compiler, "no_bf16", lambda device: None)  # a CPU with bf16 arithmetic, whichever runs this
     model, x = make()
     module = gawee.compile(model, (x,), precision="bf16")
     report = module.gawee_report
     assert report.precision == "bf16" and report.rewrite.firings["linear_bf16"] == 2
     assert report.equivalence.ok and report.accuracy.cosine > 0.999
+    assert report.precision_skipped == ""
+
+
+def test_compile_bf16_on_a_cpu_without_bf16_says_so_and_stays_in_float32(monkeypatch, caplog):
+    monkeypatch.setattr(compiler, "no_bf16", lambda device: "this CPU has no bf16 instructions (planted)")
+    model, x = make()
+    with caplog.at_level("WARNING", logger="gawee.backend.compiler"):
+        module = gawee.compile(model, (x,), precision="bf16")
+    report = module.gawee_report
+    assert report.precision is None and report.accuracy is None
+    assert report.precision_skipped == (
+        "bf16 not applied: this CPU has no bf16 instructions (planted), so the model stays in float32"
+    )
+    assert f"precision {report.precision_skipped}" in str(report) and report.precision_skipped in caplog.text
+    assert "linear_bf16" not in report.rewrite.firings
+    assert all(v.dtype.name == "f32" for n in report.optimized for v in n.outputs)
+    torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-5)  # float32: the exact tolerance
+    # int8 has no such condition: its kernels run on every x86 CPU
+    monkeypatch.setattr(compiler, "no_bf16", lambda device: pytest.fail("asked for int8"))
+    assert gawee.compile(model, (x,), precision="int8").gawee_report.precision == "int8"
+
+
+@pytest.mark.parametrize(
+    "fields, native",
+    [
+        ({"flags": "fpu sse2 avx2 fma"}, False),  # AVX2 only (this project's AMD VM)
+        ({"flags": "avx2 avx512f avx512bw"}, False),  # AVX-512 without its bf16 extension
+        ({"flags": "avx2 avx512f avx512_bf16"}, True),  # Zen 4, Cooper Lake
+        ({"flags": "avx2 avx512f amx_bf16 amx_tile"}, True),  # Sapphire Rapids
+        ({"Features": "fp asimd sve"}, False),  # Arm without bf16
+        ({"Features": "fp asimd sve bf16"}, True),  # Arm with it
+        ({}, True),  # nothing says: no claim
+    ],
+)
+def test_no_bf16_reads_the_cpus_flags(monkeypatch, fields, native):
+    from gawee import machine
+
+    monkeypatch.setattr(machine, "cpu_info", lambda: fields)
+    why = machine.no_bf16()
+    assert (why is None) == native
+    assert why is None or why.startswith("this CPU has no bf16 instructions")
+    assert machine.no_bf16(torch.device("meta")) is None  # not a CPU or a CUDA device: no claim
 
 
 def test_compile_refuses_an_unknown_precision_before_capturing():
