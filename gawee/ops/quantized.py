@@ -87,8 +87,14 @@ def linear_int8_dynamic(
     """act(dequantized(quantized(input) @ weight.T) + bias): ``input`` (float32) quantized per tensor with
     ``activation_qparams``, ``round(input * (1 / scale)) + zero_point`` in float32 kept in [0, 255] (what the
     kernel's vector loop does), the integer product of ``q - zero_point`` with the int8 ``weight`` [out, in]
-    accumulated exactly (int64 here; the kernel's int32 is exact for fewer than 132,000 input features), and
-    dequantized in float32 as ``product * (scale * weight_scale)`` before the bias is added."""
+    accumulated exactly (the kernel's int32 is exact for fewer than 132,000 input features), and dequantized in
+    float32 as ``product * (scale * weight_scale)`` before the bias is added.
+
+    The product is a float64 matrix product: each term is an integer of magnitude at most 255 * 127 and every
+    partial sum an integer below 2**53 (for fewer than 2.7e11 input features), which float64 holds exactly in any
+    order of summation, so BLAS computes the integer product exactly (an int64 matmul has no BLAS kernel, and the
+    interpreter runs this op wherever a compile checks an int8 model), and its rounding to float32 is the
+    integer's."""
     if input.dtype != torch.float32 or weight.dtype != torch.int8 or weight_scale.dtype != torch.float32:
         raise ValueError(
             f"linear_int8_dynamic takes a float32 input, an int8 weight and float32 scales, "
@@ -103,7 +109,7 @@ def linear_int8_dynamic(
         raise ValueError(f"linear_int8_dynamic adds a float32 bias, not {bias.dtype}")
     scale, zero = activation_qparams(input)
     q = torch.clamp(torch.round(input * (1 / scale)) + zero.float(), 0, 255)
-    product = torch.matmul((q.double() - zero).to(torch.int64), weight.to(torch.int64).T)
+    product = torch.matmul(q.double() - zero, weight.double().T)
     y = product.float() * (scale * weight_scale)
     if bias is not None:
         y = y + bias

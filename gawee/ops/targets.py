@@ -111,6 +111,11 @@ def _batch_norm(input, weight, bias, running_mean, running_var, *, eps, act=None
     return apply_act(y, act, act_params)
 
 
+def _batch_norm_infer(types, attrs):
+    _check_layout(attrs)
+    return [_after_act(_bn_type(types, attrs["eps"]), attrs)]
+
+
 def _batch_norm_sample(draw, slots, attrs):
     types, drawn = _bn_sample(draw, slots, attrs)
     return types, {**_draw_act(draw), **_draw_layout(draw), **drawn}
@@ -124,7 +129,7 @@ register(
         attrs=(*get_op("batch_norm").attrs, *_EPILOGUE, _LAYOUT),
         traits=PURE,
         flops=_with_act(2),
-        infer=lambda types, attrs: _check_layout(attrs) or [_after_act(_bn_type(types, attrs["eps"]), attrs)],
+        infer=_batch_norm_infer,
         sample=_batch_norm_sample,
         core="batch_norm",
         canonicalize=lambda attrs, _types: _no_act_params(attrs),

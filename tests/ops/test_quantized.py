@@ -58,6 +58,22 @@ def test_the_linear_multiplies_the_quantized_input():
     assert float(zero) > 0  # a negative input moves the zero point off 0
 
 
+@pytest.mark.parametrize("features", [3, 4096, 70_000])
+def test_the_integer_product_is_exact_on_long_reductions(features):
+    """The product of the quantized input with the int8 weight is the exact integer product (what the kernel's int32
+    accumulator computes) at every reduction length gawee meets: sums past 2**24, which a float32 accumulator would
+    round, equal an int64 product bit for bit."""
+    gen = torch.Generator().manual_seed(features)
+    x = torch.rand(4, features, generator=gen) - 0.1  # codes up to 127 past the zero point, a few below it
+    w = torch.randint(-30, 128, (5, features), generator=gen).to(torch.int8)  # sums that grow past 2**24
+    w[:, :2] = torch.tensor([127, -127], dtype=torch.int8)
+    s = torch.rand(5, generator=gen) + 0.5
+    scale, zero = activation_qparams(x)
+    q = torch.clamp(torch.round(x * (1 / scale)) + zero.float(), 0, 255)
+    exact = torch.matmul((q.double() - zero).to(torch.int64), w.to(torch.int64).T)
+    assert torch.equal(linear_int8_dynamic(x, w, s), exact.float() * (scale * s))
+
+
 def test_bad_operands_are_inference_errors():
     op = get_op("linear_int8_dynamic")
     good = [TensorType((2, 3), F32), TensorType((4, 3), I8), TensorType((4,), F32)]
