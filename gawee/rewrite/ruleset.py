@@ -270,10 +270,8 @@ def variant_rules(name: str, variant: str) -> RuleSet | None:
     """The bundled phase that makes the runtime ``name``'s variant ``variant`` from the graph after its target phase
     (``rules/targets/<name>/variants/<variant>.rules``: oneDNN's activation layouts), compiled once per process
     (again only if it changed); None where it has none."""
-    if variant not in variants(name):
-        return None
-    path = variant_dir(name, variant)
-    return _target((path,), (path.stat().st_mtime_ns,))
+    path = target_dir(name) / "variants" / f"{variant}.rules"
+    return _target((path,), (path.stat().st_mtime_ns,)) if path.is_file() else None
 
 
 @functools.lru_cache(maxsize=8)
