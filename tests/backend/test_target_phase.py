@@ -27,7 +27,8 @@ class SqueezeExcite(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.conv, self.gate, self.bn = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8)
+        # 16 channels: whole blocks of oneDNN's blocked layout with AVX-512 as with AVX2
+        self.conv, self.gate, self.bn = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 1), nn.BatchNorm2d(16)
 
     def forward(self, x):
         y = self.conv(x)
@@ -40,7 +41,7 @@ def make():
     model = SqueezeExcite().eval()
     model.bn.running_mean.uniform_(-1, 1)
     model.bn.running_var.uniform_(0.5, 2)
-    return model, (torch.randn(2, 8, 10, 10),)
+    return model, (torch.randn(2, 16, 10, 10),)
 """
 
 
