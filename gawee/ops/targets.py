@@ -223,44 +223,42 @@ def _conv_infer(types, attrs):
     return get_op("conv2d").infer_types(types, core)
 
 
-register(
-    OpDef(
-        "onednn_conv",
-        get_op("conv2d").operands,
-        _conv,
-        attrs=(*get_op("conv2d").attrs, _LAYOUT),  # its epilogue among them
-        traits=PURE,
-        flops=_conv_flops,
-        canonicalize=_conv_canon(2),
-        infer=_conv_infer,
-        sample=_conv_target_sample(prologue=False),
-        core="conv2d",
-        doc="conv2d with its epilogues, its activations in the layout ``layout`` names (blocked, channels_last, or "
-        "any: raced); storage only: a layout phase of oneDNN's runtime (rules/targets/onednn/variants/) sets it",
-    )
-)
+def _conv_flops_in(ins, outs, attrs):
+    """conv2d's FLOPs, and one per input element for the input activation (``act_in``) where there is one."""
+    return _conv_flops(ins, outs, attrs) + ins[0].numel * int(attrs.get("act_in") is not None)
 
-register(
-    OpDef(
-        "onednn_depthwise",
-        get_op("conv2d").operands,
-        _conv,
-        attrs=(
-            *get_op("conv2d").attrs,  # its epilogue among them
-            Attr("act_in", "str?", None),
-            _LAYOUT,
-        ),
-        traits=PURE,
-        flops=lambda ins, outs, attrs: (
-            _conv_flops(ins, outs, attrs) + ins[0].numel * int(attrs.get("act_in") is not None)
-        ),
-        canonicalize=_conv_canon(2),
-        infer=_conv_infer,
-        sample=_conv_target_sample(prologue=True),
-        core="conv2d",
-        doc="conv2d(act_in(input), ...) with conv2d's epilogues: gawee's depthwise kernel, which applies act_in to "
-        "its input rows as it reads them (once per element), in the layout ``layout`` names (storage only)",
+
+def _register_conv(name: str, prologue: bool, doc: str) -> None:
+    """A target op that is conv2d with its epilogues (and, with ``prologue``, an activation of its input first), in
+    the activation layout its ``layout`` names."""
+    register(
+        OpDef(
+            name,
+            get_op("conv2d").operands,
+            _conv,
+            attrs=(*get_op("conv2d").attrs, *[Attr("act_in", "str?", None)] * prologue, _LAYOUT),
+            traits=PURE,
+            flops=_conv_flops_in if prologue else _conv_flops,
+            canonicalize=_conv_canon(2),
+            infer=_conv_infer,
+            sample=_conv_target_sample(prologue),
+            core="conv2d",
+            doc=doc,
+        )
     )
+
+
+_register_conv(
+    "onednn_conv",
+    False,
+    "conv2d with its epilogues, its activations in the layout ``layout`` names (blocked, channels_last, or any: "
+    "raced); storage only: a layout phase of oneDNN's runtime (rules/targets/onednn/variants/) sets it",
+)
+_register_conv(
+    "onednn_depthwise",
+    True,
+    "conv2d(act_in(input), ...) with conv2d's epilogues: gawee's depthwise kernel, which applies act_in to its input "
+    "rows as it reads them (once per element), in the layout ``layout`` names (storage only)",
 )
 
 TARGET_OPS = frozenset({"onednn_binary", "onednn_batch_norm", "onednn_affine_cat", "onednn_conv", "onednn_depthwise"})
