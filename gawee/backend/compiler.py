@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -400,7 +401,7 @@ def _lowered(
         t0 = time.perf_counter()
         result, report = rt.lower(base, variant)
         _spend(spent, "target phases", t0)
-        lowered[key] = result, {**fired, **(report.firings if report is not None else {})}
+        lowered[key] = result, dict(Counter(fired) + (report.firings if report is not None else Counter()))
     return lowered[key]
 
 

@@ -19,7 +19,7 @@ from gawee.backend.host import InputSignature, arrange, as_structure
 from gawee.backend.runtime import Runtime
 from gawee.errors import GaweeError
 from gawee.ir.builder import GraphBuilder
-from gawee.rewrite.ruleset import RuleSet
+from gawee.rewrite.ruleset import RuleSet, load_rules_text
 
 
 class Block(torch.nn.Module):
@@ -177,6 +177,39 @@ def test_a_registered_runtime_with_variants_is_measured_or_fixed_by_name(fake, m
     with pytest.raises(GaweeError, match="unknown backend 'fake:other'") as caught:
         gawee.compile(model, (x,), backend="fake:other")
     assert "'fake:quick'" in caught.value.hint
+
+
+class Phased(Fake):
+    """A Fake with a target phase and a phase for its variant ``v``, each firing a rule named ``step`` once."""
+
+    name = "phased"
+
+    @property
+    def rules(self) -> RuleSet:
+        text = 'rule step:\n    conv2d(x, w, b, act="relu", ...attrs) => relu(conv2d(x, w, b, act=none, ...attrs))\n'
+        return load_rules_text(text, "target.rules")
+
+    def variant_rules(self, variant: str) -> RuleSet | None:
+        text = (
+            'rule step:\n    conv2d(x, w, b, act=none, ...attrs) |> relu() => conv2d(x, w, b, act="relu", ...attrs)\n'
+        )
+        return load_rules_text(text, "v.rules") if variant == "v" else None
+
+
+def test_a_variant_is_built_from_its_phase_after_the_target_phase_and_the_report_counts_both():
+    rt = Phased(variants=("v", "plain"))
+    runtime.register(rt)
+    try:
+        model, x = _block()
+        module = gawee.compile(model, (x,), backend="phased:v")
+        assert module.gawee_report.backend.target_rules == {"step": 2}  # once in each phase, summed
+        assert [n.op for n in module.graph].count("relu") == 0  # the variant's phase undid the target phase's
+        module = gawee.compile(model, (x,), backend="phased:plain")  # a variant without a phase of its own
+        assert module.gawee_report.backend.target_rules == {"step": 1}
+        assert [n.op for n in module.graph].count("relu") == 1
+        _assert_runs_like(module, model, x)
+    finally:
+        runtime.unregister("phased")
 
 
 def test_a_registered_runtime_is_a_candidate_of_auto(fake, monkeypatch):
