@@ -87,6 +87,8 @@ class Row:
     threads: int | None = None
     recipe: str = ""
     """ort_int8 only: the quantize_dynamic call that made the model it ran."""
+    note: str = ""
+    """What the method's build said of its own run (a precision it did not apply), shown under the table."""
     error: str = ""
 
 
@@ -139,16 +141,26 @@ BUILDERS: dict[str, Callable] = {
 
 
 # -- one column: in a process of its own --------------------------------------------------
-def measure(method: str, name: str, spec: str, reps: int, warmup: int, passes: int, quiet: Quiet) -> Row:
-    """Build ``method`` on ``spec``'s seeded model, compare its output with eager float32's on the same inputs,
-    and time it (bench_runtime.time_methods: warm-up, ``reps`` calls in ``passes`` passes, median). The job of
-    a worker process (``--worker``); called directly it measures in this process."""
+def measure(
+    method: str,
+    name: str,
+    spec: str,
+    reps: int,
+    warmup: int,
+    passes: int,
+    quiet: Quiet,
+    builders: dict[str, Callable] | None = None,
+) -> Row:
+    """Build ``method`` (one of ``builders``, default this benchmark's) on ``spec``'s seeded model, compare its
+    output with eager float32's on the same inputs, and time it (bench_runtime.time_methods: warm-up, ``reps``
+    calls in ``passes`` passes, median). The job of a worker process (``--worker``); called directly it measures
+    in this process."""
     row = Row(name, method, spec, threads=torch.get_num_threads())
     model, xs = make_model(spec, 1)
     reference = _run(model, xs)
     try:
-        fn, row.compile_s = BUILDERS[method](model, xs)
-        row.recipe = getattr(fn, "recipe", "")
+        fn, row.compile_s = (builders or BUILDERS)[method](model, xs)
+        row.recipe, row.note = getattr(fn, "recipe", ""), getattr(fn, "note", "")
         out = _run(fn, xs)
         accuracy = compare_outputs([reference], [out])
         row.max_abs_error, row.mean_abs_error, row.cosine = (
@@ -168,16 +180,25 @@ def measure(method: str, name: str, spec: str, reps: int, warmup: int, passes: i
 
 
 def in_own_process(
-    method: str, name: str, spec: str, reps: int, warmup: int, passes: int, quiet: Quiet, threads: int
+    method: str,
+    name: str,
+    spec: str,
+    reps: int,
+    warmup: int,
+    passes: int,
+    quiet: Quiet,
+    threads: int,
+    script: Path = Path(__file__),
 ) -> Row:
-    """:func:`measure` in a fresh process with ``threads`` threads, or a row that says why it gave none."""
+    """:func:`measure` in a fresh process with ``threads`` threads (``script --worker``: this benchmark's, or
+    another built on it), or a row that says why it gave none."""
     wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
     log.info("%s: %s in a process of its own", name, method)
     args = ["--worker", method, "--models", name, "--spec", spec, "--reps", str(reps), "--warmup", str(warmup)]
     args += ["--passes", str(passes), "--threads", str(threads), "--max-foreign-load", str(quiet.max_foreign)]
     args += ["--quiet-timeout", str(quiet.timeout_s), "--attempts", str(quiet.attempts)]
     timeout = quiet.attempts * (quiet.timeout_s + 900.0)
-    row, why, _ = run_worker(Path(__file__), args, timeout=timeout, threads=threads)
+    row, why, _ = run_worker(script, args, timeout=timeout, threads=threads)
     if row is None:
         why = f"its process timed out after {timeout:.0f} s" if why == TIMEOUT else f"its process: {why}"
         log.warning("%s %s failed: %s", name, method, why)
@@ -190,9 +211,11 @@ def _num(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
-def markdown(rows: list[Row]) -> str:
-    """One line per model and method: median latency (speedup over eager), compile time, and the output's
-    agreement with eager float32; then a note per failed method."""
+def markdown(rows: list[Row], methods: dict[str, str] | None = None) -> str:
+    """One line per model and method (named as ``methods``, default this benchmark's, names them): median latency
+    (speedup over eager), compile time, and the output's agreement with eager float32; then a note per failed
+    method."""
+    methods = methods or METHODS
     index = {(r.model, r.method): r for r in rows}
     lines = [
         "| model | method | median latency | compile | max abs error | mean abs error | cosine | busy elsewhere |",
@@ -213,9 +236,10 @@ def markdown(rows: list[Row]) -> str:
         compile_s = "–" if not r.compile_s else f"{r.compile_s:.1f} s"
         load = "?" if r.foreign_load is None else f"{r.foreign_load:.2f} cores"
         lines.append(
-            f"| {r.model} | {METHODS[r.method]} | {latency} | {compile_s} | " + " | ".join(agreement) + f" | {load} |"
+            f"| {r.model} | {methods[r.method]} | {latency} | {compile_s} | " + " | ".join(agreement) + f" | {load} |"
         )
-    notes = [f"- ⚠ {r.model} {METHODS[r.method]}: {r.error}" for r in rows if r.error]
+    notes = [f"- ⚠ {r.model} {methods[r.method]}: {r.error}" for r in rows if r.error]
+    notes += [f"- {r.model} {methods[r.method]}: {r.note}" for r in rows if r.note]
     recipes = sorted({r.recipe for r in rows if r.recipe and r.recipe != QUANTIZE_RECIPE})
     notes += [f"- ONNX Runtime's model made with `{recipe}` (per-channel quantization failed)" for recipe in recipes]
     return "\n".join([*lines, "", *notes]).rstrip() + "\n"
@@ -278,11 +302,12 @@ def readme_section(table: str, checks: str, command: str, meta: dict) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated, from: " + ", ".join(MODELS))
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
-    p.add_argument("--tiny", action="store_true", help="2 layers, 128 wide, 128 tokens: smoke runs")
+def arguments(doc: str, models: dict, methods: dict, heading: str) -> argparse.ArgumentParser:
+    """The command line of a precision benchmark built on this one (``doc``'s first line its description)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--models", default=",".join(models), help="comma-separated, from: " + ", ".join(models))
+    p.add_argument("--methods", default=",".join(methods), help="comma-separated, from: " + ", ".join(methods))
+    p.add_argument("--tiny", action="store_true", help="small models of the same families: smoke runs")
     p.add_argument("--reps", type=int, default=20, help="timed calls per method (median reported)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls per method before timing")
     p.add_argument("--passes", type=int, default=4, help="split the timed calls into this many passes")
@@ -296,54 +321,83 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet-timeout", type=float, default=Quiet.timeout_s, help="seconds to wait for a quiet machine")
     p.add_argument("--attempts", type=int, default=Quiet.attempts, help="timings retaken under load at most")
     p.add_argument("--json", type=Path, help="also write the rows and the run's facts to this file")
-    p.add_argument("--readme", action="store_true", help=f"write the '{HEADING}' section of benchmarks/README.md")
+    p.add_argument("--readme", action="store_true", help=f"write the '{heading}' section of benchmarks/README.md")
     p.add_argument("--worker", metavar="METHOD", help=argparse.SUPPRESS)  # in_own_process's job
     p.add_argument("--spec", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)  # the worker's row
+    return p
+
+
+def run(
+    p: argparse.ArgumentParser,
+    argv: list[str] | None,
+    suite: dict,
+    script: Path,
+) -> tuple[argparse.Namespace, list[Row] | None]:
+    """Parse ``argv``; in a worker, measure its one column and write its row (returns no rows); else measure every
+    model × method of ``suite`` (``models``, ``tiny`` specs, ``methods``, ``builders``), each in a process of its
+    own running ``script``, eager float32 first."""
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     log.setLevel(logging.INFO)
     torch.set_num_threads(args.threads)
     quiet = Quiet(args.max_foreign_load, args.quiet_timeout, args.attempts)
     if args.worker:
-        row = measure(args.worker, args.models, args.spec, args.reps, args.warmup, args.passes, quiet)
+        builders = suite["builders"]
+        row = measure(args.worker, args.models, args.spec, args.reps, args.warmup, args.passes, quiet, builders)
         args.out.write_text(json.dumps(asdict(row)))
-        return 0
+        return args, None
     models = [m for m in args.models.split(",") if m]
     methods = [m for m in args.methods.split(",") if m]
-    unknown = sorted(set(models) - set(MODELS)) + sorted(set(methods) - set(METHODS))
+    unknown = sorted(set(models) - set(suite["models"])) + sorted(set(methods) - set(suite["methods"]))
     if unknown:
         p.error(f"unknown models or methods {unknown}")
     if args.readme and args.tiny:
-        p.error("--readme records BERT-base and GPT-2: drop --tiny")
+        p.error("--readme records the full-size models: drop --tiny")
     if "eager" not in methods:
         methods.insert(0, "eager")
-    specs = TINY if args.tiny else MODELS
+    specs = suite["tiny"] if args.tiny else suite["models"]
     rows = []
     for name in models:
         for method in methods:
             rows.append(
-                in_own_process(method, name, specs[name], args.reps, args.warmup, args.passes, quiet, args.threads)
+                in_own_process(
+                    method, name, specs[name], args.reps, args.warmup, args.passes, quiet, args.threads, script
+                )
             )
             r = rows[-1]
             log.info("  %-10s %8s ms  %s", method, _num(r.latency_ms, ".2f"), r.error or f"cosine {r.cosine}")
-    table, checks = markdown(rows), verdicts(rows)
-    command = "python benchmarks/bench_int8.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    import onnxruntime
+    return args, rows
 
-    meta = {
+
+def meta_of(args: argparse.Namespace, command: str, **versions: str) -> dict:
+    """The facts a README section states about the run: command, date, gawee's version, the machine, threads,
+    the timing's counts and the peers' ``versions``."""
+    return {
         "command": command.strip(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "gawee": source_version(),
         "machine": machine(),
         "threads": args.threads,
         "torch": torch.__version__,
-        "onnxruntime": onnxruntime.__version__,
+        **versions,
         "reps": args.reps,
         "warmup": args.warmup,
         "passes": args.passes,
         "tiny": args.tiny,
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    suite = {"models": MODELS, "tiny": TINY, "methods": METHODS, "builders": BUILDERS}
+    args, rows = run(arguments(__doc__, MODELS, METHODS, HEADING), argv, suite, Path(__file__))
+    if rows is None:
+        return 0
+    table, checks = markdown(rows), verdicts(rows)
+    command = "python benchmarks/bench_int8.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    import onnxruntime
+
+    meta = meta_of(args, command, onnxruntime=onnxruntime.__version__)
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     if args.readme:

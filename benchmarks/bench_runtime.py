@@ -347,11 +347,12 @@ def build_iree_turbine(model, xs):
     return _timed(make)
 
 
-def build_openvino(model, xs):
+def build_openvino(model, xs, precision: str = "f32"):
     """OpenVINO's CPU plugin on ``openvino.convert_model`` of the eager model (traced with the example inputs),
-    compiled with the latency hint (one stream) and float32 inference precision: without that hint the plugin
-    runs in bf16 on CPUs that have bf16 instructions. As many threads as torch's and ONNX Runtime's. The callable
-    takes and returns torch tensors, as the ONNX Runtime columns' do (its copies are timed with it)."""
+    compiled with the latency hint (one stream) and ``precision`` as its inference precision (float32 here:
+    without that hint the plugin runs in bf16 on CPUs that have bf16 instructions; benchmarks/bench_bf16.py asks
+    for ``"bf16"``). As many threads as torch's and ONNX Runtime's. The callable takes and returns torch tensors,
+    as the ONNX Runtime columns' do (its copies are timed with it)."""
     import openvino as ov
 
     def make():
@@ -362,7 +363,7 @@ def build_openvino(model, xs):
             "CPU",
             {
                 "PERFORMANCE_HINT": "LATENCY",
-                "INFERENCE_PRECISION_HINT": "f32",
+                "INFERENCE_PRECISION_HINT": precision,
                 "INFERENCE_NUM_THREADS": torch.get_num_threads(),
             },
         )

@@ -20,7 +20,7 @@ from gawee.backend.lowering import LoweringTable
 from gawee.errors import GaweeError
 from gawee.ir.registry import OPAQUE
 from gawee.ir.symbolic import at_example, has_symbols
-from gawee.ir.types import Layout
+from gawee.ir.types import DType, Layout
 from gawee.ops.nn import apply_act
 from gawee.ops.opaque import decode_arg, resolve_target
 
@@ -43,6 +43,7 @@ def conv2d(ctx):
         and w.dtype == x.dtype
         and (b is None or b.dtype == x.dtype)
         and (r is None or r.same_shape_dtype(ctx.node.output.type))
+        and onednn.safe_geometry(x.shape, x.layout is Layout.channels_last)
     ):
         return ctx.reference()
     geometry = (list(a["padding"]), list(a["stride"]), list(a["dilation"]), a["groups"])
@@ -95,6 +96,7 @@ def _conv1x1_kernel(ctx, x, channels_last: bool) -> str:
         and tuple(a["padding"]) == (0, 0)
         and not has_symbols(x.shape)
         and 0 not in x.shape
+        and x.dtype is DType.f32  # the GEMM kernel is measured and built in float32
     ):
         return "onednn"
     shape, bias, residual = tuple(x.shape), ctx.type(2) is not None, ctx.type(3) is not None

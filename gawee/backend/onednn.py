@@ -18,6 +18,7 @@ from functools import cache
 import torch
 
 from gawee.ir.types import DType
+from gawee.machine import no_bf16
 
 POST_OPS: dict[str, tuple[str, str | None]] = {
     "relu": ("relu", None),
@@ -50,16 +51,27 @@ def unavailable() -> str | None:
 
 @cache
 def supports(dtype: DType) -> bool:
-    """Whether gawee lowers a ``dtype`` convolution onto oneDNN's fused kernels: f32 only.
+    """Whether gawee lowers a ``dtype`` convolution onto oneDNN's fused kernels: f32 always, bf16 on a CPU with
+    bf16 arithmetic of its own (:func:`gawee.machine.no_bf16`), f16 never.
 
-    f16/bf16 are deliberately excluded even where the ISA advertises them
-    (``torch.ops.mkldnn._is_mkldnn_fp16_supported()``): torch 2.14.1's oneDNN f16 convolution
-    segfaults on AVX-512/AMX CPUs for valid strided/padded/dilated geometries,
-    and a low-precision kernel's rounding depends on the ISA it picks. Those convolutions
-    take the op's reference lowering instead, which computes in float32 and rounds once
-    (``gawee.ops.nn.conv_low_precision``): correct on every CPU. The f32 path is unchanged.
+    On such a CPU oneDNN's bf16 convolution multiplies bf16 operands (each product exact in float32), accumulates
+    in float32 and rounds once: the op's semantics (``gawee.ops.nn.conv_low_precision``) up to the order of the
+    float32 sum. Without bf16 instructions its kernels would convert around every op, so there the op's reference
+    lowering runs. f16 is excluded even where the ISA advertises it
+    (``torch.ops.mkldnn._is_mkldnn_fp16_supported()``): torch 2.14.1's oneDNN f16 convolution segfaults on
+    AVX-512/AMX CPUs for valid strided/padded/dilated geometries. (Its channels-last convolutions, bf16 and f32
+    too, segfault over an input with a spatial size of 1: :func:`safe_geometry`.)
     """
-    return unavailable() is None and dtype is DType.f32
+    if unavailable() is not None:
+        return False
+    return dtype is DType.f32 or (dtype is DType.bf16 and no_bf16() is None)
+
+
+def safe_geometry(input_shape: Sequence, channels_last: bool) -> bool:
+    """Whether oneDNN's fused convolution may run over an input of this shape and memory format: not a
+    channels-last one with a spatial size of 1, whose strides are ambiguous and over which its convolution
+    (torch 2.14.1) segfaults on valid geometries (a padded, dilated window over a width of 1)."""
+    return not (channels_last and 1 in tuple(input_shape)[2:])
 
 
 def post_op(act: str | None, params: Sequence[float]) -> tuple[str, list[float], str | None] | None:

@@ -16,13 +16,13 @@ def _tight_twins() -> list:
     an f32 bound): the roundings to bf16 are left out."""
     text = PRECISIONS["bf16"].read_text()
     text = re.sub(
-        r"within \(4 \* u \+ 8 \* u \* u \+ (2 \* \((?:x\.shape\[-1\]|n) \+ 2\) \* roundoff\(f32\))\)",
-        r"within (\1)",
-        text,
+        r"\(4 \* u \+ 8 \* u \* u \+ (2 \* \((?:x\.shape\[-1\]|n) \+ 2\) \* roundoff\(f32\))\)", r"(\1)", text
     )
     text = text.replace("roundoff(bf16) * abs(x) + underflow(bf16)", "roundoff(f32) * abs(x)")
+    text = text.replace("(u + 128 * roundoff(f32))", "(128 * roundoff(f32))")  # the activation's rounding to bf16
+    assert "(4 * u +" not in text
     twins = [r for r in load_rules_text(text, "tight.rules").rules if r.approximate]
-    assert len(twins) == 6 and all("4 * u" not in r.bound_text and "roundoff(bf16)" not in r.bound_text for r in twins)
+    assert len(twins) == 8 and all("roundoff(bf16)" not in r.bound_text for r in twins)
     return twins
 
 
