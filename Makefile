@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.gawee-installed
 
-.PHONY: demo test zoo speed soundness bench bench-int8 lint format clean
+.PHONY: demo test zoo speed soundness bench bench-int8 bench-bf16 lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ bench: $(BENCH_STAMP)
 BENCH_INT8_ARGS ?=
 bench-int8: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_int8.py --readme $(BENCH_INT8_ARGS)
+
+# bf16 against OpenVINO bf16 and Inductor's bf16 autocast (benchmarks/README.md, ## bf16: gawee against OpenVINO and
+# Inductor); e.g. make bench-bf16 BENCH_BF16_ARGS="--models resnet50"
+bench-bf16: $(BENCH_STAMP)
+	$(PY) benchmarks/bench_bf16.py --readme $(BENCH_BF16_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -117,3 +117,20 @@ def no_bf16(device: torch.device | None = None) -> str | None:
     if "Features" in info:  # Arm
         return None if "bf16" in info["Features"].split() else "this CPU has no bf16 instructions (Arm's bf16 feature)"
     return None
+
+
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+"""x86 flags (``/proc/cpuinfo``) of VNNI: u8 x s8 products summed straight into 32-bit integers."""
+
+
+def no_vnni() -> str | None:
+    """Why this CPU's int8 kernels cannot multiply 8-bit activations exactly, or None where they can (an x86 CPU
+    with :data:`VNNI_FLAGS`). Without VNNI, fbgemm's and oneDNN's u8 x s8 kernels add pairs of products in 16
+    bits, which saturate for activations past 127: their dynamic linear then quantizes activations to 7 bits
+    (``reduce_range``). Where nothing says (no ``/proc/cpuinfo``) the answer is the cautious one."""
+    info = cpu_info()
+    if any(flag in info.get("flags", "").split() for flag in VNNI_FLAGS):
+        return None
+    if "flags" not in info:
+        return "nothing says this CPU has VNNI (no x86 flags in /proc/cpuinfo)"
+    return f"this CPU has no VNNI (neither of {', '.join(VNNI_FLAGS)} among /proc/cpuinfo's flags)"

@@ -3,6 +3,7 @@ output held to it through both layers: shared by the optimize and compile tests 
 
 import torch
 
+from gawee.machine import no_vnni
 from gawee.ops.quantized import linear_int8_dynamic, quantize_per_channel_symmetric
 
 U = 2.0**-24
@@ -26,15 +27,22 @@ def make() -> tuple[torch.nn.Sequential, torch.Tensor]:
     return model, x
 
 
-def int8_bound(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """linear_int8's declared bound on x [..., n], w [out, n], b [out], in float64."""
+def levels() -> int:
+    """The levels the int8 rules quantize activations to on this CPU (``int8_levels()``)."""
+    return 255 if no_vnni() is None else 127
+
+
+def int8_bound(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, lv: int | None = None) -> torch.Tensor:
+    """linear_int8's declared bound on x [..., n], w [out, n], b [out], in float64, for activations quantized to
+    [0, lv] (default: this CPU's levels)."""
+    lv = levels() if lv is None else lv
     x, w, b = x.double(), w.double(), b.double()
     n = x.shape[-1]
     spread = x.clamp(min=0).amax() + (-x).clamp(min=0).amax()
-    ex = (0.5 + 512 * U) * torch.clamp(spread / 127, min=6.1e-5)
+    ex = (0.5 + (lv - 127) / 128 + 512 * U) * torch.clamp(spread / lv, min=6.1e-5)
     ew = (0.5 + 256 * U) * w.abs().amax(dim=1) / 127 + 127 * UNDERFLOW
     qe = ew * x.abs().sum(dim=-1, keepdim=True) + ex * w.abs().sum(dim=1) + n * ex * ew
-    return qe + 5 * U * (x.abs() @ w.abs().T + qe + b.abs()) + UNDERFLOW * (n * 16384 + 1)
+    return qe + 5 * U * (x.abs() @ w.abs().T + qe + b.abs()) + UNDERFLOW * (n * 32768 + 1)
 
 
 def assert_within_mlp_bound(model: torch.nn.Sequential, x: torch.Tensor, got: torch.Tensor) -> float:
@@ -45,7 +53,7 @@ def assert_within_mlp_bound(model: torch.nn.Sequential, x: torch.Tensor, got: to
     w1, b1, w2, b2 = (t.detach() for t in (l1.weight, l1.bias, l2.weight, l2.bias))
     h = torch.relu(x.double() @ w1.double().T + b1.double())
     q1, s1 = quantize_per_channel_symmetric(w1, axis=0)
-    h_int8 = linear_int8_dynamic(x, q1, s1, b1, act="relu")
+    h_int8 = linear_int8_dynamic(x, q1, s1, b1, act="relu", levels=levels())
     assert bool(((h_int8.double() - h).abs() <= int8_bound(x, w1, b1)).all())
     truth = h @ w2.double().T + b2.double()
     carried = (h_int8.double() - h).abs() @ w2.double().abs().T + int8_bound(h_int8, w2, b2)

@@ -46,16 +46,19 @@ def conv2d(ctx):
         and onednn.safe_geometry(x.shape, x.layout is Layout.channels_last)
     ):
         return ctx.reference()
-    geometry = (list(a["padding"]), list(a["stride"]), list(a["dilation"]), a["groups"])
+    dilation = onednn.effective_dilation(w.shape[2:], a["dilation"])
+    geometry = (list(a["padding"]), list(a["stride"]), dilation, a["groups"])
     weight = ctx.const(1)
-    packing = {k: a[k] for k in ("padding", "stride", "dilation", "groups")}
+    packing = {"padding": a["padding"], "stride": a["stride"], "dilation": dilation, "groups": a["groups"]}
     channels_last = x.layout is Layout.channels_last
     if weight is not None and _conv1x1_kernel(ctx, x, channels_last) == "gemm":
         matrix = ctx.buffer(weight.reshape(weight.shape[0], -1).contiguous(), "weight_matrix")
         residual = ctx.arg(3) if r is not None else None
         act = (a["act"], tuple(a["act_params"]))
         return ctx.call(kernels.conv1x1_gemm, ctx.arg(0), matrix, ctx.arg(2), residual, *act)
-    if weight is not None and has_symbols(x.shape):  # packed at run time, once per input size met
+    if weight is not None and not onednn.packable(a["stride"]):
+        weight = ctx.arg(1)  # oneDNN reorders the plain weight inside each call
+    elif weight is not None and has_symbols(x.shape):  # packed at run time, once per input size met
         pack = partial(onednn.pack_conv_weight, weight, **packing, channels_last=channels_last)
         per_size = onednn.PackedPerSize(ctx.node.name, pack)
         per_size.for_size(at_example(x.shape))  # the example size, packed now
@@ -120,17 +123,18 @@ def linear(ctx):
 def linear_int8_dynamic(ctx):
     """torch's dynamic quantized linear on the int8 weight and its scales prepacked now
     (gawee.backend.quantized); the reference semantics where the weight or scales are not constants, the input
-    may be empty, the CPU kernels are off (TorchOptions.fused_kernels), or torch's quantized engine is not an
-    x86 one."""
+    may be empty, the CPU kernels are off (TorchOptions.fused_kernels), torch's quantized engine is not an
+    x86 one, or the input is quantized to 8 bits on a CPU without VNNI."""
     weight, scale, bias = ctx.const(1), ctx.const(2), ctx.const(3)
     x = ctx.type(0)
     static = at_example(x.shape) if has_symbols(x.shape) else x.shape
-    unusable = quantized.unavailable() is not None or not ctx.options.fused_kernels
+    a = ctx.attrs
+    unusable = quantized.unavailable(a["levels"]) is not None or not ctx.options.fused_kernels
     if weight is None or scale is None or 0 in static or unusable:
         return ctx.reference()
     packed_bias = bias if bias is not None and tuple(bias.shape) == (weight.shape[0],) else None
-    a = ctx.attrs
-    kernel = quantized.DynamicInt8Linear(ctx.node.name, weight, scale, packed_bias, a["act"], tuple(a["act_params"]))
+    act = (a["act"], tuple(a["act_params"]))
+    kernel = quantized.DynamicInt8Linear(ctx.node.name, weight, scale, packed_bias, *act, a["levels"])
     rows = math.prod(static[:-1])
     ctx.record_kernel(
         kernels.KernelChoice(

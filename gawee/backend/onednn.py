@@ -52,7 +52,7 @@ def unavailable() -> str | None:
 @cache
 def supports(dtype: DType) -> bool:
     """Whether gawee lowers a ``dtype`` convolution onto oneDNN's fused kernels: f32 always, bf16 on a CPU with
-    bf16 arithmetic of its own (:func:`gawee.machine.no_bf16`), f16 never.
+    bf16 arithmetic of its own (:func:`gawee.machine.no_bf16`) where torch runs oneDNN's bf16 kernels, f16 never.
 
     On such a CPU oneDNN's bf16 convolution multiplies bf16 operands (each product exact in float32), accumulates
     in float32 and rounds once: the op's semantics (``gawee.ops.nn.conv_low_precision``) up to the order of the
@@ -64,7 +64,29 @@ def supports(dtype: DType) -> bool:
     """
     if unavailable() is not None:
         return False
-    return dtype is DType.f32 or (dtype is DType.bf16 and no_bf16() is None)
+    return dtype is DType.f32 or (dtype is DType.bf16 and no_bf16() is None and _torch_bf16())
+
+
+def effective_dilation(kernel: Sequence, dilation: Sequence[int]) -> list[int]:
+    """``dilation`` with 1 where the kernel's size is 1 (the same convolution: a window of one tap has nothing to
+    spread). oneDNN's convolution on a packed weight (torch 2.14.1) segfaults on a dilated kernel dimension of 1
+    in some geometries (stride 2 and padding 1 over a width of 1), f32 and bf16 alike."""
+    return [1 if k == 1 else d for k, d in zip(kernel, dilation)]
+
+
+def packable(stride: Sequence[int]) -> bool:
+    """Whether a convolution of this stride may run on a weight packed ahead (:func:`pack_conv_weight`): not one
+    of stride 1 in height and more in width, on which oneDNN's convolution over the packed weight (torch 2.14.1)
+    computes wrong values in some geometries, f32 and bf16, NCHW and channels-last alike, where the same
+    convolution over the plain weight is right (benchmarks/README.md, "oneDNN's convolution kernels: the
+    geometries gawee keeps away from")."""
+    return not (len(stride) == 2 and stride[0] == 1 and stride[1] > 1)
+
+
+def _torch_bf16() -> bool:
+    """Whether this torch runs oneDNN's bf16 kernels here (it refuses them on a CPU without AVX-512 or AVX-NE)."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(check()) if check is not None else False
 
 
 def safe_geometry(input_shape: Sequence, channels_last: bool) -> bool:

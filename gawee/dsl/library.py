@@ -19,6 +19,7 @@ from gawee.analysis.tensor_facts import SMALL, all_finite, elements
 from gawee.dsl import kinds as K
 from gawee.ir.core import Value
 from gawee.ir.types import DType
+from gawee.machine import no_vnni
 from gawee.numerics import TOLERANCE
 from gawee.ops import get_op
 
@@ -338,6 +339,13 @@ BUILTINS: dict[str, Builtin] = {
             L,
             lambda ctx, a, b: tuple(torch.broadcast_shapes(a.shape, b.shape)),
             doc="the shape a and b broadcast to",
+        ),
+        Builtin(
+            "int8_levels",
+            (),
+            INT,
+            lambda ctx: 255 if no_vnni() is None else 127,
+            doc="the largest value this CPU's int8 kernels quantize an activation to exactly: 255 with VNNI, else 127",
         ),
         Builtin(
             "roundoff",

@@ -1,10 +1,11 @@
 """Integer-quantized ops: weights quantized per channel to int8 (folded at rewrite time), and a linear layer that
 quantizes its input at run time, multiplies in integers and dequantizes (rules/precision/int8.rules makes them).
 
-Their reference semantics compute what torch's dynamic quantized linear kernel (``quantized::linear_dynamic``
-with ``reduce_range=True``, fbgemm and oneDNN alike) computes: the input's scale and zero point chosen from its
-range as ``ChooseQuantizationParams`` chooses them, the input rounded to unsigned 7-bit integers (so that a pair of
-u8 x s8 products summed in 16 bits cannot saturate), an exact integer product, and a float32 dequantization.
+Their reference semantics compute what torch's dynamic quantized linear kernel (``quantized::linear_dynamic``,
+fbgemm and oneDNN alike) computes: the input's scale and zero point chosen from its range as
+``ChooseQuantizationParams`` chooses them, the input rounded to unsigned integers in [0, levels] — 255 (8 bits),
+or 127 (7 bits, ``reduce_range``: a pair of u8 x s8 products summed in 16 bits cannot saturate, on CPUs without
+VNNI) —, an exact integer product, and a float32 dequantization.
 Capture never produces these ops: only rules do (they have no ATen spelling)."""
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from gawee.ops.nn import _draw_act, _no_act_params, apply_act
 INT8_MAX = 127
 """The largest magnitude of a symmetric int8 weight: [-127, 127], zero point 0 (-128 is never used)."""
 
-ACTIVATION_MAX = 127
-"""The largest quantized input value: the input is quantized to [0, 127] (``reduce_range``), zero point included."""
+LEVELS = (127, 255)
+"""The largest quantized input value ``levels`` may name: 7 bits (``reduce_range``) or 8."""
 
 SMALL_SCALE = float(torch.tensor(6.1e-5, dtype=torch.float32))
 """The smallest input scale ``ChooseQuantizationParams`` gives (its ``SMALL_SCALE_THRESHOLD``, a float32)."""
@@ -51,28 +52,28 @@ def quantize_per_channel_symmetric(input: torch.Tensor, *, axis: int) -> tuple[t
     return values.to(torch.int8), scale
 
 
-def activation_qparams(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The float32 scale and the zero point (a float64 integer) with which the kernel quantizes ``x`` to [0, 127]:
-    torch's ``ChooseQuantizationParams`` over [min(x, 0), max(x, 0)] with ``reduce_range`` — the range over 127 in
+def activation_qparams(x: torch.Tensor, levels: int = 127) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float32 scale and the zero point (a float64 integer) with which the kernel quantizes ``x`` to
+    [0, levels]: torch's ``ChooseQuantizationParams`` over [min(x, 0), max(x, 0)] — the range over ``levels`` in
     float64, 0.1 where that is 0 in float32 or its inverse overflows, at least SMALL_SCALE (the range widened to
-    match), and the zero point from whichever end loses less, rounded and kept in [0, 127]."""
+    match), and the zero point from whichever end loses less, rounded and kept in [0, levels]."""
     flat = torch.cat([x.reshape(-1), x.new_zeros(1)])
     lo, hi = flat.amin(), flat.amax()  # float32, 0 included
-    scale = (hi.double() - lo.double()) / ACTIVATION_MAX
+    scale = (hi.double() - lo.double()) / levels
     as_f32 = scale.float()
     scale = torch.where((as_f32 == 0) | torch.isinf(1 / as_f32), torch.full_like(scale, 0.1), scale)
     small = scale < SMALL_SCALE
     amplifier = SMALL_SCALE / scale.float()  # float32, as the widened ends are
-    widest = lo.new_tensor(SMALL_SCALE * ACTIVATION_MAX)
+    widest = lo.new_tensor(SMALL_SCALE * levels)
     lo, hi = (
         torch.where(small, torch.where(lo == 0, lo, torch.where(hi == 0, -widest, lo * amplifier)), lo),
         torch.where(small, torch.where(lo == 0, widest, torch.where(hi == 0, hi, hi * amplifier)), hi),
     )
     scale = torch.where(small, torch.full_like(scale, SMALL_SCALE), scale)
-    from_min, from_max = -lo.double() / scale, ACTIVATION_MAX - hi.double() / scale
-    min_error, max_error = -(lo.double() / scale).abs(), ACTIVATION_MAX - (hi.double() / scale).abs()
+    from_min, from_max = -lo.double() / scale, levels - hi.double() / scale
+    min_error, max_error = -(lo.double() / scale).abs(), levels - (hi.double() / scale).abs()
     zero = torch.where(min_error < max_error, from_min, from_max)
-    return scale.float(), torch.clamp(torch.round(zero), 0, ACTIVATION_MAX)
+    return scale.float(), torch.clamp(torch.round(zero), 0, levels)
 
 
 def linear_int8_dynamic(
@@ -83,12 +84,13 @@ def linear_int8_dynamic(
     *,
     act: str | None = None,
     act_params: tuple = (),
+    levels: int = 127,
 ) -> torch.Tensor:
-    """act(dequantized(quantized(input) @ weight.T) + bias): ``input`` (float32) quantized per tensor with
-    ``activation_qparams``, ``round(input * (1 / scale)) + zero_point`` in float32 kept in [0, 255] (what the
-    kernel's vector loop does), the integer product of ``q - zero_point`` with the int8 ``weight`` [out, in]
-    accumulated exactly (the kernel's int32 is exact for fewer than 132,000 input features), and dequantized in
-    float32 as ``product * (scale * weight_scale)`` before the bias is added.
+    """act(dequantized(quantized(input) @ weight.T) + bias): ``input`` (float32) quantized per tensor to
+    [0, levels] with ``activation_qparams``, ``round(input * (1 / scale)) + zero_point`` in float32 kept in
+    [0, 255] (what the kernel's vector loop does), the integer product of ``q - zero_point`` with the int8
+    ``weight`` [out, in] accumulated exactly (the kernel's int32 is exact for fewer than 66,000 input features),
+    and dequantized in float32 as ``product * (scale * weight_scale)`` before the bias is added.
 
     The product is a float64 matrix product: each term is an integer of magnitude at most 255 * 127 and every
     partial sum an integer below 2**53 (for fewer than 2.7e11 input features), which float64 holds exactly in any
@@ -107,7 +109,9 @@ def linear_int8_dynamic(
         )
     if bias is not None and bias.dtype != torch.float32:
         raise ValueError(f"linear_int8_dynamic adds a float32 bias, not {bias.dtype}")
-    scale, zero = activation_qparams(input)
+    if levels not in LEVELS:
+        raise ValueError(f"linear_int8_dynamic quantizes its input to [0, 127] or [0, 255], not [0, {levels}]")
+    scale, zero = activation_qparams(input, levels)
     q = torch.clamp(torch.round(input * (1 / scale)) + zero.float(), 0, 255)
     product = torch.matmul(q.double() - zero, weight.double().T)
     y = product.float() * (scale * weight_scale)
@@ -150,6 +154,10 @@ def _linear_int8_sample(draw, slots, attrs):
         b = draw.choice([None, TensorType((n,), DType.f32)])
     if "act" not in attrs:
         attrs = {**attrs, **{k: v for k, v in _draw_act(draw).items() if k not in attrs}}
+    if "levels" not in attrs:
+        attrs = {**attrs, "levels": draw.choice(list(LEVELS))}
+    elif attrs["levels"] not in LEVELS:
+        raise S.Reject(f"linear_int8_dynamic quantizes its input to [0, 127] or [0, 255], not [0, {attrs['levels']}]")
     return [x, w, s, None if b is S.ABSENT else b], attrs
 
 
@@ -170,11 +178,11 @@ register(
         "linear_int8_dynamic",
         (Operand("input"), Operand("weight"), Operand("weight_scale"), Operand("bias", optional=True)),
         linear_int8_dynamic,
-        attrs=(Attr("act", "str?", None), Attr("act_params", "floats", ())),
+        attrs=(Attr("act", "str?", None), Attr("act_params", "floats", ()), Attr("levels", "int", 127)),
         traits=frozenset({"pure"}),
         canonicalize=lambda attrs, _types: _no_act_params(attrs),
         flops=lambda ins, outs, attrs: 2 * outs[0].numel * ins[0].shape[-1] + 3 * ins[0].numel,
         sample=_linear_int8_sample,
-        doc="act(input quantized per tensor to u7 at run time @ int8 weight.T, dequantized + bias)",
+        doc="act(input quantized per tensor to [0, levels] at run time @ int8 weight.T, dequantized + bias)",
     )
 )

@@ -17,8 +17,9 @@ from tests.int8_mlp import assert_within_mlp_bound, int8_bound, make
 pytestmark = pytest.mark.skipif(quantized.unavailable() is not None, reason=str(quantized.unavailable()))
 
 
-def _graph(shape, out, bias, act, seed):
-    """A graph of one linear_int8_dynamic of a random weight, and the float32 linear it quantizes."""
+def _graph(shape, out, bias, act, seed, levels=127):
+    """A graph of one linear_int8_dynamic of a random weight (its input quantized to [0, levels]), and the float32
+    linear it quantizes."""
     torch.manual_seed(seed)
     w = torch.randn(out, shape[-1])
     q, s = quantize_per_channel_symmetric(w, axis=0)
@@ -32,7 +33,7 @@ def _graph(shape, out, bias, act, seed):
         elif bias == "input":
             bias_value = b.input("b", f"f32[{out}]")
         if quantize:
-            y = b.linear_int8_dynamic(x, b.const(q), b.const(s), bias_value, act=act)
+            y = b.linear_int8_dynamic(x, b.const(q), b.const(s), bias_value, act=act, levels=levels)
         else:
             y = b.linear(x, b.const(w), bias_value, act=act)
         graphs.append(b.output(y))
@@ -48,8 +49,11 @@ def _graph(shape, out, bias, act, seed):
         ((64,), 5, "const", None),
     ],
 )
-def test_the_lowering_runs_the_kernel_and_agrees_with_the_reference(shape, out, bias, act):
-    graph, float_graph = _graph(shape, out, bias, act, seed=len(shape) + out)
+@pytest.mark.parametrize("levels", [127, 255], ids=["7-bit", "8-bit"])
+def test_the_lowering_runs_the_kernel_and_agrees_with_the_reference(shape, out, bias, act, levels):
+    if quantized.unavailable(levels) is not None:
+        pytest.skip(quantized.unavailable(levels))
+    graph, float_graph = _graph(shape, out, bias, act, seed=len(shape) + out, levels=levels)
     module = to_torch(graph)
     assert [k.kernel for k in module.gawee_kernels] == [quantized.KERNEL]
     assert "int8_linear" in module.code
@@ -61,6 +65,30 @@ def test_the_lowering_runs_the_kernel_and_agrees_with_the_reference(shape, out, 
     torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6 * float(want.abs().max()))
     (unquantized,) = run(float_graph, *xs)
     assert float((got - unquantized).abs().max()) > 1e-4  # int8 really computed: far from the float32 linear
+
+
+def test_8_bit_inputs_on_a_cpu_without_vnni_run_the_reference(monkeypatch):
+    """Without VNNI the kernel's u8 x s8 pairs saturate in 16 bits: an input quantized to 8 bits runs the op's
+    reference semantics there (exact), a 7-bit one the kernel."""
+    monkeypatch.setattr(quantized, "no_vnni", lambda: "this CPU has no VNNI (planted)")
+    assert "this CPU has no VNNI (planted)" in quantized.unavailable(255) and quantized.unavailable(127) is None
+    graph, _ = _graph((4, 32), 16, "const", None, seed=0, levels=255)
+    module = to_torch(graph)
+    assert not module.gawee_kernels and "int8_linear" not in module.code
+    x = torch.randn(4, 32)
+    torch.testing.assert_close(module(x)[0], run(graph, x)[0], rtol=0, atol=0)
+    assert [k.kernel for k in to_torch(_graph((4, 32), 16, "const", None, 0)[0]).gawee_kernels] == [quantized.KERNEL]
+
+
+def test_8_bit_inputs_halve_the_quantization_error():
+    """The same linear quantized to 8-bit and to 7-bit inputs (the reference semantics): the 8-bit error against
+    the float32 linear is well below the 7-bit one."""
+    graph7, float_graph = _graph((16, 64), 32, "const", None, seed=3)
+    graph8, _ = _graph((16, 64), 32, "const", None, seed=3, levels=255)
+    x = torch.randn(16, 64) * 3
+    (exact,) = run(float_graph, x)
+    e7, e8 = ((run(g, x)[0] - exact).abs().mean() for g in (graph7, graph8))
+    assert e8 < 0.75 * e7
 
 
 def test_without_the_cpu_kernels_the_reference_runs():
@@ -208,3 +236,23 @@ def test_compile_int8_with_a_dynamic_batch():
         with torch.no_grad():
             assert_within_mlp_bound(model, x, module(x))
     assert module(torch.randn(0, 32)).shape == (0, 10)
+
+
+@pytest.mark.parametrize(
+    "fields, vnni",
+    [
+        ({"flags": "fpu sse2 avx2 fma"}, False),  # AVX2 only
+        ({"flags": "avx2 avx512f avx512bw"}, False),  # AVX-512 without VNNI (Skylake)
+        ({"flags": "avx2 avx512f avx512_vnni"}, True),  # Cascade Lake, Zen 4
+        ({"flags": "avx2 avx_vnni"}, True),  # Alder Lake's AVX-VNNI
+        ({"Features": "fp asimd sve"}, False),  # not x86: no claim of exactness
+        ({}, False),  # nothing says
+    ],
+)
+def test_no_vnni_reads_the_cpus_flags(monkeypatch, fields, vnni):
+    from gawee import machine
+
+    monkeypatch.setattr(machine, "cpu_info", lambda: fields)
+    why = machine.no_vnni()
+    assert (why is None) == vnni
+    assert why is None or "VNNI" in why

@@ -86,3 +86,13 @@ def test_dtype_helpers():
     assert underflow(None, "bf16") == 2**-134 and underflow(None, "f32") == 2**-150
     with pytest.raises(GuardFailed, match="i32 is not a floating-point dtype"):
         roundoff(None, "i32")
+
+
+def test_int8_levels_follow_the_cpus_vnni(monkeypatch):
+    from gawee.dsl import library
+
+    levels = BUILTINS["int8_levels"].impl
+    monkeypatch.setattr(library, "no_vnni", lambda: None)
+    assert levels(None) == 255
+    monkeypatch.setattr(library, "no_vnni", lambda: "no VNNI (planted)")
+    assert levels(None) == 127

@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 
 import gawee
-from gawee.backend import TorchOptions, to_torch
+from gawee.backend import TorchOptions, onednn, to_torch
 from gawee.ir.builder import GraphBuilder
+from gawee.ir.types import DType
 
 MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7}
 NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -108,10 +109,15 @@ def test_low_precision_convolutions_match_float64_within_one_ulp(case, dtype):
     ok = within_one_ulp(interp, x, w, b, fn, args)
     assert ok.all(), f"{(~ok).sum().item()}/{ok.numel()} elements off by more than one ulp"
 
+    onednn_bf16 = dtype is torch.bfloat16 and op == "conv2d" and onednn.supports(DType.bf16)
     for options in (TorchOptions(), TorchOptions(fused_kernels=False), TorchOptions(channels_last=True)):
         (backend,) = to_torch(graph, options)(x)
         assert backend.dtype == dtype
-        assert torch.equal(backend, interp), options  # the same float32 computation, rounded once
+        if onednn_bf16 and options.fused_kernels:  # oneDNN's bf16 kernel: float32 sums in its own order, one rounding
+            ok = within_one_ulp(backend, x, w, b, fn, args)
+            assert ok.all(), f"{options}: {(~ok).sum().item()}/{ok.numel()} elements off by more than one ulp"
+        else:
+            assert torch.equal(backend, interp), options  # the same float32 computation, rounded once
 
 
 def test_the_ulp_bound_rejects_a_result_two_ulps_off():
@@ -127,18 +133,43 @@ def test_the_ulp_bound_rejects_a_result_two_ulps_off():
     assert not within_one_ulp(nudged, x, w, b, fn, args)[big].any()
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_backend_never_hands_low_precision_convolutions_to_onednn(dtype):
+def _fused_low(dtype: str):
     tdtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     gb = GraphBuilder("fused_low")
     x = gb.input("x", f"{dtype}[1,4,6,6]")
-    w = gb.const(torch.randn(4, 4, 3, 3).to(tdtype), "w")
+    w = gb.const(torch.randn(4, 4, 3, 3, generator=torch.Generator().manual_seed(0)).to(tdtype), "w")
     y = gb.conv2d(x, w, None, x, padding=[1, 1], act="relu", act_params=())
-    graph = gb.output(y)
-    module = to_torch(graph)
+    return gb.output(y), torch.randn(1, 4, 6, 6, generator=torch.Generator().manual_seed(1)).to(tdtype)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_backend_hands_low_precision_convolutions_to_onednn_only_bf16_on_a_bf16_cpu(dtype, monkeypatch):
+    """f16 never (oneDNN's f16 convolution crashes on some CPUs); bf16 not on a CPU without bf16 arithmetic (its
+    kernels would convert around every op): both run the op's reference lowering, bit for bit the interpreter."""
+    monkeypatch.setattr(onednn, "no_bf16", lambda: "this CPU has no bf16 instructions (planted)")
+    onednn.supports.cache_clear()
+    try:
+        graph, xs = _fused_low(dtype)
+        module = to_torch(graph)
+    finally:
+        onednn.supports.cache_clear()
     assert not any("mkldnn" in str(n.target) for n in module.graph.nodes)
-    xs = torch.randn(1, 4, 6, 6).to(tdtype)
     assert torch.equal(module(xs)[0], gawee.run(graph, xs)[0])
+
+
+@pytest.mark.skipif(not onednn.supports(DType.bf16), reason="this CPU or torch runs no oneDNN bf16 kernels")
+def test_a_bf16_cpu_runs_bf16_convolutions_on_onednn():
+    """Where the CPU has bf16 arithmetic, the bf16 convolution (with its residual and relu) is oneDNN's fused
+    kernel, within one bf16 ulp (and float32's accumulation error) of the exact result."""
+    graph, xs = _fused_low("bf16")
+    module = to_torch(graph)
+    assert any("mkldnn._convolution_pointwise" in str(n.target) for n in module.graph.nodes)
+    (got,) = module(xs)
+    w = graph.nodes[0].inputs[1].data
+    exact = F.conv2d(xs.double(), w.double(), padding=1) + xs.double()
+    magnitude = F.conv2d(xs.double().abs(), w.double().abs(), padding=1) + xs.double().abs()
+    ulp = torch.exp2(torch.floor(torch.log2(exact.relu().clamp_min(torch.finfo(torch.bfloat16).tiny))) - 7)
+    assert ((got.double() - exact.relu()).abs() <= 2 * ulp + 38 * 2.0**-24 * magnitude).all()
 
 
 def test_a_channels_last_convolution_runs_where_onednn_would_crash():

@@ -1,0 +1,142 @@
+"""oneDNN's fused convolution over random geometries: where it crashes or computes wrong values, raw and with the
+guards of gawee's torch lowering (gawee.backend.onednn: effective_dilation, safe_geometry, packable).
+
+Each case is a random conv2d (batch, channels, groups, kernel, stride, padding, dilation, input size, NCHW or
+channels-last, float32 or bf16) run through ``torch.ops.mkldnn._convolution_pointwise`` on the weight packed for
+the input (``_reorder_convolution_weight``, what the lowering emits) and on the plain weight, and compared with
+``torch.nn.functional.conv2d`` in float32 (within 1e-3 of the output's magnitude for float32, 5% for bf16). The
+cases run in a child process: a segfault ends the child, the case it was running is recorded as a crash, and a new
+child goes on from the next case. "guarded" applies the lowering's guards first: a case the lowering keeps from
+oneDNN (channels-last over a spatial size of 1) is counted as kept away; dilation is made effective; a stride the
+packed weight gets wrong runs on the plain weight.
+
+    python benchmarks/onednn_conv_fuzz.py --cases 3000          # both modes, the same cases
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+
+import torch
+
+from gawee.backend import onednn
+
+
+def geometry(rng: random.Random) -> dict | None:
+    """A random valid convolution, or None where its window does not fit the padded input."""
+    groups = rng.choice([1, 1, 1, 2, 4])
+    cin, cout = groups * rng.randint(1, 8), groups * rng.randint(1, 8)
+    if rng.random() < 0.2:
+        groups, cout = cin, cin
+    k = [rng.randint(1, 4), rng.randint(1, 4)]
+    stride = [rng.randint(1, 3), rng.randint(1, 3)]
+    padding = [rng.randint(0, 3), rng.randint(0, 3)]
+    dilation = [rng.randint(1, 3), rng.randint(1, 3)]
+    size = [rng.randint(1, 12), rng.randint(1, 12)]
+    if any(s + 2 * p - d * (kk - 1) - 1 < 0 for s, p, d, kk in zip(size, padding, dilation, k)):
+        return None
+    return {
+        "x": [rng.randint(1, 2), cin, *size],
+        "w": [cout, cin // groups, *k],
+        "stride": stride,
+        "padding": padding,
+        "dilation": dilation,
+        "groups": groups,
+        "channels_last": rng.random() < 0.5,
+        "dtype": rng.choice(["float32", "bfloat16"]),
+    }
+
+
+def run_case(g: dict, guarded: bool) -> str:
+    """ "ok", "kept away", "packed wrong", "plain wrong" or "both wrong" for one case (a crash never returns)."""
+    dtype = getattr(torch, g["dtype"])
+    dilation = g["dilation"]
+    if guarded:
+        if not onednn.safe_geometry(g["x"], g["channels_last"]):
+            return "kept away"
+        dilation = onednn.effective_dilation(g["w"][2:], dilation)
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(g["x"], generator=gen).to(dtype), torch.randn(g["w"], generator=gen).to(dtype)
+    b = torch.randn(g["w"][0], generator=gen).to(dtype)
+    if g["channels_last"]:
+        x, w = x.contiguous(memory_format=torch.channels_last), w.contiguous(memory_format=torch.channels_last)
+    geo = (g["padding"], g["stride"], dilation, g["groups"])
+    ref = torch.nn.functional.conv2d(x.float(), w.float(), b.float(), g["stride"], g["padding"], dilation, g["groups"])
+    tol = (1e-3 if dtype is torch.float32 else 0.05) * max(1.0, ref.abs().max().item() if ref.numel() else 0.0)
+    mk = torch.ops.mkldnn
+    plain = mk._convolution_pointwise(x, w, b, *geo, "none", [], "")
+    if guarded and not onednn.packable(g["stride"]):
+        packed = plain  # the lowering runs such a stride on the plain weight
+    else:
+        p = mk._reorder_convolution_weight(w, g["padding"], g["stride"], dilation, g["groups"], list(x.shape))
+        packed = mk._convolution_pointwise(x, p, b, *geo, "none", [], "")
+    wrong = [bool(t.numel()) and (t.float() - ref).abs().max().item() > tol for t in (packed, plain)]
+    return {(False, False): "ok", (True, False): "packed wrong", (False, True): "plain wrong"}.get(
+        tuple(wrong), "both wrong"
+    )
+
+
+def child(seed: int, cases: int, start: int, guarded: bool) -> None:
+    """Run cases ``start``.. of the seed's sequence, a line before (the case) and after (its outcome) each."""
+    torch.set_num_threads(1)
+    rng = random.Random(seed)
+    drawn = [geometry(rng) for _ in range(cases)]
+    for i in range(start, cases):
+        if drawn[i] is None:
+            continue
+        print(json.dumps({"case": i, "g": drawn[i]}), flush=True)
+        print(json.dumps({"case": i, "outcome": run_case(drawn[i], guarded)}), flush=True)
+
+
+def fuzz(seed: int, cases: int, guarded: bool) -> dict:
+    """Every case of the seed, in as many children as crashes need: outcome → (count, first example)."""
+    found: dict[str, list] = {}
+    start = 0
+    while start < cases:
+        argv = [sys.executable, __file__, "--child", str(seed), str(cases), str(start), str(int(guarded))]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        last = None
+        for line in proc.stdout.splitlines():
+            record = json.loads(line)
+            if "g" in record:
+                last = record
+            else:
+                entry = found.setdefault(record["outcome"], [0, None])
+                entry[0] += 1
+                if entry[1] is None and record["outcome"] != "ok":
+                    entry[1] = last["g"]
+                last = None
+        if proc.returncode == 0:
+            break
+        if last is None:
+            raise RuntimeError(f"the child failed outside a case: {proc.stderr[-2000:]}")
+        entry = found.setdefault(f"crashed ({proc.returncode})", [0, last["g"]])
+        entry[0] += 1
+        start = last["case"] + 1
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
+        seed, cases, start, guarded = map(int, sys.argv[2:6])
+        child(seed, cases, start, bool(guarded))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cases", type=int, default=3000, help="random geometries drawn (invalid ones are skipped)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    print(f"torch {torch.__version__}; {args.cases} geometries drawn, seed {args.seed}\n")
+    print("| mode | outcome | cases | first example |\n|---|---|---:|---|")
+    for guarded in (False, True):
+        for outcome, (count, example) in sorted(fuzz(args.seed, args.cases, guarded).items()):
+            shown = "" if example is None else f"`{json.dumps(example)}`"
+            print(f"| {'guarded' if guarded else 'raw'} | {outcome} | {count} | {shown} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
