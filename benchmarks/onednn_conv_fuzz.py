@@ -6,9 +6,9 @@ channels-last, float32 or bf16) run through ``torch.ops.mkldnn._convolution_poin
 the input (``_reorder_convolution_weight``, what the lowering emits) and on the plain weight, and compared with
 ``torch.nn.functional.conv2d`` in float32 (within 1e-3 of the output's magnitude for float32, 5% for bf16). The
 cases run in a child process: a segfault ends the child, the case it was running is recorded as a crash, and a new
-child goes on from the next case. "guarded" applies the lowering's guards first: a case the lowering keeps from
-oneDNN (channels-last over a spatial size of 1) is counted as kept away; dilation is made effective; a stride the
-packed weight gets wrong runs on the plain weight.
+child goes on from the next case. "guarded" applies the lowering's guards first: dilation is made effective; a
+case the lowering keeps from oneDNN (a dilated window over a channels-last input with a spatial size of 1) is
+counted as kept away; a stride the packed weight gets wrong runs on the plain weight.
 
     python benchmarks/onednn_conv_fuzz.py --cases 3000          # both modes, the same cases
 """
@@ -56,9 +56,9 @@ def run_case(g: dict, guarded: bool) -> str:
     dtype = getattr(torch, g["dtype"])
     dilation = g["dilation"]
     if guarded:
-        if not onednn.safe_geometry(g["x"], g["channels_last"]):
-            return "kept away"
         dilation = onednn.effective_dilation(g["w"][2:], dilation)
+        if not onednn.safe_geometry(g["x"], g["channels_last"], dilation):
+            return "kept away"
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(g["x"], generator=gen).to(dtype), torch.randn(g["w"], generator=gen).to(dtype)
     b = torch.randn(g["w"][0], generator=gen).to(dtype)

@@ -43,7 +43,9 @@ def conv2d(ctx):
         and w.dtype == x.dtype
         and (b is None or b.dtype == x.dtype)
         and (r is None or r.same_shape_dtype(ctx.node.output.type))
-        and onednn.safe_geometry(x.shape, x.layout is Layout.channels_last)
+        and onednn.safe_geometry(
+            x.shape, x.layout is Layout.channels_last, onednn.effective_dilation(w.shape[2:], a["dilation"])
+        )
     ):
         return ctx.reference()
     dilation = onednn.effective_dilation(w.shape[2:], a["dilation"])

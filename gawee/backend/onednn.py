@@ -60,7 +60,7 @@ def supports(dtype: DType) -> bool:
     lowering runs. f16 is excluded even where the ISA advertises it
     (``torch.ops.mkldnn._is_mkldnn_fp16_supported()``): torch 2.14.1's oneDNN f16 convolution segfaults on
     AVX-512/AMX CPUs for valid strided/padded/dilated geometries. (Its channels-last convolutions, bf16 and f32
-    too, segfault over an input with a spatial size of 1: :func:`safe_geometry`.)
+    too, segfault with a dilated window over an input with a spatial size of 1: :func:`safe_geometry`.)
     """
     if unavailable() is not None:
         return False
@@ -89,11 +89,11 @@ def _torch_bf16() -> bool:
     return bool(check()) if check is not None else False
 
 
-def safe_geometry(input_shape: Sequence, channels_last: bool) -> bool:
-    """Whether oneDNN's fused convolution may run over an input of this shape and memory format: not a
-    channels-last one with a spatial size of 1, whose strides are ambiguous and over which its convolution
-    (torch 2.14.1) segfaults on valid geometries (a padded, dilated window over a width of 1)."""
-    return not (channels_last and 1 in tuple(input_shape)[2:])
+def safe_geometry(input_shape: Sequence, channels_last: bool, dilation: Sequence[int]) -> bool:
+    """Whether oneDNN's fused convolution may run over an input of this shape and memory format with this
+    (effective: :func:`effective_dilation`) dilation: not a dilated window over a channels-last input with a
+    spatial size of 1, whose strides are ambiguous and over which its convolution (torch 2.14.1) segfaults."""
+    return not (channels_last and 1 in tuple(input_shape)[2:] and any(d > 1 for d in dilation))
 
 
 def post_op(act: str | None, params: Sequence[float]) -> tuple[str, list[float], str | None] | None:

@@ -42,18 +42,19 @@ def test_onednn_takes_bf16_only_where_the_cpu_and_torch_both_run_it(monkeypatch)
         onednn.supports.cache_clear()
 
 
-def test_onednn_never_runs_a_channels_last_input_with_a_spatial_size_of_1():
-    assert onednn.safe_geometry((1, 4, 5, 3), channels_last=True)
-    assert onednn.safe_geometry((1, 4, 5, 1), channels_last=False)
-    assert not onednn.safe_geometry((1, 4, 5, 1), channels_last=True)
-    assert not onednn.safe_geometry((2, 4, 1, 7), channels_last=True)
+def test_onednn_never_runs_a_dilated_window_over_a_channels_last_input_with_a_spatial_size_of_1():
+    assert onednn.safe_geometry((1, 4, 5, 3), True, [2, 2])
+    assert onednn.safe_geometry((1, 4, 5, 1), False, [2, 2])
+    assert onednn.safe_geometry((1, 4, 5, 1), True, [1, 1])  # undilated: the squeeze-excite 1x1 case
+    assert not onednn.safe_geometry((1, 4, 5, 1), True, [2, 1])
+    assert not onednn.safe_geometry((2, 4, 1, 7), True, [1, 3])
     gb = GraphBuilder("width_1")
-    x = gb.input("x", "f32[2,4,5,1]")
-    w = gb.const(torch.randn(2, 2, 3, 1), "w")
-    graph = gb.output(gb.conv2d(x, w, None, stride=[2, 2], padding=[1, 1], dilation=[2, 2], groups=2))
+    x = gb.input("x", "f32[2,3,9,1]")
+    w = gb.const(torch.randn(1, 3, 3, 2), "w")
+    graph = gb.output(gb.conv2d(x, w, None, stride=[1, 2], padding=[0, 3], dilation=[3, 2]))
     module = to_torch(graph, TorchOptions(channels_last=True))
-    assert not any("mkldnn" in str(n.target) for n in module.graph.nodes)
-    xs = torch.randn(2, 4, 5, 1)
+    assert not any("mkldnn" in t for t in _targets(module))
+    xs = torch.randn(2, 3, 9, 1)
     torch.testing.assert_close(module(xs)[0], gawee.run(graph, xs)[0])
 
 
