@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gawee.cpu import cpu_info
+
 
 @dataclass
 class Timing:
@@ -72,22 +74,6 @@ def time_call(fn: Callable[[], object], *, warmup: int = 3, repeats: int = 20, b
     return Timing(samples, (minor_faults() - faults) / len(samples))
 
 
-def cpu_info() -> dict[str, str]:
-    """The first processor's fields of ``/proc/cpuinfo`` (``model name``, ``flags``...; they describe them all);
-    empty where there is none (not Linux)."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.strip():
-                    break
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
-    except OSError:
-        pass
-    return fields
-
-
 def cpu_name() -> str:
     """The CPU's model name (the figures depend on it), or the platform's processor string."""
     import platform
@@ -117,20 +103,3 @@ def no_bf16(device: torch.device | None = None) -> str | None:
     if "Features" in info:  # Arm
         return None if "bf16" in info["Features"].split() else "this CPU has no bf16 instructions (Arm's bf16 feature)"
     return None
-
-
-VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
-"""x86 flags (``/proc/cpuinfo``) of VNNI: u8 x s8 products summed straight into 32-bit integers."""
-
-
-def no_vnni() -> str | None:
-    """Why this CPU's int8 kernels cannot multiply 8-bit activations exactly, or None where they can (an x86 CPU
-    with :data:`VNNI_FLAGS`). Without VNNI, fbgemm's and oneDNN's u8 x s8 kernels add pairs of products in 16
-    bits, which saturate for activations past 127: their dynamic linear then quantizes activations to 7 bits
-    (``reduce_range``). Where nothing says (no ``/proc/cpuinfo``) the answer is the cautious one."""
-    info = cpu_info()
-    if any(flag in info.get("flags", "").split() for flag in VNNI_FLAGS):
-        return None
-    if "flags" not in info:
-        return "nothing says this CPU has VNNI (no x86 flags in /proc/cpuinfo)"
-    return f"this CPU has no VNNI (neither of {', '.join(VNNI_FLAGS)} among /proc/cpuinfo's flags)"

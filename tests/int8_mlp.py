@@ -3,7 +3,7 @@ output held to it through both layers: shared by the optimize and compile tests 
 
 import torch
 
-from gawee.machine import no_vnni
+from gawee.cpu import no_vnni
 from gawee.ops.quantized import linear_int8_dynamic, quantize_per_channel_symmetric
 
 U = 2.0**-24

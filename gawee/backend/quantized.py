@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from gawee.machine import no_vnni
+from gawee.cpu import no_vnni
 from gawee.ops.nn import apply_act
 
 ENGINES = frozenset({"x86", "fbgemm", "onednn"})
@@ -21,7 +21,7 @@ KERNEL = "quantized::linear_dynamic"
 
 def unavailable(levels: int = 127) -> str | None:
     """Why this torch's current quantized engine cannot run the kernel with inputs quantized to [0, levels] (x86
-    CPUs can: fbgemm or oneDNN; 8-bit inputs only with VNNI, :func:`gawee.machine.no_vnni`), or None."""
+    CPUs can: fbgemm or oneDNN; 8-bit inputs only with VNNI, :func:`gawee.cpu.no_vnni`), or None."""
     engine = torch.backends.quantized.engine
     if engine not in ENGINES:
         return f"torch's quantized engine is {engine!r}, not one of {', '.join(sorted(ENGINES))}"

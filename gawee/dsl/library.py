@@ -16,10 +16,10 @@ from typing import Any
 import torch
 
 from gawee.analysis.tensor_facts import SMALL, all_finite, elements
+from gawee.cpu import no_vnni
 from gawee.dsl import kinds as K
 from gawee.ir.core import Value
 from gawee.ir.types import DType
-from gawee.machine import no_vnni
 from gawee.numerics import TOLERANCE
 from gawee.ops import get_op
 

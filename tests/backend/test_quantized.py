@@ -250,9 +250,9 @@ def test_compile_int8_with_a_dynamic_batch():
     ],
 )
 def test_no_vnni_reads_the_cpus_flags(monkeypatch, fields, vnni):
-    from gawee import machine
+    from gawee import cpu
 
-    monkeypatch.setattr(machine, "cpu_info", lambda: fields)
-    why = machine.no_vnni()
+    monkeypatch.setattr(cpu, "cpu_info", lambda: fields)
+    why = cpu.no_vnni()
     assert (why is None) == vnni
     assert why is None or "VNNI" in why
