@@ -35,6 +35,7 @@ def conv2d(ctx):
     x, w, b, r = (ctx.type(i) for i in range(4))
     a = ctx.attrs
     post = onednn.post_op(a["act"], a["act_params"])
+    dilation = onednn.effective_dilation(w.shape[2:], a["dilation"])
     if not (
         ctx.options.fused_kernels
         and onednn.supports(x.dtype)
@@ -43,12 +44,9 @@ def conv2d(ctx):
         and w.dtype == x.dtype
         and (b is None or b.dtype == x.dtype)
         and (r is None or r.same_shape_dtype(ctx.node.output.type))
-        and onednn.safe_geometry(
-            x.shape, x.layout is Layout.channels_last, onednn.effective_dilation(w.shape[2:], a["dilation"])
-        )
+        and onednn.safe_geometry(x.shape, x.layout is Layout.channels_last, dilation)
     ):
         return ctx.reference()
-    dilation = onednn.effective_dilation(w.shape[2:], a["dilation"])
     geometry = (list(a["padding"]), list(a["stride"]), dilation, a["groups"])
     weight = ctx.const(1)
     packing = {"padding": a["padding"], "stride": a["stride"], "dilation": dilation, "groups": a["groups"]}
