@@ -44,7 +44,7 @@ def conv2d(ctx):
         and w.dtype == x.dtype
         and (b is None or b.dtype == x.dtype)
         and (r is None or r.same_shape_dtype(ctx.node.output.type))
-        and onednn.safe_geometry(x.shape, x.layout is Layout.channels_last, dilation)
+        and onednn.safe_geometry(x.shape, a["stride"], dilation)
     ):
         return ctx.reference()
     geometry = (list(a["padding"]), list(a["stride"]), dilation, a["groups"])
@@ -56,9 +56,7 @@ def conv2d(ctx):
         residual = ctx.arg(3) if r is not None else None
         act = (a["act"], tuple(a["act_params"]))
         return ctx.call(kernels.conv1x1_gemm, ctx.arg(0), matrix, ctx.arg(2), residual, *act)
-    if weight is not None and not onednn.packable(a["stride"]):
-        weight = ctx.arg(1)  # oneDNN reorders the plain weight inside each call
-    elif weight is not None and has_symbols(x.shape):  # packed at run time, once per input size met
+    if weight is not None and has_symbols(x.shape):  # packed at run time, once per input size met
         pack = partial(onednn.pack_conv_weight, weight, **packing, channels_last=channels_last)
         per_size = onednn.PackedPerSize(ctx.node.name, pack)
         per_size.for_size(at_example(x.shape))  # the example size, packed now

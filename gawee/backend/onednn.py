@@ -59,8 +59,8 @@ def supports(dtype: DType) -> bool:
     float32 sum. Without bf16 instructions its kernels would convert around every op, so there the op's reference
     lowering runs. f16 is excluded even where the ISA advertises it
     (``torch.ops.mkldnn._is_mkldnn_fp16_supported()``): torch 2.14.1's oneDNN f16 convolution segfaults on
-    AVX-512/AMX CPUs for valid strided/padded/dilated geometries. (Its channels-last convolutions, bf16 and f32
-    too, segfault with a dilated window over an input with a spatial size of 1: :func:`safe_geometry`.)
+    AVX-512/AMX CPUs for valid strided/padded/dilated geometries. (Some geometries crash or compute wrong values
+    in f32 and bf16 too: :func:`safe_geometry`.)
     """
     if unavailable() is not None:
         return False
@@ -74,26 +74,22 @@ def effective_dilation(kernel: Sequence, dilation: Sequence[int]) -> list[int]:
     return [1 if k == 1 else d for k, d in zip(kernel, dilation)]
 
 
-def packable(stride: Sequence[int]) -> bool:
-    """Whether a convolution of this stride may run on a weight packed ahead (:func:`pack_conv_weight`): not one
-    of stride 1 in height and more in width, on which oneDNN's convolution over the packed weight (torch 2.14.1)
-    computes wrong values in some geometries, f32 and bf16, NCHW and channels-last alike, where the same
-    convolution over the plain weight is right (benchmarks/README.md, "oneDNN's convolution kernels: the
-    geometries gawee keeps away from")."""
-    return not (len(stride) == 2 and stride[0] == 1 and stride[1] > 1)
-
-
 def _torch_bf16() -> bool:
     """Whether this torch runs oneDNN's bf16 kernels here (it refuses them on a CPU without AVX-512 or AVX-NE)."""
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     return bool(check()) if check is not None else False
 
 
-def safe_geometry(input_shape: Sequence, channels_last: bool, dilation: Sequence[int]) -> bool:
-    """Whether oneDNN's fused convolution may run over an input of this shape and memory format with this
-    (effective: :func:`effective_dilation`) dilation: not a dilated window over a channels-last input with a
-    spatial size of 1, whose strides are ambiguous and over which its convolution (torch 2.14.1) segfaults."""
-    return not (channels_last and 1 in tuple(input_shape)[2:] and any(d > 1 for d in dilation))
+def safe_geometry(input_shape: Sequence, stride: Sequence[int], dilation: Sequence[int]) -> bool:
+    """Whether oneDNN's fused convolution (torch 2.14.1) may run this geometry, ``dilation`` the effective one
+    (:func:`effective_dilation`): not a dilated window over an input with a spatial size of 1, on which it
+    segfaults (either memory format, on a packed weight), and not a stride of 1 in height and more in width, on
+    which it computes wrong values in some geometries (f32 and bf16 on a packed weight, bf16 channels-last on the
+    plain one too; benchmarks/onednn_conv_fuzz.py finds them). Such a convolution runs the op's reference
+    semantics, whose float32 convolution computes it right."""
+    spatial = tuple(input_shape)[2:]
+    dilated_over_1 = 1 in spatial and any(d > 1 for d in dilation)
+    return not dilated_over_1 and not (len(stride) == 2 and stride[0] == 1 and stride[1] > 1)
 
 
 def post_op(act: str | None, params: Sequence[float]) -> tuple[str, list[float], str | None] | None:
