@@ -15,16 +15,13 @@ cosine similarity). On a CPU without bf16 instructions gawee keeps float32 and i
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from bench_int8 import Row, _num, arguments, markdown, meta_of, run
+from bench_int8 import Row, _num, arguments, markdown, meta_of, publish, run
 from bench_runtime import _timed, build_eager, build_gawee, build_inductor, build_openvino
-from readme import replace_section
 
 import gawee
 
@@ -155,14 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         version = openvino.__version__
     except ImportError:
         version = "not installed"
-    meta = meta_of(args, command, openvino=version)
-    if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
-    if args.readme:
-        replace_section(HEADING, readme_section(table, checks, meta["command"], meta))
-    print(table)
-    print(checks)
-    return 0
+    return publish(args, rows, meta_of(args, command, openvino=version), table, checks, HEADING, readme_section)
 
 
 if __name__ == "__main__":

@@ -398,10 +398,16 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime
 
     meta = meta_of(args, command, onnxruntime=onnxruntime.__version__)
+    return publish(args, rows, meta, table, checks, HEADING, readme_section)
+
+
+def publish(args, rows: list[Row], meta: dict, table: str, checks: str, heading: str, section: Callable) -> int:
+    """Print the table and its verdicts; with ``--json`` write the rows and the run's facts, with ``--readme`` the
+    ``heading`` section of benchmarks/README.md (``section(table, checks, command, meta)``)."""
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     if args.readme:
-        replace_section(HEADING, readme_section(table, checks, meta["command"], meta))
+        replace_section(heading, section(table, checks, meta["command"], meta))
     print(table)
     print(checks)
     return 0
