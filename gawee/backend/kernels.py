@@ -159,8 +159,11 @@ def _has_onednn_linear(act: str | None) -> bool:
 
 
 def linear_candidates(act: str | None, dtype: DType) -> list[str]:
-    """The kernels that can run a linear of this dtype and activation here (``aten`` always can)."""
+    """The kernels that can run a linear of this dtype and activation here (``aten`` always can): in bf16, oneDNN's
+    prepacked linear too where it runs bf16 convolutions (:func:`gawee.backend.onednn.supports`)."""
     found = ["aten"]
+    if dtype is DType.bf16 and onednn.supports(dtype) and _has_onednn_linear(act):
+        return [*found, "onednn"]
     if dtype is not DType.f32:
         return found
     if _has_mkl_linear():
@@ -249,26 +252,28 @@ def measure_linear(
     params: tuple = (),
     candidates: list[str] | None = None,
     *,
+    dtype: DType = DType.f32,
     min_rounds: int = 3,
     max_rounds: int = 15,
     budget_s: float = 0.25,
 ) -> KernelChoice:
-    """Time every candidate on random ``m x k`` inputs and a random ``n x k`` weight: calls interleaved
+    """Time every candidate on random ``m x k`` inputs and a random ``n x k`` weight of ``dtype``: calls interleaved
     round by round (so a burst of load elsewhere hits them all), each candidate's best call kept, until
     one is clearly fastest or ``budget_s`` is spent (:func:`best_calls`). The fastest wins; results are
     cached per shape for the process. Outputs are checked against the reference first: a candidate that
     computes something else is dropped."""
-    key = (m, k, n, bias, act, tuple(params), torch.get_num_threads(), tuple(candidates or ()))
+    key = (m, k, n, bias, act, tuple(params), torch.get_num_threads(), tuple(candidates or ()), dtype)
     hit = _MEASURED.get(key)
     if hit is not None:
         return hit
     t_start = time.perf_counter()
-    candidates = candidates or linear_candidates(act, DType.f32)
+    candidates = candidates or linear_candidates(act, dtype)
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(m, k, generator=g)
-    w = torch.randn(n, k, generator=g) / math.sqrt(k)
-    b = torch.randn(n, generator=g) if bias else None
+    x = torch.randn(m, k, generator=g).to(dtype.torch)
+    w = (torch.randn(n, k, generator=g) / math.sqrt(k)).to(dtype.torch)
+    b = torch.randn(n, generator=g).to(dtype.torch) if bias else None
     expected = apply_act(F.linear(x, w, b), act, params)
+    tol = 1e-4 if dtype is DType.f32 else 2e-2  # bf16: float32 sums in another order, one bf16 rounding
     runners = {}
     for kernel in candidates:
         fn = _Linear(kernel, w, b, m, act, params)
@@ -280,7 +285,7 @@ def measure_linear(
                 got = fn(x)
         except RuntimeError:
             continue
-        if got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=1e-4):
+        if got.shape == expected.shape and torch.allclose(got.float(), expected.float(), rtol=tol, atol=tol):
             runners[kernel] = fn
     best = best_calls(runners, (x,), min_rounds, max_rounds, budget_s)
     kernel = min(best, key=lambda c: (best[c], LINEAR_KERNELS.index(c))) if best else "aten"
@@ -317,7 +322,8 @@ def lower_linear(ctx) -> torch.fx.Node:
         if b is not None and b.dtype != x.dtype:
             candidates = ["aten"]
     if forced == "measure":
-        choice = measure_linear(m, k, n, b is not None, act, params, candidates) if len(candidates) > 1 else None
+        shape = (m, k, n, b is not None, act, params, candidates)
+        choice = measure_linear(*shape, dtype=x.dtype) if len(candidates) > 1 else None
         kernel = choice.kernel if choice else "aten"
     else:
         kernel = forced if forced in candidates else "aten"

@@ -224,3 +224,40 @@ def test_unknown_linear_kernel_is_a_typed_error():
     with pytest.raises(GaweeError, match="unknown linear kernel") as e:
         gawee.to_torch(gawee.capture(m, (torch.randn(2, 4),)), TorchOptions(linear_kernel="blas"))
     assert "measure" in str(e.value.hint)
+
+
+def test_bf16_linears_race_onednns_prepacked_kernel_only_where_it_runs_bf16(monkeypatch):
+    from gawee.backend import onednn
+    from gawee.ir.types import DType
+
+    def candidates(supported: bool) -> list[str]:
+        monkeypatch.setattr(onednn, "supports", lambda dtype: supported)
+        return kernels.linear_candidates(None, DType.bf16)
+
+    if not kernels._has_onednn_linear(None):
+        pytest.skip("this torch has no oneDNN fused linear")
+    assert candidates(True) == ["aten", "onednn"] and candidates(False) == ["aten"]
+    assert "onednn" not in kernels.linear_candidates(None, DType.f16)
+
+
+@pytest.mark.skipif(
+    not (kernels.onednn.supports(gawee.DType.bf16) and kernels._has_onednn_linear("gelu")),
+    reason="this CPU or torch runs no oneDNN bf16 kernels",
+)
+def test_a_bf16_linear_runs_the_kernel_measured_fastest_in_bf16():
+    from gawee.ir.builder import GraphBuilder
+
+    gb = GraphBuilder("bf16_linear")
+    x = gb.input("x", "bf16[64,96]")
+    w = gb.const(torch.randn(128, 96, generator=torch.Generator().manual_seed(0)).bfloat16(), "w")
+    b = gb.const(torch.randn(128, generator=torch.Generator().manual_seed(1)).bfloat16(), "b")
+    graph = gb.output(gb.linear(x, w, b, act="gelu"))
+    module = gawee.to_torch(graph)
+    (choice,) = [c for c in module.gawee_kernels if c.op == "linear"]
+    assert set(choice.ms) == {"aten", "onednn"} and choice.ms[choice.kernel] == min(choice.ms.values())
+    assert any(n.target is KERNEL_TARGETS[choice.kernel] for n in module.graph.nodes if n.op == "call_function")
+    xs = torch.randn(64, 96, generator=torch.Generator().manual_seed(2)).bfloat16()
+    (got,) = module(xs)
+    (want,) = gawee.run(graph, xs)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
