@@ -22,7 +22,7 @@ def _tight_twins() -> list:
     text = text.replace("(u + 128 * roundoff(f32))", "(128 * roundoff(f32))")  # the activation's rounding to bf16
     assert "(4 * u +" not in text
     twins = [r for r in load_rules_text(text, "tight.rules").rules if r.approximate]
-    assert len(twins) == 8 and all("roundoff(bf16)" not in r.bound_text for r in twins)
+    assert len(twins) == 10 and all("roundoff(bf16)" not in r.bound_text for r in twins)
     return twins
 
 
