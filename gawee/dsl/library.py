@@ -22,6 +22,7 @@ from gawee.ir.core import Value
 from gawee.ir.types import DType
 from gawee.numerics import TOLERANCE
 from gawee.ops import get_op
+from gawee.ops.quantized import static_qparams
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,14 @@ def _broadcastable(a: Value | None, b: Value | None) -> bool:
 
 def _pure(v: Value | None) -> bool:
     return v is not None and v.producer is not None and get_op(v.producer.op).has_trait("pure")
+
+
+def _static_qparams(low: float, high: float, levels: int) -> tuple[float, int]:
+    """:func:`gawee.ops.quantized.static_qparams`; GuardFailed for a range it cannot quantize."""
+    try:
+        return static_qparams(low, high, levels)
+    except ValueError as e:
+        raise GuardFailed(str(e)) from None
 
 
 def _finfo(dtype: str) -> torch.finfo:
@@ -346,6 +355,20 @@ BUILTINS: dict[str, Builtin] = {
             INT,
             lambda ctx: 255 if no_vnni() is None else 127,
             doc="the largest value this CPU's int8 kernels quantize an activation to exactly: 255 with VNNI, else 127",
+        ),
+        Builtin(
+            "static_scale",
+            (F, F, INT),
+            F,
+            lambda ctx, low, high, levels: _static_qparams(low, high, levels)[0],
+            doc="the float32 scale that quantizes a calibrated range [low, high] (0 included) to [0, levels]",
+        ),
+        Builtin(
+            "static_zero_point",
+            (F, F, INT),
+            INT,
+            lambda ctx, low, high, levels: _static_qparams(low, high, levels)[1],
+            doc="the zero point that goes with static_scale(low, high, levels), in [0, levels]",
         ),
         Builtin(
             "roundoff",

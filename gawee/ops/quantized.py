@@ -1,21 +1,28 @@
-"""Integer-quantized ops: weights quantized per channel to int8 (folded at rewrite time), and a linear layer that
-quantizes its input at run time, multiplies in integers and dequantizes (rules/precision/int8.rules makes them).
+"""Integer-quantized ops: weights quantized per channel to int8 (folded at rewrite time), a linear layer that
+quantizes its input at run time, a convolution that quantizes its input with a scale fixed by calibration, and
+the annotation that carries a calibrated range into the graph (rules/precision/int8.rules makes and reads them).
 
 Their reference semantics compute what torch's dynamic quantized linear kernel (``quantized::linear_dynamic``,
 fbgemm and oneDNN alike) computes: the input's scale and zero point chosen from its range as
 ``ChooseQuantizationParams`` chooses them, the input rounded to unsigned integers in [0, levels] — 255 (8 bits),
 or 127 (7 bits, ``reduce_range``: a pair of u8 x s8 products summed in 16 bits cannot saturate, on CPUs without
 VNNI) —, an exact integer product, and a float32 dequantization.
-Capture never produces these ops: only rules do (they have no ATen spelling)."""
+The static convolution computes what oneDNN's int8 convolution with a float32 result computes (torch's
+``onednn::qconv2d_pointwise``): the input rounded to [0, levels] with a fixed scale and zero point, an exact
+integer convolution with the int8 weight, a float32 dequantization, bias, residual and activation.
+Capture never produces these ops: only rules and calibration do (they have no ATen spelling)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import Attr, OpDef, Operand, register
-from gawee.ops.nn import _draw_act, _no_act_params, apply_act
+from gawee.ops.nn import _conv_canon, _conv_flops, _conv_sample, _draw_act, _no_act_params, apply_act
 
 INT8_MAX = 127
 """The largest magnitude of a symmetric int8 weight: [-127, 127], zero point 0 (-128 is never used)."""
@@ -26,7 +33,7 @@ LEVELS = (127, 255)
 SMALL_SCALE = float(torch.tensor(6.1e-5, dtype=torch.float32))
 """The smallest input scale ``ChooseQuantizationParams`` gives (its ``SMALL_SCALE_THRESHOLD``, a float32)."""
 
-RULE_ONLY = frozenset({"quantize_per_channel_symmetric", "linear_int8_dynamic"})
+RULE_ONLY = frozenset({"quantize_per_channel_symmetric", "linear_int8_dynamic", "conv2d_int8_static", "calibrated"})
 """The ops of this module: made by rules, never by capture (no ATen call maps to them)."""
 
 
@@ -120,6 +127,87 @@ def linear_int8_dynamic(
     return apply_act(y, act, act_params)
 
 
+def static_qparams(low: float, high: float, levels: int) -> tuple[float, int]:
+    """The float32 scale and the zero point that quantize the calibrated range [low, high] (0 included) to
+    [0, levels]: scale = (high - low) / levels rounded to float32, at least SMALL_SCALE, and the zero point
+    -low / scale rounded to nearest and kept in [0, levels] (so 0 is exactly representable, as zero padding
+    needs). ValueError for a range that is not finite or a ``levels`` not in LEVELS."""
+    if levels not in LEVELS:
+        raise ValueError(f"an activation is quantized to [0, 127] or [0, 255], not [0, {levels}]")
+    low, high = min(float(low), 0.0), max(float(high), 0.0)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(f"a calibrated range must be finite, not [{low}, {high}]")
+    scale = max(float(torch.tensor((high - low) / levels, dtype=torch.float32)), SMALL_SCALE)
+    if not math.isfinite(scale):
+        raise ValueError(f"the calibrated range [{low}, {high}] is too wide for a float32 scale")
+    return scale, min(max(round(-low / scale), 0), levels)
+
+
+def calibrated(input: torch.Tensor, *, low: float, high: float) -> torch.Tensor:
+    """``input`` itself (a copy): the node records that ``input`` ranged over [low, high] on the calibration
+    batches, for the rules that choose a fixed quantization scale (:func:`gawee.rewrite.calibration.calibrate`
+    puts it in; the precision phase takes it out). Numerically it is the identity, so a rule that reads
+    ``low`` and ``high`` is sound for any range: its bound must hold where ``input`` leaves it."""
+    return input.clone()
+
+
+def conv2d_int8_static(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    *,
+    stride,
+    padding,
+    dilation,
+    groups: int,
+    act: str | None = None,
+    act_params: tuple = (),
+    scale: float,
+    zero_point: int,
+    levels: int = 255,
+) -> torch.Tensor:
+    """act(dequantized(conv2d(quantized(input), weight)) + bias + residual): ``input`` (float32) rounded to
+    ``round(input * (1 / scale)) + zero_point`` in float32, kept in [0, levels] (values beyond the range the
+    scale covers are clamped to its ends), convolved exactly with the int8 ``weight`` (zero padding is the zero
+    point, i.e. 0), dequantized in float32 as ``product * (scale * weight_scale)``, then bias, residual and act
+    added in float32.
+
+    The convolution runs in float64: each term is an integer of magnitude at most 255 * 127 and every partial
+    sum an integer below 2**53, exact in any order (the kernel's int32 accumulation is exact below 66,000 terms
+    per window, which the rules require)."""
+    if input.dtype != torch.float32 or weight.dtype != torch.int8 or weight_scale.dtype != torch.float32:
+        raise ValueError(
+            f"conv2d_int8_static takes a float32 input, an int8 weight and float32 scales, "
+            f"not {input.dtype}, {weight.dtype}, {weight_scale.dtype}"
+        )
+    if input.dim() != 4 or weight.dim() != 4 or weight_scale.shape != weight.shape[:1]:
+        raise ValueError(
+            f"conv2d_int8_static needs a 4-D input and weight with one scale per output channel, not "
+            f"{tuple(input.shape)}, {tuple(weight.shape)} and {tuple(weight_scale.shape)}"
+        )
+    for name, t in (("bias", bias), ("residual", residual)):
+        if t is not None and t.dtype != torch.float32:
+            raise ValueError(f"conv2d_int8_static adds a float32 {name}, not {t.dtype}")
+    if levels not in LEVELS or not 0 <= zero_point <= levels or not (math.isfinite(scale) and scale > 0):
+        raise ValueError(
+            f"conv2d_int8_static quantizes to [0, 127] or [0, 255] with a positive finite scale and a zero point "
+            f"in range, not levels {levels}, scale {scale}, zero point {zero_point}"
+        )
+    inverse = 1 / torch.tensor(scale, dtype=torch.float32)
+    q = torch.clamp(torch.round(input * inverse) + zero_point, 0, levels)
+    product = F.conv2d(q.double() - zero_point, weight.double(), None, stride, padding, dilation, groups)
+    y = product.float() * (torch.tensor(scale, dtype=torch.float32) * weight_scale).reshape(1, -1, 1, 1)
+    if bias is not None:
+        y = y + bias.reshape(1, -1, 1, 1)
+    if residual is not None:
+        if residual.shape != y.shape:
+            raise ValueError(f"residual {list(residual.shape)} must have the output's shape {list(y.shape)}")
+        y = y + residual
+    return apply_act(y, act, act_params)
+
+
 def _quantize_sample(draw, slots, attrs):
     (x,) = slots
     if not isinstance(x, TensorType):
@@ -184,5 +272,87 @@ register(
         flops=lambda ins, outs, attrs: 2 * outs[0].numel * ins[0].shape[-1] + 3 * ins[0].numel,
         sample=_linear_int8_sample,
         doc="act(input quantized per tensor to [0, levels] at run time @ int8 weight.T, dequantized + bias)",
+    )
+)
+
+
+def _calibrated_sample(draw, slots, attrs):
+    (x,) = slots
+    if not isinstance(x, TensorType):
+        x = S.tensor(draw, draw.rank(0, 4))
+    if not x.dtype.is_float:
+        raise S.Reject("calibrated annotates a float tensor")
+    ends = [0.0, 0.25, 1.0, 3.0, 100.0]  # ranges narrower than the data as often as wider
+    attrs = {"low": -draw.choice(ends), "high": draw.choice(ends), **attrs}
+    return [x], attrs
+
+
+def _conv_int8_sample(draw, slots, attrs):
+    """A float32 convolution's operands (conv2d's sampler), its weight as int8 with one float32 scale per output
+    channel, and a scale and zero point for the input."""
+    x, w, s, b, r = slots
+    if isinstance(x, TensorType) and x.dtype is not DType.f32:
+        raise S.Reject("conv2d_int8_static needs a float32 input")
+    if isinstance(w, TensorType) and w.dtype is not DType.i8:
+        raise S.Reject("conv2d_int8_static needs an int8 weight")
+    as_float = w if not isinstance(w, TensorType) else TensorType(w.shape, DType.f32)
+    geometry = {k: v for k, v in attrs.items() if k in ("stride", "padding", "dilation", "groups", "act", "act_params")}
+    (x, w, b, r), drawn = _conv_sample(2, True)(draw, [x, as_float, b, r], geometry)
+    x, w = TensorType(x.shape, DType.f32), TensorType(w.shape, DType.i8)
+    if not isinstance(s, TensorType):
+        s = TensorType(w.shape[:1], DType.f32)
+    if s.shape != w.shape[:1] or s.dtype is not DType.f32:
+        raise S.Reject("conv2d_int8_static needs one float32 scale per output channel")
+    b = None if b is None else TensorType(b.shape, DType.f32)
+    r = None if r is None else TensorType(r.shape, DType.f32)
+    levels = attrs.get("levels", draw.choice(list(LEVELS)))
+    if levels not in LEVELS:
+        raise S.Reject(f"conv2d_int8_static quantizes its input to [0, 127] or [0, 255], not [0, {levels}]")
+    drawn = {**drawn, "levels": levels, **attrs}
+    drawn.setdefault("scale", draw.choice([SMALL_SCALE, 0.01, 0.1, 1.0]))
+    drawn.setdefault("zero_point", draw.integers(0, levels))
+    return [x, w, s, b, r], drawn
+
+
+register(
+    OpDef(
+        "calibrated",
+        (Operand("input"),),
+        calibrated,
+        attrs=(Attr("low", "float", 0.0), Attr("high", "float", 0.0)),
+        traits=frozenset({"pure"}),
+        flops=lambda ins, outs, attrs: 0,
+        sample=_calibrated_sample,
+        doc="input itself, annotated with the range [low, high] it took on the calibration batches",
+    )
+)
+register(
+    OpDef(
+        "conv2d_int8_static",
+        (
+            Operand("input"),
+            Operand("weight"),
+            Operand("weight_scale"),
+            Operand("bias", optional=True),
+            Operand("residual", optional=True),
+        ),
+        conv2d_int8_static,
+        attrs=(
+            Attr("stride", "ints", (1, 1)),
+            Attr("padding", "ints", (0, 0)),
+            Attr("dilation", "ints", (1, 1)),
+            Attr("groups", "int", 1),
+            Attr("act", "str?", None),
+            Attr("act_params", "floats", ()),
+            Attr("scale", "float", 1.0),
+            Attr("zero_point", "int", 0),
+            Attr("levels", "int", 255),
+        ),
+        traits=frozenset({"pure"}),
+        canonicalize=_conv_canon(2),
+        flops=lambda ins, outs, attrs: _conv_flops(ins, outs, attrs) + 3 * ins[0].numel,
+        sample=_conv_int8_sample,
+        doc="act(conv2d(input quantized per tensor with a fixed scale and zero point, int8 weight) dequantized "
+        "+ bias + residual)",
     )
 )
