@@ -7,7 +7,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from gawee.ir.core import Graph
 from gawee.ir.symbolic import draw_values, example_values, symbols_of
 from gawee.ir.types import DType, TensorType
 from gawee.machine import no_bf16
+from gawee.rewrite.calibration import Calibration
 from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet, with_precision
 
@@ -118,6 +119,12 @@ class CompileReport:
     precision_skipped: str = ""
     """Why the precision phase asked for did not run, or empty: bf16 on a device without bf16 arithmetic
     (:func:`gawee.machine.no_bf16`), where it would be slower than float32 as well as less exact."""
+    calibration: str = ""
+    """With a precision phase that reads calibrated ranges (int8's static convolutions): what it calibrated on and
+    how many values; empty otherwise."""
+    calibration_accuracy: Accuracy | None = None
+    """With calibration data given: the module's outputs against the model's on those batches (the first
+    :data:`CALIBRATION_ACCURACY_BATCHES`), which the example inputs alone may not represent."""
 
     @property
     def total_s(self) -> float:
@@ -141,6 +148,10 @@ class CompileReport:
             text += f"; precision {self.precision_skipped}"
         if self.precision is not None:
             text += f"; precision {self.precision}: {self.accuracy}"
+            if self.calibration:
+                text += f"; {self.calibration}"
+            if self.calibration_accuracy is not None:
+                text += f"; on the calibration data: {self.calibration_accuracy}"
             if self.firing_errors:
                 worst = "; ".join(str(e) for e in self.firing_errors[:3])
                 text += f"; largest errors at approximate rewrites ({len(self.firing_errors)} values): {worst}"
@@ -158,6 +169,7 @@ def compile(
     vmfb_path: str | os.PathLike | None = None,
     dynamic_shapes=None,
     precision: str | None = None,
+    calibration: Iterable | None = None,
 ):
     """``model`` captured on ``example_inputs`` (a tensor, a tuple or list of the model's positional inputs, or a dict
     of its keyword inputs: :func:`gawee.capture`), rewritten by ``rules`` (default: the bundled ones),
@@ -220,6 +232,10 @@ def compile(
     are from the model's on the example inputs (``CompileReport.accuracy``). Where they reach an output, the
     whole-graph runtimes are not measured (they have no quantized kernels) and, with symbolic shapes, the rewritten
     graph is not checked at other sizes (that check holds every output to the tolerance).
+    int8 also quantizes convolutions statically, with each input's scale fixed from the range it takes on
+    ``calibration`` (an iterable of batches, each given as ``example_inputs`` is; default: the example inputs
+    alone, which the report says): :mod:`gawee.rewrite.calibration`. With calibration data, the report also
+    compares the module with the model on it (``CompileReport.calibration_accuracy``).
     """
     name, _, variant = backend.partition(":")
     chosen = runtime.baseline() if name == "auto" else runtime.get(name)
@@ -250,6 +266,8 @@ def compile(
     why = chosen.unavailable()
     if why is not None:  # fail before the capture when the runtime cannot run here
         raise chosen.unavailable_error(why)
+    if calibration is not None and precision != "int8":
+        raise GaweeError("calibration data is read by precision int8 only", hint='pass precision="int8"')
     unprecise = rules
     if precision is not None:
         rules = with_precision(rules, precision)  # an unknown name fails before the capture
@@ -274,8 +292,11 @@ def compile(
         logger.warning("%s: %s", graph.name, precision_skipped)
         rules, precision = unprecise, None
 
+    batches = None
+    if precision == "int8":
+        batches = _calibration(calibration, xs)
     t0 = time.perf_counter()
-    optimized, rewrite_report = rewrite(graph, rules, trace=precision is not None)
+    optimized, rewrite_report = rewrite(graph, rules, trace=precision is not None, calibration=batches)
     approximate = _approximate_outputs(optimized, rewrite_report)
     seconds["rewrite"] = time.perf_counter() - t0
     why = chosen.cannot_run(optimized)
@@ -342,6 +363,11 @@ def compile(
     equivalence = EquivalenceReport(checks)
     accuracy = compare_outputs(flat_expected, pytree.tree_leaves(got)) if precision is not None else None
     errors = firing_errors(graph, optimized, rewrite_report.trace, xs) if precision is not None else []
+    calibrated = calibration_accuracy = None
+    if batches is not None and rewrite_report.calibrated:
+        calibrated = f"calibrated {rewrite_report.calibrated} values on {batches.source}"
+    if calibration is not None and batches is not None:
+        calibration_accuracy = _accuracy_on(model, module, batches.batches[:CALIBRATION_ACCURACY_BATCHES])
     if any(v.type.symbolic for v in graph.inputs) and not approximate:
         equivalence = _check_rewrite(graph, optimized, None)
     seconds["verify"] += time.perf_counter() - t0
@@ -379,8 +405,36 @@ def compile(
         accuracy,
         errors,
         precision_skipped,
+        calibrated or "",
+        calibration_accuracy,
     )
     return module
+
+
+CALIBRATION_ACCURACY_BATCHES = 8
+"""How many calibration batches the compile report's accuracy on the calibration data reads."""
+
+
+def _calibration(given: Iterable | None, xs: list[torch.Tensor]) -> Calibration:
+    """The batches int8's calibration runs on: each of ``given`` flattened as the example inputs are (the graph's
+    inputs in order), or the example inputs alone."""
+    if given is None:
+        return Calibration.of([tuple(xs)], "the example inputs (no calibration data given)")
+    batches = []
+    for batch in given:
+        args, kwargs = example_args(batch)
+        batches.append(tuple(x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)))
+    return Calibration.of(batches, f"{len(batches)} calibration batch{'es' if len(batches) != 1 else ''}")
+
+
+def _accuracy_on(model, module, batches) -> Accuracy:
+    """The module's outputs against the model's over ``batches`` (graph inputs in order), all outputs together."""
+    expected, got = [], []
+    with torch.no_grad():
+        for batch in batches:
+            expected += [x for x in pytree.tree_leaves(model(*batch)) if isinstance(x, torch.Tensor)]
+            got += [x for x in pytree.tree_leaves(module(*batch)) if isinstance(x, torch.Tensor)]
+    return compare_outputs(expected, got)
 
 
 Lowered = dict[str, tuple[Graph, dict[str, int]]]

@@ -70,8 +70,13 @@ class LayoutChoice:
         )
 
 
+CONVOLUTIONS = frozenset({"conv2d", "conv2d_int8_static"})
+"""The ops whose kernel depends on the activation layout (the layout phase converts their inputs)."""
+
+
 def _is_convolution(n: Node) -> bool:
-    return n.op == "conv2d" and n.inputs[0] is not None and n.inputs[0].type.rank == 4 and n.inputs[0].dtype.is_float
+    x = n.inputs[0] if n.op in CONVOLUTIONS else None
+    return x is not None and x.type.rank == 4 and x.dtype.is_float
 
 
 def convolutions(graph: Graph) -> int:

@@ -150,6 +150,46 @@ def linear_int8_dynamic(ctx):
     return ctx.call(kernel, ctx.arg(0), late_bias)
 
 
+@TORCH.register("conv2d_int8_static")
+def conv2d_int8_static(ctx):
+    """oneDNN's int8 convolution with a float32 result on the weight prepacked now (gawee.backend.quantized):
+    bias, residual and relu fused. The reference semantics where the weight or scales are not constants, the
+    activation is another, the CPU kernels are off (TorchOptions.fused_kernels) or unavailable (no oneDNN, or
+    8-bit inputs without VNNI), or the geometry is one oneDNN's convolutions get wrong."""
+    x, r = ctx.type(0), ctx.type(4)
+    a = ctx.attrs
+    weight, scale, bias = ctx.const(1), ctx.const(2), ctx.const(3)
+    dilation = onednn.effective_dilation(weight.shape[2:], a["dilation"]) if weight is not None else a["dilation"]
+    if (
+        weight is None
+        or scale is None
+        or (ctx.type(3) is not None and bias is None)
+        or a["act"] not in (None, "relu")
+        or not ctx.options.fused_kernels
+        or quantized.conv_unavailable(a["levels"]) is not None
+        or 0 in (at_example(x.shape) if has_symbols(x.shape) else x.shape)
+        or not onednn.safe_geometry(x.shape, a["stride"], dilation)
+    ):
+        return ctx.reference()
+    channels_last = x.layout is Layout.channels_last
+    kernel = quantized.StaticInt8Conv(
+        ctx.node.name,
+        weight,
+        scale,
+        bias,
+        (a["stride"], a["padding"], dilation, a["groups"]),
+        a["act"],
+        a["scale"],
+        a["zero_point"],
+        a["levels"],
+        None if has_symbols(x.shape) else tuple(x.shape),
+        channels_last,
+    )
+    if r is None:
+        return ctx.call(kernel, ctx.arg(0))
+    return ctx.call(kernel, ctx.arg(0), ctx.arg(4), ctx.can_overwrite(4) and channels_last)
+
+
 @TORCH.register("scaled_dot_product_attention")
 def scaled_dot_product_attention(ctx):
     """aten's fused kernel or oneDNN Graph's attention partition, whichever measured faster for the node's shapes

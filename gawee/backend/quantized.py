@@ -1,8 +1,13 @@
-"""The int8 dynamic linear kernel of the torch target: torch's ``quantized::linear_dynamic`` (fbgemm or oneDNN, as
-torch's quantized engine says) on a weight prepacked once at build time, computing what the op
-``linear_int8_dynamic`` (:mod:`gawee.ops.quantized`) computes: the input quantized per tensor to [0, levels]
-(127: ``reduce_range``; 255: 8 bits, exact only where the CPU has VNNI), an integer product, a float32
-dequantization and bias."""
+"""The int8 kernels of the torch target, each on a weight prepacked once at build time.
+
+- torch's ``quantized::linear_dynamic`` (fbgemm or oneDNN, as torch's quantized engine says), computing what the op
+  ``linear_int8_dynamic`` (:mod:`gawee.ops.quantized`) computes: the input quantized per tensor to [0, levels]
+  (127: ``reduce_range``; 255: 8 bits, exact only where the CPU has VNNI), an integer product, a float32
+  dequantization and bias.
+- oneDNN's int8 convolution with a float32 result (``onednn::qconv2d_pointwise``, what Inductor's x86 int8
+  lowering calls), computing what ``conv2d_int8_static`` computes: the input quantized with its fixed scale and
+  zero point, an exact integer convolution, dequantized in float32 with bias, residual (oneDNN's sum post-op)
+  and relu fused."""
 
 from __future__ import annotations
 
@@ -72,3 +77,87 @@ class DynamicInt8Linear:
         if self.act == "relu":
             return y.relu_()
         return apply_act(y, self.act, self.act_params)
+
+
+CONV_KERNEL = "onednn::qconv2d_pointwise"
+
+
+def conv_unavailable(levels: int = 255) -> str | None:
+    """Why this torch cannot run oneDNN's int8 convolution on inputs quantized to [0, levels] here, or None."""
+    if not torch.backends.mkldnn.is_available():
+        return "this torch is built without oneDNN"
+    if not hasattr(torch.ops.onednn, "qconv2d_pointwise") or not hasattr(torch.ops.onednn, "qconv_prepack"):
+        return f"this torch has no {CONV_KERNEL}"
+    return unavailable(levels)
+
+
+class StaticInt8Conv:
+    """act(qconv2d_pointwise(quantize(x), packed) [+ residual]) for an int8 weight [out, in / groups, kh, kw] with
+    one float32 scale per output channel, the input's scale and zero point fixed, prepacked now for inputs of
+    ``input_shape`` (None: any). The input is quantized by torch's ``quantize_per_tensor`` (``round(x * (1 /
+    scale)) + zero_point``, kept in [0, 255]; in [0, 127] too where ``levels`` is 127); a residual is summed into
+    by oneDNN, so a live one is copied first. A named callable (``<node>_int8_conv(x)`` in the generated code)."""
+
+    __module__ = "gawee"
+
+    def __init__(
+        self,
+        name: str,
+        weight: torch.Tensor,
+        weight_scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        geometry: tuple[list[int], list[int], list[int], int],
+        act: str | None,
+        scale: float,
+        zero_point: int,
+        levels: int,
+        input_shape: tuple[int, ...] | None,
+        channels_last: bool,
+    ):
+        self.__name__ = self.__qualname__ = f"{name}_int8_conv"
+        stride, padding, dilation, groups = geometry
+        self.geometry = (list(stride), list(padding), list(dilation), groups)
+        self.scale, self.zero_point, self.levels = float(scale), int(zero_point), levels
+        self.weight_scale = weight_scale.contiguous()
+        self.weight_zero = torch.zeros(weight.shape[0], dtype=torch.int64)
+        shape = None if input_shape is None else list(input_shape)
+        self.packed = torch.ops.onednn.qconv_prepack(
+            weight.contiguous(), self.weight_scale, self.scale, self.zero_point, *self.geometry, shape
+        )
+        self.bias = None if bias is None else bias.contiguous()
+        self.act = act
+        self.channels_last = channels_last
+
+    def quantize(self, x: torch.Tensor) -> torch.Tensor:
+        with warnings.catch_warnings():  # torch deprecates quantized tensors; this is its fastest quantizer
+            warnings.simplefilter("ignore")
+            q = torch.quantize_per_tensor(x, self.scale, self.zero_point, torch.quint8).int_repr()
+        return q.clamp_(max=self.levels) if self.levels < 255 else q
+
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None, owned: bool = False) -> torch.Tensor:
+        q = self.quantize(x)
+        common = (q, self.scale, self.zero_point, self.packed, self.weight_scale, self.weight_zero)
+        if residual is None:
+            attr = "relu" if self.act == "relu" else "none"
+            y = torch.ops.onednn.qconv2d_pointwise(
+                *common, self.bias, *self.geometry, 1.0, 0, torch.float32, attr, [], ""
+            )
+        else:
+            accum = residual if owned else residual.clone(memory_format=torch.channels_last)
+            y = torch.ops.onednn.qconv2d_pointwise.binary(
+                *common,
+                accum,
+                self.bias,
+                *self.geometry,
+                1.0,
+                0,
+                torch.float32,
+                1.0,
+                0,
+                "sum",
+                1.0,
+                "relu" if self.act == "relu" else None,
+                [],
+                None,
+            )
+        return y if self.channels_last else y.contiguous()

@@ -28,6 +28,7 @@ from gawee.dsl.matcher import MatchContext, OpM
 from gawee.errors import RewriteError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ops import get_op
+from gawee.rewrite.calibration import Calibration, calibrate, reads_calibration
 from gawee.rewrite.context import RewriteContext
 from gawee.rewrite.instances import Instance, extract, instance_key
 from gawee.rewrite.ruleset import Phase, RuleSet, default_rules
@@ -86,6 +87,8 @@ class RewriteReport:
     """Every firing, in order (when tracing)."""
     erased: int = 0
     """Dead nodes removed."""
+    calibrated: int = 0
+    """Values calibration annotated (``rewrite(..., calibration=...)``) before the phases that read them."""
 
     @property
     def total(self) -> int:
@@ -105,10 +108,13 @@ class Rewriter:
         budget_per_node: int = BUDGET_PER_NODE,
         max_firings: int | None = None,
         before_phase: Callable[[], None] | None = None,
+        calibration: Calibration | None = None,
     ):
         self.graph = graph
         self.before_phase = before_phase
         """Called as each phase starts (:func:`rewrite` freezes what the earlier phases made there)."""
+        self.calibration = calibration
+        """Batches on which the values a phase's rules read through ``calibrated`` are measured as it starts."""
         self.rules = rules
         self.report = RewriteReport(nodes_before=len(graph))
         self.trace = trace
@@ -144,6 +150,8 @@ class Rewriter:
     def _run_phase(self, phase: Phase) -> None:
         if self.before_phase is not None:
             self.before_phase()
+        if self.calibration is not None and reads_calibration(phase.rules):
+            self.report.calibrated += calibrate(self.graph, self.calibration)
         for node in self.graph:
             self._push(node)
         budget = self.budget_per_node * (len(self.graph) + 8)
@@ -503,6 +511,7 @@ def rewrite(
     trace: bool = False,
     check: bool = False,
     max_firings: int | None = None,
+    calibration: Calibration | None = None,
 ) -> tuple[Graph, RewriteReport]:
     """Apply ``rules`` (default: the bundled pipeline) to a copy of ``graph``.
 
@@ -511,13 +520,18 @@ def rewrite(
     runs the IR verifier after every firing (slow; for debugging rules). ``max_firings`` stops
     after that many firings: the rewriter is deterministic, so this replays a prefix of the full
     rewrite (verification uses it to find the firing after which a value first differs).
+    ``calibration`` (:class:`gawee.rewrite.calibration.Calibration`): before each phase whose rules match a
+    ``calibrated`` node, the ranges the values they would read take on its batches are measured and put into
+    the graph (:func:`gawee.rewrite.calibration.calibrate`); without it such rules find nothing to read.
     """
     rules = default_rules() if rules is None else rules
     with torch_threads(1), _old_objects_frozen() as freeze:
         with _collector_paused():  # a copy makes no garbage: nothing for a collection to find while it grows
             work = graph.clone()
         # the copy too, and what each phase leaves to the next: what they rewrite away is collected after
-        report = Rewriter(work, rules, trace=trace, check=check, max_firings=max_firings, before_phase=freeze).run()
+        report = Rewriter(
+            work, rules, trace=trace, check=check, max_firings=max_firings, before_phase=freeze, calibration=calibration
+        ).run()
     return work, report
 
 
