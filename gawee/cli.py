@@ -328,7 +328,10 @@ def cmd_optimize(args, console: Console) -> int:
         rules = load_rules(*args.rules) if args.rules else default_rules()
     stats = CaptureStats()
     graph, _src = _load(args, console, stats)
-    optimized, report = rewrite(graph, rules, trace=args.trace or bool(pictures) or not args.no_verify)
+    calibration = _calibration(graph, _src)  # measured only where a phase reads calibrated ranges (int8)
+    optimized, report = rewrite(
+        graph, rules, trace=args.trace or bool(pictures) or not args.no_verify, calibration=calibration
+    )
     before, after = cost(graph), cost(optimized)
     verification = None
     if not args.no_verify:
@@ -422,6 +425,19 @@ def cmd_optimize(args, console: Console) -> int:
 
 def _ms(t) -> str:
     return f"{t.median * 1e3:.2f} ms"
+
+
+def _calibration(graph, src):
+    """The batches calibration measures ranges on: the model's example inputs (random ones for a saved graph),
+    one batch; None without real weights."""
+    from gawee.equivalence import random_inputs
+    from gawee.rewrite.calibration import Calibration
+
+    if any(not v.has_known_data for v in graph.constants()):
+        return None
+    if src.module is not None:
+        return Calibration.of([tuple(src.example_inputs)], "the example inputs")
+    return Calibration.of([tuple(random_inputs([v.type for v in graph.inputs]))], "random inputs")
 
 
 def _accuracy(graph, optimized, trace, src):

@@ -15,22 +15,37 @@ from tests.testing.test_approximate import assert_refuted_by_its_bound
 INT8 = load_rules(PRECISIONS["int8"])
 
 
+LINEAR = ["linear_int8", "linear_int8_smooth", "linear_int8_unbiased", "matmul_int8"]
+CONV = ["conv2d_int8", "conv2d_int8_unbiased", "conv2d_int8_residual", "conv2d_int8_residual_unbiased"]
+
+
 def _tight_twins() -> list:
-    """The bundled int8 rules with each rounding's error declared as a quarter of its scale instead of half (an
-    input or weight rounded to nearest moves by up to half a step). Not linear_int8_smooth: its activations'
+    """The bundled int8 linear rules with each rounding's error declared as a quarter of its scale instead of half
+    (an input or weight rounded to nearest moves by up to half a step). Not linear_int8_smooth: its activations'
     Lipschitz constants (1/6 to 1.5 under one factor of 1.5) leave most of them slack for a halved rounding."""
     text = PRECISIONS["int8"].read_text()
     tight = text.replace("(0.5 + (lv - 127) / 128 + 512 * u)", "(0.25 + 512 * u)")
     tight = tight.replace("(0.5 + 256 * u)", "(0.25 + 256 * u)")
-    assert tight.count("(0.25 + ") == 8  # both roundings of each of the four rules
-    twins = [r for r in load_rules_text(tight, "tight.rules").rules if r.name != "linear_int8_smooth"]
+    assert tight.count("(0.25 + ") == 12  # both roundings of the four linear rules, the weight's of the conv ones
+    twins = [r for r in load_rules_text(tight, "tight.rules").rules if r.name in LINEAR and "smooth" not in r.name]
     assert len(twins) == 3 and all(r.approximate for r in twins)
     return twins
 
 
-def test_every_rule_is_approximate():
-    assert [r.name for r in INT8.rules] == ["linear_int8", "linear_int8_smooth", "linear_int8_unbiased", "matmul_int8"]
-    assert all(r.approximate for r in INT8.rules)
+def _conv_twins(old: str, new: str, count: int) -> list:
+    """The bundled static int8 convolution rules with ``old`` (in each bound) replaced by ``new``."""
+    text = PRECISIONS["int8"].read_text()
+    assert text.count(old) == count
+    twins = [r for r in load_rules_text(text.replace(old, new), "twins.rules").rules if r.name in CONV]
+    assert len(twins) == 4 and all(r.approximate for r in twins)
+    return twins
+
+
+def test_every_rule_but_the_annotations_removal_is_approximate():
+    assert [r.name for r in INT8.rules] == [*LINEAR, *CONV, "drop_calibration"]
+    assert all(r.approximate for r in INT8.rules if r.name != "drop_calibration")
+    assert not INT8.rule("drop_calibration").approximate
+    assert all(INT8.rule(name).priority > INT8.rule("drop_calibration").priority for name in CONV)
 
 
 def test_a_smooth_activation_without_its_lipschitz_factor_is_refuted():
@@ -64,9 +79,9 @@ def test_the_rules_quantize_activations_to_the_levels_the_cpu_multiplies_exactly
     assert node.attrs["levels"] == levels
 
 
-@pytest.mark.parametrize("rule", INT8.rules, ids=lambda r: r.name)
+@pytest.mark.parametrize("rule", [r for r in INT8.rules if r.approximate], ids=lambda r: r.name)
 def test_the_bundled_int8_rules_pass_check(rule, levels):
-    result = check_rule(rule, examples=60)
+    result = check_rule(rule, examples=150 if rule.name in CONV else 60)  # a convolution's pattern is met less often
     assert result.ok, result.counterexample or result.error
     assert result.verdict == "sound" and result.tier == "tested"
     assert result.proof is None and result.proof_note == APPROXIMATE_NOTE
@@ -78,3 +93,28 @@ def test_the_bundled_int8_rules_pass_check(rule, levels):
 def test_half_the_quantization_error_is_refuted_on_every_seed(rule, seed, levels, monkeypatch):
     _pin(monkeypatch, levels)
     assert_refuted_by_its_bound(rule, 60, seed)
+
+
+def test_dropping_the_calibration_annotation_passes_check():
+    result = check_rule(INT8.rule("drop_calibration"), examples=60)
+    assert result.ok and result.fired >= 20, result.counterexample or result.error
+
+
+@pytest.mark.parametrize(
+    "twin", _conv_twins("(0.5 + 512 * u) * s", "(0.25 + 512 * u) * s", 4), ids=lambda r: r.name + "-half-step"
+)
+@pytest.mark.parametrize("seed, levels", [(0, 127), (0, 255), (1, 255)])
+def test_a_convolution_declared_with_half_the_input_step_is_refuted(twin, seed, levels, monkeypatch):
+    _pin(monkeypatch, levels)
+    assert_refuted_by_its_bound(twin, 60, seed)
+
+
+@pytest.mark.parametrize(
+    "twin",
+    _conv_twins(" + relu(x - (lv - z) * s) + relu(0 - z * s - x)", " + 0 * x", 4),  # ex keeps x's shape
+    ids=lambda r: r.name + "-unclamped",
+)
+def test_a_convolution_bound_that_ignores_values_beyond_the_calibrated_range_is_refuted(twin, levels):
+    """Calibration data need not cover what the model later sees: a bound that holds only inside the calibrated
+    range is refuted (the harness draws ranges narrower than the data)."""
+    assert_refuted_by_its_bound(twin, 200, 0)

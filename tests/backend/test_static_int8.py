@@ -1,0 +1,177 @@
+"""Static int8 convolutions: calibration puts each convolution input's range into the graph, the int8 phase
+quantizes those convolutions and removes the annotations, the torch lowering runs oneDNN's int8 convolution and
+agrees with the op's reference semantics, and gawee.compile reports what it calibrated on."""
+
+import pytest
+import torch
+
+import gawee
+from gawee.backend import quantized
+from gawee.backend.torch_backend import TorchOptions, to_torch
+from gawee.errors import GaweeError
+from gawee.interp import run
+from gawee.ir.builder import GraphBuilder
+from gawee.ir.types import DType, Layout, TensorType
+from gawee.ops.quantized import conv2d_int8_static, quantize_per_channel_symmetric, static_qparams
+from gawee.rewrite.calibration import Calibration, calibrate
+from gawee.rewrite.driver import rewrite
+from gawee.rewrite.ruleset import with_precision
+
+INT8 = with_precision(None, "int8")
+
+
+class Block(torch.nn.Module):
+    """A residual block with a strided, a grouped and a depthwise convolution, and a downsampling path that
+    reads the block's input too (two convolutions share one calibrated input)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(16)
+        self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1, groups=4, bias=False)
+        self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.down = torch.nn.Conv2d(8, 16, 1, stride=2)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        y = self.dw(torch.relu(self.conv2(y)))
+        return torch.relu(y + self.down(x))
+
+
+def _model():
+    torch.manual_seed(0)
+    model = Block().eval()
+    with torch.no_grad():
+        model.bn1.running_mean.uniform_(-0.5, 0.5)
+        model.bn1.running_var.uniform_(0.5, 2)
+    return model
+
+
+def test_static_qparams_cover_the_range_with_zero_exact():
+    scale, zero = static_qparams(-1.0, 3.0, 255)
+    assert scale == pytest.approx(4 / 255) and zero == 64  # round(1 / (4 / 255)) = round(63.75)
+    assert static_qparams(0.0, 0.0, 127) == (pytest.approx(6.1e-5), 0)  # the smallest scale, not 0
+    assert static_qparams(2.0, 5.0, 255)[1] == 0  # 0 is always in the range
+    with pytest.raises(ValueError, match="finite"):
+        static_qparams(float("-inf"), 1.0, 255)
+
+
+def test_calibrate_annotates_each_convolution_input_once_with_its_range_over_the_batches():
+    gb = GraphBuilder("two")
+    x = gb.input("x", "f32[1,2,4,4]")
+    w = gb.const(torch.randn(3, 2, 1, 1))
+    graph = gb.output(gb.add(gb.conv2d(x, w), gb.conv2d(x, w)))
+    batches = [torch.full((1, 2, 4, 4), 2.0), torch.linspace(-3, 1, 32).reshape(1, 2, 4, 4)]
+    assert calibrate(graph, Calibration.of(batches, "two batches")) == 1
+    (mark,) = [n for n in graph if n.op == "calibrated"]
+    assert (mark.attrs["low"], mark.attrs["high"]) == (-3.0, 2.0)
+    assert [n.inputs[0] for n in graph if n.op == "conv2d"] == [mark.output, mark.output]
+    assert calibrate(graph, Calibration.of(batches, "again")) == 0  # already annotated
+    (y,) = run(graph, batches[1])
+    assert torch.equal(y, 2 * torch.nn.functional.conv2d(batches[1], w.data))  # the annotation is the identity
+
+
+def test_a_value_that_was_not_finite_on_a_batch_is_not_annotated():
+    gb = GraphBuilder("one")
+    x = gb.input("x", "f32[1,1,2,2]")
+    graph = gb.output(gb.conv2d(x, gb.const(torch.ones(1, 1, 1, 1))))
+    assert calibrate(graph, Calibration.of([torch.tensor([[[[1.0, float("inf")], [0.0, 0.0]]]])], "inf")) == 0
+
+
+def test_calibration_data_must_be_batches_of_tensors():
+    with pytest.raises(GaweeError, match="no batches"):
+        Calibration.of([], "none")
+    with pytest.raises(GaweeError, match="batch 1 is a str"):
+        Calibration.of([torch.zeros(1), "x"], "bad")
+
+
+def test_without_calibration_no_convolution_is_quantized():
+    model = _model()
+    graph = gawee.capture(model, (torch.randn(2, 8, 12, 12),))
+    optimized, report = rewrite(graph, INT8)
+    assert report.calibrated == 0 and not any(n.op in ("conv2d_int8_static", "calibrated") for n in optimized)
+
+
+def test_the_int8_phase_quantizes_every_calibrated_convolution_and_drops_the_annotations():
+    model = _model()
+    x = torch.randn(2, 8, 12, 12)
+    graph = gawee.capture(model, (x,))
+    batches = Calibration.of([torch.randn(2, 8, 12, 12) for _ in range(3)], "3 batches")
+    optimized, report = rewrite(graph, INT8, calibration=batches)
+    assert report.calibrated == 3  # the block input (read twice), conv2's input, the depthwise input
+    assert [n.op for n in optimized if n.op.startswith("conv")] == ["conv2d_int8_static"] * 4
+    assert not any(n.op == "calibrated" for n in optimized)
+    assert report.firings["conv2d_int8_residual"] == 1 and report.firings["conv2d_int8_unbiased"] == 1
+    (got,) = run(optimized, x)
+    expected = model(x).detach()
+    cosine = torch.nn.functional.cosine_similarity(got.flatten(), expected.flatten(), dim=0)
+    assert 0.999 < float(cosine) and 1e-5 < float((got - expected).abs().max()) < 0.1  # int8, and close
+
+
+@pytest.mark.skipif(quantized.conv_unavailable(127) is not None, reason=str(quantized.conv_unavailable(127)))
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize(
+    "stride, padding, groups, residual, act",
+    [(1, 1, 1, False, None), (2, 1, 1, True, "relu"), (1, 0, 2, False, "relu"), (1, 1, 4, True, None)],
+)
+def test_the_kernel_computes_the_reference_semantics(stride, padding, groups, residual, act, channels_last):
+    levels = 255 if quantized.conv_unavailable(255) is None else 127
+    torch.manual_seed(1)
+    w = torch.randn(8, 4 // groups, 3, 3)
+    q, ws = quantize_per_channel_symmetric(w, axis=0)
+    scale, zero = static_qparams(-1.0, 2.0, levels)
+    gb = GraphBuilder("q")
+    layout = Layout.channels_last if channels_last else Layout.contiguous
+    x = gb.input("x", TensorType((2, 4, 9, 9), DType.f32, layout))
+    out = (9 + 2 * padding - 3) // stride + 1
+    r = gb.input("r", TensorType((2, 8, out, out), DType.f32, layout))
+    y = gb.conv2d_int8_static(
+        x, gb.const(q), gb.const(ws), gb.const(torch.randn(8)), r if residual else None,
+        stride=[stride] * 2, padding=[padding] * 2, groups=groups, act=act,
+        scale=scale, zero_point=zero, levels=levels,
+    )  # fmt: skip
+    graph = gb.output(y)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    xs = [3 * torch.randn(2, 4, 9, 9).contiguous(memory_format=fmt), torch.randn(2, 8, out, out)]
+    xs[1] = xs[1].contiguous(memory_format=fmt)
+    module = to_torch(graph, TorchOptions(channels_last=channels_last))
+    assert "int8_conv" in module.code
+    kept = [t.clone() for t in xs]
+    (got,) = module(*xs)
+    assert all(torch.equal(a, b) for a, b in zip(xs, kept))  # the inputs, the residual too, are not written
+    (expected,) = run(graph, *xs)
+    assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_reference_clamps_what_lies_beyond_the_range():
+    w = torch.ones(1, 1, 1, 1, dtype=torch.int8)
+    x = torch.tensor([[[[-5.0, 0.5, 50.0]]]])
+    y = conv2d_int8_static(
+        x, w, torch.ones(1), stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, scale=0.25, zero_point=4,
+        levels=127,
+    )  # fmt: skip
+    assert y.flatten().tolist() == [-1.0, 0.5, 30.75]  # [-4 * 0.25, 0.5, (127 - 4) * 0.25]
+
+
+def test_compile_calibrates_on_the_given_batches_and_reports_it():
+    model = _model()
+    x = torch.randn(1, 8, 16, 16)
+    batches = [torch.randn(1, 8, 16, 16) for _ in range(3)]
+    module = gawee.compile(model, (x,), precision="int8", calibration=batches)
+    report = module.gawee_report
+    assert report.calibration == "calibrated 3 values on 3 calibration batches"
+    assert report.calibration_accuracy is not None and report.calibration_accuracy.cosine > 0.999
+    assert "on the calibration data" in str(report)
+    assert report.rewrite.firings["conv2d_int8_residual"] == 1
+    got = module(batches[0])
+    assert 0.999 < float(
+        torch.nn.functional.cosine_similarity(got.flatten(), model(batches[0]).detach().flatten(), dim=0)
+    )
+    default = gawee.compile(model, (x,), precision="int8").gawee_report
+    assert default.calibration == "calibrated 3 values on the example inputs (no calibration data given)"
+    assert default.calibration_accuracy is None
+
+
+def test_calibration_without_int8_is_refused():
+    with pytest.raises(GaweeError, match="precision int8 only"):
+        gawee.compile(_model(), (torch.randn(1, 8, 8, 8),), calibration=[torch.randn(1, 8, 8, 8)])
