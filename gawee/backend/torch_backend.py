@@ -108,7 +108,7 @@ class BoundOp:
         return f"<{self.__name__} {self.attrs}>"
 
 
-_ALLOCATING = frozenset({"conv2d", "linear", "batch_norm", "layer_norm", "cat"})
+_ALLOCATING = frozenset({"conv2d", "conv2d_int8_static", "linear", "batch_norm", "layer_norm", "cat"})
 """Ops whose torch lowering always returns a tensor of its own, which a later op may overwrite once it is dead (a
 linear's N-d result is a view of the matrix its GEMM allocated, which nothing else holds; ``torch.cat`` copies even
 one tensor)."""
