@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.gawee-installed
 
-.PHONY: demo test zoo speed soundness bench bench-int8 bench-bf16 lint format clean
+.PHONY: demo test zoo speed soundness bench bench-int8 bench-int8-static bench-bf16 lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,13 @@ bench: $(BENCH_STAMP)
 BENCH_INT8_ARGS ?=
 bench-int8: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_int8.py --readme $(BENCH_INT8_ARGS)
+
+# Static int8 convolutions against OpenVINO's int8 model from NNCF post-training quantization, both calibrated on the
+# same batches (benchmarks/README.md, ## Static int8: gawee against OpenVINO with NNCF): resnet50 and
+# mobilenet_v3_large; e.g. make bench-int8-static BENCH_INT8_STATIC_ARGS="--models resnet50"
+BENCH_INT8_STATIC_ARGS ?=
+bench-int8-static: $(BENCH_STAMP)
+	$(PY) benchmarks/bench_int8_static.py --readme $(BENCH_INT8_STATIC_ARGS)
 
 # bf16 against OpenVINO bf16 and Inductor's bf16 autocast (benchmarks/README.md, ## bf16: gawee against OpenVINO and
 # Inductor); e.g. make bench-bf16 BENCH_BF16_ARGS="--models resnet50"

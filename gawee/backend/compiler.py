@@ -125,6 +125,9 @@ class CompileReport:
     calibration_accuracy: Accuracy | None = None
     """With calibration data given: the module's outputs against the model's on those batches (the first
     :data:`CALIBRATION_ACCURACY_BATCHES`), which the example inputs alone may not represent."""
+    precision_timing: str = ""
+    """With a precision phase measured against float32 (:func:`_precision_or_float`): what each module took per
+    call, and which was kept; empty where it was not measured."""
 
     @property
     def total_s(self) -> float:
@@ -152,6 +155,8 @@ class CompileReport:
                 text += f"; {self.calibration}"
             if self.calibration_accuracy is not None:
                 text += f"; on the calibration data: {self.calibration_accuracy}"
+            if self.precision_timing:
+                text += f"; {self.precision_timing}"
             if self.firing_errors:
                 worst = "; ".join(str(e) for e in self.firing_errors[:3])
                 text += f"; largest errors at approximate rewrites ({len(self.firing_errors)} values): {worst}"
@@ -266,6 +271,8 @@ def compile(
     why = chosen.unavailable()
     if why is not None:  # fail before the capture when the runtime cannot run here
         raise chosen.unavailable_error(why)
+    if options.precision not in ("measure", "always"):
+        raise GaweeError(f"TorchOptions.precision is {options.precision!r}", hint='pass "measure" or "always"')
     if calibration is not None and precision != "int8":
         raise GaweeError("calibration data is read by precision int8 only", hint='pass precision="int8"')
     unprecise = rules
@@ -408,7 +415,36 @@ def compile(
         calibrated or "",
         calibration_accuracy,
     )
+    if precision is not None and name in ("torch", "auto") and options.precision == "measure":
+        given_float = {"options": options, "backend": backend, "dynamic_shapes": dynamic_shapes}
+        return _precision_or_float(module, lambda: compile(model, example_inputs, unprecise, **given_float), xs)
     return module
+
+
+def _precision_or_float(module, build_float: Callable, xs: list):
+    """``module`` (with a precision phase) or the float32 module ``build_float()`` compiles, whichever measures
+    faster here (:func:`gawee.backend.measure.fastest`: the precision module unless float32 is more than 5%
+    faster): reduced precision is not always faster — int8 convolutions with torch's per-call overheads on a
+    network of small ones (mobilenet_v3_large), bf16 without bf16 arithmetic — and what a user asks of it is
+    speed. The kept module's report says what both measured; float32 kept says why the precision was not
+    applied (``precision_skipped``)."""
+    from gawee.backend.measure import fastest
+
+    report = module.gawee_report
+    t0 = time.perf_counter()
+    plain = build_float()
+    timed = fastest({report.precision: module, "float32": plain}, xs)
+    timing = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in timed.seconds.items())
+    spent = time.perf_counter() - t0
+    if timed.chosen != "float32":
+        report.precision_timing = f"measured against float32 ({timing} per call): {report.precision} kept"
+        report.seconds["precision choice"] = spent
+        return module
+    why = f"{report.precision} not applied: float32 measured faster here ({timing} per call)"
+    logger.warning("%s: %s", report.graph.name, why)
+    plain.gawee_report.precision_skipped = why
+    plain.gawee_report.seconds["precision choice"] = spent
+    return plain
 
 
 CALIBRATION_ACCURACY_BATCHES = 8

@@ -77,6 +77,10 @@ class TorchOptions:
     the compile took so far (``gawee.backend.compiler.WHOLE_GRAPH_SHARE``), and returns the fastest instead
     where it computes the model's outputs and measures more than 5% faster (the choice is
     ``module.gawee_report.backend``); False never does."""
+    precision: str = "measure"
+    """:func:`gawee.compile` with ``precision=`` only: ``"measure"`` also compiles the float32 module and keeps the
+    reduced-precision one only where it does not measure more than 5% slower here (the report says what both
+    took); ``"always"`` keeps it unmeasured."""
     keep_freed_memory: bool = True
     """:func:`gawee.compile` only: keep the memory a call frees in the process for the next call instead of letting
     glibc give it back to the OS, so the next call's writes do not fault the pages in again (process-wide, before

@@ -15,6 +15,8 @@ from gawee.ops.quantized import quantize_per_channel_symmetric
 from tests.int8_mlp import assert_within_mlp_bound, int8_bound, make
 
 pytestmark = pytest.mark.skipif(quantized.unavailable() is not None, reason=str(quantized.unavailable()))
+ALWAYS = TorchOptions(precision="always")
+"""The precision phase kept without measuring it against float32 (which a test must not depend on)."""
 
 
 def _graph(shape, out, bias, act, seed, levels=127):
@@ -101,7 +103,7 @@ def test_without_the_cpu_kernels_the_reference_runs():
 
 def test_compile_int8_runs_the_quantized_kernel_within_the_bound():
     model, x = make()
-    module = gawee.compile(model, (x,), precision="int8")
+    module = gawee.compile(model, (x,), precision="int8", options=ALWAYS)
     report = module.gawee_report
     assert report.precision == "int8" and report.rewrite.firings["linear_int8"] == 2
     assert [k.kernel for k in report.kernels] == [quantized.KERNEL, quantized.KERNEL]
@@ -126,7 +128,7 @@ def test_compile_int8_says_which_rewrites_the_error_comes_from():
     relative error first: the first layer (exact input) within its declared bound, the output at the output's
     error."""
     model, x = make()
-    report = gawee.compile(model, (x,), precision="int8").gawee_report
+    report = gawee.compile(model, (x,), precision="int8", options=ALWAYS).gawee_report
     errors = report.firing_errors
     assert [e.rule for e in errors] == ["linear_int8", "linear_int8"] and all(e.bound for e in errors)
     assert [e.relative for e in errors] == sorted((e.relative for e in errors), reverse=True)
@@ -151,7 +153,7 @@ def test_compile_without_precision_is_float32():
 def test_compile_bf16_is_checked_as_approximate_too(monkeypatch):
     monkeypatch.setattr(compiler, "no_bf16", lambda device: None)  # a CPU with bf16 arithmetic, whichever runs this
     model, x = make()
-    module = gawee.compile(model, (x,), precision="bf16")
+    module = gawee.compile(model, (x,), precision="bf16", options=ALWAYS)
     report = module.gawee_report
     assert report.precision == "bf16" and report.rewrite.firings["linear_bf16"] == 2
     assert report.equivalence.ok and report.accuracy.cosine > 0.999
@@ -162,7 +164,7 @@ def test_compile_bf16_on_a_cpu_without_bf16_says_so_and_stays_in_float32(monkeyp
     monkeypatch.setattr(compiler, "no_bf16", lambda device: "this CPU has no bf16 instructions (planted)")
     model, x = make()
     with caplog.at_level("WARNING", logger="gawee.backend.compiler"):
-        module = gawee.compile(model, (x,), precision="bf16")
+        module = gawee.compile(model, (x,), precision="bf16", options=ALWAYS)
     report = module.gawee_report
     assert report.precision is None and report.accuracy is None
     assert report.precision_skipped == (
@@ -174,7 +176,7 @@ def test_compile_bf16_on_a_cpu_without_bf16_says_so_and_stays_in_float32(monkeyp
     torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-5)  # float32: the exact tolerance
     # int8 has no such condition: its kernels run on every x86 CPU
     monkeypatch.setattr(compiler, "no_bf16", lambda device: pytest.fail("asked for int8"))
-    assert gawee.compile(model, (x,), precision="int8").gawee_report.precision == "int8"
+    assert gawee.compile(model, (x,), precision="int8", options=ALWAYS).gawee_report.precision == "int8"
 
 
 @pytest.mark.parametrize(
@@ -226,7 +228,7 @@ def test_compile_int8_with_a_dynamic_batch():
     """The rules need no guard a symbolic batch (0 in range) fails: the bound's maxima hold a 0 for an empty x."""
     model, x = make()
     batch = torch.export.Dim("batch", max=64)
-    module = gawee.compile(model, (x,), precision="int8", dynamic_shapes=({0: batch},))
+    module = gawee.compile(model, (x,), precision="int8", dynamic_shapes=({0: batch},), options=ALWAYS)
     report = module.gawee_report
     assert report.rewrite.firings["linear_int8"] == 2
     assert [k.kernel for k in report.kernels] == [quantized.KERNEL, quantized.KERNEL]

@@ -2,6 +2,8 @@
 quantizes those convolutions and removes the annotations, the torch lowering runs oneDNN's int8 convolution and
 agrees with the op's reference semantics, and gawee.compile reports what it calibrated on."""
 
+import time
+
 import pytest
 import torch
 
@@ -18,6 +20,8 @@ from gawee.rewrite.driver import rewrite
 from gawee.rewrite.ruleset import with_precision
 
 INT8 = with_precision(None, "int8")
+ALWAYS = TorchOptions(precision="always")
+"""The precision phase kept without measuring it against float32 (which a test must not depend on)."""
 
 
 class Block(torch.nn.Module):
@@ -157,7 +161,7 @@ def test_compile_calibrates_on_the_given_batches_and_reports_it():
     model = _model()
     x = torch.randn(1, 8, 16, 16)
     batches = [torch.randn(1, 8, 16, 16) for _ in range(3)]
-    module = gawee.compile(model, (x,), precision="int8", calibration=batches)
+    module = gawee.compile(model, (x,), precision="int8", calibration=batches, options=ALWAYS)
     report = module.gawee_report
     assert report.calibration == "calibrated 3 values on 3 calibration batches"
     assert report.calibration_accuracy is not None and report.calibration_accuracy.cosine > 0.999
@@ -167,7 +171,7 @@ def test_compile_calibrates_on_the_given_batches_and_reports_it():
     assert (
         float(torch.nn.functional.cosine_similarity(got.flatten(), model(batches[0]).detach().flatten(), dim=0)) > 0.999
     )
-    default = gawee.compile(model, (x,), precision="int8").gawee_report
+    default = gawee.compile(model, (x,), precision="int8", options=ALWAYS).gawee_report
     assert default.calibration == "calibrated 3 values on the example inputs (no calibration data given)"
     assert default.calibration_accuracy is None
 
@@ -175,3 +179,62 @@ def test_compile_calibrates_on_the_given_batches_and_reports_it():
 def test_calibration_without_int8_is_refused():
     with pytest.raises(GaweeError, match="precision int8 only"):
         gawee.compile(_model(), (torch.randn(1, 8, 8, 8),), calibration=[torch.randn(1, 8, 8, 8)])
+
+
+def test_compile_keeps_float32_where_it_measures_faster(monkeypatch, caplog):
+    """With ``TorchOptions.precision="measure"`` (the default) the float32 module is compiled too and kept where the
+    int8 one measures slower: planted here by making the int8 module's calls slow."""
+    from gawee.backend import compiler
+
+    real = compiler._precision_or_float
+
+    def slowed(module, build_float, xs):
+        class Slow:
+            gawee_report = module.gawee_report
+
+            def __call__(self, *args):
+                time.sleep(0.01)
+                return module(*args)
+
+        return real(Slow(), build_float, xs)
+
+    monkeypatch.setattr(compiler, "_precision_or_float", slowed)
+    model = _model()
+    with caplog.at_level("WARNING", logger="gawee.backend.compiler"):
+        module = gawee.compile(model, (torch.randn(1, 8, 16, 16),), precision="int8")
+    report = module.gawee_report
+    assert report.precision is None and report.precision_skipped.startswith("int8 not applied: float32 measured")
+    assert "float32" in report.precision_skipped and "precision choice" in report.seconds
+    assert report.precision_skipped in caplog.text
+    assert not any(n.op == "conv2d_int8_static" for n in report.optimized)
+
+
+def test_compile_keeps_the_precision_that_measures_faster(monkeypatch):
+    from gawee.backend import compiler
+
+    real = compiler._precision_or_float
+
+    def slow_float(module, build_float, xs):
+        def build():
+            plain = build_float()
+
+            class Slow:
+                gawee_report = plain.gawee_report
+
+                def __call__(self, *args):
+                    time.sleep(0.01)
+                    return plain(*args)
+
+            return Slow()
+
+        return real(module, build, xs)
+
+    monkeypatch.setattr(compiler, "_precision_or_float", slow_float)
+    report = gawee.compile(_model(), (torch.randn(1, 8, 16, 16),), precision="int8").gawee_report
+    assert report.precision == "int8" and report.precision_timing.endswith("int8 kept")
+    assert "measured against float32 (int8 " in str(report)
+
+
+def test_an_unknown_precision_option_is_refused():
+    with pytest.raises(GaweeError, match=r"TorchOptions\.precision"):
+        gawee.compile(_model(), (torch.randn(1, 8, 8, 8),), precision="int8", options=TorchOptions(precision="x"))
