@@ -152,42 +152,66 @@ def linear_int8_dynamic(ctx):
 
 @TORCH.register("conv2d_int8_static")
 def conv2d_int8_static(ctx):
-    """oneDNN's int8 convolution with a float32 result on the weight prepacked now (gawee.backend.quantized):
-    bias, residual and relu fused. The reference semantics where the weight or scales are not constants, the
-    activation is another, the CPU kernels are off (TorchOptions.fused_kernels) or unavailable (no oneDNN, or
-    8-bit inputs without VNNI), or the geometry is one oneDNN's convolutions get wrong."""
+    """oneDNN's int8 convolution on the weight prepacked now (gawee.backend.quantized): bias, residual and relu
+    fused, a requantized result (``out_scale``) made by oneDNN and handed over as u8 codes where every reader is an
+    int8 convolution on that grid that runs the kernel too. The reference semantics where the kernel cannot run
+    (:func:`_int8_conv_kernel_runs`)."""
     x, r = ctx.type(0), ctx.type(4)
     a = ctx.attrs
-    weight, scale, bias = ctx.const(1), ctx.const(2), ctx.const(3)
-    dilation = onednn.effective_dilation(weight.shape[2:], a["dilation"]) if weight is not None else a["dilation"]
-    if (
-        weight is None
-        or scale is None
-        or (ctx.type(3) is not None and bias is None)
-        or a["act"] not in (None, "relu")
-        or not ctx.options.fused_kernels
-        or quantized.conv_unavailable(a["levels"]) is not None
-        or 0 in (at_example(x.shape) if has_symbols(x.shape) else x.shape)
-        or not onednn.safe_geometry(x.shape, a["stride"], dilation)
-    ):
+    if not _int8_conv_kernel_runs(ctx.node, ctx.options.fused_kernels):
         return ctx.reference()
+    weight, scale, bias = ctx.const(1), ctx.const(2), ctx.const(3)
     channels_last = x.layout is Layout.channels_last
+    requantize = (a["out_scale"], a["out_zero_point"], a["out_levels"]) if a["out_scale"] else None
+    out = ctx.node.output
+    codes = (
+        requantize is not None
+        and not out.is_graph_output
+        and all(
+            use.node.op == "conv2d_int8_static"
+            and use.index == 0
+            and (use.node.attrs["scale"], use.node.attrs["zero_point"], use.node.attrs["levels"]) == requantize
+            and _int8_conv_kernel_runs(use.node, ctx.options.fused_kernels)
+            for use in out.uses
+        )
+    )
     kernel = quantized.StaticInt8Conv(
         ctx.node.name,
         weight,
         scale,
         bias,
-        (a["stride"], a["padding"], dilation, a["groups"]),
+        (a["stride"], a["padding"], onednn.effective_dilation(weight.shape[2:], a["dilation"]), a["groups"]),
         a["act"],
         a["scale"],
         a["zero_point"],
         a["levels"],
         None if has_symbols(x.shape) else tuple(x.shape),
         channels_last,
+        requantize,
+        codes,
     )
     if r is None:
         return ctx.call(kernel, ctx.arg(0))
     return ctx.call(kernel, ctx.arg(0), ctx.arg(4), ctx.can_overwrite(4) and channels_last)
+
+
+def _int8_conv_kernel_runs(node, fused_kernels: bool) -> bool:
+    """Whether the torch lowering runs oneDNN's int8 kernel for the ``conv2d_int8_static`` ``node``: its weight,
+    scales and bias constants, relu or no activation, the CPU kernels on (TorchOptions.fused_kernels) and
+    available (oneDNN, and VNNI for 8-bit inputs), a non-empty input, and a geometry oneDNN's convolutions get
+    right (:func:`gawee.backend.onednn.safe_geometry`)."""
+    x, w, s, b = node.inputs[:4]
+    if not (fused_kernels and w is not None and w.has_known_data and s is not None and s.has_known_data):
+        return False
+    a = node.attrs
+    static = at_example(x.shape) if has_symbols(x.shape) else x.shape
+    return (
+        (b is None or b.has_known_data)
+        and a["act"] in (None, "relu")
+        and quantized.conv_unavailable(a["levels"]) is None
+        and 0 not in static
+        and onednn.safe_geometry(x.shape, a["stride"], onednn.effective_dilation(w.shape[2:], a["dilation"]))
+    )
 
 
 @TORCH.register("scaled_dot_product_attention")

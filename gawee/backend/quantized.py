@@ -95,8 +95,11 @@ class StaticInt8Conv:
     """act(qconv2d_pointwise(quantize(x), packed) [+ residual]) for an int8 weight [out, in / groups, kh, kw] with
     one float32 scale per output channel, the input's scale and zero point fixed, prepacked now for inputs of
     ``input_shape`` (None: any). The input is quantized by torch's ``quantize_per_tensor`` (``round(x * (1 /
-    scale)) + zero_point``, kept in [0, 255]; in [0, 127] too where ``levels`` is 127); a residual is summed into
-    by oneDNN, so a live one is copied first. A named callable (``<node>_int8_conv(x)`` in the generated code)."""
+    scale)) + zero_point``, kept in [0, 255]; in [0, 127] too where ``levels`` is 127), or taken as it comes where
+    it already is u8 codes (a producer's requantized result); a residual is summed into by oneDNN, so a live one
+    is copied first. ``requantize`` (scale, zero point, levels): the result requantized, as u8 codes where
+    ``codes`` (every reader takes them), else back on the grid in float32. A named callable
+    (``<node>_int8_conv(x)`` in the generated code)."""
 
     __module__ = "gawee"
 
@@ -113,6 +116,8 @@ class StaticInt8Conv:
         levels: int,
         input_shape: tuple[int, ...] | None,
         channels_last: bool,
+        requantize: tuple[float, int, int] | None = None,
+        codes: bool = False,
     ):
         self.__name__ = self.__qualname__ = f"{name}_int8_conv"
         stride, padding, dilation, groups = geometry
@@ -127,40 +132,45 @@ class StaticInt8Conv:
         self.bias = None if bias is None else bias.contiguous()
         self.act = act
         self.channels_last = channels_last
+        self.requantize, self.codes = requantize, codes
 
-    def quantize(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``'s uint8 codes: torch's quantizer (one vectorized pass; torch deprecates quantized tensors, and
-        this is still its fastest) and its storage read as uint8 in place (``int_repr`` would copy it)."""
+    def quantize(self, x: torch.Tensor, scale: float | None = None, zero_point: int = 0, levels: int = 0):
+        """``x``'s uint8 codes (with this kernel's input grid, or the one given): torch's quantizer (one vectorized
+        pass; torch deprecates quantized tensors, and this is still its fastest) and its storage read as uint8 in
+        place (``int_repr`` would copy it)."""
+        if scale is None:
+            scale, zero_point, levels = self.scale, self.zero_point, self.levels
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            q = torch.quantize_per_tensor(x, self.scale, self.zero_point, torch.quint8)
+            q = torch.quantize_per_tensor(x, scale, zero_point, torch.quint8)
         codes = torch.empty(0, dtype=torch.uint8).set_(q.untyped_storage(), q.storage_offset(), q.shape, q.stride())
-        return codes.clamp_(max=self.levels) if self.levels < 255 else codes
+        return codes.clamp_(max=levels) if levels < 255 else codes
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None, owned: bool = False) -> torch.Tensor:
-        q = self.quantize(x)
+        q = x if x.dtype is torch.uint8 else self.quantize(x)
         common = (q, self.scale, self.zero_point, self.packed, self.weight_scale, self.weight_zero)
-        if residual is None:
-            attr = "relu" if self.act == "relu" else "none"
+        unary = "relu" if self.act == "relu" else "none"
+        if residual is None and self.requantize is not None:  # oneDNN requantizes its accumulator to u8 itself
+            out_scale, out_zero, out_levels = self.requantize
             y = torch.ops.onednn.qconv2d_pointwise(
-                *common, self.bias, *self.geometry, 1.0, 0, torch.float32, attr, [], ""
+                *common, self.bias, *self.geometry, out_scale, out_zero, None, unary, [], ""
+            )
+            y = y.clamp_(max=out_levels) if out_levels < 255 else y
+            return self._laid_out(y if self.codes else (y.float() - out_zero) * out_scale)
+        if residual is None:
+            y = torch.ops.onednn.qconv2d_pointwise(
+                *common, self.bias, *self.geometry, 1.0, 0, torch.float32, unary, [], ""
             )
         else:
             accum = residual if owned else residual.clone(memory_format=torch.channels_last)
             y = torch.ops.onednn.qconv2d_pointwise.binary(
-                *common,
-                accum,
-                self.bias,
-                *self.geometry,
-                1.0,
-                0,
-                torch.float32,
-                1.0,
-                0,
-                "sum",
-                1.0,
-                "relu" if self.act == "relu" else None,
-                [],
-                None,
-            )
+                *common, accum, self.bias, *self.geometry, 1.0, 0, torch.float32, 1.0, 0, "sum", 1.0,
+                None if unary == "none" else unary, [], None,
+            )  # fmt: skip
+        if self.requantize is not None:  # with a residual: the float32 sum requantized by torch's quantizer
+            codes = self.quantize(y, *self.requantize)
+            y = codes if self.codes else (codes.float() - self.requantize[1]) * self.requantize[0]
+        return self._laid_out(y)
+
+    def _laid_out(self, y: torch.Tensor) -> torch.Tensor:
         return y if self.channels_last else y.contiguous()

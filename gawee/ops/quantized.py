@@ -167,12 +167,20 @@ def conv2d_int8_static(
     scale: float,
     zero_point: int,
     levels: int = 255,
+    out_scale: float = 0.0,
+    out_zero_point: int = 0,
+    out_levels: int = 255,
 ) -> torch.Tensor:
     """act(dequantized(conv2d(quantized(input), weight)) + bias + residual): ``input`` (float32) rounded to
     ``round(input * (1 / scale)) + zero_point`` in float32, kept in [0, levels] (values beyond the range the
     scale covers are clamped to its ends), convolved exactly with the int8 ``weight`` (zero padding is the zero
     point, i.e. 0), dequantized in float32 as ``product * (scale * weight_scale)``, then bias, residual and act
     added in float32.
+
+    With ``out_scale`` > 0 the result is requantized as the next convolution would quantize its input —
+    ``round(y * (1 / out_scale)) + out_zero_point`` kept in [0, out_levels] — and given back on that grid,
+    ``(code - out_zero_point) * out_scale``: a convolution with that scale, zero point and levels reading it
+    rounds it to the same code, so the kernel may hand it over as the code itself (u8).
 
     The convolution runs in float64: each term is an integer of magnitude at most 255 * 127 and every partial
     sum an integer below 2**53, exact in any order (the kernel's int32 accumulation is exact below 66,000 terms
@@ -195,6 +203,16 @@ def conv2d_int8_static(
             f"conv2d_int8_static quantizes to [0, 127] or [0, 255] with a positive finite scale and a zero point "
             f"in range, not levels {levels}, scale {scale}, zero point {zero_point}"
         )
+    requantized = out_scale != 0
+    if requantized and (
+        out_levels not in LEVELS
+        or not 0 <= out_zero_point <= out_levels
+        or not (math.isfinite(out_scale) and out_scale > 0)
+    ):
+        raise ValueError(
+            f"conv2d_int8_static requantizes to [0, 127] or [0, 255] with a positive finite scale and a zero point "
+            f"in range, not levels {out_levels}, scale {out_scale}, zero point {out_zero_point}"
+        )
     inverse = 1 / torch.tensor(scale, dtype=torch.float32)
     q = torch.clamp(torch.round(input * inverse) + zero_point, 0, levels)
     product = F.conv2d(q.double() - zero_point, weight.double(), None, stride, padding, dilation, groups)
@@ -205,7 +223,12 @@ def conv2d_int8_static(
         if residual.shape != y.shape:
             raise ValueError(f"residual {list(residual.shape)} must have the output's shape {list(y.shape)}")
         y = y + residual
-    return apply_act(y, act, act_params)
+    y = apply_act(y, act, act_params)
+    if not requantized:
+        return y
+    step = torch.tensor(out_scale, dtype=torch.float32)
+    code = torch.clamp(torch.round(y * (1 / step)) + out_zero_point, 0, out_levels)
+    return (code - out_zero_point) * step
 
 
 def _quantize_sample(draw, slots, attrs):
@@ -311,6 +334,11 @@ def _conv_int8_sample(draw, slots, attrs):
     drawn = {**drawn, "levels": levels, **attrs}
     drawn.setdefault("scale", draw.choice([SMALL_SCALE, 0.01, 0.1, 1.0]))
     drawn.setdefault("zero_point", draw.integers(0, levels))
+    if "out_scale" not in drawn:
+        drawn["out_scale"] = draw.choice([0.0, 0.0, 0.05, 0.5])
+    if drawn["out_scale"]:
+        drawn.setdefault("out_levels", draw.choice(list(LEVELS)))
+        drawn.setdefault("out_zero_point", draw.integers(0, drawn["out_levels"]))
     return [x, w, s, b, r], drawn
 
 
@@ -347,6 +375,9 @@ register(
             Attr("scale", "float", 1.0),
             Attr("zero_point", "int", 0),
             Attr("levels", "int", 255),
+            Attr("out_scale", "float", 0.0),
+            Attr("out_zero_point", "int", 0),
+            Attr("out_levels", "int", 255),
         ),
         traits=frozenset({"pure"}),
         canonicalize=_conv_canon(2),

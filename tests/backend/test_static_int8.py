@@ -147,6 +147,31 @@ def test_the_kernel_computes_the_reference_semantics(stride, padding, groups, re
     assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(quantized.conv_unavailable(127) is not None, reason=str(quantized.conv_unavailable(127)))
+def test_a_requantized_result_reaches_the_next_convolution_as_codes():
+    """conv → conv: the int8 phase requantizes the first's result to the second's grid (requantize_for_int8_conv),
+    the lowering hands it over as u8 codes (the second quantizes nothing), and the module agrees with the
+    reference but where oneDNN's requantization rounds a near-tie the other way (one step of the grid)."""
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)).eval()
+    x = torch.randn(1, 4, 12, 12)
+    graph = gawee.capture(model, (x,))
+    optimized, report = rewrite(graph, INT8, calibration=Calibration.of([x], "x"))
+    assert report.firings["requantize_for_int8_conv"] == 1
+    first, second = [n for n in optimized if n.op == "conv2d_int8_static"]
+    assert first.attrs["out_scale"] == second.attrs["scale"] > 0
+    assert first.attrs["out_zero_point"] == second.attrs["zero_point"]
+    module = to_torch(optimized, TorchOptions(channels_last=True))
+    assert module.code.count("int8_conv") == 2
+    kernels = [n.target for n in module.graph.nodes if isinstance(n.target, quantized.StaticInt8Conv)]
+    assert [k.codes for k in kernels] == [True, False]
+    (got,) = module(x)
+    (expected,) = run(optimized, x)
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4) or (got - expected).abs().max() < 0.05
+    (exact,) = run(graph, x)
+    assert float(torch.nn.functional.cosine_similarity(got.flatten(), exact.flatten(), dim=0)) > 0.999
+
+
 def test_the_reference_clamps_what_lies_beyond_the_range():
     w = torch.ones(1, 1, 1, 1, dtype=torch.int8)
     x = torch.tensor([[[[-5.0, 0.5, 50.0]]]])

@@ -41,10 +41,13 @@ def _conv_twins(old: str, new: str, count: int) -> list:
     return twins
 
 
-def test_every_rule_but_the_annotations_removal_is_approximate():
-    assert [r.name for r in INT8.rules] == [*LINEAR, *CONV, "drop_calibration"]
-    assert all(r.approximate for r in INT8.rules if r.name != "drop_calibration")
-    assert not INT8.rule("drop_calibration").approximate
+EXACT = ["drop_calibration", "requantize_for_int8_conv"]
+
+
+def test_every_rule_but_the_annotations_removal_and_the_requantization_is_approximate():
+    assert [r.name for r in INT8.rules] == [*LINEAR, *CONV, *EXACT]
+    assert all(r.approximate for r in INT8.rules if r.name not in EXACT)
+    assert not any(INT8.rule(name).approximate for name in EXACT)
     assert all(INT8.rule(name).priority > INT8.rule("drop_calibration").priority for name in CONV)
 
 
@@ -95,9 +98,22 @@ def test_half_the_quantization_error_is_refuted_on_every_seed(rule, seed, levels
     assert_refuted_by_its_bound(rule, 60, seed)
 
 
-def test_dropping_the_calibration_annotation_passes_check():
-    result = check_rule(INT8.rule("drop_calibration"), examples=60)
+@pytest.mark.parametrize("name", EXACT)
+def test_the_exact_int8_rules_pass_check(name):
+    result = check_rule(INT8.rule(name), examples=60)
     assert result.ok and result.fired >= 20, result.counterexample or result.error
+
+
+def test_requantizing_to_another_grid_than_the_readers_is_refuted():
+    """The requantization is exact only on the grid the reader rounds to: to twice its step, values move."""
+    text = PRECISIONS["int8"].read_text()
+    exact = "out_scale=sc, out_zero_point=zp"
+    assert text.count(exact) == 1
+    (twin,) = [
+        r for r in load_rules_text(text.replace(exact, "out_scale=2 * sc, out_zero_point=zp"), "t.rules").rules
+        if r.name == "requantize_for_int8_conv"
+    ]  # fmt: skip
+    assert check_rule(twin, examples=60).verdict == "UNSOUND"
 
 
 @pytest.mark.parametrize(
