@@ -424,8 +424,8 @@ def compile(
 def _precision_or_float(module, build_float: Callable, xs: list):
     """``module`` (with a precision phase) or the float32 module ``build_float()`` compiles, whichever measures
     faster here (:func:`gawee.backend.measure.fastest`: the precision module unless float32 is more than 5%
-    faster): reduced precision is not always faster — int8 convolutions with torch's per-call overheads on a
-    network of small ones (mobilenet_v3_large), bf16 without bf16 arithmetic — and what a user asks of it is
+    faster): reduced precision is not always faster — int8 convolutions through torch's per-call overheads on a
+    network of small ones, against a float32 module a whole-graph runtime runs — and what a user asks of it is
     speed. The kept module's report says what both measured; float32 kept says why the precision was not
     applied (``precision_skipped``)."""
     from gawee.backend.measure import fastest
