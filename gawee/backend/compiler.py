@@ -415,7 +415,7 @@ def compile(
         calibrated or "",
         calibration_accuracy,
     )
-    if precision is not None and name in ("torch", "auto") and options.precision == "measure":
+    if precision is not None and (name == "auto" or chosen is runtime.baseline()) and options.precision == "measure":
         given_float = {"options": options, "backend": backend, "dynamic_shapes": dynamic_shapes}
         return _precision_or_float(module, lambda: compile(model, example_inputs, unprecise, **given_float), xs)
     return module

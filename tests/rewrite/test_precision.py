@@ -148,3 +148,29 @@ def test_optimize_int8_reports_accuracy_in_json(capsys, tmp_path):
     assert [e["rule"] for e in errors] == ["linear_int8"] * 2 and all(e["bound"] for e in errors)
     assert errors[0]["max_error"] / errors[0]["scale"] >= errors[1]["max_error"] / errors[1]["scale"] > 0
     assert any(e["max_error"] == pytest.approx(accuracy["max_abs_error"], rel=1e-6) for e in errors)  # the output
+
+
+CNN = """
+import torch
+
+
+def make():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4),
+    ).eval()
+    return model, (torch.randn(2, 3, 12, 12),)
+"""
+
+
+def test_optimize_int8_calibrates_convolutions_on_the_example_inputs(capsys, tmp_path):
+    src = tmp_path / "cnn.py"
+    src.write_text(CNN)
+    out_json = tmp_path / "cnn-int8.json"
+    code, out, err = run_cli(capsys, "optimize", f"{src}:make", "--precision", "int8", "-o", str(out_json))
+    assert code == 0, out + err
+    assert "conv2d_int8 x2" in out and "requantize_for_int8_conv x1" in out and "accuracy" in out
+    graph = load(out_json)
+    assert [n.op for n in graph if n.op.startswith("conv")] == ["conv2d_int8_static"] * 2
+    assert not any(n.op == "calibrated" for n in graph)  # read by the rules, then dropped

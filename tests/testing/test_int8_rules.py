@@ -116,10 +116,17 @@ def test_requantizing_to_another_grid_than_the_readers_is_refuted():
     assert check_rule(twin, examples=60).verdict == "UNSOUND"
 
 
+SHAPES = ("conv2d_int8", "conv2d_int8_residual_unbiased")
+"""The two ends of the convolution rules' forms (bias and no residual; residual and no bias): their twins are
+refuted the same way, and each refutation takes ~10 s of the suite."""
+
+
 @pytest.mark.parametrize(
-    "twin", _conv_twins("(0.5 + 512 * u) * s", "(0.25 + 512 * u) * s", 4), ids=lambda r: r.name + "-half-step"
+    "twin",
+    [r for r in _conv_twins("(0.5 + 512 * u) * s", "(0.25 + 512 * u) * s", 4) if r.name in SHAPES],
+    ids=lambda r: r.name + "-half-step",
 )
-@pytest.mark.parametrize("seed, levels", [(0, 127), (0, 255), (1, 255)])
+@pytest.mark.parametrize("seed, levels", [(0, 127), (1, 255)])
 def test_a_convolution_declared_with_half_the_input_step_is_refuted(twin, seed, levels, monkeypatch):
     _pin(monkeypatch, levels)
     assert_refuted_by_its_bound(twin, 60, seed)
@@ -127,10 +134,15 @@ def test_a_convolution_declared_with_half_the_input_step_is_refuted(twin, seed, 
 
 @pytest.mark.parametrize(
     "twin",
-    _conv_twins(" + relu(x - (lv - z) * s) + relu(0 - z * s - x)", " + 0 * x", 4),  # ex keeps x's shape
+    [
+        r
+        for r in _conv_twins(" + relu(x - (lv - z) * s) + relu(0 - z * s - x)", " + 0 * x", 4)  # ex keeps x's shape
+        if r.name in SHAPES
+    ],
     ids=lambda r: r.name + "-unclamped",
 )
-def test_a_convolution_bound_that_ignores_values_beyond_the_calibrated_range_is_refuted(twin, levels):
+def test_a_convolution_bound_that_ignores_values_beyond_the_calibrated_range_is_refuted(twin, monkeypatch):
     """Calibration data need not cover what the model later sees: a bound that holds only inside the calibrated
     range is refuted (the harness draws ranges narrower than the data)."""
+    _pin(monkeypatch, 255)
     assert_refuted_by_its_bound(twin, 200, 0)
