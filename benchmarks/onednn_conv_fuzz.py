@@ -13,7 +13,8 @@ width) is counted as kept away.
 With ``--int8`` the kernel is oneDNN's int8 convolution as gawee's torch lowering runs it
 (``gawee.backend.quantized.StaticInt8Conv``: ``onednn::qconv2d_pointwise`` on a prepacked int8 weight, the input
 quantized with a fixed scale, relu, a residual summed in every other case), compared with the reference semantics
-of ``conv2d_int8_static`` (an exact integer convolution: within 1e-5 of the output's magnitude).
+of ``conv2d_int8_static`` (an exact integer convolution: within 1e-5 of the output's magnitude); "guarded" also
+keeps away a geometry with a window wholly in the padding (``onednn.window_in_padding``), as the lowering does.
 
     python benchmarks/onednn_conv_fuzz.py --cases 3000          # both modes, the same cases
     python benchmarks/onednn_conv_fuzz.py --cases 3000 --int8   # the int8 kernel
@@ -92,7 +93,9 @@ def run_int8_case(g: dict, guarded: bool) -> str:
     dilation = g["dilation"]
     if guarded:
         dilation = onednn.effective_dilation(g["w"][2:], dilation)
-        if not onednn.safe_geometry(g["x"], g["stride"], dilation):
+        if not onednn.safe_geometry(g["x"], g["stride"], dilation) or onednn.window_in_padding(
+            g["x"], g["w"][2:], g["stride"], g["padding"], dilation
+        ):
             return "kept away"
     gen = torch.Generator().manual_seed(0)
     x, w = 2 * torch.randn(g["x"], generator=gen), torch.randn(g["w"], generator=gen)

@@ -199,18 +199,21 @@ def _int8_conv_kernel_runs(node, fused_kernels: bool) -> bool:
     """Whether the torch lowering runs oneDNN's int8 kernel for the ``conv2d_int8_static`` ``node``: its weight,
     scales and bias constants, relu or no activation, the CPU kernels on (TorchOptions.fused_kernels) and
     available (oneDNN, and VNNI for 8-bit inputs), a non-empty input, and a geometry oneDNN's convolutions get
-    right (:func:`gawee.backend.onednn.safe_geometry`)."""
+    right (:func:`gawee.backend.onednn.safe_geometry`, and no window wholly in the padding:
+    :func:`gawee.backend.onednn.window_in_padding`)."""
     x, w, s, b = node.inputs[:4]
     if not (fused_kernels and w is not None and w.has_known_data and s is not None and s.has_known_data):
         return False
     a = node.attrs
     static = at_example(x.shape) if has_symbols(x.shape) else x.shape
+    dilation = onednn.effective_dilation(w.shape[2:], a["dilation"])
     return (
         (b is None or b.has_known_data)
         and a["act"] in (None, "relu")
         and quantized.conv_unavailable(a["levels"]) is None
         and 0 not in static
-        and onednn.safe_geometry(x.shape, a["stride"], onednn.effective_dilation(w.shape[2:], a["dilation"]))
+        and onednn.safe_geometry(x.shape, a["stride"], dilation)
+        and not onednn.window_in_padding(x.shape, w.shape[2:], a["stride"], a["padding"], dilation)
     )
 
 

@@ -92,6 +92,23 @@ def safe_geometry(input_shape: Sequence, stride: Sequence[int], dilation: Sequen
     return not dilated_over_1 and not (len(stride) == 2 and stride[0] == 1 and stride[1] > 1)
 
 
+def window_in_padding(
+    input_shape: Sequence, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]
+) -> bool:
+    """Whether some output of the convolution reads no input element: every tap of its window (``dilation`` the
+    effective one) lies in the padding. oneDNN's int8 convolution (torch 2.14.1) computes wrong values in some such
+    geometries, either memory format, with or without a zero point (every wrong case of
+    ``benchmarks/onednn_conv_fuzz.py --int8`` has one; networks pad less than a window, and have none)."""
+    for n, k, s, p, d in zip(tuple(input_shape)[2:], kernel, stride, padding, dilation):
+        if not isinstance(n, int):
+            return True  # a symbolic size: not known to be safe
+        for o in range((n + 2 * p - d * (k - 1) - 1) // s + 1):
+            first = o * s - p
+            if all(not 0 <= first + t * d < n for t in range(k)):
+                return True
+    return False
+
+
 def post_op(act: str | None, params: Sequence[float]) -> tuple[str, list[float], str | None] | None:
     """The oneDNN spelling ``(attr, scalars, algorithm)`` of a fused activation; None if it has none."""
     if act is None:

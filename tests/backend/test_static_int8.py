@@ -263,3 +263,33 @@ def test_compile_keeps_the_precision_that_measures_faster(monkeypatch):
 def test_an_unknown_precision_option_is_refused():
     with pytest.raises(GaweeError, match=r"TorchOptions\.precision"):
         gawee.compile(_model(), (torch.randn(1, 8, 8, 8),), precision="int8", options=TorchOptions(precision="x"))
+
+
+def test_a_window_wholly_in_the_padding_is_told():
+    from gawee.backend import onednn
+
+    assert not onednn.window_in_padding((1, 8, 56, 56), (3, 3), (1, 1), (1, 1), (1, 1))  # resnet's 3x3
+    assert not onednn.window_in_padding((1, 3, 224, 224), (7, 7), (2, 2), (3, 3), (1, 1))  # its stem
+    assert onednn.window_in_padding((1, 8, 9, 9), (1, 1), (1, 1), (1, 1), (1, 1))  # a 1x1 over a padded border
+    assert onednn.window_in_padding((1, 8, 5, 5), (3, 1), (1, 1), (3, 0), (1, 1))  # padding past a 3-tap window
+    assert not onednn.window_in_padding((1, 8, 5, 5), (3, 1), (1, 1), (2, 0), (1, 1))  # its last tap reads row 0
+    assert not onednn.window_in_padding((1, 8, 4, 4), (2, 1), (1, 1), (1, 0), (3, 1))  # one dilated tap reads
+    assert onednn.window_in_padding((1, 8, 1, 4), (2, 1), (1, 1), (2, 0), (2, 1))  # both taps straddle row 0
+
+
+@pytest.mark.skipif(quantized.conv_unavailable(127) is not None, reason=str(quantized.conv_unavailable(127)))
+def test_a_geometry_oneDNN_gets_wrong_runs_the_reference():
+    """A 1x1 depthwise convolution over a border of 2 (every wrong case of the int8 fuzzer has a window wholly in
+    the padding): the lowering keeps it from oneDNN, and the module computes the reference."""
+    q = torch.randint(-127, 128, (16, 1, 1, 1), dtype=torch.int8)
+    gb = GraphBuilder("pad")
+    x = gb.input("x", "f32[1,16,10,9]")
+    y = gb.conv2d_int8_static(
+        x, gb.const(q), gb.const(torch.full((16,), 0.01)), gb.const(torch.randn(16)),
+        stride=[3, 2], padding=[2, 0], groups=16, act="relu", scale=0.05, zero_point=60, levels=127,
+    )  # fmt: skip
+    graph = gb.output(y)
+    module = to_torch(graph, TorchOptions())
+    assert "int8_conv" not in module.code
+    xs = torch.randn(1, 16, 10, 9)
+    torch.testing.assert_close(module(xs)[0], run(graph, xs)[0], rtol=0, atol=0)
