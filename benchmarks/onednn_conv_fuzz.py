@@ -105,7 +105,7 @@ def run_int8_case(g: dict, guarded: bool) -> str:
     q, scale = quantize_per_channel_symmetric(w, axis=0)
     s, z = static_qparams(-3.0, 4.0, levels)
     geo = (g["stride"], g["padding"], dilation, g["groups"])
-    kernel = StaticInt8Conv("fuzz", q, scale, b, geo, "relu", s, z, levels, tuple(x.shape), g["channels_last"])
+    kernel = StaticInt8Conv("fuzz", q, scale, b, geo, "relu", (), s, z, levels, tuple(x.shape), g["channels_last"])
     out = [g["x"][0], g["w"][0]] + [
         (n + 2 * p - d * (k - 1) - 1) // st + 1
         for n, p, d, k, st in zip(g["x"][2:], g["padding"], dilation, g["w"][2:], g["stride"])

@@ -182,6 +182,7 @@ def conv2d_int8_static(ctx):
         bias,
         (a["stride"], a["padding"], onednn.effective_dilation(weight.shape[2:], a["dilation"]), a["groups"]),
         a["act"],
+        tuple(a["act_params"]),
         a["scale"],
         a["zero_point"],
         a["levels"],
@@ -197,10 +198,10 @@ def conv2d_int8_static(ctx):
 
 def _int8_conv_kernel_runs(node, fused_kernels: bool) -> bool:
     """Whether the torch lowering runs oneDNN's int8 kernel for the ``conv2d_int8_static`` ``node``: its weight,
-    scales and bias constants, relu or no activation, the CPU kernels on (TorchOptions.fused_kernels) and
-    available (oneDNN, and VNNI for 8-bit inputs), a non-empty input, and a geometry oneDNN's convolutions get
-    right (:func:`gawee.backend.onednn.safe_geometry`, and no window wholly in the padding:
-    :func:`gawee.backend.onednn.window_in_padding`)."""
+    scales and bias constants, an activation oneDNN fuses (:data:`gawee.backend.quantized.CONV_ACTS`), the CPU
+    kernels on (TorchOptions.fused_kernels) and available (oneDNN, and VNNI for 8-bit inputs), a non-empty input,
+    and a geometry oneDNN's convolutions get right (:func:`gawee.backend.onednn.safe_geometry`, and no window
+    wholly in the padding: :func:`gawee.backend.onednn.window_in_padding`)."""
     x, w, s, b = node.inputs[:4]
     if not (fused_kernels and w is not None and w.has_known_data and s is not None and s.has_known_data):
         return False
@@ -209,7 +210,7 @@ def _int8_conv_kernel_runs(node, fused_kernels: bool) -> bool:
     dilation = onednn.effective_dilation(w.shape[2:], a["dilation"])
     return (
         (b is None or b.has_known_data)
-        and a["act"] in (None, "relu")
+        and a["act"] in quantized.CONV_ACTS
         and quantized.conv_unavailable(a["levels"]) is None
         and 0 not in static
         and onednn.safe_geometry(x.shape, a["stride"], dilation)

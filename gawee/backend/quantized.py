@@ -7,7 +7,7 @@
 - oneDNN's int8 convolution with a float32 result (``onednn::qconv2d_pointwise``, what Inductor's x86 int8
   lowering calls), computing what ``conv2d_int8_static`` computes: the input quantized with its fixed scale and
   zero point, an exact integer convolution, dequantized in float32 with bias, residual (oneDNN's sum post-op)
-  and relu fused."""
+  and relu or hardtanh fused."""
 
 from __future__ import annotations
 
@@ -80,6 +80,8 @@ class DynamicInt8Linear:
 
 
 CONV_KERNEL = "onednn::qconv2d_pointwise"
+CONV_ACTS = (None, "relu", "hardtanh")
+"""The activations the int8 convolution fuses (oneDNN post-ops; hardtanh with its min and max)."""
 
 
 def conv_unavailable(levels: int = 255) -> str | None:
@@ -111,6 +113,7 @@ class StaticInt8Conv:
         bias: torch.Tensor | None,
         geometry: tuple[list[int], list[int], list[int], int],
         act: str | None,
+        act_params: tuple,
         scale: float,
         zero_point: int,
         levels: int,
@@ -130,7 +133,8 @@ class StaticInt8Conv:
             weight.contiguous(), self.weight_scale, self.scale, self.zero_point, *self.geometry, shape
         )
         self.bias = None if bias is None else bias.contiguous()
-        self.act = act
+        self.unary = (act or "none", [float(p) for p in act_params])
+        """oneDNN's activation post-op: none, relu, or hardtanh with its (min, max)."""
         self.channels_last = channels_last
         self.requantize, self.codes = requantize, codes
 
@@ -149,24 +153,27 @@ class StaticInt8Conv:
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None, owned: bool = False) -> torch.Tensor:
         q = x if x.dtype is torch.uint8 else self.quantize(x)
         common = (q, self.scale, self.zero_point, self.packed, self.weight_scale, self.weight_zero)
-        unary = "relu" if self.act == "relu" else "none"
+        unary, scalars = self.unary
         if residual is None and self.requantize is not None:  # oneDNN requantizes its accumulator to u8 itself
             out_scale, out_zero, out_levels = self.requantize
             y = torch.ops.onednn.qconv2d_pointwise(
-                *common, self.bias, *self.geometry, out_scale, out_zero, None, unary, [], ""
+                *common, self.bias, *self.geometry, out_scale, out_zero, None, unary, scalars, ""
             )
             y = y.clamp_(max=out_levels) if out_levels < 255 else y
             return self._laid_out(y if self.codes else (y.float() - out_zero) * out_scale)
         if residual is None:
             y = torch.ops.onednn.qconv2d_pointwise(
-                *common, self.bias, *self.geometry, 1.0, 0, torch.float32, unary, [], ""
+                *common, self.bias, *self.geometry, 1.0, 0, torch.float32, unary, scalars, ""
             )
         else:
             accum = residual if owned else residual.clone(memory_format=torch.channels_last)
+            fused = unary == "relu"  # torch's sum post-op takes relu after it, nothing else: hardtanh comes after
             y = torch.ops.onednn.qconv2d_pointwise.binary(
                 *common, accum, self.bias, *self.geometry, 1.0, 0, torch.float32, 1.0, 0, "sum", 1.0,
-                None if unary == "none" else unary, [], None,
+                "relu" if fused else None, [], None,
             )  # fmt: skip
+            if unary == "hardtanh":
+                y = y.clamp_(*scalars)
         if self.requantize is not None:  # with a residual: the float32 sum requantized by torch's quantizer
             codes = self.quantize(y, *self.requantize)
             y = codes if self.codes else (codes.float() - self.requantize[1]) * self.requantize[0]

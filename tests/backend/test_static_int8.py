@@ -116,7 +116,8 @@ def test_the_int8_phase_quantizes_every_calibrated_convolution_and_drops_the_ann
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize(
     "stride, padding, groups, residual, act",
-    [(1, 1, 1, False, None), (2, 1, 1, True, "relu"), (1, 0, 2, False, "relu"), (1, 1, 4, True, None)],
+    [(1, 1, 1, False, None), (2, 1, 1, True, "relu"), (1, 0, 2, False, "relu"), (1, 1, 4, True, None)]
+    + [(1, 1, 4, False, "hardtanh"), (2, 1, 1, True, "hardtanh")],
 )
 def test_the_kernel_computes_the_reference_semantics(stride, padding, groups, residual, act, channels_last):
     levels = 255 if quantized.conv_unavailable(255) is None else 127
@@ -132,7 +133,7 @@ def test_the_kernel_computes_the_reference_semantics(stride, padding, groups, re
     y = gb.conv2d_int8_static(
         x, gb.const(q), gb.const(ws), gb.const(torch.randn(8)), r if residual else None,
         stride=[stride] * 2, padding=[padding] * 2, groups=groups, act=act,
-        scale=scale, zero_point=zero, levels=levels,
+        act_params=(0.0, 6.0) if act == "hardtanh" else (), scale=scale, zero_point=zero, levels=levels,
     )  # fmt: skip
     graph = gb.output(y)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
