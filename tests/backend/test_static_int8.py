@@ -116,8 +116,14 @@ def test_the_int8_phase_quantizes_every_calibrated_convolution_and_drops_the_ann
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize(
     "stride, padding, groups, residual, act",
-    [(1, 1, 1, False, None), (2, 1, 1, True, "relu"), (1, 0, 2, False, "relu"), (1, 1, 4, True, None)]
-    + [(1, 1, 4, False, "hardtanh"), (2, 1, 1, True, "hardtanh")],
+    [
+        (1, 1, 1, False, None),
+        (2, 1, 1, True, "relu"),
+        (1, 0, 2, False, "relu"),
+        (1, 1, 4, True, None),
+        (1, 1, 4, False, "hardtanh"),
+        (2, 1, 1, True, "hardtanh"),
+    ],
 )
 def test_the_kernel_computes_the_reference_semantics(stride, padding, groups, residual, act, channels_last):
     levels = 255 if quantized.conv_unavailable(255) is None else 127
