@@ -152,10 +152,10 @@ def linear_int8_dynamic(ctx):
 
 @TORCH.register("conv2d_int8_static")
 def conv2d_int8_static(ctx):
-    """oneDNN's int8 convolution on the weight prepacked now (gawee.backend.quantized): bias, residual and relu
-    fused, a requantized result (``out_scale``) made by oneDNN and handed over as u8 codes where every reader is an
-    int8 convolution on that grid that runs the kernel too. The reference semantics where the kernel cannot run
-    (:func:`_int8_conv_kernel_runs`)."""
+    """oneDNN's int8 convolution on the weight prepacked now (gawee.backend.quantized): bias, residual and relu or
+    hardtanh fused, a requantized result (``out_scale``) made by oneDNN and handed over as u8 codes where every
+    reader is an int8 convolution on that grid that runs the kernel too. The reference semantics where the kernel
+    cannot run (:func:`_int8_conv_kernel_runs`)."""
     x, r = ctx.type(0), ctx.type(4)
     a = ctx.attrs
     if not _int8_conv_kernel_runs(ctx.node, ctx.options.fused_kernels):
