@@ -246,6 +246,18 @@ def markdown(rows: list[Row], methods: dict[str, str] | None = None) -> str:
     return "\n".join([*lines, "", *notes]).rstrip() + "\n"
 
 
+def against(model: str, ours: Row, ours_label: str, theirs: Row, theirs_label: str) -> str:
+    """A verdict line's start: ``ours`` at least as fast as ``theirs`` on ``model``, the two agreements side by
+    side (the precision benchmarks' shared phrasing; each ends the line its own way)."""
+    fast = ours.latency_ms <= theirs.latency_ms
+    return (
+        f"- {model}: {ours_label} {ours.latency_ms:.2f} ms vs {theirs_label} {theirs.latency_ms:.2f} ms "
+        f"({theirs.latency_ms / ours.latency_ms:.3f}×) — at least as fast: **{'yes' if fast else 'no'}**; "
+        f"cosine {_num(ours.cosine, '.6f')} vs {_num(theirs.cosine, '.6f')}, max abs error "
+        f"{_num(ours.max_abs_error, '.3g')} vs {_num(theirs.max_abs_error, '.3g')}"
+    )
+
+
 def verdicts(rows: list[Row]) -> str:
     """Per model: gawee int8 at least as fast as ORT int8, and its agreement with eager float32 (cosine, max abs
     error) at least as good."""
@@ -256,20 +268,14 @@ def verdicts(rows: list[Row]) -> str:
         if not ours or not theirs or ours.latency_ms is None or theirs.latency_ms is None:
             lines.append(f"- {model}: gawee int8 or ORT int8 gave no latency — not compared.")
             continue
-        fast = ours.latency_ms <= theirs.latency_ms
         close = (
             ours.cosine is not None
             and theirs.cosine is not None
             and ours.cosine >= theirs.cosine
             and ours.max_abs_error <= theirs.max_abs_error
         )
-        lines.append(
-            f"- {model}: gawee int8 {ours.latency_ms:.2f} ms vs ORT int8 {theirs.latency_ms:.2f} ms "
-            f"({theirs.latency_ms / ours.latency_ms:.3f}×) — at least as fast: **{'yes' if fast else 'no'}**; "
-            f"cosine {_num(ours.cosine, '.6f')} vs {_num(theirs.cosine, '.6f')}, max abs error "
-            f"{_num(ours.max_abs_error, '.3g')} vs {_num(theirs.max_abs_error, '.3g')} — agreement at least as "
-            f"good: **{'yes' if close else 'no'}**."
-        )
+        line = against(model, ours, "gawee int8", theirs, "ORT int8")
+        lines.append(f"{line} — agreement at least as good: **{'yes' if close else 'no'}**.")
     return "\n".join(lines) + "\n"
 
 

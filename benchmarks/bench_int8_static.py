@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from bench_int8 import Row, _num, arguments, markdown, meta_of, publish, run
+from bench_int8 import Row, against, arguments, markdown, meta_of, publish, run
 from bench_runtime import _timed, build_eager, build_gawee, build_openvino
 
 import gawee
@@ -122,13 +122,7 @@ def verdicts(rows: list[Row]) -> str:
         if not ours or not theirs or ours.latency_ms is None or theirs.latency_ms is None:
             lines.append(f"- {model}: gawee int8 or OpenVINO int8 gave no latency — not compared.")
             continue
-        fast = ours.latency_ms <= theirs.latency_ms
-        lines.append(
-            f"- {model}: gawee int8 {ours.latency_ms:.2f} ms vs OpenVINO int8 {theirs.latency_ms:.2f} ms "
-            f"({theirs.latency_ms / ours.latency_ms:.3f}×) — at least as fast: **{'yes' if fast else 'no'}**; "
-            f"cosine {_num(ours.cosine, '.6f')} vs {_num(theirs.cosine, '.6f')}, max abs error "
-            f"{_num(ours.max_abs_error, '.3g')} vs {_num(theirs.max_abs_error, '.3g')}."
-        )
+        lines.append(against(model, ours, "gawee int8", theirs, "OpenVINO int8") + ".")
     return "\n".join(lines) + "\n"
 
 
