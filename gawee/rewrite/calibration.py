@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gawee.errors import GaweeError
+from gawee.errors import EvaluationError, GaweeError
 from gawee.interp import run_observed
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType
@@ -55,12 +55,19 @@ class Calibration:
 
     def ranges(self, graph: Graph, values: Sequence[Value]) -> dict[Value, tuple[float, float]]:
         """[min, max] of each of ``values`` over every batch (0 included), for the values whose every element
-        was finite on every batch; EvaluationError (naming the node) where a batch does not run."""
+        was finite on every batch; EvaluationError (naming the batch and what failed) where a batch does not run."""
         lows: dict[Value, float] = {}
         highs: dict[Value, float] = {}
         skip: set[Value] = set()
-        for batch in self.batches:
-            _, seen = run_observed(graph, batch, values)
+        for i, batch in enumerate(self.batches):
+            try:
+                _, seen = run_observed(graph, batch, values)
+            except EvaluationError as e:
+                raise EvaluationError(
+                    f"calibration ({self.source}), batch {i}: {e.message}",
+                    hint="each calibration batch gives the model's inputs as the example inputs do, with the "
+                    "same dtypes and shapes (but for dimensions marked dynamic)",
+                ) from e
             for v, t in seen.items():
                 if v in skip or t.numel() == 0:
                     continue

@@ -300,3 +300,12 @@ def test_a_geometry_oneDNN_gets_wrong_runs_the_reference():
     assert "int8_conv" not in module.code
     xs = torch.randn(1, 16, 10, 9)
     torch.testing.assert_close(module(xs)[0], run(graph, xs)[0], rtol=0, atol=0)
+
+
+def test_a_calibration_batch_of_another_shape_is_a_typed_error_naming_it():
+    from gawee.errors import EvaluationError
+
+    batches = [torch.randn(1, 8, 16, 16), torch.randn(1, 8, 20, 20)]
+    with pytest.raises(EvaluationError, match=r"calibration \(2 calibration batches\), batch 1: input") as e:
+        gawee.compile(_model(), (torch.randn(1, 8, 16, 16),), precision="int8", calibration=batches, options=ALWAYS)
+    assert "same dtypes and shapes" in str(e.value)
