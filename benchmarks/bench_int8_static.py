@@ -77,8 +77,7 @@ def build_openvino_int8(model, xs):
         return lambda *args: torch.from_numpy(request.infer([a.numpy() for a in args], share_inputs=True)[0].copy())
 
     fn, seconds = _timed(make)
-    fn = _Named(fn)
-    fn.note = _agreement(model, fn, batches)
+    fn.note = _agreement(model, fn, batches)  # the row's note (a lambda takes attributes)
     return fn, seconds
 
 
@@ -92,16 +91,6 @@ def build_gawee_int8(model, xs):
     ran = report.precision_skipped or f"{convs} convolutions in int8"  # float32 where it measured faster
     module.note = f"{ran}; {_agreement(model, module, batches)}"
     return module, seconds
-
-
-class _Named:
-    """A callable that can carry a note (a lambda's attributes are fine too; this keeps the intent visible)."""
-
-    def __init__(self, fn: Callable):
-        self.fn, self.note = fn, ""
-
-    def __call__(self, *args):
-        return self.fn(*args)
 
 
 BUILDERS: dict[str, Callable] = {

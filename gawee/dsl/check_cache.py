@@ -153,6 +153,12 @@ class LazyRule(Rule):
         """Whether the deferred fields have been compiled."""
         return "matcher" in self.__dict__
 
+    def names_op(self, op: str) -> bool:
+        """:meth:`Rule.names_op`, without compiling a rule whose kept AST does not even spell ``op``."""
+        if not self.compiled and f'"{op}"' not in self._source.encoded:
+            return False
+        return super().names_op(op)
+
 
 class _CompiledLazyRule(LazyRule):
     """A LazyRule once compiled: the deferred fields are read from the instance (the rewriter reads them on every

@@ -77,6 +77,10 @@ class Rule:
         """Whether the rule declares an error bound: its result may differ from what it replaces by that much."""
         return self.bound is not None
 
+    def names_op(self, op: str) -> bool:
+        """Whether one of the rule's patterns matches a node of ``op`` (its root or one inside)."""
+        return any(_names_op(m, op) for m in (self.matcher, *self.extra_roots))
+
     @property
     def root_output(self) -> int | None:
         """For a root that is one output of a multi-output op (`split(x, ...)[1]`), its index (negative counts
@@ -96,6 +100,12 @@ class Rule:
     def tag(self) -> str:
         """Provenance written on the nodes this rule makes."""
         return f"{self.name} ({self.location})"
+
+
+def _names_op(matcher, op: str) -> bool:
+    if getattr(matcher, "op", None) == op:
+        return True
+    return any(_names_op(m, op) for m in getattr(matcher, "operands", ()) if m is not None)
 
 
 @dataclass(frozen=True)

@@ -117,11 +117,6 @@ def calibrate(graph: Graph, calibration: Calibration) -> int:
 
 
 def reads_calibration(rules: Iterable) -> bool:
-    """Whether any of ``rules`` (compiled rules) matches a ``calibrated`` node in one of its patterns."""
-    return any(_matches_op(m, "calibrated") for rule in rules for m in (rule.matcher, *rule.extra_roots))
-
-
-def _matches_op(matcher, op: str) -> bool:
-    if getattr(matcher, "op", None) == op:
-        return True
-    return any(_matches_op(m, op) for m in getattr(matcher, "operands", ()) if m is not None)
+    """Whether any of ``rules`` (compiled rules) matches a ``calibrated`` node in one of its patterns (kept rules
+    whose text does not name it stay uncompiled: :meth:`gawee.dsl.check_cache.LazyRule.names_op`)."""
+    return any(rule.names_op("calibrated") for rule in rules)

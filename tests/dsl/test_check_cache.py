@@ -5,6 +5,7 @@ import json
 import logging
 
 import pytest
+import torch
 
 import gawee
 from gawee.dsl import check_cache, compiler
@@ -157,3 +158,21 @@ def test_a_rule_tried_where_its_pattern_fails_stays_uncompiled(tmp_path, cache):
     graph = b.output(b.add(b.relu(b.exp(x)), b.exp(b.relu(x))))  # both root ops, neither pattern
     _, report = gawee.rewrite(graph, lazy)
     assert report.total == 0 and not any(r.compiled for r in lazy.rules)
+
+
+def test_a_rewrite_with_calibration_compiles_only_the_kept_rules_that_name_calibrated(tmp_path, cache):
+    """Calibration runs before a phase whose rules match `calibrated`; asking the kept rules does not compile those
+    whose text cannot name it (the CLI passes calibration on every run)."""
+    from gawee.rewrite.calibration import Calibration
+
+    path = tmp_path / "mine.rules"
+    path.write_text("rule twice: relu(relu(x)) => relu(x)\nrule seen: relu(calibrated(x, ...)) => relu(x)\n")
+    load_rules(path)
+    lazy = load_rules(path)
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[4]")
+    graph = b.output(b.exp(x))
+    calibration = Calibration.of([torch.zeros(4)], "zeros")
+    _, report = gawee.rewrite(graph, lazy, calibration=calibration)
+    assert report.total == 0 and [r.compiled for r in lazy.rules] == [False, True]
+    assert [r.names_op("calibrated") for r in lazy.rules] == [False, True]

@@ -146,3 +146,37 @@ def test_a_convolution_bound_that_ignores_values_beyond_the_calibrated_range_is_
     range is refuted (the harness draws ranges narrower than the data)."""
     _pin(monkeypatch, 255)
     assert_refuted_by_its_bound(twin, 200, 0)
+
+
+def _chain(out_scale_of_reader: float):
+    """Two 1x1 int8 convolutions, the first's result (3.39e38: 127 * 2.67e36) read by the second with input scale
+    ``out_scale_of_reader``."""
+    gb = GraphBuilder("chain")
+    x = gb.input("x", "f32[1,1,1,1]")
+    one = dict(stride=[1, 1], padding=[0, 0], scale=1.0, zero_point=0, levels=255)
+    w = gb.const(torch.full((1, 1, 1, 1), 127, dtype=torch.int8))
+    y = gb.conv2d_int8_static(x, w, gb.const(torch.full((1,), 2.67e36)), **one)
+    z = gb.conv2d_int8_static(y, w, gb.const(torch.full((1,), 1e-38)), **{**one, "scale": out_scale_of_reader})
+    return gb.output(z)
+
+
+def test_requantizing_to_a_grid_whose_values_overflow_is_kept_from():
+    """With the reader's scale 1.5e37, the first result's code 23 is 3.45e38 on the grid: past float32's largest,
+    inf, which the reader rounds to 255 instead of 23. The rule's guard keeps it from such a scale; the same rule
+    without it changes the result. At an ordinary scale it fires and changes nothing."""
+    from gawee.interp import run
+
+    x = torch.ones(1, 1, 1, 1)
+    graph = _chain(1.5e37)
+    (expected,) = run(graph, x)
+    assert rewrite(graph, INT8)[1].firings["requantize_for_int8_conv"] == 0
+    text = PRECISIONS["int8"].read_text()
+    guard = "    where sc >= 1e-30 and sc * 256 < largest(f32)\n"
+    assert text.count(guard) == 1
+    unguarded = text[text.index("rule requantize_for_int8_conv") :].replace(guard, "")
+    wrong, report = rewrite(graph, load_rules_text(unguarded, "unguarded.rules"))
+    assert report.firings["requantize_for_int8_conv"] == 1 and not torch.equal(run(wrong, x)[0], expected)
+    ordinary = _chain(0.05)
+    rewritten, report = rewrite(ordinary, INT8)
+    assert report.firings["requantize_for_int8_conv"] == 1
+    assert torch.equal(run(rewritten, x)[0], run(ordinary, x)[0])
