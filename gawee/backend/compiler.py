@@ -338,7 +338,7 @@ def compile(
         if alternatives is not None:
             module = next(iter(alternatives.modules.values()))
         else:
-            here, trial = _builds(chosen, lowered, xs, structure, "", given)
+            here, trial = _builds(chosen, lowered, xs, structure, "", given, {})
             module = _built_apart(chosen.name, lowered, here, xs, trial) if chosen.isolated else here()
         if target is not None and target.firings:
             choice = BackendChoice(chosen.name, {}, {}, dict(target.firings))
@@ -525,13 +525,14 @@ def _options(rt: Runtime, given: dict | None) -> dict[str, Any]:
     return {k: v for k, v in (given or {}).items() if k in rt.options}
 
 
-def _builds(rt: Runtime, graph: Graph, xs: list, structure, variant: str, given: dict | None):
+def _builds(rt: Runtime, graph: Graph, xs: list, structure, variant: str, given: dict | None, shared: dict):
     """``rt``'s builds of ``graph`` (after its target phase: :meth:`Runtime.lower`) here and in a trial process
-    (:meth:`Runtime.builds`), with the compile's options ``given`` that it takes and ``variant`` (if any)."""
+    (:meth:`Runtime.builds`), with the compile's options ``given`` that it takes, ``variant`` (if any) and the
+    ``shared`` dict of its variants in this selection."""
     kwargs = _options(rt, given)
     if variant:
         kwargs["variant"] = variant
-    return rt.builds(graph, xs, output_structure=structure, **kwargs)
+    return rt.builds(graph, xs, output_structure=structure, shared=shared, **kwargs)
 
 
 def _runtimes(
@@ -567,36 +568,44 @@ def _runtimes(
         if whys[key] is not None:  # the runtime cannot run this graph at all: said once
             not_candidates[key] = whys[key]
     names = [name for name in names if whys[name.partition(":")[0]] is None]
-    builds, hints, fired = {}, {}, {}
+    builds, hints, fired, shared = {}, {}, {}, {}
     for name in names:
         key, _, variant = name.partition(":")
         rt = runtime.get(key)
         target, fired[name] = _lowered(rt, graph, lowered, spent, variant)
-        builds[name] = _builds(rt, target, xs, structure, variant, given)
+        builds[name] = _builds(rt, target, xs, structure, variant, given, shared.setdefault(key, {}))
         hints[name] = rt.mismatch_hint
-    # A runtime that could crash the process is built, run and checked in a child first (all of them at once);
-    # only those that survive with the model's outputs are built here.
-    risky = [name for name in names if runtime.get(name.partition(":")[0]).isolated]
-    t0 = time.perf_counter()
-    trials = _apart(
-        {
-            name: functools.partial(_candidate_why, graph.name, builds[name][1], expected, xs, hints[name])
-            for name in risky
-        }
-    )
-    _spend(spent, "trials", t0)
-    t0 = time.perf_counter()
-    for name in names:
-        trial = trials.get(name)
-        if trial is not None and (trial.died or trial.error or trial.answer):
-            not_candidates[name] = _trial_why(trial)
-            continue
-        module, checks[name], why = _candidate(graph.name, builds[name][0], expected, xs, hints[name])
-        if why is None:
-            modules[name] = module
-        else:
-            not_candidates[name] = why
-    _spend(spent, "builds", t0)
+    # A runtime that could crash the process is built, run and checked in a child first; only those that survive
+    # with the model's outputs are built here. Each runtime's first variant is tried (all runtimes' at once) and
+    # built here before its other variants are tried: they are built sharing its work (``shared``: oneDNN's
+    # fixed layouts race kernels per_conv raced here, which their trials then need not run).
+    leading = [
+        name for i, name in enumerate(names) if name.partition(":")[0] not in {n.partition(":")[0] for n in names[:i]}
+    ]
+    for stage in (leading, [name for name in names if name not in leading]):
+        risky = [name for name in stage if runtime.get(name.partition(":")[0]).isolated]
+        t0 = time.perf_counter()
+        trials = _apart(
+            {
+                name: functools.partial(_candidate_why, graph.name, builds[name][1], expected, xs, hints[name])
+                for name in risky
+            }
+        )
+        _spend(spent, "trials", t0)
+        t0 = time.perf_counter()
+        for name in stage:
+            trial = trials.get(name)
+            if trial is not None and (trial.died or trial.error or trial.answer):
+                not_candidates[name] = _trial_why(trial)
+                continue
+            module, checks[name], why = _candidate(graph.name, builds[name][0], expected, xs, hints[name])
+            if why is None:
+                modules[name] = module
+            else:
+                not_candidates[name] = why
+        _spend(spent, "builds", t0)
+    order = {name: i for i, name in enumerate(names)}
+    modules = dict(sorted(modules.items(), key=lambda item: order[item[0]]))
     return modules, checks, not_candidates, fired
 
 
@@ -666,7 +675,7 @@ def _variants(
         ((name, module),) = modules.items()
         return module, BackendChoice(name, {}, not_candidates, fired[name], spent)
     t0 = time.perf_counter()
-    timed = fastest(modules, xs)
+    timed = fastest(modules, xs, warm=True)  # each ran once, checked
     _spend(spent, "timing", t0)
     choice = BackendChoice(timed.chosen, timed.seconds, not_candidates, fired[timed.chosen], spent)
     return modules[timed.chosen], choice
@@ -820,7 +829,7 @@ def whole_graph_choice(
         own, candidates = {}, {base: torch_lowering}
     candidates.update(modules)
     t0 = time.perf_counter()
-    timed = fastest(candidates, xs)
+    timed = fastest(candidates, xs, warm=True)  # each ran once, checked (the lowering's layouts too)
     _spend(spent, "timing", t0)
     choice = BackendChoice(timed.chosen, timed.seconds, not_candidates, fired.get(timed.chosen, {}), spent)
     if timed.chosen not in own:

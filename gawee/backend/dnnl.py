@@ -470,14 +470,24 @@ class DnnlModule(torch.nn.Module):
     ``module.moved_acts`` the depthwise convolutions that apply their producer's activation to their input.
     A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait).
     ``trial``: built by a trial process, with its convolutions' candidate kernels run once each and not raced
-    (:meth:`gawee.backend.dnnl_plan._Plan.fastest`)."""
+    (:meth:`gawee.backend.dnnl_plan._Plan.fastest`). ``shared``: a dict the modules built in one selection share
+    (the variants of :meth:`DnnlRuntime.builds`): the times of the candidate kernels raced (the layouts race many of
+    the same kernels in the same situations) and the weights transformed for gawee's kernels."""
 
-    def __init__(self, graph: Graph, *, output_structure: Any = None, layout: str = "blocked", trial: bool = False):
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        output_structure: Any = None,
+        layout: str = "blocked",
+        trial: bool = False,
+        shared: dict | None = None,
+    ):
         super().__init__()
         why = supports(graph)
         if why is not None:
             raise GaweeError(f"{graph.name} cannot run on oneDNN's primitives: {why}", hint='use backend="torch"')
-        plan = _Plan(graph, layout, trial)
+        plan = _Plan(graph, layout, trial, shared)
         self._finalizer = weakref.finalize(self, _destroy, plan.lib, plan.handles)
         self.inputs = []  # each input's memory: its address is set by each call
         for v in graph.inputs:
@@ -550,7 +560,10 @@ class DnnlRuntime(Runtime):
     name = "onednn"
     target = "onednn"
     title = "oneDNN's primitives"
-    variants = LAYOUTS
+    variants = ("per_conv", *(layout for layout in LAYOUTS if layout != "per_conv"))
+    """:data:`LAYOUTS`, ``per_conv`` first: it races every kernel the fixed layouts race (and more), so built first
+    in a selection, its races' times serve theirs and its kernels need no second trial (``DnnlModule``'s
+    ``shared``); measured within 5% of another, it is kept."""
     isolated = True
     whole_graph = True
 
@@ -580,20 +593,23 @@ class DnnlRuntime(Runtime):
         *,
         output_structure: Any = None,
         variant: str = "blocked",
+        shared: dict | None = None,
     ) -> DnnlModule:
-        return DnnlModule(graph, output_structure=output_structure, layout=variant)
+        return DnnlModule(graph, output_structure=output_structure, layout=variant, shared=shared)
 
     def builds(
-        self, graph: Graph, example_inputs: Sequence[torch.Tensor], **options
+        self, graph: Graph, example_inputs: Sequence[torch.Tensor], *, shared: dict | None = None, **options
     ) -> tuple[Callable[[], DnnlModule], Callable[[], DnnlModule]]:
-        """The build here races each convolution's candidate kernels; the trial process's build runs each once,
-        untimed (``DnnlModule``'s ``trial``)."""
-        return functools.partial(self.build, graph, example_inputs, **options), functools.partial(
+        """The build here races each convolution's candidate kernels, sharing the times and transformed weights
+        with the other variants built with the same ``shared``; the trial process's build runs each kernel once,
+        untimed (``DnnlModule``'s ``trial``), but those that ran here already."""
+        return functools.partial(self.build, graph, example_inputs, shared=shared, **options), functools.partial(
             DnnlModule,
             graph,
             output_structure=options.get("output_structure"),
             layout=options.get("variant", "blocked"),
             trial=True,
+            shared=shared,
         )
 
 

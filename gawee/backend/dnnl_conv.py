@@ -29,6 +29,7 @@ from gawee.backend.dnnl_plan import (
     _post_op_arg,
     _post_ops,
     _reference,
+    _Scratch,
     _Tensor,
     _Unsupported,
 )
@@ -55,9 +56,9 @@ class _Primitive:
         """The memory descriptor it reads (or writes) ``arg`` in."""
         return self.plan.queried(self.pd, arg)
 
-    def scratch(self, memories: list) -> list[tuple]:
+    def scratch(self, scratch: _Scratch) -> list[tuple]:
         """Its call on zero-filled scratch buffers, as steps."""
-        return [self.plan.scratch_step(self.prim, {arg: self.wants(arg) for arg in self.args}, memories)]
+        return [scratch.step(self.prim, {arg: self.wants(arg) for arg in self.args})]
 
     def drop(self) -> None:
         self.plan._drop(self.prim)
@@ -150,12 +151,11 @@ class _Winograd:
             ]
         return steps
 
-    def scratch(self, memories: list) -> list[tuple]:
-        plan = self.plan
-        src, dst, res = (plan.zeros(md) for md in (self.src_md, self.dst_md, self.dst_md))
-        v, vb = plan.scratch_memory(self.v_md, memories)
-        m, mb = plan.scratch_memory(self.m_md, memories)
-        w, wb = plan.scratch_memory(plan.queried(self.pd, WEIGHTS), memories)
+    def scratch(self, scratch: _Scratch) -> list[tuple]:
+        src, res, dst = scratch.zeros(self.src_md), scratch.zeros(self.dst_md), scratch.zeros(self.dst_md, True)
+        v, vb = scratch.memory(self.v_md, written=True)
+        m, mb = scratch.memory(self.m_md, written=True)
+        w, wb = scratch.memory(self.plan.queried(self.pd, WEIGHTS))
         bias = torch.zeros(self.geometry[3])
         keep = [src, dst, res, vb, mb, wb, bias]
         steps = self._steps(
@@ -177,7 +177,8 @@ class _Winograd:
 
         plan = self.plan
         src, res = _operands(plan, x, residual, self.src_md, self.dst_md)
-        w = plan.constant(winograd.weights(weight), plan.queried(self.pd, WEIGHTS))
+        filters = plan.derive("winograd", weight, lambda: winograd.weights(weight))
+        w = plan.constant(filters, plan.queried(self.pd, WEIGHTS))
         b = bias.detach().to(torch.float32).contiguous()
         plan.keep.append(b)
         dst = plan.tensor(self.dst_md)
@@ -230,8 +231,8 @@ class _Native:
     def _step(self, src: int, w: int, bias: int, res, dst: int) -> tuple:
         return self.function, (src, w, bias, res, dst, *self.sizes), self.name
 
-    def scratch(self, memories: list) -> list[tuple]:
-        src, dst, res = (self.plan.zeros(md) for md in (self.src_md, self.dst_md, self.dst_md))
+    def scratch(self, scratch: _Scratch) -> list[tuple]:
+        src, res, dst = scratch.zeros(self.src_md), scratch.zeros(self.dst_md), scratch.zeros(self.dst_md, True)
         w, bias = (torch.zeros_like(t) for t in self.pack(*self.blank))
         function, args, _ = self._step(
             src.data_ptr(), w.data_ptr(), bias.data_ptr(), res.data_ptr() if self.residual else None, dst.data_ptr()

@@ -10,6 +10,7 @@ one convolution (:meth:`_Plan.fastest`). :mod:`gawee.backend.dnnl_conv` builds t
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
 from functools import cache
@@ -152,7 +153,7 @@ class _Tensor:
 class _Plan:
     """Builds the primitives of one graph; owns every handle it creates (destroyed with the module)."""
 
-    def __init__(self, graph: Graph, layout: str, trial: bool = False):
+    def __init__(self, graph: Graph, layout: str, trial: bool = False, shared: dict | None = None):
         if layout not in LAYOUTS:
             raise GaweeError(f"unknown oneDNN layout {layout!r}", hint=f"layout is one of {', '.join(LAYOUTS)}")
         self.lib = _lib()
@@ -167,7 +168,12 @@ class _Plan:
         self.converted: dict[Value, list[_Tensor]] = {}  # a value reordered to consumers' layouts
         self.conv_layouts: dict[str, str] = {}  # each convolution's (and batch norm's) activation layout
         self.conv_kernels: dict[str, str] = {}  # each convolution's (and batch norm's) kernel
-        self.raced: dict[tuple, int] = {}  # a race's situation, candidates and operand layouts -> the winner
+        shared = {} if shared is None else shared  # what the modules of one selection share (DnnlModule)
+        self.times: dict[tuple, float] = shared.setdefault("times", {})  # a candidate's call in a situation -> ms
+        if trial:  # those it runs untimed are kept for this plan only
+            self.times = dict(self.times)
+        self.derived: dict[tuple, tuple] = shared.setdefault("derived", {})  # see derive
+        self.scratch = _Scratch(self, shared.setdefault("scratch", {}))  # the buffers races run on
         self.trial = trial  # a trial build (see fastest): every candidate run once, none timed
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
@@ -373,93 +379,100 @@ class _Plan:
         """The candidate convolution kernel (a :class:`_Primitive`, :class:`_Winograd` or :class:`_Grouped`) whose
         call — after the reorders of the values it ``reads`` (argument → value) that its layout would need — is
         fastest here, each run on zero-filled scratch buffers, in rounds over the candidates
-        (:func:`gawee.backend.kernels.best_calls`). The others are dropped. A convolution of the same ``situation``
-        (its shapes, geometry and epilogue), with the same candidates and its operands held in the same layouts,
-        takes the winner of the race run for the first one in this plan (a resnet repeats its blocks' convolutions:
-        resnet50's 53 convolutions took 25 races).
+        (:func:`gawee.backend.kernels.best_calls`). The others are dropped.
+
+        Each candidate's time is kept in :attr:`times` by the convolution's ``situation`` (its shapes, geometry and
+        epilogue), the candidate, and the layouts it would reorder its operands from: a convolution of the same
+        situation takes the kept times instead of timing again — in this plan (a resnet repeats its blocks'
+        convolutions: resnet50's 53 convolutions took 25 races) and in the other modules of one selection that
+        share them (``DnnlModule``'s ``shared``: ``per_conv`` races the same kernels as the fixed layouts, among
+        others). Only the candidates without a kept time are timed, against the fastest kept one.
 
         In a ``trial`` plan (the build a trial process makes, to learn whether the module could crash this one:
-        :attr:`gawee.backend.runtime.Runtime.isolated`) every candidate makes its first call and the first is
-        kept, untimed: the build here races the same candidates, after the trial showed that none of them crashes
-        on the scratch buffers the race runs them on. Timing them in the trial too took about as long as the races here,
-        for winners nobody used (benchmarks/README.md, "Runtime: the oneDNN fusions as a target phase")."""
-        held = tuple(self._held(v) for v in reads.values())
-        key = situation and (situation, tuple(c.key for c in candidates), held)
-        winner = self.raced.get(key) if key else None
-        if winner is None:
-            winner = self._race(candidates, reads)
-            if key:
-                self.raced[key] = winner
+        :attr:`gawee.backend.runtime.Runtime.isolated`) every candidate without a kept time makes its first call
+        (one with a kept time ran in the caller already) and none is timed: the build there races the same
+        candidates, after the trial showed that none of them crashes on the scratch buffers the race runs them
+        on."""
+        plans = [self._reorders(kernel, reads) for kernel in candidates]
+        keys = [
+            (situation, kernel.key, plan[1]) if situation is not None and plan[1] is not None else None
+            for kernel, plan in zip(candidates, plans)
+        ]
+        known = {i: self.times[key] for i, key in enumerate(keys) if key in self.times}
+        fresh = [i for i in range(len(candidates)) if i not in known]
+        if fresh:
+            leader = [min(known, key=lambda i: (known[i], i))] if known and not self.trial else []
+            measured = self._race(candidates, plans, sorted(fresh + leader))
+            for i, ms in measured.items():
+                if keys[i] is not None:
+                    self.times[keys[i]] = min(ms, self.times.get(keys[i], ms))
+                known[i] = ms
+        winner = min(known, key=lambda i: (known[i], i))
         for i, kernel in enumerate(candidates):
             if i != winner:
                 kernel.drop()
         return candidates[winner]
 
-    def _held(self, v: Value | None) -> tuple | None:
-        """The layouts ``v`` is held in (its own, then the copies converted for other consumers)."""
-        if v is None or v.is_const:
-            return None
-        return tuple(self.layout_of(t, v.shape) for t in (self.values[v], *self.converted.get(v, ())))
+    def _reorders(self, kernel, reads: dict[int, Value | None]) -> tuple[list[tuple[int, int]], tuple | None]:
+        """The reorders ``kernel`` would need of the values it ``reads`` (each (from, to) memory descriptors: one per
+        layout, whichever operands read it), and what tells them apart from another convolution's: each operand's
+        layout where it is reordered from (None where one is held in a layout neither :meth:`layout_of` nor "plain"
+        names)."""
+        lib, needed, planned, named = self.lib, [], [], []
+        for arg, v in reads.items():
+            if v is None or v.is_const:
+                continue
+            held, want = self.values[v], kernel.wants(arg)
+            known = [c.md for c in (held, *self.converted.get(v, ()))] + planned
+            if any(lib.dnnl_memory_desc_equal(_P(md), _P(want)) for md in known):
+                continue
+            planned.append(want)
+            needed.append((held.md, want))
+            plain = lib.dnnl_memory_desc_equal(_P(held.md), _P(self.md(v.shape)))
+            named.append((arg, "plain" if plain else self.layout_of(held, v.shape)))
+        return needed, None if any(layout is None for _, layout in named) else tuple(named)
 
-    def _race(self, candidates: list, reads: dict[int, Value | None]) -> int:
-        """The index of the fastest candidate (see :meth:`fastest`)."""
+    def _race(self, candidates: list, plans: list, which: list[int]) -> dict[int, float]:
+        """The fastest call of each candidate of index ``which`` (with its reorders, ``plans``: :meth:`_reorders`)
+        in milliseconds; in a trial plan, each called once and said to take forever (untimed)."""
         from gawee.backend.kernels import best_calls
 
-        lib, memories, reorders, runners = self.lib, [], [], {}
-        for i, kernel in enumerate(candidates):
-            steps, planned = [], []
-            for arg, v in reads.items():
-                if v is None or v.is_const:
-                    continue
-                have, want = self.values[v].md, kernel.wants(arg)
-                known = [c.md for c in (self.values[v], *self.converted.get(v, ()))] + planned
-                if not any(lib.dnnl_memory_desc_equal(_P(md), _P(want)) for md in known):
-                    planned.append(want)  # one reorder, whichever operands read it in that layout
+        lib, scratch, reorders, runners = self.lib, self.scratch, [], {}
+        try:
+            for i in which:
+                scratch.next_candidate()
+                steps = []
+                for have, want in plans[i][0]:
                     _, reorder = self.primitive(
                         lib.dnnl_reorder_primitive_desc_create, have, self.engine, want, self.engine
                     )
                     reorders.append(reorder)
-                    steps.append(self.scratch_step(reorder, {SRC: have, DST: want}, memories))
-            steps += kernel.scratch(memories)
+                    steps.append(scratch.step(reorder, {SRC: have, DST: want}))
+                steps += candidates[i].scratch(scratch)
 
-            def run(steps=steps) -> None:
-                for function, args, _ in steps:
-                    _check(function(*args), "a measured kernel")
-                lib.dnnl_stream_wait(self.stream)
+                def run(steps=steps) -> None:
+                    for function, args, _ in steps:
+                        _check(function(*args), "a measured kernel")
+                    lib.dnnl_stream_wait(self.stream)
 
-            run()  # warm: the first call of a primitive pages its buffers and code in
-            runners[i] = run
-        try:
-            timed = len(runners) > 1 and not self.trial
-            best = best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.05) if timed else {0: 0}
+                run()  # warm: the first call of a primitive pages its buffers and code in
+                runners[i] = run
+            if self.trial:  # the module takes the fastest kept candidate, as the build there would
+                return dict.fromkeys(runners, math.inf)
+            return best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.05)
         finally:
-            for memory in memories:
-                lib.dnnl_memory_destroy(memory)
+            scratch.close()
             for reorder in reorders:
                 self._drop(reorder)
-        return min(best, key=lambda i: (best[i], i))
 
-    def zeros(self, md: int) -> torch.Tensor:
-        """A zero-filled scratch buffer the size of ``md``."""
-        return torch.zeros(max(1, self.lib.dnnl_memory_desc_get_size(_P(md)) // 4))
-
-    def scratch_memory(self, md: int, memories: list) -> tuple[int, torch.Tensor]:
-        """A oneDNN memory of ``md`` over a zero-filled scratch buffer of its own, added to ``memories``; and the
-        buffer."""
-        buffer = self.zeros(md)
-        memory = _P()
-        _check(
-            self.lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(self.engine), _P(buffer.data_ptr())), "scratch"
-        )
-        memories.append(memory)
-        return memory.value, buffer
-
-    def scratch_step(self, prim: int, mds: dict[int, int], memories: list) -> tuple:
-        """``prim`` with each argument (argument → memory descriptor) in a zero-filled scratch buffer of its own:
-        a step (function, arguments, the buffers to keep); its memories are added to ``memories``."""
-        made = {arg: self.scratch_memory(md, memories) for arg, md in mds.items()}
-        args = (_Arg * len(made))(*(_Arg(arg, _P(memory)) for arg, (memory, _) in made.items()))
-        return self.lib.dnnl_primitive_execute, (prim, self.stream, len(made), args), [b for _, b in made.values()]
+    def derive(self, what: str, tensor: torch.Tensor, make) -> torch.Tensor:
+        """``make()``, a tensor derived from ``tensor`` (``what`` says how: Winograd's transformed filters), made
+        once for the modules that share :attr:`derived` (one selection's: the variants transform the same
+        weights). ``tensor`` is kept with it, so its identity names it while the entry lives."""
+        key = (what, id(tensor), tensor._version)
+        if key not in self.derived:
+            self.derived[key] = (tensor, make())
+        return self.derived[key][1]
 
     def done_with(self, node: Node) -> None:
         """Frees the buffers of the inputs ``node`` read for the last time."""
@@ -468,6 +481,54 @@ class _Plan:
             if self.remaining[v] == 0 and not v.is_graph_output and v in self.values:  # else never made (cat)
                 for t in (self.values[v], *self.converted.pop(v, ())):
                     self.release(t)
+
+
+
+class _Scratch:
+    """The zero-filled buffers races run their candidates on (:meth:`_Plan._race`). The candidates run one after
+    another, so they share them (and the races of the modules that share ``buffers``): a slot — the n-th buffer a
+    candidate's call reads, or the n-th it writes — is one buffer, as large as the largest any candidate asked of
+    it. A buffer read is never written, so it stays zero; one written holds what kernels made of zeros."""
+
+    def __init__(self, plan: _Plan, buffers: dict):
+        self.plan, self.memories, self.buffers, self.counts = plan, [], buffers, [0, 0]
+
+    def next_candidate(self) -> None:
+        """The next buffers asked for are the next candidate's."""
+        self.counts = [0, 0]
+
+    def zeros(self, md: int, written: bool = False) -> torch.Tensor:
+        """The buffer of the next slot (of those read, or those ``written``), at least the size of ``md``."""
+        slot = (written, self.counts[written])
+        self.counts[written] += 1
+        size = max(1, self.plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4)
+        buffer = self.buffers.get(slot)
+        if buffer is None or buffer.numel() < size:  # an earlier candidate's step keeps the smaller one
+            buffer = self.buffers[slot] = torch.zeros(size)
+        return buffer
+
+    def memory(self, md: int, written: bool = False) -> tuple[int, torch.Tensor]:
+        """A oneDNN memory of ``md`` over the next slot's buffer (:meth:`zeros`); and the buffer."""
+        buffer, memory, plan = self.zeros(md, written), _P(), self.plan
+        _check(
+            plan.lib.dnnl_memory_create(ctypes.byref(memory), _P(md), _P(plan.engine), _P(buffer.data_ptr())), "scratch"
+        )
+        self.memories.append(memory)
+        return memory.value, buffer
+
+    def step(self, prim: int, mds: dict[int, int]) -> tuple:
+        """``prim`` with each argument (argument → memory descriptor) in a slot's buffer (its destination among
+        those written): a step (function, arguments, the buffers to keep)."""
+        made = {arg: self.memory(md, written=arg == DST) for arg, md in mds.items()}
+        args = (_Arg * len(made))(*(_Arg(arg, _P(memory)) for arg, (memory, _) in made.items()))
+        buffers = [b for _, b in made.values()]
+        return self.plan.lib.dnnl_primitive_execute, (prim, self.plan.stream, len(made), args), buffers
+
+    def close(self) -> None:
+        """Destroys the race's memories (the buffers stay for the next race)."""
+        for memory in self.memories:
+            self.plan.lib.dnnl_memory_destroy(memory)
+        self.memories = []
 
 
 def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:

@@ -288,10 +288,12 @@ class IreeRuntime(Runtime):
         output_structure: Any = None,
         mlir_path: str | os.PathLike | None = None,
         vmfb_path: str | os.PathLike | None = None,
+        shared: dict | None = None,
     ):
         """The graph lowered and compiled once, here; the module is loaded on IREE's task driver here and on its
         synchronous driver in a trial process (a forked child cannot use the task driver once this process has:
-        IREE keeps one per process, and its worker threads are not in the child; the dispatches are the same)."""
+        IREE keeps one per process, and its worker threads are not in the child; the dispatches are the same).
+        ``shared`` is unused: IREE has one variant."""
         lowered = lower_mlir(graph)
         write_artifacts(lowered, None, mlir_path, None, parameters=vmfb_path is None)  # the text, even if rejected
         vmfb = compile_iree(lowered.text)

@@ -215,6 +215,13 @@ cannot win: it is timed no more, and measuring ends when one kernel is left."""
 DECISIVE = 1.5
 """The same from the first timed round on (the correctness check before it warmed every kernel up): oneDNN
 against torch's GEMM on vit_b_16's linears here is 2.1-2.6x, so one round decides them."""
+BEHIND = 1.1
+"""After ``min_rounds``, a kernel whose fastest call is this many times the leader's fastest is dropped too: the
+rounds left go to telling the close ones apart."""
+TIE = 1.03
+"""After ``min_rounds``, kernels whose fastest calls are all within this factor of the leader's are a tie: measuring
+ends, the leader wins. Which of them runs changes the call by less than that; telling them apart would take the
+rounds left (Winograd's chunkings of one convolution, oneDNN's jit and brgemm kernels of another)."""
 
 
 def best_calls(
@@ -222,8 +229,9 @@ def best_calls(
 ) -> dict[str, float]:
     """Each runner's fastest call on ``args`` in milliseconds: calls interleaved round by round (a burst of
     load elsewhere hits them all) until ``budget_s`` is spent or ``max_rounds`` are run. A runner whose
-    fastest call is slower than the leader's slowest by DECISIVE (or, after ``min_rounds``, CLEAR_WIN)
-    has lost and is dropped: measuring ends when one is left."""
+    fastest call is slower than the leader's slowest by DECISIVE (or, after ``min_rounds``, CLEAR_WIN, or than
+    the leader's fastest by BEHIND) has lost and is dropped: measuring ends when one is left, or when those left
+    are a :data:`TIE`."""
     best = {kernel: math.inf for kernel in runners}
     worst = dict.fromkeys(runners, 0.0)
     live = dict(runners)
@@ -238,7 +246,10 @@ def best_calls(
             leader = min(live, key=best.__getitem__)
             factor = CLEAR_WIN if rounds >= min_rounds else DECISIVE
             live = {k: fn for k, fn in live.items() if k == leader or best[k] < factor * worst[leader]}
-            if len(live) == 1 or time.perf_counter() - start > budget_s:
+            if rounds >= min_rounds:
+                live = {k: fn for k, fn in live.items() if best[k] <= BEHIND * best[leader]}
+            tied = rounds >= min_rounds and all(best[k] <= TIE * best[leader] for k in live)
+            if len(live) == 1 or tied or time.perf_counter() - start > budget_s:
                 break
     return best
 

@@ -50,6 +50,11 @@ timed further: it cannot win, and timing it could cost more than the compile (a 
 reference convolutions, as regnet_y_400mf's blocked module once did on AVX-512, is hundreds of times slower than
 the others). Its seconds are that call's. The default is always timed."""
 
+FAR = 1.3
+"""After the first round, a candidate whose fastest call so far (its second call or that round's) took more than this
+many times the quickest one's is dropped: it is not within :data:`CLOSE` after the first rounds either (the torch
+lowering beside oneDNN's modules, 1.4-1.5 times theirs on resnet18, ran three rounds to learn it)."""
+
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
 
@@ -86,18 +91,21 @@ def fastest(
     margin: float = 0.05,
     budget_s: float = BUDGET_S,
     settle_s: float = 0.0,
+    warm: bool = False,
 ) -> Timings:
     """Time each of ``candidates`` (name → callable) on ``inputs``; the first unless another is more than
     ``margin`` (a fraction of the first's time) faster, then the fastest. ``settle_s``: the pause before each
     candidate's calls (:data:`SETTLE_S` when the candidates are different runtimes, whose thread pools spin between
-    calls; none is needed between modules on torch's one pool)."""
+    calls; none is needed between modules on torch's one pool). ``warm``: each candidate has made its first call
+    already (its outputs were checked), so none is made untimed first."""
     names = list(candidates)
     rounds: list[dict[str, float]] = []  # per round, each candidate's time in it
     min_rounds = MIN_BLOCK_ROUNDS if settle_s else MIN_ROUNDS
     with torch.no_grad():
         second = []
         for fn in candidates.values():  # first calls: primitive creation, allocation: nobody's steady time
-            fn(*inputs)
+            if not warm:
+                fn(*inputs)
             t0 = time.perf_counter()
             fn(*inputs)
             second.append(time.perf_counter() - t0)
@@ -120,6 +128,9 @@ def fastest(
                     calls.append(max(time.perf_counter() - t0, 1e-9))  # a ratio's operand
                 times[name] = statistics.median(calls)
             rounds.append(times)
+            if len(rounds) == 1:  # the far slower go no further
+                quickest = {name: min(times[name], second[names.index(name)]) for name in alive}
+                alive = [name for name in alive if quickest[name] <= FAR * min(quickest.values()) or name == names[0]]
             if len(rounds) >= MAX_ROUNDS:
                 break
             spent = time.perf_counter() - start

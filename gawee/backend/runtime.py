@@ -120,10 +120,12 @@ class Runtime(ABC):
         return None
 
     def builds(
-        self, graph: Graph, example_inputs: Sequence[torch.Tensor], **options
+        self, graph: Graph, example_inputs: Sequence[torch.Tensor], *, shared: dict | None = None, **options
     ) -> tuple[Callable[[], Callable], Callable[[], Callable]]:
         """How to build the module here and in a trial process (:attr:`isolated`): by default both
-        :meth:`build`. A runtime whose build does work once that both can share (a compile) does it here."""
+        :meth:`build`. A runtime whose build does work once that both can share (a compile) does it here.
+        ``shared``: a dict the builds of this runtime's variants in one selection are given alike, where a build
+        may keep work another can reuse (ignored by default)."""
         build = functools.partial(self.build, graph, example_inputs, **options)
         return build, build
 

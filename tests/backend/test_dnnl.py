@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gawee
-from gawee.backend import dnnl, dnnl_plan, kernels, winograd
+from gawee.backend import dnnl, dnnl_conv, dnnl_plan, kernels, winograd
 from gawee.backend.dnnl import DnnlModule
 from gawee.errors import GaweeError, InputError
 from gawee.ir.builder import GraphBuilder
@@ -688,6 +688,115 @@ def test_a_convolution_like_one_raced_before_takes_its_winner_without_timing_aga
             assert len(races) == (2 if winograd.unavailable() is None else 0), (layout, races)  # else one candidate
             assert kernels_[1] == kernels_[2]
         assert len(races) <= 3
+
+
+def _counting_races(monkeypatch) -> list[int]:
+    """How many candidates each race of a plan runs (fresh ones, and the kept leader they are timed against)."""
+    ran, race = [], dnnl_plan._Plan._race
+
+    def counted(self, candidates, plans, which):
+        ran.append(len(which))
+        return race(self, candidates, plans, which)
+
+    monkeypatch.setattr(dnnl_plan._Plan, "_race", counted)
+    return ran
+
+
+def test_modules_built_with_one_shared_dict_time_each_kernel_once(monkeypatch):
+    """The modules of one selection share their races' times (``shared``): a second module of the same layout
+    times nothing and takes the same kernels; ``per_conv`` after the fixed layouts times fewer candidates than
+    alone (those a fixed layout timed in the same situation are kept), and computes the model."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()) for _ in range(3))).eval()
+    x = torch.randn(1, 16, 12, 12)
+    graph = _graph(model, x)
+    ran = _counting_races(monkeypatch)
+    alone = DnnlModule(graph, layout="per_conv")
+    ran_alone = sum(ran)
+    shared: dict = {}
+    first = DnnlModule(graph, layout="blocked", shared=shared)
+    ran.clear()
+    again = DnnlModule(graph, layout="blocked", shared=shared)
+    assert ran == [] and again.conv_kernels == first.conv_kernels
+    DnnlModule(graph, layout="channels_last", shared=shared)
+    ran.clear()
+    module = DnnlModule(graph, layout="per_conv", shared=shared)
+    assert 0 < sum(ran) < ran_alone, (ran, ran_alone)
+    with torch.no_grad():
+        torch.testing.assert_close(module(x)[0], model(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(alone(x)[0], model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_trial_build_runs_only_the_kernels_not_run_here_already(monkeypatch):
+    """A trial build (as a trial process makes it) given the dict the builds here filled runs none of the
+    candidates they raced: they ran in this process already. It still builds and runs the module."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()) for _ in range(2))).eval()
+    x = torch.randn(1, 16, 12, 12)
+    graph = _graph(model, x)
+    ran = _counting_races(monkeypatch)
+    shared: dict = {}
+    DnnlModule(graph, layout="per_conv", shared=shared)
+    times = dict(shared["times"])
+    ran.clear()
+    trial = DnnlModule(graph, layout="per_conv", trial=True, shared=shared)
+    assert sum(ran) == 0 and shared["times"] == times  # the trial's own notes stay its own
+    ran.clear()
+    DnnlModule(graph, layout="per_conv", trial=True)
+    assert sum(ran) > 0
+    with torch.no_grad():
+        torch.testing.assert_close(trial(x)[0], model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_races_run_on_shared_scratch_buffers_that_reads_leave_zero():
+    """A race's candidates run one after another on the same scratch buffers (one per slot: the n-th buffer read, or
+    written, by a candidate's call), so a module's races allocate a few buffers, not a few per candidate; the
+    buffers read stay zero (kernels that read garbage may run at another speed), though a sigmoid writes 1/2."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.Sigmoid(), nn.Conv2d(32, 32, 1), nn.Sigmoid()).eval()
+    shared: dict = {}
+    DnnlModule(_graph(model, torch.randn(1, 16, 12, 12)), layout="per_conv", shared=shared)
+    buffers = shared["scratch"]
+    read = [b for (written, _), b in buffers.items() if not written]
+    assert read and len(buffers) <= 12, sorted(buffers)
+    assert all(not b.any() for b in read)
+
+
+def test_winograd_filters_are_transformed_once_for_the_modules_that_share_them(monkeypatch):
+    torch.manual_seed(0)
+    if winograd.unavailable() is not None:
+        pytest.skip(f"gawee's Winograd kernel is not built here: {winograd.unavailable()}")
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()).eval()
+    graph = _graph(model, torch.randn(1, 16, 12, 12))
+    transformed, weights = [], winograd.weights
+    monkeypatch.setattr(winograd, "weights", lambda w: transformed.append(w) or weights(w))
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", _prefer_winograd)
+    shared: dict = {}
+    for layout in dnnl.LAYOUTS:
+        module = DnnlModule(graph, layout=layout, shared=shared)
+        assert list(module.conv_kernels.values()) == [dnnl_conv._Winograd.name]
+    assert len(transformed) == 1
+
+
+def _prefer_winograd(self, candidates, reads, situation=None):
+    """A race won by the first Winograd candidate."""
+    chosen = next(c for c in candidates if isinstance(c, dnnl_conv._Winograd))
+    for c in candidates:
+        if c is not chosen:
+            c.drop()
+    return chosen
+
+
+def test_winograd_filters_are_g_w_g_transposed():
+    """The transform of the filters, each G w Gᵀ in float64 (rounded once to float32), as (36, C, K)."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(3, 2, 3, 3, generator=g)
+    u = winograd.weights(w)
+    assert u.shape == (36, 2, 3) and u.dtype == torch.float32
+    for k in range(3):
+        for c in range(2):
+            want = (winograd._G @ w[k, c].double() @ winograd._G.T).float().reshape(36)
+            torch.testing.assert_close(u[:, c, k], want, rtol=0, atol=1e-6)
 
 
 def test_each_implementation_of_a_convolution_is_a_candidate_once(monkeypatch):

@@ -145,3 +145,34 @@ def test_volo_class_attention_whose_onednn_graph_runtime_aborts_compiles_equal_t
         torch.testing.assert_close(module(x), model(x), rtol=1e-4, atol=1e-4)
     why = module.gawee_report.backend.not_candidates.get("onednn_graph", "")
     assert "crashed in a trial process (SIG" in why or onednn_graph.unavailable() is not None or sys.platform != "linux"
+
+
+@pytest.mark.skipif(dnnl.unavailable() is not None, reason="oneDNN's primitives are not available here")
+def test_a_runtimes_first_variant_is_tried_and_built_before_its_others_are_tried(monkeypatch):
+    """The selection tries (in child processes) the first variant of each runtime, all at once, and builds them
+    here; only then are the other variants tried, so their trials skip the kernels the first one's build raced
+    here (``shared``)."""
+    events, apart, candidate = [], compiler._apart, compiler._candidate
+
+    def trying(work):
+        events.append(("try", sorted(work)))
+        return apart(work)
+
+    def building(name, build, *args):
+        result = candidate(name, build, *args)
+        events.append(("build", result[0].layout if isinstance(result[0], dnnl.DnnlModule) else None))
+        return result
+
+    monkeypatch.setattr(compiler, "_apart", trying)
+    monkeypatch.setattr(compiler, "_candidate", building)
+    monkeypatch.setattr(compiler, "WHOLE_GRAPH_MIN_BUDGET_S", 1e9)  # measured, however long a call takes
+    model, x = block(), torch.randn(1, 4, 8, 8)
+    module = gawee.compile(model, (x,))
+    first, *others = dnnl.RUNTIME.variants
+    tries = [names for kind, names in events if kind == "try"]
+    assert f"onednn:{first}" in tries[0] and not any(f"onednn:{v}" in tries[0] for v in others)
+    assert tries[1] == sorted(f"onednn:{v}" for v in others)
+    built = [layout for kind, layout in events if kind == "build" and layout is not None]
+    assert built == [first, *others]
+    assert events.index(("build", first)) < events.index(("try", tries[1]))
+    torch.testing.assert_close(module(x)["logits"], model(x)["logits"])

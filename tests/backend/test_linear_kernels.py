@@ -170,7 +170,7 @@ def _sleeper(seconds: float, calls: list, clock: _Clock):
     return run
 
 
-def test_a_clear_winner_ends_the_measurement_early_and_a_close_call_does_not(clock):
+def test_a_clear_winner_or_a_tie_ends_the_measurement_early_and_a_close_call_does_not(clock):
     """Fake kernels of known duration, not kernels: their ratio is known on any CPU."""
     calls: list = []
     best = kernels.best_calls(
@@ -182,22 +182,30 @@ def test_a_clear_winner_ends_the_measurement_early_and_a_close_call_does_not(clo
     )
     assert len(calls) == 2 and min(best, key=best.get) == "fast"  # 10x apart: one round decides
     calls.clear()
-    tied = {"a": _sleeper(0.005, calls, clock), "b": _sleeper(0.005, calls, clock)}
+    close = {"a": _sleeper(0.005, calls, clock), "b": _sleeper(0.005 * 1.05, calls, clock)}
+    best = kernels.best_calls(close, (), 3, 10, budget_s=1.0)
+    assert len(calls) == 2 * 10 and min(best, key=best.get) == "a"  # 5% apart: until max_rounds (or the budget)
+    calls.clear()
+    behind = {"a": _sleeper(0.005, calls, clock), "b": _sleeper(0.005 * (kernels.BEHIND + 0.02), calls, clock)}
+    kernels.best_calls(behind, (), 3, 10, budget_s=1.0)
+    assert len(calls) == 2 * 3  # further behind than that, though within CLEAR_WIN: the first rounds decide
+    calls.clear()
+    tied = {"a": _sleeper(0.005, calls, clock), "b": _sleeper(0.005 * 1.01, calls, clock)}
     kernels.best_calls(tied, (), 3, 10, budget_s=1.0)
-    assert len(calls) == 2 * 10  # a tie runs until max_rounds (or the budget)
+    assert len(calls) == 2 * 3  # within TIE: either would do, so the first rounds end it
 
 
 def test_a_kernel_that_cannot_win_is_dropped_and_the_rest_measured_on(clock):
-    """1.375x apart: not decisive in the first round, dropped after min_rounds; the two tied ones run on."""
+    """1.375x apart: not decisive in the first round, dropped after min_rounds; the two close ones run on."""
     calls: list = []
     best = kernels.best_calls(
-        {"a": _sleeper(0.04, calls, clock), "b": _sleeper(0.04, calls, clock), "slow": _sleeper(0.055, calls, clock)},
+        {"a": _sleeper(0.04, calls, clock), "b": _sleeper(0.042, calls, clock), "slow": _sleeper(0.055, calls, clock)},
         (),
         min_rounds=2,
         max_rounds=6,
         budget_s=2.0,
     )
-    assert calls.count(0.055) == 2 and calls.count(0.04) == 2 * 6
+    assert calls.count(0.055) == 2 and calls.count(0.04) == calls.count(0.042) == 6
     assert best["slow"] > max(best["a"], best["b"])
 
 

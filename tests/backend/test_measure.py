@@ -56,12 +56,25 @@ def test_times_are_judged_against_the_same_rounds_others(clock):
 def test_the_clearly_slower_are_dropped_and_the_close_timed_on(clock):
     default = _candidate(clock, 0.010)
     close = _candidate(clock, 0.0102)
+    slower = _candidate(clock, 0.012)  # not within CLOSE, not FAR behind
     slow = _candidate(clock, 0.020)
-    timed = measure.fastest({"default": default, "close": close, "slow": slow}, [], budget_s=0.0)
-    assert len(slow.calls) == 2 + measure.MIN_ROUNDS
+    candidates = {"default": default, "close": close, "slower": slower, "slow": slow}
+    timed = measure.fastest(candidates, [], budget_s=0.0)
+    assert len(slow.calls) == 2 + 1  # FAR behind after the first round
+    assert len(slower.calls) == 2 + measure.MIN_ROUNDS
     assert len(default.calls) == len(close.calls) == 2 + measure.FINAL_ROUNDS
     assert timed.chosen == "default"  # a 2% difference is within the margin
-    assert timed.seconds == pytest.approx({"default": 0.010, "close": 0.0102, "slow": 0.020}, rel=0.02)
+    want = {"default": 0.010, "close": 0.0102, "slower": 0.012, "slow": 0.020}
+    assert timed.seconds == pytest.approx(want, rel=0.02)
+
+
+def test_candidates_that_ran_already_make_no_untimed_first_call(clock):
+    """``warm``: each candidate was called before (its outputs checked), so its first call here is timed."""
+    a, b = _candidate(clock, 0.010, lambda call: 5.0 if call == 0 else 1.0), _candidate(clock, 0.010)
+    a(), b()  # the calls that checked them
+    timed = measure.fastest({"a": a, "b": b}, [], budget_s=0.0, warm=True)
+    assert len(a.calls) == len(b.calls) == 1 + 1 + measure.FINAL_ROUNDS
+    assert timed.seconds == pytest.approx({"a": 0.010, "b": 0.010})
 
 
 def test_long_calls_stop_at_the_final_budget(clock):
@@ -75,13 +88,13 @@ def test_long_calls_stop_at_the_final_budget(clock):
 
 def test_a_hopeless_candidate_is_not_timed_past_its_first_calls(clock):
     """A candidate many times slower than the quickest on its second call (a module on a reference kernel) runs no
-    round: its time is that call's. Three times slower is not hopeless: it runs the first rounds."""
+    round: its time is that call's. Three times slower is not hopeless: it runs the first round (then it is FAR behind)."""
     default = _candidate(clock, 0.010)
     hopeless = _candidate(clock, 0.010 * (measure.HOPELESS + 1))
     slower = _candidate(clock, 0.030)
     timed = measure.fastest({"default": default, "hopeless": hopeless, "slower": slower}, [], budget_s=0.0)
     assert len(hopeless.calls) == 2
-    assert len(slower.calls) == 2 + measure.MIN_ROUNDS
+    assert len(slower.calls) == 2 + 1  # FAR behind: the first round ends it
     assert timed.chosen == "default"
     assert timed.seconds["hopeless"] == pytest.approx(0.010 * (measure.HOPELESS + 1))
     # the default is timed whatever it costs

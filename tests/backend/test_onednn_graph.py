@@ -16,7 +16,7 @@ from tests.backend.test_ort import _net, assert_runs_like_the_net
 
 needs_fuser = pytest.mark.skipif(onednn_graph.unavailable() is not None, reason="no working oneDNN Graph fuser here")
 
-PRIMITIVES = [f"onednn:{layout}" for layout in dnnl.LAYOUTS] if dnnl.unavailable() is None else []
+PRIMITIVES = [f"onednn:{v}" for v in dnnl.RUNTIME.variants] if dnnl.unavailable() is None else []
 """The default compile's other whole-graph candidates: oneDNN's primitives in each layout (gawee.backend.dnnl)."""
 
 TORCH = ["torch", "torch:channels_last"]

@@ -62,7 +62,7 @@ def test_every_registered_runtime_implements_the_interface():
         assert rt.rules is None or isinstance(rt.rules, RuleSet), name
     assert runtime.baseline() is runtime.get("torch")
     assert runtime.baseline().unavailable() is None and not runtime.baseline().cpu_only
-    assert runtime.get("onednn").variants == ("blocked", "channels_last", "per_conv")
+    assert runtime.get("onednn").variants == ("per_conv", "blocked", "channels_last")
 
 
 def test_the_compiler_names_no_runtime_and_imports_none_of_their_modules():
