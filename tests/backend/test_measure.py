@@ -88,7 +88,8 @@ def test_long_calls_stop_at_the_final_budget(clock):
 
 def test_a_hopeless_candidate_is_not_timed_past_its_first_calls(clock):
     """A candidate many times slower than the quickest on its second call (a module on a reference kernel) runs no
-    round: its time is that call's. Three times slower is not hopeless: it runs the first round (then it is FAR behind)."""
+    round: its time is that call's. Three times slower is not hopeless: it runs the first round (then it is FAR
+    behind)."""
     default = _candidate(clock, 0.010)
     hopeless = _candidate(clock, 0.010 * (measure.HOPELESS + 1))
     slower = _candidate(clock, 0.030)
