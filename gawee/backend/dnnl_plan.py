@@ -483,7 +483,6 @@ class _Plan:
                     self.release(t)
 
 
-
 class _Scratch:
     """The zero-filled buffers races run their candidates on (:meth:`_Plan._race`). The candidates run one after
     another, so they share them (and the races of the modules that share ``buffers``): a slot — the n-th buffer a
