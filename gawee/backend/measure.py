@@ -52,8 +52,8 @@ the others). Its seconds are that call's. The default is always timed."""
 
 FAR = 1.3
 """After the first round, a candidate whose fastest call so far (its second call or that round's) took more than this
-many times the quickest one's is dropped: it is not within :data:`CLOSE` after the first rounds either (the torch
-lowering beside oneDNN's modules, 1.4-1.5 times theirs on resnet18, ran three rounds to learn it)."""
+many times the quickest one's is dropped: it would not be within :data:`CLOSE` after the first rounds either, and
+they are the longest part of timing a CNN's candidates (the torch lowering's calls beside oneDNN's modules)."""
 
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
