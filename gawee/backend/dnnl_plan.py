@@ -439,8 +439,8 @@ class _Plan:
 
         lib, scratch, reorders, runners = self.lib, self.scratch, [], {}
         try:
-            for i in which:
-                scratch.next_candidate()
+            for i in which:  # a trial's candidates share buffers: their speed is not measured
+                scratch.next_candidate(first=self.trial or not runners)
                 steps = []
                 for have, want in plans[i][0]:
                     _, reorder = self.primitive(
@@ -484,25 +484,29 @@ class _Plan:
 
 
 class _Scratch:
-    """The zero-filled buffers races run their candidates on (:meth:`_Plan._race`). The candidates run one after
-    another, so they share them (and the races of the modules that share ``buffers``): a slot — the n-th buffer a
-    candidate's call reads, or the n-th it writes — is one buffer, as large as the largest any candidate asked of
-    it. A buffer read is never written, so it stays zero; one written holds what kernels made of zeros."""
+    """The zero-filled buffers races run their candidates on (:meth:`_Plan._race`), kept from one race to the next
+    (and for the races of the modules that share ``buffers``): a slot — the n-th buffer the k-th candidate of a
+    race reads, or writes — is one buffer, as large as the largest any race asked of it. Each candidate of a race
+    has buffers of its own, as it had when each race made its own: one candidate's call leaves its buffers in the
+    caches, which would make the next one's reads of the same buffers cheaper than they are in the module. A buffer
+    read is never written, so it stays zero; one written holds what kernels made of zeros."""
 
     def __init__(self, plan: _Plan, buffers: dict):
-        self.plan, self.memories, self.buffers, self.counts = plan, [], buffers, [0, 0]
+        self.plan, self.memories, self.buffers = plan, [], buffers
+        self.candidate, self.counts = -1, [0, 0]
 
-    def next_candidate(self) -> None:
-        """The next buffers asked for are the next candidate's."""
+    def next_candidate(self, first: bool = False) -> None:
+        """The next buffers asked for are the next candidate's (``first``: the first candidate of a race)."""
+        self.candidate = 0 if first else self.candidate + 1
         self.counts = [0, 0]
 
     def zeros(self, md: int, written: bool = False) -> torch.Tensor:
         """The buffer of the next slot (of those read, or those ``written``), at least the size of ``md``."""
-        slot = (written, self.counts[written])
+        slot = (self.candidate, written, self.counts[written])
         self.counts[written] += 1
         size = max(1, self.plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4)
         buffer = self.buffers.get(slot)
-        if buffer is None or buffer.numel() < size:  # an earlier candidate's step keeps the smaller one
+        if buffer is None or buffer.numel() < size:  # an earlier race's step keeps the smaller one
             buffer = self.buffers[slot] = torch.zeros(size)
         return buffer
 
