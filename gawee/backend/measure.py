@@ -131,7 +131,7 @@ def fastest(
             if len(rounds) == 1:  # the far slower go no further
                 quickest = {name: min(times[name], second[names.index(name)]) for name in alive}
                 alive = [name for name in alive if quickest[name] <= FAR * min(quickest.values()) or name == names[0]]
-            if len(rounds) >= MAX_ROUNDS:
+            if len(rounds) >= MAX_ROUNDS or len(alive) == 1:
                 break
             spent = time.perf_counter() - start
             if len(rounds) < min_rounds:

@@ -95,9 +95,15 @@ def test_a_hopeless_candidate_is_not_timed_past_its_first_calls(clock):
     slower = _candidate(clock, 0.030)
     timed = measure.fastest({"default": default, "hopeless": hopeless, "slower": slower}, [], budget_s=0.0)
     assert len(hopeless.calls) == 2
-    assert len(slower.calls) == 2 + 1  # FAR behind: the first round ends it
+    assert len(slower.calls) == len(default.calls) == 2 + 1  # FAR behind: the first round ends it
     assert timed.chosen == "default"
     assert timed.seconds["hopeless"] == pytest.approx(0.010 * (measure.HOPELESS + 1))
+    # a candidate FAR ahead of all but the default ends it when the default is FAR behind too
+    quick, slow_default = _candidate(clock, 0.010), _candidate(clock, 0.010 * (measure.FAR + 0.5))
+    other = _candidate(clock, 0.010 * (measure.FAR + 0.5))
+    timed = measure.fastest({"default": slow_default, "quick": quick, "other": other}, [], budget_s=0.0)
+    assert timed.chosen == "quick" and len(other.calls) == 2 + 1
+    assert len(quick.calls) == 2 + measure.MIN_ROUNDS  # the default stays for the first rounds
     # the default is timed whatever it costs
     slow_default, quick = _candidate(clock, 0.010 * (measure.HOPELESS + 1)), _candidate(clock, 0.010)
     timed = measure.fastest({"default": slow_default, "quick": quick}, [], budget_s=0.0)
