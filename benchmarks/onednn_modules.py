@@ -9,10 +9,10 @@ them) built as ``DnnlModule(layout)``; printed: the phases' milliseconds and fir
 phase's rules), the module's step count, how many steps each gawee kernel took, the activations moved into the
 depthwise kernel, and the median milliseconds of 60 calls after 10 warm ones. Run it with ``PYTHONPATH`` set to another
 checkout to compare two commits (a checkout before the target phase builds from the rewritten graph).
-``--compile``: ``gawee.compile(model, (x,))`` with the default options, after one warm compile of a small model;
-printed: the report's seconds per stage, the compiled module's median milliseconds (60 calls after 10 warm ones), and
-the runtime choice with where choosing took its time. Each model runs in this process: run one invocation per model
-to keep them apart.
+``--compile``: ``gawee.compile(model, (x,))`` with the default options (``--batch``: x's batch size, 1 by default),
+after one warm compile of a small model; printed: the report's seconds per stage, the compiled module's median
+milliseconds (60 calls after 10 warm ones), and the runtime choice with where choosing took its time. Each model runs
+in this process: run one invocation per model to keep them apart.
 """
 
 from __future__ import annotations
@@ -68,11 +68,11 @@ def _median_ms(module, x: torch.Tensor) -> float:
     return statistics.median(times) * 1e3
 
 
-def compile_figures(name: str) -> str:
+def compile_figures(name: str, batch: int = 1) -> str:
     torch.manual_seed(0)
     gawee.compile(torchvision.models.resnet18(weights=None).eval(), (torch.randn(1, 3, 64, 64),))  # imports warm
     model = getattr(torchvision.models, name)(weights=None).eval()
-    x = torch.randn(1, 3, 224, 224)
+    x = torch.randn(batch, 3, 224, 224)
     t0 = time.perf_counter()
     module = gawee.compile(model, (x,))
     total = time.perf_counter() - t0
@@ -87,11 +87,12 @@ def main() -> None:
     parser.add_argument("models", nargs="+", help="torchvision model names")
     parser.add_argument("--layout", default="blocked", choices=dnnl.LAYOUTS)
     parser.add_argument("--compile", action="store_true", help="time gawee.compile instead")
+    parser.add_argument("--batch", type=int, default=1, help="the batch size --compile compiles for")
     args = parser.parse_args()
     if dnnl.unavailable() is not None:
         raise SystemExit(f"oneDNN's primitives are not available here: {dnnl.unavailable()}")
     for name in args.models:
-        print(compile_figures(name) if args.compile else module_figures(name, args.layout), flush=True)
+        print(compile_figures(name, args.batch) if args.compile else module_figures(name, args.layout), flush=True)
 
 
 if __name__ == "__main__":
