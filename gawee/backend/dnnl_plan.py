@@ -173,7 +173,7 @@ class _Plan:
         if trial:  # those it runs untimed are kept for this plan only
             self.times = dict(self.times)
         self.derived: dict[tuple, tuple] = shared.setdefault("derived", {})  # see derive
-        self.scratch = _Scratch(self, shared.setdefault("scratch", {}))  # the buffers races run on
+        self.scratch = _Scratch(self, kept=trial)  # the buffers races run on
         self.trial = trial  # a trial build (see fastest): every candidate run once, none timed
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
@@ -484,15 +484,16 @@ class _Plan:
 
 
 class _Scratch:
-    """The zero-filled buffers races run their candidates on (:meth:`_Plan._race`), kept from one race to the next
-    (and for the races of the modules that share ``buffers``): a slot — the n-th buffer the k-th candidate of a
-    race reads, or writes — is one buffer, as large as the largest any race asked of it. Each candidate of a race
-    has buffers of its own, as it had when each race made its own: one candidate's call leaves its buffers in the
-    caches, which would make the next one's reads of the same buffers cheaper than they are in the module. A buffer
+    """The zero-filled buffers races run their candidates on (:meth:`_Plan._race`): a slot — the n-th buffer the k-th
+    candidate of a race reads, or writes — is one buffer. Each candidate of a race has buffers of its own: one
+    candidate's call leaves its buffers in the caches, which would make the next one's reads of the same buffers
+    cheaper than they are in the module. A race's buffers are freed when it ends (kept from race to race, each
+    slot as large as any race asked of it, they would hold several races' memory through the whole build), but
+    where they are ``kept``: a trial's, whose candidates share one set, as their speed is not measured. A buffer
     read is never written, so it stays zero; one written holds what kernels made of zeros."""
 
-    def __init__(self, plan: _Plan, buffers: dict):
-        self.plan, self.memories, self.buffers = plan, [], buffers
+    def __init__(self, plan: _Plan, kept: bool = False):
+        self.plan, self.memories, self.buffers, self.kept = plan, [], {}, kept
         self.candidate, self.counts = -1, [0, 0]
 
     def next_candidate(self, first: bool = False) -> None:
@@ -506,7 +507,7 @@ class _Scratch:
         self.counts[written] += 1
         size = max(1, self.plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4)
         buffer = self.buffers.get(slot)
-        if buffer is None or buffer.numel() < size:  # an earlier race's step keeps the smaller one
+        if buffer is None or buffer.numel() < size:  # an earlier step keeps the smaller one
             buffer = self.buffers[slot] = torch.zeros(size)
         return buffer
 
@@ -528,10 +529,12 @@ class _Scratch:
         return self.plan.lib.dnnl_primitive_execute, (prim, self.plan.stream, len(made), args), buffers
 
     def close(self) -> None:
-        """Destroys the race's memories (the buffers stay for the next race)."""
+        """Destroys the race's memories, and frees its buffers unless they are :attr:`kept`."""
         for memory in self.memories:
             self.plan.lib.dnnl_memory_destroy(memory)
         self.memories = []
+        if not self.kept:
+            self.buffers = {}
 
 
 def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:

@@ -748,20 +748,30 @@ def test_a_trial_build_runs_only_the_kernels_not_run_here_already(monkeypatch):
         torch.testing.assert_close(trial(x)[0], model(x), rtol=1e-4, atol=1e-4)
 
 
-def test_races_run_on_shared_scratch_buffers_that_reads_leave_zero():
-    """Races run their candidates on scratch buffers kept from race to race (one per slot: the n-th buffer the k-th
-    candidate reads, or writes), so a module's races allocate a few buffers per candidate of its largest race, not
-    a few per candidate of each race; the buffers read stay zero (kernels that read garbage may run at another
-    speed), though a sigmoid writes 1/2."""
+def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
+    """A race's candidates run on scratch buffers of their own (the n-th buffer the k-th candidate reads, or writes),
+    freed when the race ends; the buffers read stay zero (kernels that read garbage may run at another speed),
+    though a sigmoid writes 1/2. A trial's candidates share one set, kept from race to race."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.Sigmoid(), nn.Conv2d(32, 32, 1), nn.Sigmoid()).eval()
-    shared: dict = {}
-    DnnlModule(_graph(model, torch.randn(1, 16, 12, 12)), layout="per_conv", shared=shared)
-    buffers = shared["scratch"]
-    read = [b for (_, written, _), b in buffers.items() if not written]
-    candidates = 1 + max(k for k, _, _ in buffers)
-    assert read and len(buffers) <= 8 * candidates, sorted(buffers)
-    assert all(not b.any() for b in read)
+    graph = _graph(model, torch.randn(1, 16, 12, 12))
+    seen, close = [], dnnl_plan._Scratch.close
+
+    def closing(self):
+        seen.append((self.kept, dict(self.buffers)))
+        close(self)
+        assert self.buffers == ({} if not self.kept else seen[-1][1])
+
+    monkeypatch.setattr(dnnl_plan._Scratch, "close", closing)
+    DnnlModule(graph, layout="per_conv")
+    assert seen and not any(kept for kept, _ in seen)
+    for _, buffers in seen:
+        read = [b for (_, written, _), b in buffers.items() if not written]
+        assert read and all(not b.any() for b in read)
+        assert len({k for k, _, _ in buffers}) > 1  # candidates of their own
+    seen.clear()
+    DnnlModule(graph, layout="per_conv", trial=True)
+    assert seen and all(kept and {k for k, _, _ in buffers} == {0} for kept, buffers in seen)
 
 
 def test_winograd_filters_are_transformed_once_for_the_modules_that_share_them(monkeypatch):
