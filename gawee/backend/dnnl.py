@@ -563,7 +563,7 @@ class DnnlRuntime(Runtime):
     variants = ("per_conv", *(layout for layout in LAYOUTS if layout != "per_conv"))
     """:data:`LAYOUTS`, ``per_conv`` first: it races every kernel the fixed layouts race (and more), so built first
     in a selection, its races' times serve theirs and its kernels need no second trial (``DnnlModule``'s
-    ``shared``); measured within 5% of another, it is kept."""
+    ``shared``); asked for by name (``backend="onednn"``), it is kept unless another measures more than 5% faster."""
     isolated = True
     whole_graph = True
 
