@@ -98,7 +98,7 @@ def test_a_hopeless_candidate_is_not_timed_past_its_first_calls(clock):
     assert len(slower.calls) == len(default.calls) == 2 + 1  # FAR behind: the first round ends it
     assert timed.chosen == "default"
     assert timed.seconds["hopeless"] == pytest.approx(0.010 * (measure.HOPELESS + 1))
-    # a candidate FAR ahead of all but the default ends it when the default is FAR behind too
+    # a default FAR behind is timed on through the first rounds; the others FAR behind are not
     quick, slow_default = _candidate(clock, 0.010), _candidate(clock, 0.010 * (measure.FAR + 0.5))
     other = _candidate(clock, 0.010 * (measure.FAR + 0.5))
     timed = measure.fastest({"default": slow_default, "quick": quick, "other": other}, [], budget_s=0.0)
