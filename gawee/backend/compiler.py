@@ -579,9 +579,10 @@ def _runtimes(
     # with the model's outputs are built here. Each runtime's first variant is tried (all runtimes' at once) and
     # built here before its other variants are tried: they are built sharing its work (``shared``: oneDNN's
     # fixed layouts race kernels per_conv raced here, which their trials then need not run).
-    leading = [
-        name for i, name in enumerate(names) if name.partition(":")[0] not in {n.partition(":")[0] for n in names[:i]}
-    ]
+    first: dict[str, str] = {}
+    for name in names:
+        first.setdefault(name.partition(":")[0], name)
+    leading = list(first.values())
     for stage in (leading, [name for name in names if name not in leading]):
         risky = [name for name in stage if runtime.get(name.partition(":")[0]).isolated]
         t0 = time.perf_counter()

@@ -393,7 +393,8 @@ class _Plan:
         (one with a kept time ran in the caller already) and none is timed: the build there races the same
         candidates, after the trial showed that none of them crashes on the scratch buffers the race runs them
         on."""
-        plans = [self._reorders(kernel, reads) for kernel in candidates]
+        held: dict[Value, str | None] = {}  # each operand's layout, named once for all candidates
+        plans = [self._reorders(kernel, reads, held) for kernel in candidates]
         keys = [
             (situation, kernel.key, plan[1]) if situation is not None and plan[1] is not None else None
             for kernel, plan in zip(candidates, plans)
@@ -413,23 +414,27 @@ class _Plan:
                 kernel.drop()
         return candidates[winner]
 
-    def _reorders(self, kernel, reads: dict[int, Value | None]) -> tuple[list[tuple[int, int]], tuple | None]:
+    def _reorders(
+        self, kernel, reads: dict[int, Value | None], held: dict[Value, str | None]
+    ) -> tuple[list[tuple[int, int]], tuple | None]:
         """The reorders ``kernel`` would need of the values it ``reads`` (each (from, to) memory descriptors: one per
         layout, whichever operands read it), and what tells them apart from another convolution's: each operand's
         layout where it is reordered from (None where one is held in a layout neither :meth:`layout_of` nor "plain"
-        names)."""
+        names; ``held`` keeps the names found, value by value)."""
         lib, needed, planned, named = self.lib, [], [], []
         for arg, v in reads.items():
             if v is None or v.is_const:
                 continue
-            held, want = self.values[v], kernel.wants(arg)
-            known = [c.md for c in (held, *self.converted.get(v, ()))] + planned
+            t, want = self.values[v], kernel.wants(arg)
+            known = [c.md for c in (t, *self.converted.get(v, ()))] + planned
             if any(lib.dnnl_memory_desc_equal(_P(md), _P(want)) for md in known):
                 continue
             planned.append(want)
-            needed.append((held.md, want))
-            plain = lib.dnnl_memory_desc_equal(_P(held.md), _P(self.md(v.shape)))
-            named.append((arg, "plain" if plain else self.layout_of(held, v.shape)))
+            needed.append((t.md, want))
+            if v not in held:
+                plain = lib.dnnl_memory_desc_equal(_P(t.md), _P(self.md(v.shape)))
+                held[v] = "plain" if plain else self.layout_of(t, v.shape)
+            named.append((arg, held[v]))
         return needed, None if any(layout is None for _, layout in named) else tuple(named)
 
     def _race(self, candidates: list, plans: list, which: list[int]) -> dict[int, float]:

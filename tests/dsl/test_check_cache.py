@@ -146,13 +146,18 @@ def test_lazy_bundled_rules_rewrite_as_checked_ones(resnet18, cache):
     assert 0 < sum(r.compiled for r in lazy.rules) < len(lazy.rules)  # only the rules that matched
 
 
+def _kept(tmp_path, text: str):
+    """The rules ``text``, checked and kept on disk by one load, as a second load gives them (each a LazyRule)."""
+    path = tmp_path / "mine.rules"
+    path.write_text(text)
+    load_rules(path)
+    return load_rules(path)
+
+
 def test_a_rule_tried_where_its_pattern_fails_stays_uncompiled(tmp_path, cache):
     """The rewriter tries a kept rule at every node of its root op; only a match of its generated matcher compiles it
     (reading its deferred fields, `extra_roots` included, before that would compile every rule tried)."""
-    path = tmp_path / "mine.rules"
-    path.write_text("rule twice: relu(relu(x)) => relu(x)\nrule exp_log: exp(log(x)) => x\n")
-    load_rules(path)
-    lazy = load_rules(path)
+    lazy = _kept(tmp_path, "rule twice: relu(relu(x)) => relu(x)\nrule exp_log: exp(log(x)) => x\n")
     b = GraphBuilder("g")
     x = b.input("x", "f32[4]")
     graph = b.output(b.add(b.relu(b.exp(x)), b.exp(b.relu(x))))  # both root ops, neither pattern
@@ -165,10 +170,7 @@ def test_a_rewrite_with_calibration_compiles_only_the_kept_rules_that_name_calib
     whose text cannot name it (the CLI passes calibration on every run)."""
     from gawee.rewrite.calibration import Calibration
 
-    path = tmp_path / "mine.rules"
-    path.write_text("rule twice: relu(relu(x)) => relu(x)\nrule seen: relu(calibrated(x, ...)) => relu(x)\n")
-    load_rules(path)
-    lazy = load_rules(path)
+    lazy = _kept(tmp_path, "rule twice: relu(relu(x)) => relu(x)\nrule seen: relu(calibrated(x, ...)) => relu(x)\n")
     b = GraphBuilder("g")
     x = b.input("x", "f32[4]")
     graph = b.output(b.exp(x))
