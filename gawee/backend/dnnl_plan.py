@@ -281,11 +281,17 @@ class _Plan:
         is a heuristic: on an AVX2 machine its second implementation of channels-last 1×1 convolutions
         (``jit_1x1``) took less time than its first (``brgconv_1x1``). Each implementation once: oneDNN 3.2's
         iteration visited a resnet50's implementations of a shape once more for each earlier convolution of that
-        shape (the 4th 1×1 convolution of a shape, 4 times each)."""
-        pd, found, names = self.descriptor(create, *args, attr=attr), [], set()
+        shape (the 4th 1×1 convolution of a shape, 4 times each). An implementation
+        whose vectors are a quarter as wide as an earlier one's, or narrower (``jit:sse41`` after
+        ``jit:avx512_core``: oneDNN keeps it for CPUs without the wider instructions), is left out: each of its
+        instructions does a quarter of the work or less, and yet each race and each trial ran it."""
+        pd, found, names, widest = self.descriptor(create, *args, attr=attr), [], set(), 0
         while True:
             name = self._impl_name(pd)
-            if not _reference(name) and name not in names:
+            bits = _vector_bits(name)
+            widest = max(widest, bits)
+            narrow = bits > 0 and bits * NARROW <= widest
+            if not _reference(name) and not narrow and name not in names:
                 names.add(name)
                 prim = self._compile(pd)
                 own = _P()  # the descriptor the primitive keeps: ``pd`` moves on to the next implementation
@@ -583,6 +589,24 @@ def _post_ops(plan: _Plan, act: str | None, params, residual_md: int | None = No
     attr = plan._new("dnnl_primitive_attr_destroy", lib.dnnl_primitive_attr_create)
     _check(lib.dnnl_primitive_attr_set_post_ops(_P(attr), _P(po)), "post-ops")
     return attr
+
+
+NARROW = 4
+"""An implementation whose vectors are this many times narrower than another's of the same primitive is no
+candidate (:meth:`_Plan.implementations`)."""
+
+
+def _vector_bits(implementation: str) -> int:
+    """The width of the vectors ``implementation`` (a kernel's name: ``jit:avx512_core``, ``brgconv:avx2``) computes
+    on, from the instruction set that ends its name; 0 where the name says none (``x64:gemm:jit``)."""
+    isa = implementation.rsplit(":", 1)[-1]
+    if isa.startswith(("avx512", "amx")):
+        return 512
+    if isa.startswith("avx"):
+        return 256
+    if isa.startswith("sse"):
+        return 128
+    return 0
 
 
 def _reference(implementation: str) -> bool:

@@ -9,10 +9,11 @@ different runtimes each get a pause and :data:`UNTIMED` untimed calls first (the
 previous candidate left behind: a runtime's spin-waiting threads) and make :data:`CALLS` timed
 calls. Each candidate is judged by its times *relative to the other candidates' in the same round*
 (:func:`_paired`): the machine's speed, which moves by 10-30% between seconds on a shared VM, cancels
-out. After :data:`MIN_ROUNDS`, a candidate clearly slower than the best (:data:`CLOSE`) is dropped and
-the close ones go on to :data:`FINAL_ROUNDS`; one many times slower on its first calls (:data:`HOPELESS`) runs no
-round. The first candidate is the default: another is chosen only when it is faster by more than ``margin`` (a
-noisy tie keeps the default).
+out. After the first round, one far slower than the quickest (:data:`FAR`) is dropped; after :data:`MIN_ROUNDS`,
+a candidate clearly slower than the best (:data:`CLOSE`) is dropped and the close ones go on to
+:data:`FINAL_ROUNDS` unless they are a tie (:data:`TIED`); one many times slower on its first calls
+(:data:`HOPELESS`) runs no round. The first candidate is the default: another is chosen only when it is faster
+by more than ``margin`` (a noisy tie keeps the default).
 """
 
 from __future__ import annotations
@@ -52,8 +53,15 @@ the others). Its seconds are that call's. The default is always timed."""
 
 FAR = 1.3
 """After the first round, a candidate whose fastest call so far (its second call or that round's) took more than this
-many times the quickest one's is dropped: it would not be within :data:`CLOSE` after the first rounds either, and
-they are the longest part of timing a CNN's candidates (the torch lowering's calls beside oneDNN's modules)."""
+many times the quickest one's is dropped, the default too (its first round's time stands: another wins by far more
+than the margin): it would not be within :data:`CLOSE` after the first rounds either, and they are the longest
+part of timing a CNN's candidates (the torch lowering's calls beside oneDNN's modules)."""
+
+TIED = 0.01
+"""After :data:`MIN_ROUNDS`, when the close candidates are all within this fraction of the best, measuring ends:
+whichever of them runs, the call takes about the same, and the :data:`FINAL_ROUNDS` that would tell them apart
+(resnet18's oneDNN modules per_conv and channels_last, a few tenths of a percent apart) were a third of its
+timing."""
 
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
@@ -130,7 +138,7 @@ def fastest(
             rounds.append(times)
             if len(rounds) == 1:  # the far slower go no further
                 quickest = {name: min(times[name], second[names.index(name)]) for name in alive}
-                alive = [name for name in alive if quickest[name] <= FAR * min(quickest.values()) or name == names[0]]
+                alive = [name for name in alive if quickest[name] <= FAR * min(quickest.values())]
             if len(rounds) >= MAX_ROUNDS or len(alive) == 1:
                 break
             spent = time.perf_counter() - start
@@ -139,8 +147,11 @@ def fastest(
             seconds = _paired(rounds, alive)
             best = min(seconds[name] for name in alive)  # not a candidate dropped earlier: none would stay alive
             alive = [name for name in alive if seconds[name] <= best * (1 + CLOSE)]
-            if len(alive) == 1 or (
-                spent >= budget_s and (len(rounds) >= FINAL_ROUNDS or spent >= budget_s + FINAL_BUDGET_S)
+            tied = all(seconds[name] <= best * (1 + TIED) for name in alive)
+            if (
+                len(alive) == 1
+                or tied
+                or (spent >= budget_s and (len(rounds) >= FINAL_ROUNDS or spent >= budget_s + FINAL_BUDGET_S))
             ):
                 break
     seconds = {**_paired(rounds, alive), **hopeless}

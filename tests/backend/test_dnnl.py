@@ -827,3 +827,30 @@ def test_each_implementation_of_a_convolution_is_a_candidate_once(monkeypatch):
     assert len(raced) == 4
     for keys in raced:
         assert len(set(keys)) == len(keys), keys
+
+
+def test_implementations_a_quarter_as_wide_are_no_candidates(monkeypatch):
+    """A kernel on vectors a quarter as wide as another implementation's (oneDNN's ``jit:sse41`` on an AVX-512
+    CPU) is neither raced nor tried: it cannot win. On a CPU whose widest is AVX2, SSE4.1 kernels stay."""
+    assert [
+        dnnl_plan._vector_bits(n) for n in ("jit:avx512_core_amx", "brgconv:avx2", "jit:sse41", "x64:gemm:jit")
+    ] == [
+        512,
+        256,
+        128,
+        0,
+    ]
+    torch.manual_seed(0)
+    fastest, raced = dnnl_plan._Plan.fastest, []
+
+    def remembering(self, candidates, reads, situation=None):
+        raced.append([c.key[1] for c in candidates])
+        return fastest(self, candidates, reads, situation)
+
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", remembering)
+    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 1))
+    DnnlModule(_graph(model, torch.randn(1, 16, 12, 12)), layout="per_conv")
+    assert raced
+    for names in raced:
+        bits = [dnnl_plan._vector_bits(n) for n in names]
+        assert all(b == 0 or b * dnnl_plan.NARROW > max(bits) for b in bits), names

@@ -70,16 +70,26 @@ def test_the_clearly_slower_are_dropped_and_the_close_timed_on(clock):
 
 def test_candidates_that_ran_already_make_no_untimed_first_call(clock):
     """``warm``: each candidate was called before (its outputs checked), so its first call here is timed."""
-    a, b = _candidate(clock, 0.010, lambda call: 5.0 if call == 0 else 1.0), _candidate(clock, 0.010)
+    a, b = _candidate(clock, 0.010, lambda call: 5.0 if call == 0 else 1.0), _candidate(clock, 0.0103)
     a(), b()  # the calls that checked them
     timed = measure.fastest({"a": a, "b": b}, [], budget_s=0.0, warm=True)
     assert len(a.calls) == len(b.calls) == 1 + 1 + measure.FINAL_ROUNDS
-    assert timed.seconds == pytest.approx({"a": 0.010, "b": 0.010})
+    assert timed.seconds == pytest.approx({"a": 0.010, "b": 0.0103})
+
+
+def test_a_tie_ends_the_timing_after_the_first_rounds(clock):
+    """Candidates within TIED of each other after MIN_ROUNDS are not timed on to FINAL_ROUNDS: whichever runs, the
+    call takes about the same. Ones 2% apart are (test_the_clearly_slower_are_dropped_and_the_close_timed_on)."""
+    a, b, c = _candidate(clock, 0.010), _candidate(clock, 0.01005), _candidate(clock, 0.030)
+    timed = measure.fastest({"a": a, "b": b, "c": c}, [], budget_s=0.0)
+    assert len(a.calls) == len(b.calls) == 2 + measure.MIN_ROUNDS
+    assert len(c.calls) == 2 + 1  # FAR behind
+    assert timed.chosen == "a"
 
 
 def test_long_calls_stop_at_the_final_budget(clock):
     """Past the budget the close candidates get FINAL_BUDGET_S more, not FINAL_ROUNDS whatever they cost."""
-    a, b = _candidate(clock, 0.2), _candidate(clock, 0.2)
+    a, b = _candidate(clock, 0.2), _candidate(clock, 0.2 * 1.03)  # close, not a tie
     measure.fastest({"a": a, "b": b}, [], budget_s=0.0)
     rounds = len(a.calls) - 2
     assert measure.MIN_ROUNDS < rounds < measure.FINAL_ROUNDS
@@ -98,13 +108,15 @@ def test_a_hopeless_candidate_is_not_timed_past_its_first_calls(clock):
     assert len(slower.calls) == len(default.calls) == 2 + 1  # FAR behind: the first round ends it
     assert timed.chosen == "default"
     assert timed.seconds["hopeless"] == pytest.approx(0.010 * (measure.HOPELESS + 1))
-    # a default FAR behind is timed on through the first rounds; the others FAR behind are not
+    # a default FAR behind is dropped after the first round like the others, its time that round's
     quick, slow_default = _candidate(clock, 0.010), _candidate(clock, 0.010 * (measure.FAR + 0.5))
-    other = _candidate(clock, 0.010 * (measure.FAR + 0.5))
-    timed = measure.fastest({"default": slow_default, "quick": quick, "other": other}, [], budget_s=0.0)
-    assert timed.chosen == "quick" and len(other.calls) == 2 + 1
-    assert len(quick.calls) == 2 + measure.MIN_ROUNDS  # the default stays for the first rounds
-    # the default is timed whatever it costs
+    other, close = _candidate(clock, 0.010 * (measure.FAR + 0.5)), _candidate(clock, 0.0102)
+    candidates = {"default": slow_default, "quick": quick, "other": other, "close": close}
+    timed = measure.fastest(candidates, [], budget_s=0.0)
+    assert timed.chosen == "quick" and len(other.calls) == len(slow_default.calls) == 2 + 1
+    assert len(quick.calls) == 2 + measure.FINAL_ROUNDS
+    assert timed.seconds["default"] == pytest.approx(0.010 * (measure.FAR + 0.5), rel=0.02)
+    # the default runs the first round whatever it costs
     slow_default, quick = _candidate(clock, 0.010 * (measure.HOPELESS + 1)), _candidate(clock, 0.010)
     timed = measure.fastest({"default": slow_default, "quick": quick}, [], budget_s=0.0)
-    assert len(slow_default.calls) > 2 and timed.chosen == "quick"
+    assert len(slow_default.calls) == 2 + 1 and timed.chosen == "quick"
