@@ -10,10 +10,10 @@ previous candidate left behind: a runtime's spin-waiting threads) and make :data
 calls. Each candidate is judged by its times *relative to the other candidates' in the same round*
 (:func:`_paired`): the machine's speed, which moves by 10-30% between seconds on a shared VM, cancels
 out. After the first round, one far slower than the quickest (:data:`FAR`) is dropped; after :data:`MIN_ROUNDS`,
-a candidate clearly slower than the best (:data:`CLOSE`) is dropped and the close ones go on to
-:data:`FINAL_ROUNDS` unless they are a tie (:data:`TIED`); one many times slower on its first calls
-(:data:`HOPELESS`) runs no round. The first candidate is the default: another is chosen only when it is faster
-by more than ``margin`` (a noisy tie keeps the default).
+a candidate clearly slower than the best (:data:`CLOSE`), or slower in every round (:data:`STEADILY`), is
+dropped and the close ones go on to :data:`FINAL_ROUNDS` unless they are a tie (:data:`TIED`); one many times
+slower on its first calls (:data:`HOPELESS`) runs no round. The first candidate is the default: another is
+chosen only when it is faster by more than ``margin`` (a noisy tie keeps the default).
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ FAR = 1.3
 many times the quickest one's is dropped, the default too (its first round's time stands: another wins by far more
 than the margin): it would not be within :data:`CLOSE` after the first rounds either, and they are the longest
 part of timing a CNN's candidates (the torch lowering's calls beside oneDNN's modules)."""
+
+STEADILY = 0.03
+"""After :data:`MIN_ROUNDS`, a close candidate slower than the best by more than this fraction in every round is
+dropped: with rounds that move by a percent or two relative to each other, three such rounds do not happen to a
+candidate as fast as the best (resnet18's blocked oneDNN module, 8-9% behind in each round, went on to
+:data:`FINAL_ROUNDS` beside two tied ones)."""
 
 TIED = 0.01
 """After :data:`MIN_ROUNDS`, when the close candidates are all within this fraction of the best, measuring ends:
@@ -147,6 +153,8 @@ def fastest(
             seconds = _paired(rounds, alive)
             best = min(seconds[name] for name in alive)  # not a candidate dropped earlier: none would stay alive
             alive = [name for name in alive if seconds[name] <= best * (1 + CLOSE)]
+            leader = min(alive, key=seconds.__getitem__)
+            alive = [name for name in alive if min(r[name] / r[leader] for r in rounds) <= 1 + STEADILY]
             tied = all(seconds[name] <= best * (1 + TIED) for name in alive)
             if (
                 len(alive) == 1

@@ -85,6 +85,11 @@ def test_a_tie_ends_the_timing_after_the_first_rounds(clock):
     assert len(a.calls) == len(b.calls) == 2 + measure.MIN_ROUNDS
     assert len(c.calls) == 2 + 1  # FAR behind
     assert timed.chosen == "a"
+    # one behind in every round is dropped, and the tie of the others ends the timing
+    a, b, c = _candidate(clock, 0.010), _candidate(clock, 0.01005), _candidate(clock, 0.0105)
+    timed = measure.fastest({"a": a, "b": b, "c": c}, [], budget_s=0.0)
+    assert len(a.calls) == len(b.calls) == len(c.calls) == 2 + measure.MIN_ROUNDS
+    assert timed.chosen == "a" and timed.seconds["c"] == pytest.approx(0.0105, rel=0.01)
 
 
 def test_long_calls_stop_at_the_final_budget(clock):
