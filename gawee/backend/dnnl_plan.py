@@ -141,6 +141,20 @@ class _Buffer:
         self.tensor, self.refs = tensor, 0
 
 
+class _HeldDescriptor:
+    """A copy of a memory descriptor that outlives the plan that made it (a plan destroys its own handles)."""
+
+    __slots__ = ("lib", "md")
+
+    def __init__(self, lib, md: int):
+        held = _P()
+        _check(lib.dnnl_memory_desc_clone(ctypes.byref(held), _P(md)), "dnnl_memory_desc_clone")
+        self.lib, self.md = lib, held.value
+
+    def __del__(self):
+        self.lib.dnnl_memory_desc_destroy(_P(self.md))
+
+
 class _Tensor:
     """A value as the runtime holds it: its memory descriptor, its oneDNN memory over a buffer."""
 
@@ -173,6 +187,7 @@ class _Plan:
         if trial:  # those it runs untimed are kept for this plan only
             self.times = dict(self.times)
         self.derived: dict[tuple, tuple] = shared.setdefault("derived", {})  # see derive
+        self.reordered: dict[tuple, tuple] = shared.setdefault("reordered", {})  # see constant
         self.scratch = _Scratch(self, kept=trial)  # the buffers races run on
         self.trial = trial  # a trial build (see fastest): every candidate run once, none timed
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
@@ -335,7 +350,11 @@ class _Plan:
         return dst
 
     def constant(self, data: torch.Tensor, md: int, shape=None) -> _Tensor:
-        """A constant in the layout ``md`` asks for, reordered once now."""
+        """A constant in the layout ``md`` asks for, reordered once now — or, where a module of the same selection
+        (:attr:`reordered`, shared like :attr:`times`) reordered the same tensor to the same layout, read from its
+        copy: a module never writes its constants, and the variants of one selection ask for the same weights in
+        the same layouts wherever they chose the same kernel."""
+        source = data
         data = data.detach().to(torch.float32).contiguous()
         if shape is not None:
             data = data.reshape(shape)
@@ -344,10 +363,19 @@ class _Plan:
         src = _Tensor(plain, self.memory(plain, None, data.data_ptr()), None)
         if self.lib.dnnl_memory_desc_equal(_P(plain), _P(md)):
             return src
+        key = (id(source), source._version, tuple(data.shape))
+        copies = self.reordered.setdefault(key, (source, []))[1]  # the source kept: its identity names it
+        for layout, tensor in copies:
+            if self.lib.dnnl_memory_desc_equal(_P(layout.md), _P(md)):
+                buffer = _Buffer(tensor)
+                self.keep.append(buffer)
+                return _Tensor(md, self.memory(md, buffer), buffer)
         # a buffer of its own: a pooled one is an earlier activation's, which the steps before would overwrite
         buffer = _Buffer(torch.empty(max(1, self.lib.dnnl_memory_desc_get_size(md) // 4)))
         self.keep.append(buffer)
-        return self.reorder(src, md, _Tensor(md, self.memory(md, buffer), buffer), now=True)
+        reordered = self.reorder(src, md, _Tensor(md, self.memory(md, buffer), buffer), now=True)
+        copies.append((_HeldDescriptor(self.lib, md), buffer.tensor))
+        return reordered
 
     def plain(self, v: Value) -> _Tensor:
         """The value in the plain row-major layout, in a buffer of the module's (a graph input's address is each

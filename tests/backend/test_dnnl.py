@@ -3,6 +3,8 @@ result, in each activation layout, and its buffers are reused without clobbering
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 import torch.nn as nn
@@ -788,6 +790,32 @@ def test_winograd_filters_are_transformed_once_for_the_modules_that_share_them(m
         module = DnnlModule(graph, layout=layout, shared=shared)
         assert list(module.conv_kernels.values()) == [dnnl_conv._Winograd.name]
     assert len(transformed) == 1
+
+
+def test_weights_are_reordered_once_for_the_modules_that_share_them(monkeypatch):
+    """A weight a module of the selection reordered to a layout is read from that copy by the next one that asks
+    for the same layout (a second build of the same layout reorders none), and the copy outlives the module that
+    made it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 1)).eval()
+    x = torch.randn(1, 16, 12, 12)
+    graph = _graph(model, x)
+    reorders, reorder = [], dnnl_plan._Plan.reorder
+    monkeypatch.setattr(
+        dnnl_plan._Plan,
+        "reorder",
+        lambda self, *a, now=False, **k: (now and reorders.append(1)) or reorder(self, *a, now=now, **k),
+    )
+    shared: dict = {}
+    first = DnnlModule(graph, layout="blocked", shared=shared)
+    assert reorders  # blocked weights
+    reorders.clear()
+    again = DnnlModule(graph, layout="blocked", shared=shared)
+    assert reorders == [] and again.conv_kernels == first.conv_kernels
+    del first
+    gc.collect()
+    with torch.no_grad():
+        torch.testing.assert_close(again(x)[0], model(x), rtol=1e-4, atol=1e-4)
 
 
 def _prefer_winograd(self, candidates, reads, situation=None):
