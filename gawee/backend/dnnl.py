@@ -600,8 +600,8 @@ class DnnlRuntime(Runtime):
     def builds(
         self, graph: Graph, example_inputs: Sequence[torch.Tensor], *, shared: dict | None = None, **options
     ) -> tuple[Callable[[], DnnlModule], Callable[[], DnnlModule]]:
-        """The build here races each convolution's candidate kernels, sharing the times and transformed weights
-        with the other variants built with the same ``shared``; the trial process's build runs each kernel once,
+        """The build here races each convolution's candidate kernels, sharing the times, transformed and reordered
+        weights with the other variants built with the same ``shared``; the trial process's build runs each kernel once,
         untimed (``DnnlModule``'s ``trial``), but those that ran here already."""
         return functools.partial(self.build, graph, example_inputs, shared=shared, **options), functools.partial(
             DnnlModule,
