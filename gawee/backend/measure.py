@@ -154,7 +154,8 @@ def fastest(
             best = min(seconds[name] for name in alive)  # not a candidate dropped earlier: none would stay alive
             alive = [name for name in alive if seconds[name] <= best * (1 + CLOSE)]
             leader = min(alive, key=seconds.__getitem__)
-            alive = [name for name in alive if min(r[name] / r[leader] for r in rounds) <= 1 + STEADILY]
+            if len(rounds) >= MIN_ROUNDS:  # blocks of calls of different runtimes: not after their first two
+                alive = [name for name in alive if min(r[name] / r[leader] for r in rounds) <= 1 + STEADILY]
             tied = all(seconds[name] <= best * (1 + TIED) for name in alive)
             if (
                 len(alive) == 1
