@@ -472,7 +472,8 @@ class DnnlModule(torch.nn.Module):
     ``trial``: built by a trial process, with its convolutions' candidate kernels run once each and not raced
     (:meth:`gawee.backend.dnnl_plan._Plan.fastest`). ``shared``: a dict the modules built in one selection share
     (the variants of :meth:`DnnlRuntime.builds`): the times of the candidate kernels raced (the layouts race many of
-    the same kernels in the same situations) and the weights transformed for gawee's kernels."""
+    the same kernels in the same situations), the weights transformed for gawee's kernels and those reordered to a
+    kernel's layout."""
 
     def __init__(
         self,
