@@ -60,14 +60,13 @@ part of timing a CNN's candidates (the torch lowering's calls beside oneDNN's mo
 STEADILY = 0.03
 """After :data:`MIN_ROUNDS`, a close candidate slower than the best by more than this fraction in every round is
 dropped: with rounds that move by a percent or two relative to each other, three such rounds do not happen to a
-candidate as fast as the best (resnet18's blocked oneDNN module, 8-9% behind in each round, went on to
-:data:`FINAL_ROUNDS` beside two tied ones)."""
+candidate as fast as the best, while one a few percent behind would otherwise run all of :data:`FINAL_ROUNDS`
+beside the best (benchmarks/README.md, "Runtime: the oneDNN fusions as a target phase")."""
 
 TIED = 0.01
 """After :data:`MIN_ROUNDS`, when the close candidates are all within this fraction of the best, measuring ends:
-whichever of them runs, the call takes about the same, and the :data:`FINAL_ROUNDS` that would tell them apart
-(resnet18's oneDNN modules per_conv and channels_last, a few tenths of a percent apart) were a third of its
-timing."""
+whichever of them runs, the call takes about the same, and telling them apart would take all of
+:data:`FINAL_ROUNDS`."""
 
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
