@@ -9,11 +9,11 @@ different runtimes each get a pause and :data:`UNTIMED` untimed calls first (the
 previous candidate left behind: a runtime's spin-waiting threads) and make :data:`CALLS` timed
 calls. Each candidate is judged by its times *relative to the other candidates' in the same round*
 (:func:`_paired`): the machine's speed, which moves by 10-30% between seconds on a shared VM, cancels
-out. After the first round, one far slower than the quickest (:data:`FAR`) is dropped; after :data:`MIN_ROUNDS`,
-a candidate clearly slower than the best (:data:`CLOSE`), or slower in every round (:data:`STEADILY`), is
-dropped and the close ones go on to :data:`FINAL_ROUNDS` unless they are a tie (:data:`TIED`); one many times
-slower on its first calls (:data:`HOPELESS`) runs no round. The first candidate is the default: another is
-chosen only when it is faster by more than ``margin`` (a noisy tie keeps the default).
+out. After the first round, one far slower than the quickest (:data:`FAR`, or :data:`FAR_ONE` on one call) is
+dropped; after :data:`MIN_ROUNDS`, a candidate clearly slower than the best (:data:`CLOSE`), or slower in every
+round (:data:`STEADILY`), is dropped and the close ones go on to :data:`FINAL_ROUNDS` unless they are a tie
+(:data:`TIED`); one many times slower on its first calls (:data:`HOPELESS`) runs no round. The first candidate is
+the default: another is chosen only when it is faster by more than ``margin`` (a noisy tie keeps the default).
 """
 
 from __future__ import annotations
@@ -62,6 +62,11 @@ STEADILY = 0.03
 dropped: with rounds that move by a percent or two relative to each other, three such rounds do not happen to a
 candidate as fast as the best, while one a few percent behind would otherwise run all of :data:`FINAL_ROUNDS`
 beside the best (benchmarks/README.md, "Runtime: the oneDNN fusions as a target phase")."""
+
+FAR_ONE = 1.5
+""":data:`FAR` where each candidate has made one timed call (``fastest(warm=True)``: each one's first call there, its
+outputs checked before, is the first round): a candidate this many times the quickest is dropped before the second
+round; :data:`FAR` applies after it, on the fastest of two calls."""
 
 TIED = 0.01
 """After :data:`MIN_ROUNDS`, when the close candidates are all within this fraction of the best, measuring ends:
@@ -125,8 +130,11 @@ def fastest(
         untimed = 1 if min(second) >= LONG_CALL_S else UNTIMED
         hopeless = {name: t for name, t in zip(names, second) if name != names[0] and t > HOPELESS * min(second)}
         alive = [name for name in names if name not in hopeless]
+        if warm and not settle_s:  # each call so far was a steady one (the first was its check): the first round
+            rounds.append({name: second[names.index(name)] for name in alive})
+            alive = _near(rounds, alive, FAR_ONE)
         start = time.perf_counter()
-        while True:
+        while len(alive) > 1 or not rounds:
             times = {}
             for name in alive:
                 fn = candidates[name]
@@ -141,9 +149,10 @@ def fastest(
                     calls.append(max(time.perf_counter() - t0, 1e-9))  # a ratio's operand
                 times[name] = statistics.median(calls)
             rounds.append(times)
-            if len(rounds) == 1:  # the far slower go no further
-                quickest = {name: min(times[name], second[names.index(name)]) for name in alive}
-                alive = [name for name in alive if quickest[name] <= FAR * min(quickest.values())]
+            if len(rounds) == 1:  # the far slower go no further (their second call was a sample too)
+                alive = _near([*rounds, {name: second[names.index(name)] for name in alive}], alive, FAR)
+            elif len(rounds) == 2 and warm and not settle_s:  # the second call was the first round
+                alive = _near(rounds, alive, FAR)
             if len(rounds) >= MAX_ROUNDS or len(alive) == 1:
                 break
             spent = time.perf_counter() - start
@@ -167,6 +176,13 @@ def fastest(
     best = min(alive, key=seconds.__getitem__)
     chosen = best if seconds[best] < seconds[default] * (1 - margin) else default
     return Timings(seconds, chosen)
+
+
+def _near(samples: list[dict[str, float]], alive: list[str], far: float) -> list[str]:
+    """The candidates of ``alive`` whose fastest call in ``samples`` (rounds of calls) is at most ``far`` times the
+    quickest one's."""
+    quickest = {name: min(s[name] for s in samples) for name in alive}
+    return [name for name in alive if quickest[name] <= far * min(quickest.values())]
 
 
 def _paired(rounds: list[dict[str, float]], close: list[str]) -> dict[str, float]:

@@ -69,12 +69,28 @@ def test_the_clearly_slower_are_dropped_and_the_close_timed_on(clock):
 
 
 def test_candidates_that_ran_already_make_no_untimed_first_call(clock):
-    """``warm``: each candidate was called before (its outputs checked), so its first call here is timed."""
-    a, b = _candidate(clock, 0.010, lambda call: 5.0 if call == 0 else 1.0), _candidate(clock, 0.0103)
+    """``warm``: each candidate was called before (its outputs checked), so its first call here is timed, and is
+    the first round."""
+    a, b = _candidate(clock, 0.010, lambda call: 5.0 if call == 0 else 1.0), _candidate(clock, 0.0102)
     a(), b()  # the calls that checked them
     timed = measure.fastest({"a": a, "b": b}, [], budget_s=0.0, warm=True)
-    assert len(a.calls) == len(b.calls) == 1 + 1 + measure.FINAL_ROUNDS
-    assert timed.seconds == pytest.approx({"a": 0.010, "b": 0.0103})
+    assert len(a.calls) == len(b.calls) == 1 + measure.FINAL_ROUNDS
+    assert timed.seconds == pytest.approx({"a": 0.010, "b": 0.0102})
+
+
+def test_warm_candidates_far_behind_are_dropped_after_one_call_or_two(clock):
+    """With ``warm``, a candidate FAR_ONE times the quickest on its one call so far runs no second round; one
+    FAR behind (but not FAR_ONE) is dropped after the second round, its fastest of two calls."""
+    quick, far_one = _candidate(clock, 0.010), _candidate(clock, 0.010 * (measure.FAR_ONE + 0.1))
+    far, close = _candidate(clock, 0.010 * (measure.FAR + 0.1)), _candidate(clock, 0.0102)
+    candidates = {"quick": quick, "far_one": far_one, "far": far, "close": close}
+    for fn in candidates.values():
+        fn()  # the calls that checked them
+    timed = measure.fastest(candidates, [], budget_s=0.0, warm=True)
+    assert len(far_one.calls) == 1 + 1 and len(far.calls) == 1 + 2
+    assert len(quick.calls) == len(close.calls) == 1 + measure.FINAL_ROUNDS
+    assert timed.chosen == "quick"
+    assert timed.seconds["far_one"] == pytest.approx(0.010 * (measure.FAR_ONE + 0.1), rel=0.02)
 
 
 def test_a_tie_ends_the_timing_after_the_first_rounds(clock):
