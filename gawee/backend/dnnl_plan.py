@@ -296,10 +296,10 @@ class _Plan:
         is a heuristic: on an AVX2 machine its second implementation of channels-last 1×1 convolutions
         (``jit_1x1``) took less time than its first (``brgconv_1x1``). Each implementation once: oneDNN 3.2's
         iteration visited a resnet50's implementations of a shape once more for each earlier convolution of that
-        shape (the 4th 1×1 convolution of a shape, 4 times each). An implementation
-        whose vectors are a quarter as wide as an earlier one's, or narrower (``jit:sse41`` after
-        ``jit:avx512_core``: oneDNN keeps it for CPUs without the wider instructions), is left out: each of its
-        instructions does a quarter of the work or less, and yet each race and each trial ran it."""
+        shape (the 4th 1×1 convolution of a shape, 4 times each). An implementation whose vectors are a quarter as
+        wide as an earlier one's, or narrower (``jit:sse41`` after ``jit:avx512_core``: oneDNN keeps it for CPUs
+        without the wider instructions), is left out: each of its instructions does a quarter of the work or less,
+        and yet each race and each trial ran it."""
         pd, found, names, widest = self.descriptor(create, *args, attr=attr), [], set(), 0
         while True:
             name = self._impl_name(pd)
