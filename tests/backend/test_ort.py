@@ -157,7 +157,7 @@ def test_fastest_keeps_the_default_on_a_tie_and_takes_a_clear_winner():
     assert timed.chosen == "default"
     # different runtimes: a pause, untimed calls, then several timed calls per round (for two within FAR)
     before = dict(calls)
-    fastest({"default": sleeper("a", 0.004), "other": sleeper("b", 0.0035)}, [], settle_s=0.01)
+    fastest({"default": sleeper("a", 0.004), "other": sleeper("b", 0.0038)}, [], settle_s=0.01)
     assert calls["b"] - before["b"] >= 2 + 2 * (2 + 2)  # first calls, then two rounds of (untimed + timed)
     # calls of 50 ms or more: one untimed call per round
     long_a, long_b = sleeper("a", 0.06), sleeper("b", 0.05)
