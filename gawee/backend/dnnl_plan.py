@@ -147,12 +147,13 @@ class _HeldDescriptor:
     __slots__ = ("lib", "md")
 
     def __init__(self, lib, md: int):
-        held = _P()
+        self.lib, self.md, held = lib, None, _P()
         _check(lib.dnnl_memory_desc_clone(ctypes.byref(held), _P(md)), "dnnl_memory_desc_clone")
-        self.lib, self.md = lib, held.value
+        self.md = held.value
 
     def __del__(self):
-        self.lib.dnnl_memory_desc_destroy(_P(self.md))
+        if self.md is not None:
+            self.lib.dnnl_memory_desc_destroy(_P(self.md))
 
 
 class _Tensor:
@@ -588,6 +589,10 @@ class _Scratch:
         if not self.kept:
             self.spare = {w: [b for (_, written, _), b in self.buffers.items() if written == w] for w in (False, True)}
             self.buffers = {}
+
+    def free(self) -> None:
+        """Frees every buffer held (the build is over): the spare ones, and a trial's kept set."""
+        self.spare, self.buffers = {False: [], True: []}, {}
 
 
 def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import weakref
 
 import pytest
 import torch
@@ -781,6 +782,27 @@ def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
     seen.clear()
     DnnlModule(graph, layout="per_conv", trial=True)
     assert seen and all(kept and {k for k, _, _ in buffers} == {0} for kept, buffers in seen)
+
+
+def test_a_build_frees_its_races_buffers(monkeypatch):
+    """The last race's buffers, spare for the next race, are freed when the build ends — not when a garbage
+    collection finds the plan (which its scratch refers back to)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 1)).eval()
+    graph = _graph(model, torch.randn(1, 16, 12, 12))
+    refs, close = [], dnnl_plan._Scratch.close
+
+    def closing(self):
+        close(self)
+        refs.extend(weakref.ref(b) for buffers in self.spare.values() for b in buffers)
+
+    monkeypatch.setattr(dnnl_plan._Scratch, "close", closing)
+    gc.disable()
+    try:
+        DnnlModule(graph, layout="per_conv")
+        assert refs and all(ref() is None for ref in refs)
+    finally:
+        gc.enable()
 
 
 def test_winograd_filters_are_transformed_once_for_the_modules_that_share_them(monkeypatch):
