@@ -527,17 +527,13 @@ class _Scratch:
     """The zero-filled buffers races run their candidates on (:meth:`_Plan._race`): a slot — the n-th buffer the k-th
     candidate of a race reads, or writes — is one buffer. Each candidate of a race has buffers of its own: one
     candidate's call leaves its buffers in the caches, which would make the next one's reads of the same buffers
-    cheaper than they are in the module. A buffer read is never written, so it stays zero; one written holds what
-    kernels made of zeros. When a race ends its buffers are the next race's :attr:`spare`: a slot there takes a
-    spare buffer read (or written) where one fits, so the next race's candidates need not zero new memory (page
-    faults and a fill, a large share of a build that races every convolution), and what that race did not take is
-    freed when it ends: at most two races' buffers are held at once (kept from race to race, each slot as large as
-    any race asked of it, they held several races' memory through the whole build). A trial's buffers are
-    ``kept``: its candidates share one set, as their speed is not measured."""
+    cheaper than they are in the module. A race's buffers are freed when it ends (kept from race to race, each
+    slot as large as any race asked of it, they would hold several races' memory through the whole build), but
+    where they are ``kept``: a trial's, whose candidates share one set, as their speed is not measured. A buffer
+    read is never written, so it stays zero; one written holds what kernels made of zeros."""
 
     def __init__(self, plan: _Plan, kept: bool = False):
         self.plan, self.memories, self.buffers, self.kept = plan, [], {}, kept
-        self.spare: dict[bool, list[torch.Tensor]] = {False: [], True: []}  # the last race's buffers, read / written
         self.candidate, self.counts = -1, [0, 0]
 
     def next_candidate(self, first: bool = False) -> None:
@@ -552,16 +548,8 @@ class _Scratch:
         size = max(1, self.plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4)
         buffer = self.buffers.get(slot)
         if buffer is None or buffer.numel() < size:  # an earlier step keeps the smaller one
-            buffer = self.buffers[slot] = self._spare(size, written)
+            buffer = self.buffers[slot] = torch.zeros(size)
         return buffer
-
-    def _spare(self, size: int, written: bool) -> torch.Tensor:
-        """The smallest spare buffer of the kind asked for of ``size`` elements to twice that, else a new one."""
-        spare = self.spare[written]
-        fits = [i for i, b in enumerate(spare) if size <= b.numel() <= 2 * size]
-        if not fits:
-            return torch.zeros(size)
-        return spare.pop(min(fits, key=lambda i: spare[i].numel()))
 
     def memory(self, md: int, written: bool = False) -> tuple[int, torch.Tensor]:
         """A oneDNN memory of ``md`` over the next slot's buffer (:meth:`zeros`); and the buffer."""
@@ -581,18 +569,12 @@ class _Scratch:
         return self.plan.lib.dnnl_primitive_execute, (prim, self.plan.stream, len(made), args), buffers
 
     def close(self) -> None:
-        """Destroys the race's memories; unless they are :attr:`kept`, its buffers become the next race's
-        :attr:`spare` and the spare ones it did not take are freed."""
+        """Destroys the race's memories, and frees its buffers unless they are :attr:`kept`."""
         for memory in self.memories:
             self.plan.lib.dnnl_memory_destroy(memory)
         self.memories = []
         if not self.kept:
-            self.spare = {w: [b for (_, written, _), b in self.buffers.items() if written == w] for w in (False, True)}
             self.buffers = {}
-
-    def free(self) -> None:
-        """Frees every buffer held (the build is over): the spare ones, and a trial's kept set."""
-        self.spare, self.buffers = {False: [], True: []}, {}
 
 
 def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:

@@ -4,8 +4,6 @@ result, in each activation layout, and its buffers are reused without clobbering
 from __future__ import annotations
 
 import gc
-import itertools
-import weakref
 
 import pytest
 import torch
@@ -754,8 +752,8 @@ def test_a_trial_build_runs_only_the_kernels_not_run_here_already(monkeypatch):
 
 def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
     """A race's candidates run on scratch buffers of their own (the n-th buffer the k-th candidate reads, or writes),
-    handed to the next race when it ends; the buffers read stay zero (kernels that read garbage may run at another
-    speed), though a sigmoid writes 1/2. A trial's candidates share one set, kept from race to race."""
+    freed when the race ends; the buffers read stay zero (kernels that read garbage may run at another speed),
+    though a sigmoid writes 1/2. A trial's candidates share one set, kept from race to race."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.Sigmoid(), nn.Conv2d(32, 32, 1), nn.Sigmoid()).eval()
     graph = _graph(model, torch.randn(1, 16, 12, 12))
@@ -768,41 +766,14 @@ def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
 
     monkeypatch.setattr(dnnl_plan._Scratch, "close", closing)
     DnnlModule(graph, layout="per_conv")
-    assert len(seen) > 1 and not any(kept for kept, _ in seen)
+    assert seen and not any(kept for kept, _ in seen)
     for _, buffers in seen:
         read = [b for (_, written, _), b in buffers.items() if not written]
         assert read and all(not b.any() for b in read)
         assert len({k for k, _, _ in buffers}) > 1  # candidates of their own
-        assert len({b.data_ptr() for b in buffers.values()}) == len(buffers)  # no buffer in two slots
-    # a race runs on the buffers of the race before it where they fit (read ones read, written ones written)
-    kinds = [{id(b): written for (_, written, _), b in buffers.items()} for _, buffers in seen]
-    for before, after in itertools.pairwise(kinds):
-        assert all(before[b] == written for b, written in after.items() if b in before)
-    assert any(set(before) & set(after) for before, after in itertools.pairwise(kinds))
     seen.clear()
     DnnlModule(graph, layout="per_conv", trial=True)
     assert seen and all(kept and {k for k, _, _ in buffers} == {0} for kept, buffers in seen)
-
-
-def test_a_build_frees_its_races_buffers(monkeypatch):
-    """The last race's buffers, spare for the next race, are freed when the build ends — not when a garbage
-    collection finds the plan (which its scratch refers back to)."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 1)).eval()
-    graph = _graph(model, torch.randn(1, 16, 12, 12))
-    refs, close = [], dnnl_plan._Scratch.close
-
-    def closing(self):
-        close(self)
-        refs.extend(weakref.ref(b) for buffers in self.spare.values() for b in buffers)
-
-    monkeypatch.setattr(dnnl_plan._Scratch, "close", closing)
-    gc.disable()
-    try:
-        DnnlModule(graph, layout="per_conv")
-        assert refs and all(ref() is None for ref in refs)
-    finally:
-        gc.enable()
 
 
 def test_winograd_filters_are_transformed_once_for_the_modules_that_share_them(monkeypatch):
