@@ -13,6 +13,7 @@ import ctypes
 import math
 import os
 import sys
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,6 @@ class _Plan:
         if trial:  # those it runs untimed are kept for this plan only
             self.times = dict(self.times)
         self.derived: dict[tuple, tuple] = shared.setdefault("derived", {})  # see derive
-        self.reordered: dict[tuple, tuple] = shared.setdefault("reordered", {})  # see constant
         self.scratch = _Scratch(self, kept=trial)  # the buffers races run on
         self.trial = trial  # a trial build (see fastest): every candidate run once, none timed
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
@@ -352,7 +352,7 @@ class _Plan:
 
     def constant(self, data: torch.Tensor, md: int, shape=None) -> _Tensor:
         """A constant in the layout ``md`` asks for, reordered once now — or, where a module of the same selection
-        (:attr:`reordered`, shared like :attr:`times`) reordered the same tensor to the same layout, read from its
+        reordered the same tensor to the same layout (its copies are derived from it: :meth:`derive`), read from that
         copy: a module never writes its constants, and the variants of one selection ask for the same weights in
         the same layouts wherever they chose the same kernel."""
         source = data
@@ -364,8 +364,7 @@ class _Plan:
         src = _Tensor(plain, self.memory(plain, None, data.data_ptr()), None)
         if self.lib.dnnl_memory_desc_equal(_P(plain), _P(md)):
             return src
-        key = (id(source), source._version, tuple(data.shape))
-        copies = self.reordered.setdefault(key, (source, []))[1]  # the source kept: its identity names it
+        copies = self.derive(f"reordered as {tuple(data.shape)}", source, list)  # (layout, tensor) pairs
         for layout, tensor in copies:
             if self.lib.dnnl_memory_desc_equal(_P(layout.md), _P(md)):
                 buffer = _Buffer(tensor)
@@ -505,10 +504,11 @@ class _Plan:
             for reorder in reorders:
                 self._drop(reorder)
 
-    def derive(self, what: str, tensor: torch.Tensor, make) -> torch.Tensor:
-        """``make()``, a tensor derived from ``tensor`` (``what`` says how: Winograd's transformed filters), made
-        once for the modules that share :attr:`derived` (one selection's: the variants transform the same
-        weights). ``tensor`` is kept with it, so its identity names it while the entry lives."""
+    def derive(self, what: str, tensor: torch.Tensor, make: Callable[[], Any]) -> Any:
+        """``make()``, what is derived from ``tensor`` (``what`` says how: Winograd's transformed filters, the copies
+        reordered to kernels' layouts), made once for the modules that share :attr:`derived` (one selection's: the
+        variants transform and reorder the same weights). ``tensor`` is kept with it, so its identity names it while
+        the entry lives."""
         key = (what, id(tensor), tensor._version)
         if key not in self.derived:
             self.derived[key] = (tensor, make())
