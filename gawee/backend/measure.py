@@ -52,10 +52,11 @@ reference convolutions, as regnet_y_400mf's blocked module once did on AVX-512, 
 the others). Its seconds are that call's. The default is always timed."""
 
 FAR = 1.3
-"""After the first round, a candidate whose fastest call so far (its second call or that round's) took more than this
-many times the quickest one's is dropped, the default too (its first round's time stands: another wins by far more
-than the margin): it would not be within :data:`CLOSE` after the first rounds either, and they are the longest
-part of timing a CNN's candidates (the torch lowering's calls beside oneDNN's modules)."""
+"""Once each candidate has made two timed calls (its second call and the first round's; with ``warm``, the first two
+rounds), a candidate whose fastest of them took more than this many times the quickest one's is dropped, the
+default too (its time stands: another wins by far more than the margin): it would not be within :data:`CLOSE` after
+the first rounds either, and they are the longest part of timing a CNN's candidates (the torch lowering's calls
+beside oneDNN's modules)."""
 
 STEADILY = 0.03
 """After :data:`MIN_ROUNDS`, a close candidate slower than the best by more than this fraction in every round is
