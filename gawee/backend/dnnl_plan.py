@@ -494,10 +494,15 @@ class _Plan:
                         _check(function(*args), "a measured kernel")
                     lib.dnnl_stream_wait(self.stream)
 
-                run()  # warm: the first call of a primitive pages its buffers and code in
                 runners[i] = run
-            if self.trial:  # the module takes the fastest kept candidate, as the build there would
+            if self.trial:  # each called once; the module takes the fastest kept candidate, as the build there would
+                for run in runners.values():
+                    run()
                 return dict.fromkeys(runners, math.inf)
+            # No untimed first call: the scratch buffers are paged in (zero-filled) and a kernel's code is made when
+            # its primitive is, so a first call takes about what the next ones do (0.8-1.2 times their fastest
+            # here), and the race's first round, which only drops candidates 1.5 times the leader's slowest
+            # (kernels.DECISIVE), is its warm-up.
             return best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.05)
         finally:
             scratch.close()

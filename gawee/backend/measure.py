@@ -10,14 +10,16 @@ previous candidate left behind: a runtime's spin-waiting threads) and make :data
 calls. Each candidate is judged by its times *relative to the other candidates' in the same round*
 (:func:`_paired`): the machine's speed, which moves by 10-30% between seconds on a shared VM, cancels
 out. After the first round, one far slower than the quickest (:data:`FAR`, or :data:`FAR_ONE` on one call) is
-dropped; after :data:`MIN_ROUNDS`, a candidate clearly slower than the best (:data:`CLOSE`), or slower in every
-round (:data:`STEADILY`), is dropped and the close ones go on to :data:`FINAL_ROUNDS` unless they are a tie
-(:data:`TIED`); one many times slower on its first calls (:data:`HOPELESS`) runs no round. The first candidate is
-the default: another is chosen only when it is faster by more than ``margin`` (a noisy tie keeps the default).
+dropped; after :data:`MIN_ROUNDS`, a candidate clearly slower than the best (:data:`CLOSE`), slower in every
+round (:data:`STEADILY`), or shown by its rounds' spread to be at most :data:`TIED` faster than the best
+(:data:`SURE`), is dropped and the close ones go on to :data:`FINAL_ROUNDS` unless they are a tie (:data:`TIED`);
+one many times slower on its first calls (:data:`HOPELESS`) runs no round. The first candidate is the default:
+another is chosen only when it is faster by more than ``margin`` (a noisy tie keeps the default).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -74,6 +76,14 @@ TIED = 0.01
 whichever of them runs, the call takes about the same, and telling them apart would take all of
 :data:`FINAL_ROUNDS`."""
 
+SURE = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753, 1.746)
+"""Student's t at 95% (one-sided) for 1, 2, ... degrees of freedom (the last for more). After :data:`MIN_ROUNDS`, a
+candidate whose time relative to the best's in the same rounds (the mean of the logarithms of the ratios) is above
+``-TIED`` by this many standard errors of that mean is dropped: with 95% confidence it is at most :data:`TIED`
+faster than the best, so timing it on could only change the choice by less than that. Rounds that move together
+(a candidate 2% behind in each, the spread a fraction of that) decide after the first rounds; noisy ones (a burst
+of load in one round) go on to :data:`FINAL_ROUNDS`, as before this test."""
+
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
 
@@ -120,6 +130,10 @@ def fastest(
     names = list(candidates)
     rounds: list[dict[str, float]] = []  # per round, each candidate's time in it
     min_rounds = MIN_BLOCK_ROUNDS if settle_s else MIN_ROUNDS
+    # With ``warm``, the first round is each candidate's first call here, which can be slower than its steady calls
+    # for a candidate that ran last before other work (a fork since leaves its written pages to fault again):
+    # judged only for the far slower (FAR_ONE, FAR), not among the close ones.
+    skip = 1 if warm and not settle_s else 0
     with torch.no_grad():
         second = []
         for fn in candidates.values():  # first calls: primitive creation, allocation: nobody's steady time
@@ -157,14 +171,20 @@ def fastest(
             if len(rounds) >= MAX_ROUNDS or len(alive) == 1:
                 break
             spent = time.perf_counter() - start
-            if len(rounds) < min_rounds:
+            steady = rounds[skip:]
+            if len(steady) < min_rounds:
                 continue
-            seconds = _paired(rounds, alive)
+            seconds = _paired(steady, alive)
             best = min(seconds[name] for name in alive)  # not a candidate dropped earlier: none would stay alive
             alive = [name for name in alive if seconds[name] <= best * (1 + CLOSE)]
             leader = min(alive, key=seconds.__getitem__)
-            if len(rounds) >= MIN_ROUNDS:  # blocks of calls of different runtimes: not after their first two
-                alive = [name for name in alive if min(r[name] / r[leader] for r in rounds) <= 1 + STEADILY]
+            if len(steady) >= MIN_ROUNDS:  # blocks of calls of different runtimes: not after their first two
+                alive = [
+                    name
+                    for name in alive
+                    if name == leader
+                    or (min(r[name] / r[leader] for r in steady) <= 1 + STEADILY and not _sure(steady, name, leader))
+                ]
             tied = all(seconds[name] <= best * (1 + TIED) for name in alive)
             if (
                 len(alive) == 1
@@ -172,11 +192,21 @@ def fastest(
                 or (spent >= budget_s and (len(rounds) >= FINAL_ROUNDS or spent >= budget_s + FINAL_BUDGET_S))
             ):
                 break
-    seconds = {**_paired(rounds, alive), **hopeless}
+    steady = rounds[skip:]
+    seconds = {**_paired(rounds, alive), **(_paired(steady, alive) if steady else {}), **hopeless}
     default = names[0]
     best = min(alive, key=seconds.__getitem__)
     chosen = best if seconds[best] < seconds[default] * (1 - margin) else default
     return Timings(seconds, chosen)
+
+
+def _sure(rounds: list[dict[str, float]], name: str, leader: str) -> bool:
+    """Whether ``name``'s times relative to ``leader``'s in the same ``rounds`` show, with :data:`SURE`'s confidence,
+    that it is at most :data:`TIED` faster than the leader (the mean of the logarithms of the ratios, less that many
+    standard errors, is at least ``log(1 - TIED)``)."""
+    logs = [math.log(r[name] / r[leader]) for r in rounds]
+    error = statistics.stdev(logs) / math.sqrt(len(logs))
+    return statistics.fmean(logs) - SURE[min(len(logs) - 1, len(SURE)) - 1] * error >= math.log(1 - TIED)
 
 
 def _near(samples: list[dict[str, float]], alive: list[str], far: float) -> list[str]:
