@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from gawee.backend import onednn
+from gawee.backend.measure import surely_not_faster
 from gawee.errors import GaweeError
 from gawee.ir.symbolic import at_example, has_symbols
 from gawee.ir.types import DType
@@ -221,7 +222,9 @@ rounds left go to telling the close ones apart."""
 TIE = 1.03
 """After ``min_rounds``, kernels whose fastest calls are all within this factor of the leader's are a tie: measuring
 ends, the leader wins. Which of them runs changes the call by less than that; telling them apart would take the
-rounds left (Winograd's chunkings of one convolution, oneDNN's jit and brgemm kernels of another)."""
+rounds left (Winograd's chunkings of one convolution, oneDNN's jit and brgemm kernels of another). A kernel whose
+calls divided by the leader's in the same rounds show it at most that much faster
+(:func:`gawee.backend.measure.surely_not_faster`: their spread small beside the difference) is dropped too."""
 
 
 def best_calls(
@@ -230,24 +233,35 @@ def best_calls(
     """Each runner's fastest call on ``args`` in milliseconds: calls interleaved round by round (a burst of
     load elsewhere hits them all) until ``budget_s`` is spent or ``max_rounds`` are run. A runner whose
     fastest call is slower than the leader's slowest by DECISIVE (or, after ``min_rounds``, CLEAR_WIN, or than
-    the leader's fastest by BEHIND) has lost and is dropped: measuring ends when one is left, or when those left
-    are a :data:`TIE`."""
+    the leader's fastest by BEHIND, or it is surely no more than a :data:`TIE` faster) has lost and is dropped:
+    measuring ends when one is left, or when those left are a :data:`TIE`."""
     best = {kernel: math.inf for kernel in runners}
     worst = dict.fromkeys(runners, 0.0)
     live = dict(runners)
+    calls: list[dict] = []  # per round, each live kernel's call
     start = time.perf_counter()
     with torch.no_grad():
         for rounds in range(1, max_rounds + 1):
+            calls.append({})
             for kernel, fn in live.items():
                 t0 = time.perf_counter()
                 fn(*args)
                 ms = (time.perf_counter() - t0) * 1e3
                 best[kernel], worst[kernel] = min(best[kernel], ms), max(worst[kernel], ms)
+                calls[-1][kernel] = max(ms, 1e-9)  # a ratio's operand
             leader = min(live, key=best.__getitem__)
             factor = CLEAR_WIN if rounds >= min_rounds else DECISIVE
             live = {k: fn for k, fn in live.items() if k == leader or best[k] < factor * worst[leader]}
             if rounds >= min_rounds:
-                live = {k: fn for k, fn in live.items() if best[k] <= BEHIND * best[leader]}
+                live = {
+                    k: fn
+                    for k, fn in live.items()
+                    if k == leader
+                    or (
+                        best[k] <= BEHIND * best[leader]
+                        and not (rounds > 1 and surely_not_faster([c[k] / c[leader] for c in calls], 1 - 1 / TIE))
+                    )
+                }
             tied = rounds >= min_rounds and all(best[k] <= TIE * best[leader] for k in live)
             if len(live) == 1 or tied or time.perf_counter() - start > budget_s:
                 break

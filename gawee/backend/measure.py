@@ -201,12 +201,18 @@ def fastest(
 
 
 def _sure(rounds: list[dict[str, float]], name: str, leader: str) -> bool:
-    """Whether ``name``'s times relative to ``leader``'s in the same ``rounds`` show, with :data:`SURE`'s confidence,
-    that it is at most :data:`TIED` faster than the leader (the mean of the logarithms of the ratios, less that many
-    standard errors, is at least ``log(1 - TIED)``)."""
-    logs = [math.log(r[name] / r[leader]) for r in rounds]
+    """Whether ``name``'s times relative to ``leader``'s in the same ``rounds`` show that it is at most :data:`TIED`
+    faster than the leader (:func:`surely_not_faster`)."""
+    return surely_not_faster([r[name] / r[leader] for r in rounds], TIED)
+
+
+def surely_not_faster(ratios: Sequence[float], fraction: float) -> bool:
+    """Whether a candidate's times divided by another's in the same rounds (two or more) show, with :data:`SURE`'s
+    confidence, that it is at most ``fraction`` faster than the other: the mean of their logarithms, less that many
+    standard errors of it, is at least ``log(1 - fraction)``."""
+    logs = [math.log(r) for r in ratios]
     error = statistics.stdev(logs) / math.sqrt(len(logs))
-    return statistics.fmean(logs) - SURE[min(len(logs) - 1, len(SURE)) - 1] * error >= math.log(1 - TIED)
+    return statistics.fmean(logs) - SURE[min(len(logs) - 1, len(SURE)) - 1] * error >= math.log(1 - fraction)
 
 
 def _near(samples: list[dict[str, float]], alive: list[str], far: float) -> list[str]:

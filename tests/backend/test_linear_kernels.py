@@ -162,11 +162,15 @@ def clock(monkeypatch):
     return fake
 
 
-def _sleeper(seconds: float, calls: list, clock: _Clock):
+def _sleeper(seconds: float, calls: list, clock: _Clock, cycle: tuple[float, ...] = (1.0,)):
+    """A fake kernel taking ``seconds`` times the factors of ``cycle`` in turn."""
+
     def run(*_):
         calls.append(seconds)
-        clock.now += seconds
+        clock.now += seconds * cycle[len(run.made) % len(cycle)]
+        run.made.append(seconds)
 
+    run.made = []
     return run
 
 
@@ -182,9 +186,13 @@ def test_a_clear_winner_or_a_tie_ends_the_measurement_early_and_a_close_call_doe
     )
     assert len(calls) == 2 and min(best, key=best.get) == "fast"  # 10x apart: one round decides
     calls.clear()
-    close = {"a": _sleeper(0.005, calls, clock), "b": _sleeper(0.005 * 1.05, calls, clock)}
+    close = {"a": _sleeper(0.005, calls, clock), "b": _sleeper(0.005, calls, clock, (1.05, 0.96, 1.14))}
     best = kernels.best_calls(close, (), 3, 10, budget_s=1.0)
-    assert len(calls) == 2 * 10 and min(best, key=best.get) == "a"  # 5% apart: until max_rounds (or the budget)
+    assert len(calls) == 2 * 10 and min(best, key=best.get) == "b"  # 4% apart, with spread: until max_rounds
+    calls.clear()
+    steady = {"a": _sleeper(0.005, calls, clock), "b": _sleeper(0.005 * 1.05, calls, clock)}
+    best = kernels.best_calls(steady, (), 3, 10, budget_s=1.0)
+    assert len(calls) == 2 * 3 and min(best, key=best.get) == "a"  # 5% behind in every round: surely not faster
     calls.clear()
     behind = {"a": _sleeper(0.005, calls, clock), "b": _sleeper(0.005 * (kernels.BEHIND + 0.02), calls, clock)}
     kernels.best_calls(behind, (), 3, 10, budget_s=1.0)
@@ -196,10 +204,12 @@ def test_a_clear_winner_or_a_tie_ends_the_measurement_early_and_a_close_call_doe
 
 
 def test_a_kernel_that_cannot_win_is_dropped_and_the_rest_measured_on(clock):
-    """1.375x apart: not decisive in the first round, dropped after min_rounds; the two close ones run on."""
+    """1.375x apart: not decisive in the first round, dropped after min_rounds; the two close ones (their calls'
+    spread hiding which is faster) run on."""
     calls: list = []
+    b = _sleeper(0.042, calls, clock, (1.0, 0.9, 1.1))
     best = kernels.best_calls(
-        {"a": _sleeper(0.04, calls, clock), "b": _sleeper(0.042, calls, clock), "slow": _sleeper(0.055, calls, clock)},
+        {"a": _sleeper(0.04, calls, clock), "b": b, "slow": _sleeper(0.055, calls, clock)},
         (),
         min_rounds=2,
         max_rounds=6,
