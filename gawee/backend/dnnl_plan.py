@@ -532,14 +532,26 @@ class _Scratch:
     """The zero-filled buffers races run their candidates on (:meth:`_Plan._race`): a slot — the n-th buffer the k-th
     candidate of a race reads, or writes — is one buffer. Each candidate of a race has buffers of its own: one
     candidate's call leaves its buffers in the caches, which would make the next one's reads of the same buffers
-    cheaper than they are in the module. A race's buffers are freed when it ends (kept from race to race, each
-    slot as large as any race asked of it, they would hold several races' memory through the whole build), but
-    where they are ``kept``: a trial's, whose candidates share one set, as their speed is not measured. A buffer
-    read is never written, so it stays zero; one written holds what kernels made of zeros."""
+    cheaper than they are in the module. A race's buffers are carved one after another from blocks the plan keeps
+    for its build (the arena: as large as the largest race asked for), which every race reuses: a race's own
+    allocations would take pages the process last wrote before it forked a trial process, each of which faults on
+    its first write since (zero-filling ran at a fifth of its speed on such pages: benchmarks/README.md, "Runtime:
+    the oneDNN fusions as a target phase"), and freed at the race's end they leave the heap as fragmented as the
+    races' sizes. A buffer read is never written, so it stays zero; those written are zeroed again when the race
+    ends, so the arena is all zeros between races. A trial's candidates (``kept``) share one set of buffers instead,
+    kept from race to race, each slot as large as any race asked of it, as their speed is not measured."""
+
+    BLOCK = 4 << 20
+    """The smallest block of the arena, in float32 elements (16 MiB)."""
+    PAGE = 1024
+    """Slots start on 4 KiB boundaries (in float32 elements): no two buffers share a page or a cache line."""
 
     def __init__(self, plan: _Plan, kept: bool = False):
         self.plan, self.memories, self.buffers, self.kept = plan, [], {}, kept
         self.candidate, self.counts = -1, [0, 0]
+        self.blocks: list[torch.Tensor] = []  # the arena (not kept): all zeros between races
+        self.cursor = (0, 0)  # the next slot's block and offset
+        self.written: list[torch.Tensor] = []  # this race's slots written, zeroed when it ends
 
     def next_candidate(self, first: bool = False) -> None:
         """The next buffers asked for are the next candidate's (``first``: the first candidate of a race)."""
@@ -548,13 +560,29 @@ class _Scratch:
 
     def zeros(self, md: int, written: bool = False) -> torch.Tensor:
         """The buffer of the next slot (of those read, or those ``written``), at least the size of ``md``."""
+        size = max(1, self.plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4)
+        if not self.kept:
+            buffer = self._carved(size)
+            if written:
+                self.written.append(buffer)
+            return buffer
         slot = (self.candidate, written, self.counts[written])
         self.counts[written] += 1
-        size = max(1, self.plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4)
         buffer = self.buffers.get(slot)
         if buffer is None or buffer.numel() < size:  # an earlier step keeps the smaller one
             buffer = self.buffers[slot] = torch.zeros(size)
         return buffer
+
+    def _carved(self, size: int) -> torch.Tensor:
+        """The next ``size`` elements of the arena (a block is added where none left has room)."""
+        size = -(-size // self.PAGE) * self.PAGE
+        block, offset = self.cursor
+        while block < len(self.blocks) and offset + size > self.blocks[block].numel():
+            block, offset = block + 1, 0
+        if block == len(self.blocks):
+            self.blocks.append(torch.zeros(max(size, self.BLOCK)))
+        self.cursor = (block, offset + size)
+        return self.blocks[block][offset : offset + size]
 
     def memory(self, md: int, written: bool = False) -> tuple[int, torch.Tensor]:
         """A oneDNN memory of ``md`` over the next slot's buffer (:meth:`zeros`); and the buffer."""
@@ -574,12 +602,13 @@ class _Scratch:
         return self.plan.lib.dnnl_primitive_execute, (prim, self.plan.stream, len(made), args), buffers
 
     def close(self) -> None:
-        """Destroys the race's memories, and frees its buffers unless they are :attr:`kept`."""
+        """Destroys the race's memories and zeroes the slots it wrote: the next race starts at the arena's start."""
         for memory in self.memories:
             self.plan.lib.dnnl_memory_destroy(memory)
         self.memories = []
-        if not self.kept:
-            self.buffers = {}
+        for buffer in self.written:
+            buffer.zero_()
+        self.written, self.cursor = [], (0, 0)
 
 
 def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:

@@ -4,6 +4,7 @@ result, in each activation layout, and its buffers are reused without clobbering
 from __future__ import annotations
 
 import gc
+import itertools
 
 import pytest
 import torch
@@ -751,29 +752,46 @@ def test_a_trial_build_runs_only_the_kernels_not_run_here_already(monkeypatch):
 
 
 def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
-    """A race's candidates run on scratch buffers of their own (the n-th buffer the k-th candidate reads, or writes),
-    freed when the race ends; the buffers read stay zero (kernels that read garbage may run at another speed),
-    though a sigmoid writes 1/2. A trial's candidates share one set, kept from race to race."""
+    """A race's candidates run on scratch buffers of their own, carved from the plan's arena, which every race
+    reuses from its start; the buffers read are zero (kernels that read garbage may run at another speed), and
+    those written (a sigmoid writes 1/2) are zeroed again when the race ends. A trial's candidates share one set,
+    kept from race to race."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.Sigmoid(), nn.Conv2d(32, 32, 1), nn.Sigmoid()).eval()
     graph = _graph(model, torch.randn(1, 16, 12, 12))
-    seen, close = [], dnnl_plan._Scratch.close
+    races, zeros, close = [[]], dnnl_plan._Scratch.zeros, dnnl_plan._Scratch.close
+
+    def carving(self, md, written=False):
+        buffer = zeros(self, md, written)
+        races[-1].append((self.candidate, written, buffer))
+        return buffer
 
     def closing(self):
-        seen.append((self.kept, dict(self.buffers)))
+        read = [b for _, written, b in races[-1] if not written]
+        assert self.kept or (read and all(not b.any() for b in read))
         close(self)
-        assert self.buffers == ({} if not self.kept else seen[-1][1])
+        if not self.kept:
+            assert self.blocks and all(not block.any() for block in self.blocks)  # all zeros between races
+            assert self.cursor == (0, 0)
+        races.append([])
 
+    monkeypatch.setattr(dnnl_plan._Scratch, "zeros", carving)
     monkeypatch.setattr(dnnl_plan._Scratch, "close", closing)
     DnnlModule(graph, layout="per_conv")
-    assert seen and not any(kept for kept, _ in seen)
-    for _, buffers in seen:
-        read = [b for (_, written, _), b in buffers.items() if not written]
-        assert read and all(not b.any() for b in read)
-        assert len({k for k, _, _ in buffers}) > 1  # candidates of their own
-    seen.clear()
+    races = [race for race in races if race]
+    assert len(races) > 1
+    for race in races:
+        spans = sorted((b.data_ptr(), b.data_ptr() + 4 * b.numel(), k) for k, _, b in race)
+        assert all(end <= next_start for (_, end, _), (next_start, _, _) in itertools.pairwise(spans))
+        assert len({k for k, _, _ in race}) > 1  # candidates of their own
+    assert races[0][0][2].data_ptr() == races[1][0][2].data_ptr()  # the arena reused from its start
+    races.clear()
+    races.append([])
     DnnlModule(graph, layout="per_conv", trial=True)
-    assert seen and all(kept and {k for k, _, _ in buffers} == {0} for kept, buffers in seen)
+    races = [race for race in races if race]
+    assert races and all({k for k, _, _ in race} == {0} for race in races)
+    kept = {id(b) for _, _, b in races[0]}
+    assert any(id(b) in kept for race in races[1:] for _, _, b in race)  # kept from race to race
 
 
 def test_winograd_filters_are_transformed_once_for_the_modules_that_share_them(monkeypatch):
