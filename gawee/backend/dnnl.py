@@ -513,6 +513,8 @@ class DnnlModule(torch.nn.Module):
             raise GaweeError(
                 f"{graph.name} cannot run on oneDNN's primitives: {e}", hint='use backend="torch"'
             ) from None
+        finally:
+            plan.scratch.free()
         self.lib, self.stream, self.layout = plan.lib, plan.stream, layout
         self.steps = [step[:2] for step in plan.steps]  # (function, arguments)
         self.kernels = [step[2] for step in plan.steps]

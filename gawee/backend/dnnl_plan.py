@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import mmap
 import os
 import sys
 from collections.abc import Callable
@@ -550,6 +551,7 @@ class _Scratch:
         self.plan, self.memories, self.buffers, self.kept = plan, [], {}, kept
         self.candidate, self.counts = -1, [0, 0]
         self.blocks: list[torch.Tensor] = []  # the arena (not kept): all zeros between races
+        self.touched: list[int] = []  # each block's elements written so far (from its start)
         self.cursor = (0, 0)  # the next slot's block and offset
         self.written: list[torch.Tensor] = []  # this race's slots written, zeroed when it ends
 
@@ -574,13 +576,19 @@ class _Scratch:
         return buffer
 
     def _carved(self, size: int) -> torch.Tensor:
-        """The next ``size`` elements of the arena (a block is added where none left has room)."""
+        """The next ``size`` elements of the arena (a block is added where none left has room), each page written
+        once before it is first handed out: a page of a fresh map that is only read maps the OS's one zero page,
+        which every such read would then find in the cache."""
         size = -(-size // self.PAGE) * self.PAGE
         block, offset = self.cursor
         while block < len(self.blocks) and offset + size > self.blocks[block].numel():
             block, offset = block + 1, 0
         if block == len(self.blocks):
-            self.blocks.append(torch.zeros(max(size, self.BLOCK)))
+            self.blocks.append(_mapped_zeros(max(size, self.BLOCK)))
+            self.touched.append(0)
+        if offset + size > self.touched[block]:
+            self.blocks[block][self.touched[block] : offset + size].zero_()
+            self.touched[block] = offset + size
         self.cursor = (block, offset + size)
         return self.blocks[block][offset : offset + size]
 
@@ -601,6 +609,10 @@ class _Scratch:
         buffers = [b for _, b in made.values()]
         return self.plan.lib.dnnl_primitive_execute, (prim, self.plan.stream, len(made), args), buffers
 
+    def free(self) -> None:
+        """Gives the arena back (the build is done; the module's kernels may keep the plan, not its races' memory)."""
+        self.blocks, self.touched, self.buffers, self.cursor = [], [], {}, (0, 0)
+
     def close(self) -> None:
         """Destroys the race's memories and zeroes the slots it wrote: the next race starts at the arena's start."""
         for memory in self.memories:
@@ -609,6 +621,15 @@ class _Scratch:
         for buffer in self.written:
             buffer.zero_()
         self.written, self.cursor = [], (0, 0)
+
+
+def _mapped_zeros(n: int) -> torch.Tensor:
+    """``n`` float32 zeros in an anonymous memory map of their own: the OS zero-fills each page on its first
+    touch (a page never touched costs nothing) and takes them back when the tensor dies, where a block from the
+    heap would stay in the process (gawee.backend.allocator keeps freed memory) beside what the build allocates
+    after it. Until a page is written, reads of it find the OS's one shared zero page (:meth:`_Scratch._carved`
+    writes each before handing it out)."""
+    return torch.frombuffer(mmap.mmap(-1, 4 * n), dtype=torch.float32)
 
 
 def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 
 import pytest
 import torch
@@ -754,12 +755,12 @@ def test_a_trial_build_runs_only_the_kernels_not_run_here_already(monkeypatch):
 def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
     """A race's candidates run on scratch buffers of their own, carved from the plan's arena, which every race
     reuses from its start; the buffers read are zero (kernels that read garbage may run at another speed), and
-    those written (a sigmoid writes 1/2) are zeroed again when the race ends. A trial's candidates share one set,
-    kept from race to race."""
+    those written (a sigmoid writes 1/2) are zeroed again when the race ends; the arena is given back when the build
+    is done (the module may keep its plan). A trial's candidates share one set, kept from race to race."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.Sigmoid(), nn.Conv2d(32, 32, 1), nn.Sigmoid()).eval()
     graph = _graph(model, torch.randn(1, 16, 12, 12))
-    races, zeros, close = [[]], dnnl_plan._Scratch.zeros, dnnl_plan._Scratch.close
+    races, zeros, close, scratches = [[]], dnnl_plan._Scratch.zeros, dnnl_plan._Scratch.close, set()
 
     def carving(self, md, written=False):
         buffer = zeros(self, md, written)
@@ -767,6 +768,7 @@ def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
         return buffer
 
     def closing(self):
+        scratches.add(self)
         read = [b for _, written, b in races[-1] if not written]
         assert self.kept or (read and all(not b.any() for b in read))
         close(self)
@@ -785,6 +787,7 @@ def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
         assert all(end <= next_start for (_, end, _), (next_start, _, _) in itertools.pairwise(spans))
         assert len({k for k, _, _ in race}) > 1  # candidates of their own
     assert races[0][0][2].data_ptr() == races[1][0][2].data_ptr()  # the arena reused from its start
+    assert len(scratches) == 1 and not scratches.pop().blocks  # given back when the build is done
     races.clear()
     races.append([])
     DnnlModule(graph, layout="per_conv", trial=True)
@@ -792,6 +795,24 @@ def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
     assert races and all({k for k, _, _ in race} == {0} for race in races)
     kept = {id(b) for _, _, b in races[0]}
     assert any(id(b) in kept for race in races[1:] for _, _, b in race)  # kept from race to race
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the resident set from /proc")
+def test_scratch_buffers_are_backed_by_pages_of_their_own():
+    """A buffer carved from a fresh block of the arena is written before it is handed out: a page only read would
+    map the OS's one zero page, and a kernel reading it would find it in the cache (its time too short)."""
+    graph = _graph(nn.Sequential(nn.Conv2d(4, 4, 1)).eval(), torch.randn(1, 4, 4, 4))
+    plan = dnnl_plan._Plan(graph, "per_conv")
+    scratch = dnnl_plan._Scratch(plan)
+
+    def resident() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    before = resident()
+    buffer = scratch.zeros(plan.md((8 << 20,)))  # 32 MiB, read
+    assert resident() - before >= 30 << 20 and not buffer.any()
+    scratch.free()
 
 
 def test_winograd_filters_are_transformed_once_for_the_modules_that_share_them(monkeypatch):
