@@ -605,6 +605,8 @@ def _runtimes(
             else:
                 not_candidates[name] = why
         _spend(spent, "builds", t0)
+    for work in shared.values():  # what the builds shared (the kernels' times, the scratch memory of their races)
+        work.clear()  # is not needed by the modules built, and would be held through the timing
     order = {name: i for i, name in enumerate(names)}
     modules = dict(sorted(modules.items(), key=lambda item: order[item[0]]))
     return modules, checks, not_candidates, fired

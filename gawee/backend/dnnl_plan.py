@@ -190,7 +190,7 @@ class _Plan:
         if trial:  # those it runs untimed are kept for this plan only
             self.times = dict(self.times)
         self.derived: dict[tuple, tuple] = shared.setdefault("derived", {})  # see derive
-        self.scratch = _Scratch(self, kept=trial)  # the buffers races run on
+        self.scratch = _Scratch(self, shared.setdefault("arena", _Arena()), kept=trial)  # the buffers races run on
         self.trial = trial  # a trial build (see fastest): every candidate run once, none timed
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
@@ -529,30 +529,56 @@ class _Plan:
                     self.release(t)
 
 
+class _Arena:
+    """The memory races carve their candidates' scratch buffers from (:class:`_Scratch`), shared by the modules of
+    one selection (``shared``) and given back with it: blocks in anonymous maps of their own, all zeros between
+    races, as large together as the largest race asked for. Each page is written once before it is first handed
+    out: a page of a fresh map that is only read maps the OS's one zero page, which every such read would then
+    find in the cache. The blocks are left out of forked processes (``MADV_DONTFORK``, where the OS has it): a
+    trial process never races on them, and a fork would leave each page write-protected here, to fault again on
+    its next write (zero-filling ran at a fifth of its speed on such pages: benchmarks/README.md, "Runtime: the
+    oneDNN fusions as a target phase")."""
+
+    BLOCK = 4 << 20
+    """The smallest block, in float32 elements (16 MiB)."""
+    PAGE = 1024
+    """Slots start on 4 KiB boundaries (in float32 elements): no two buffers share a page or a cache line."""
+
+    def __init__(self):
+        self.blocks: list[torch.Tensor] = []
+        self.touched: list[int] = []  # each block's elements written so far (from its start)
+
+    def carve(self, cursor: tuple[int, int], size: int) -> tuple[torch.Tensor, tuple[int, int]]:
+        """The ``size`` elements from ``cursor`` (a block and an offset) on, or from the start of the next block with
+        room (one is added where none has), and the cursor after them."""
+        size = -(-size // self.PAGE) * self.PAGE
+        block, offset = cursor
+        while block < len(self.blocks) and offset + size > self.blocks[block].numel():
+            block, offset = block + 1, 0
+        if block == len(self.blocks):
+            self.blocks.append(_mapped_zeros(max(size, self.BLOCK)))
+            self.touched.append(0)
+        if offset + size > self.touched[block]:
+            self.blocks[block][self.touched[block] : offset + size].zero_()
+            self.touched[block] = offset + size
+        return self.blocks[block][offset : offset + size], (block, offset + size)
+
+
 class _Scratch:
     """The zero-filled buffers races run their candidates on (:meth:`_Plan._race`): a slot — the n-th buffer the k-th
     candidate of a race reads, or writes — is one buffer. Each candidate of a race has buffers of its own: one
     candidate's call leaves its buffers in the caches, which would make the next one's reads of the same buffers
-    cheaper than they are in the module. A race's buffers are carved one after another from blocks the plan keeps
-    for its build (the arena: as large as the largest race asked for), which every race reuses: a race's own
-    allocations would take pages the process last wrote before it forked a trial process, each of which faults on
-    its first write since (zero-filling ran at a fifth of its speed on such pages: benchmarks/README.md, "Runtime:
-    the oneDNN fusions as a target phase"), and freed at the race's end they leave the heap as fragmented as the
-    races' sizes. A buffer read is never written, so it stays zero; those written are zeroed again when the race
-    ends, so the arena is all zeros between races. A trial's candidates (``kept``) share one set of buffers instead,
+    cheaper than they are in the module. A race's buffers are carved one after another from the start of an
+    :class:`_Arena`, which every race reuses: allocated per race, they would take pages the process last wrote
+    before it forked a trial process (each faults on its first write since), and freed at the race's end they
+    would leave the heap as fragmented as the races' sizes. A buffer read is never written, so it stays zero; those
+    written are zeroed again when the race ends. A trial's candidates (``kept``) share one set of buffers instead,
     kept from race to race, each slot as large as any race asked of it, as their speed is not measured."""
 
-    BLOCK = 4 << 20
-    """The smallest block of the arena, in float32 elements (16 MiB)."""
-    PAGE = 1024
-    """Slots start on 4 KiB boundaries (in float32 elements): no two buffers share a page or a cache line."""
-
-    def __init__(self, plan: _Plan, kept: bool = False):
-        self.plan, self.memories, self.buffers, self.kept = plan, [], {}, kept
+    def __init__(self, plan: _Plan, arena: _Arena, kept: bool = False):
+        self.plan, self.arena, self.memories, self.buffers, self.kept = plan, arena, [], {}, kept
         self.candidate, self.counts = -1, [0, 0]
-        self.blocks: list[torch.Tensor] = []  # the arena (not kept): all zeros between races
-        self.touched: list[int] = []  # each block's elements written so far (from its start)
-        self.cursor = (0, 0)  # the next slot's block and offset
+        self.cursor = (0, 0)  # the next slot's block and offset in the arena
         self.written: list[torch.Tensor] = []  # this race's slots written, zeroed when it ends
 
     def next_candidate(self, first: bool = False) -> None:
@@ -564,7 +590,7 @@ class _Scratch:
         """The buffer of the next slot (of those read, or those ``written``), at least the size of ``md``."""
         size = max(1, self.plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4)
         if not self.kept:
-            buffer = self._carved(size)
+            buffer, self.cursor = self.arena.carve(self.cursor, size)
             if written:
                 self.written.append(buffer)
             return buffer
@@ -574,23 +600,6 @@ class _Scratch:
         if buffer is None or buffer.numel() < size:  # an earlier step keeps the smaller one
             buffer = self.buffers[slot] = torch.zeros(size)
         return buffer
-
-    def _carved(self, size: int) -> torch.Tensor:
-        """The next ``size`` elements of the arena (a block is added where none left has room), each page written
-        once before it is first handed out: a page of a fresh map that is only read maps the OS's one zero page,
-        which every such read would then find in the cache."""
-        size = -(-size // self.PAGE) * self.PAGE
-        block, offset = self.cursor
-        while block < len(self.blocks) and offset + size > self.blocks[block].numel():
-            block, offset = block + 1, 0
-        if block == len(self.blocks):
-            self.blocks.append(_mapped_zeros(max(size, self.BLOCK)))
-            self.touched.append(0)
-        if offset + size > self.touched[block]:
-            self.blocks[block][self.touched[block] : offset + size].zero_()
-            self.touched[block] = offset + size
-        self.cursor = (block, offset + size)
-        return self.blocks[block][offset : offset + size]
 
     def memory(self, md: int, written: bool = False) -> tuple[int, torch.Tensor]:
         """A oneDNN memory of ``md`` over the next slot's buffer (:meth:`zeros`); and the buffer."""
@@ -610,8 +619,8 @@ class _Scratch:
         return self.plan.lib.dnnl_primitive_execute, (prim, self.plan.stream, len(made), args), buffers
 
     def free(self) -> None:
-        """Gives the arena back (the build is done; the module's kernels may keep the plan, not its races' memory)."""
-        self.blocks, self.touched, self.buffers, self.cursor = [], [], {}, (0, 0)
+        """Lets go of the arena and a trial's buffers (the build is done; the module's kernels may keep the plan)."""
+        self.arena, self.buffers = None, {}
 
     def close(self) -> None:
         """Destroys the race's memories and zeroes the slots it wrote: the next race starts at the arena's start."""
@@ -627,9 +636,12 @@ def _mapped_zeros(n: int) -> torch.Tensor:
     """``n`` float32 zeros in an anonymous memory map of their own: the OS zero-fills each page on its first
     touch (a page never touched costs nothing) and takes them back when the tensor dies, where a block from the
     heap would stay in the process (gawee.backend.allocator keeps freed memory) beside what the build allocates
-    after it. Until a page is written, reads of it find the OS's one shared zero page (:meth:`_Scratch._carved`
-    writes each before handing it out)."""
-    return torch.frombuffer(mmap.mmap(-1, 4 * n), dtype=torch.float32)
+    after it; left out of forked processes where the OS can (:class:`_Arena`). Until a page is written, reads of
+    it find the OS's one shared zero page (:meth:`_Arena.carve` writes each before handing it out)."""
+    memory = mmap.mmap(-1, 4 * n)
+    if hasattr(mmap, "MADV_DONTFORK"):
+        memory.madvise(mmap.MADV_DONTFORK)
+    return torch.frombuffer(memory, dtype=torch.float32)
 
 
 def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:

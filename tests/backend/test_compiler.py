@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import gawee
-from gawee.backend import TorchOptions
+from gawee.backend import TorchOptions, compiler, dnnl
 from gawee.backend.compiler import CompileReport
 from gawee.errors import EquivalenceError
 
@@ -53,6 +53,25 @@ def test_compile_returns_an_equivalent_module_with_the_models_output_structure()
     assert set(got) == {"features", "logits"}
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-4)
+
+
+def test_what_a_selections_builds_shared_is_let_go_of_before_the_timing(monkeypatch):
+    """The dicts a runtime's variants share while they are built (oneDNN's kernel times, the scratch memory its
+    races run on) are emptied once the candidates are built: the modules do not need them, and the memory would
+    be held through the timing."""
+    shared, builds = [], compiler._builds
+
+    def building(rt, graph, xs, structure, variant, given, work):
+        shared.append(work)
+        return builds(rt, graph, xs, structure, variant, given, work)
+
+    monkeypatch.setattr(compiler, "_builds", building)
+    monkeypatch.setattr(compiler, "WHOLE_GRAPH_MIN_BUDGET_S", 1e9)  # measured, however long a call takes
+    model, x = block(), torch.randn(1, 4, 8, 8)
+    module = gawee.compile(model, (x,))
+    if dnnl.unavailable() is None:  # oneDNN's variants were built (sharing one dict) and timed
+        assert any(name.startswith("onednn:") for name in module.gawee_report.backend.seconds)
+    assert shared and all(not work for work in shared)
 
 
 @pytest.mark.parametrize("whole_graph", ["measure", False])

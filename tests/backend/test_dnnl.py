@@ -3,9 +3,12 @@ result, in each activation layout, and its buffers are reused without clobbering
 
 from __future__ import annotations
 
+import ctypes
+import faulthandler
 import gc
 import itertools
 import os
+import signal
 
 import pytest
 import torch
@@ -773,7 +776,8 @@ def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
         assert self.kept or (read and all(not b.any() for b in read))
         close(self)
         if not self.kept:
-            assert self.blocks and all(not block.any() for block in self.blocks)  # all zeros between races
+            blocks = self.arena.blocks
+            assert blocks and all(not block.any() for block in blocks)  # all zeros between races
             assert self.cursor == (0, 0)
         races.append([])
 
@@ -787,7 +791,7 @@ def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
         assert all(end <= next_start for (_, end, _), (next_start, _, _) in itertools.pairwise(spans))
         assert len({k for k, _, _ in race}) > 1  # candidates of their own
     assert races[0][0][2].data_ptr() == races[1][0][2].data_ptr()  # the arena reused from its start
-    assert len(scratches) == 1 and not scratches.pop().blocks  # given back when the build is done
+    assert len(scratches) == 1 and scratches.pop().arena is None  # let go of when the build is done
     races.clear()
     races.append([])
     DnnlModule(graph, layout="per_conv", trial=True)
@@ -803,7 +807,7 @@ def test_scratch_buffers_are_backed_by_pages_of_their_own():
     map the OS's one zero page, and a kernel reading it would find it in the cache (its time too short)."""
     graph = _graph(nn.Sequential(nn.Conv2d(4, 4, 1)).eval(), torch.randn(1, 4, 4, 4))
     plan = dnnl_plan._Plan(graph, "per_conv")
-    scratch = dnnl_plan._Scratch(plan)
+    scratch = dnnl_plan._Scratch(plan, dnnl_plan._Arena())
 
     def resident() -> int:
         with open("/proc/self/statm") as f:
@@ -813,6 +817,26 @@ def test_scratch_buffers_are_backed_by_pages_of_their_own():
     buffer = scratch.zeros(plan.md((8 << 20,)))  # 32 MiB, read
     assert resident() - before >= 30 << 20 and not buffer.any()
     scratch.free()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
+def test_the_race_arena_is_left_out_of_forked_processes():
+    """A trial process forked between builds gets none of the arena (it races on buffers of its own): its pages
+    stay writable here, with no fault to take again on the next race's writes."""
+    graph = _graph(nn.Sequential(nn.Conv2d(4, 4, 1)).eval(), torch.randn(1, 4, 4, 4))
+    plan = dnnl_plan._Plan(graph, "per_conv")
+    buffer = plan.scratch.zeros(plan.md((1 << 20,)))
+    pid = os.fork()
+    if pid == 0:  # the child: reading the arena ends it with SIGSEGV (read without torch: no OpenMP after a fork)
+        try:
+            faulthandler.disable()  # pytest's: its dump of the crash would reach the test's output
+            os._exit(int(ctypes.c_float.from_address(buffer.data_ptr()).value))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSEGV
+    assert not buffer.any()
+    plan.scratch.free()
 
 
 def test_winograd_filters_are_transformed_once_for_the_modules_that_share_them(monkeypatch):
