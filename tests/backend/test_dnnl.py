@@ -819,6 +819,23 @@ def test_scratch_buffers_are_backed_by_pages_of_their_own():
     scratch.free()
 
 
+def test_the_race_arena_keeps_at_most_its_limit_between_builds(monkeypatch):
+    """A build's end trims the arena the next build races on to its first blocks up to KEPT elements: the blocks
+    past it are given back, not held through the builds."""
+    monkeypatch.setattr(dnnl_plan._Arena, "BLOCK", 4096)
+    monkeypatch.setattr(dnnl_plan._Arena, "KEPT", 3 * 4096)
+    arena, cursor = dnnl_plan._Arena(), (0, 0)
+    for _ in range(5):
+        _, cursor = arena.carve(cursor, 4096)
+    assert len(arena.blocks) == 5
+    graph = _graph(nn.Sequential(nn.Conv2d(4, 4, 1)).eval(), torch.randn(1, 4, 4, 4))
+    scratch = dnnl_plan._Scratch(dnnl_plan._Plan(graph, "per_conv"), arena)
+    scratch.free()
+    assert len(arena.blocks) == len(arena.touched) == 3 and scratch.arena is None
+    again, _ = arena.carve((0, 0), 4096)
+    assert again.data_ptr() == arena.blocks[0].data_ptr()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
 def test_the_race_arena_is_left_out_of_forked_processes():
     """A trial process forked between builds gets none of the arena (it races on buffers of its own): its pages
