@@ -55,10 +55,10 @@ the others). Its seconds are that call's. The default is always timed."""
 
 FAR = 1.3
 """Once each candidate has made two timed calls (its second call and the first round's; with ``warm``, the first two
-rounds), a candidate whose fastest of them took more than this many times the quickest one's is dropped, the
-default too (its time stands: another wins by far more than the margin): it would not be within :data:`CLOSE` after
-the first rounds either, and they are the longest part of timing a CNN's candidates (the torch lowering's calls
-beside oneDNN's modules)."""
+rounds), and after each round since, a candidate whose fastest call took more than this many times the quickest
+one's is dropped, the default too (its time stands: another wins by far more than the margin): it would not be
+within :data:`CLOSE` after the first rounds either, and they are the longest part of timing a CNN's candidates
+(the torch lowering's calls beside oneDNN's modules)."""
 
 STEADILY = 0.03
 """After :data:`MIN_ROUNDS`, a close candidate slower than the best by more than this fraction in every round is
@@ -164,9 +164,11 @@ def fastest(
                     calls.append(max(time.perf_counter() - t0, 1e-9))  # a ratio's operand
                 times[name] = statistics.median(calls)
             rounds.append(times)
-            if len(rounds) == 1:  # the far slower go no further (their second call was a sample too)
-                alive = _near([*rounds, {name: second[names.index(name)] for name in alive}], alive, FAR)
-            elif len(rounds) == 2 and warm and not settle_s:  # the second call was the first round
+            # the far slower go no further, judged again each round on their fastest call so far (without
+            # ``warm``, their second call was a sample too; with it, that call was the first round)
+            if not skip:
+                alive = _near([*rounds, {name: second[names.index(name)] for name in names}], alive, FAR)
+            elif len(rounds) >= 2:
                 alive = _near(rounds, alive, FAR)
             if len(rounds) >= MAX_ROUNDS or len(alive) == 1:
                 break

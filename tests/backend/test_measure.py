@@ -174,3 +174,13 @@ def test_a_hopeless_candidate_is_not_timed_past_its_first_calls(clock):
     slow_default, quick = _candidate(clock, 0.010 * (measure.HOPELESS + 1)), _candidate(clock, 0.010)
     timed = measure.fastest({"default": slow_default, "quick": quick}, [], budget_s=0.0)
     assert len(slow_default.calls) == 2 + 1 and timed.chosen == "quick"
+
+
+def test_far_behind_is_judged_again_after_each_round(clock):
+    """A candidate within FAR of the quickest's first calls (slow to start: 12.5 ms) but FAR behind its fastest call
+    since is dropped after the round that shows it, not timed on to MIN_ROUNDS."""
+    quick = _candidate(clock, 0.010, lambda call: 1.25 if call < 3 else 1.0)
+    behind = _candidate(clock, 0.015)
+    timed = measure.fastest({"quick": quick, "behind": behind}, [], budget_s=0.0)
+    assert len(behind.calls) == len(quick.calls) == 2 + 2
+    assert timed.chosen == "quick"
