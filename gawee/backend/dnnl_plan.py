@@ -190,7 +190,8 @@ class _Plan:
         if trial:  # those it runs untimed are kept for this plan only
             self.times = dict(self.times)
         self.derived: dict[tuple, tuple] = shared.setdefault("derived", {})  # see derive
-        self.scratch = _Scratch(self, shared.setdefault("arena", _Arena()), kept=trial)  # the buffers races run on
+        arena = None if trial else shared.setdefault("arena", _Arena())  # a trial's races run on buffers of its own
+        self.scratch = _Scratch(self, arena, kept=trial)  # the buffers races run on
         self.trial = trial  # a trial build (see fastest): every candidate run once, none timed
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
@@ -501,9 +502,9 @@ class _Plan:
                     run()
                 return dict.fromkeys(runners, math.inf)
             # No untimed first call: the scratch buffers are paged in (zero-filled) and a kernel's code is made when
-            # its primitive is, so a first call takes about what the next ones do (0.8-1.2 times their fastest
-            # here), and the race's first round, which only drops candidates 1.5 times the leader's slowest
-            # (kernels.DECISIVE), is its warm-up.
+            # its primitive is, so a first call takes about what the next ones do (benchmarks/README.md, "Runtime:
+            # the oneDNN fusions as a target phase"), and the race's first round, which only drops candidates 1.5
+            # times the leader's slowest (kernels.DECISIVE), is its warm-up.
             return best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.05)
         finally:
             scratch.close()
@@ -536,15 +537,15 @@ class _Arena:
     out: a page of a fresh map that is only read maps the OS's one zero page, which every such read would then
     find in the cache. The blocks are left out of forked processes (``MADV_DONTFORK``, where the OS has it): a
     trial process never races on them, and a fork would leave each page write-protected here, to fault again on
-    its next write (zero-filling ran at a fifth of its speed on such pages: benchmarks/README.md, "Runtime: the
-    oneDNN fusions as a target phase")."""
+    its next write (zero-filling such pages is several times slower: benchmarks/README.md, "Runtime: the oneDNN
+    fusions as a target phase")."""
 
     BLOCK = 4 << 20
     """The smallest block, in float32 elements (16 MiB)."""
     KEPT = 64 << 20
     """Between builds, blocks up to this many elements (256 MiB) are kept for the next build's races; those past it
-    are given back (:meth:`trim`): a model whose races ask for more (densenet121 at batch 4: 527 MB) touches them
-    again in each build rather than hold them all through the builds."""
+    are given back (:meth:`trim`): a model whose races ask for more (densenet121's at batch 4) touches them again in
+    each build rather than hold them all through the builds."""
     PAGE = 1024
     """Slots start on 4 KiB boundaries (in float32 elements): no two buffers share a page or a cache line."""
 
@@ -587,7 +588,7 @@ class _Scratch:
     written are zeroed again when the race ends. A trial's candidates (``kept``) share one set of buffers instead,
     kept from race to race, each slot as large as any race asked of it, as their speed is not measured."""
 
-    def __init__(self, plan: _Plan, arena: _Arena, kept: bool = False):
+    def __init__(self, plan: _Plan, arena: _Arena | None, kept: bool = False):
         self.plan, self.arena, self.memories, self.buffers, self.kept = plan, arena, [], {}, kept
         self.candidate, self.counts = -1, [0, 0]
         self.cursor = (0, 0)  # the next slot's block and offset in the arena

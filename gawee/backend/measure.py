@@ -82,7 +82,7 @@ candidate whose time relative to the best's in the same rounds (the mean of the 
 ``-TIED`` by this many standard errors of that mean is dropped: with 95% confidence it is at most :data:`TIED`
 faster than the best, so timing it on could only change the choice by less than that. Rounds that move together
 (a candidate 2% behind in each, the spread a fraction of that) decide after the first rounds; noisy ones (a burst
-of load in one round) go on to :data:`FINAL_ROUNDS`, as before this test."""
+of load in one round) go on to :data:`FINAL_ROUNDS`."""
 
 CALLS = 2
 """Timed calls per candidate and round, when the candidates are different runtimes (else 1)."""
