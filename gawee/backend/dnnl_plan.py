@@ -190,8 +190,8 @@ class _Plan:
         if trial:  # those it runs untimed are kept for this plan only
             self.times = dict(self.times)
         self.derived: dict[tuple, tuple] = shared.setdefault("derived", {})  # see derive
-        arena = None if trial else shared.setdefault("arena", _Arena())  # a trial's races run on buffers of its own
-        self.scratch = _Scratch(self, arena, kept=trial)  # the buffers races run on
+        arena = _Arena() if trial else shared.setdefault("arena", _Arena())  # a trial's races run on one of its own
+        self.scratch = _Scratch(self, arena)  # the buffers races run on
         self.trial = trial  # a trial build (see fastest): every candidate run once, none timed
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
@@ -585,33 +585,26 @@ class _Scratch:
     :class:`_Arena`, which every race reuses: allocated per race, they would take pages the process last wrote
     before it forked a trial process (each faults on its first write since), and freed at the race's end they
     would leave the heap as fragmented as the races' sizes. A buffer read is never written, so it stays zero; those
-    written are zeroed again when the race ends. A trial's candidates (``kept``) share one set of buffers instead,
-    kept from race to race, each slot as large as any race asked of it, as their speed is not measured."""
+    written are zeroed again when the race ends. A trial's candidates each start at the arena's start instead (one
+    set of buffers for all, as their speed is not measured)."""
 
-    def __init__(self, plan: _Plan, arena: _Arena | None, kept: bool = False):
-        self.plan, self.arena, self.memories, self.buffers, self.kept = plan, arena, [], {}, kept
-        self.candidate, self.counts = -1, [0, 0]
+    def __init__(self, plan: _Plan, arena: _Arena):
+        self.plan, self.arena, self.memories = plan, arena, []
         self.cursor = (0, 0)  # the next slot's block and offset in the arena
         self.written: list[torch.Tensor] = []  # this race's slots written, zeroed when it ends
 
     def next_candidate(self, first: bool = False) -> None:
-        """The next buffers asked for are the next candidate's (``first``: the first candidate of a race)."""
-        self.candidate = 0 if first else self.candidate + 1
-        self.counts = [0, 0]
+        """The next buffers asked for are the next candidate's: after the last one's, or (``first``: the first
+        candidate of a race, or any of a trial's) from the arena's start."""
+        if first:
+            self.cursor = (0, 0)
 
     def zeros(self, md: int, written: bool = False) -> torch.Tensor:
-        """The buffer of the next slot (of those read, or those ``written``), at least the size of ``md``."""
+        """The buffer of the next slot (one read, or one ``written``), at least the size of ``md``."""
         size = max(1, self.plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4)
-        if not self.kept:
-            buffer, self.cursor = self.arena.carve(self.cursor, size)
-            if written:
-                self.written.append(buffer)
-            return buffer
-        slot = (self.candidate, written, self.counts[written])
-        self.counts[written] += 1
-        buffer = self.buffers.get(slot)
-        if buffer is None or buffer.numel() < size:  # an earlier step keeps the smaller one
-            buffer = self.buffers[slot] = torch.zeros(size)
+        buffer, self.cursor = self.arena.carve(self.cursor, size)
+        if written:
+            self.written.append(buffer)
         return buffer
 
     def memory(self, md: int, written: bool = False) -> tuple[int, torch.Tensor]:
@@ -632,11 +625,11 @@ class _Scratch:
         return self.plan.lib.dnnl_primitive_execute, (prim, self.plan.stream, len(made), args), buffers
 
     def free(self) -> None:
-        """Lets go of the arena (trimmed for the next build: :meth:`_Arena.trim`) and a trial's buffers: the build is
-        done, and the module's kernels may keep the plan."""
+        """Lets go of the arena, trimmed for the next build (:meth:`_Arena.trim`): the build is done, and the
+        module's kernels may keep the plan."""
         if self.arena is not None:
             self.arena.trim()
-        self.arena, self.buffers = None, {}
+        self.arena = None
 
     def close(self) -> None:
         """Destroys the race's memories and zeroes the slots it wrote: the next race starts at the arena's start."""

@@ -185,7 +185,10 @@ def fastest(
                     name
                     for name in alive
                     if name == leader
-                    or (min(r[name] / r[leader] for r in steady) <= 1 + STEADILY and not _sure(steady, name, leader))
+                    or (
+                        min(r[name] / r[leader] for r in steady) <= 1 + STEADILY
+                        and not surely_not_faster([r[name] / r[leader] for r in steady], TIED)
+                    )
                 ]
             tied = all(seconds[name] <= best * (1 + TIED) for name in alive)
             if (
@@ -200,12 +203,6 @@ def fastest(
     best = min(alive, key=seconds.__getitem__)
     chosen = best if seconds[best] < seconds[default] * (1 - margin) else default
     return Timings(seconds, chosen)
-
-
-def _sure(rounds: list[dict[str, float]], name: str, leader: str) -> bool:
-    """Whether ``name``'s times relative to ``leader``'s in the same ``rounds`` show that it is at most :data:`TIED`
-    faster than the leader (:func:`surely_not_faster`)."""
-    return surely_not_faster([r[name] / r[leader] for r in rounds], TIED)
 
 
 def surely_not_faster(ratios: Sequence[float], fraction: float) -> bool:

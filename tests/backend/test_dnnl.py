@@ -758,47 +758,51 @@ def test_a_trial_build_runs_only_the_kernels_not_run_here_already(monkeypatch):
 def test_each_candidate_of_a_race_runs_on_zero_buffers_of_its_own(monkeypatch):
     """A race's candidates run on scratch buffers of their own, carved from the plan's arena, which every race
     reuses from its start; the buffers read are zero (kernels that read garbage may run at another speed), and
-    those written (a sigmoid writes 1/2) are zeroed again when the race ends; the arena is given back when the build
-    is done (the module may keep its plan). A trial's candidates share one set, kept from race to race."""
+    those written (a sigmoid writes 1/2) are zeroed again when the race ends; the arena is let go of when the build
+    is done (the module may keep its plan). A trial's candidates share one set: each starts at the arena's start."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.Sigmoid(), nn.Conv2d(32, 32, 1), nn.Sigmoid()).eval()
     graph = _graph(model, torch.randn(1, 16, 12, 12))
-    races, zeros, close, scratches = [[]], dnnl_plan._Scratch.zeros, dnnl_plan._Scratch.close, set()
+    races, scratches, trial = [[]], set(), False
+    zeros, close, following = dnnl_plan._Scratch.zeros, dnnl_plan._Scratch.close, dnnl_plan._Scratch.next_candidate
+
+    def next_candidate(self, first=False):
+        races[-1].append([])  # the candidate's buffers, (written, buffer) each
+        following(self, first)
 
     def carving(self, md, written=False):
         buffer = zeros(self, md, written)
-        races[-1].append((self.candidate, written, buffer))
+        races[-1][-1].append((written, buffer))
         return buffer
 
     def closing(self):
         scratches.add(self)
-        read = [b for _, written, b in races[-1] if not written]
-        assert self.kept or (read and all(not b.any() for b in read))
+        read = [b for candidate in races[-1] for written, b in candidate if not written]
+        assert trial or (read and all(not b.any() for b in read))  # a trial's may read what another wrote
         close(self)
-        if not self.kept:
-            blocks = self.arena.blocks
-            assert blocks and all(not block.any() for block in blocks)  # all zeros between races
-            assert self.cursor == (0, 0)
+        assert all(not block.any() for block in self.arena.blocks)  # all zeros between races
+        assert self.cursor == (0, 0)
         races.append([])
 
+    monkeypatch.setattr(dnnl_plan._Scratch, "next_candidate", next_candidate)
     monkeypatch.setattr(dnnl_plan._Scratch, "zeros", carving)
     monkeypatch.setattr(dnnl_plan._Scratch, "close", closing)
     DnnlModule(graph, layout="per_conv")
     races = [race for race in races if race]
     assert len(races) > 1
     for race in races:
-        spans = sorted((b.data_ptr(), b.data_ptr() + 4 * b.numel(), k) for k, _, b in race)
-        assert all(end <= next_start for (_, end, _), (next_start, _, _) in itertools.pairwise(spans))
-        assert len({k for k, _, _ in race}) > 1  # candidates of their own
-    assert races[0][0][2].data_ptr() == races[1][0][2].data_ptr()  # the arena reused from its start
+        assert len(race) > 1  # candidates of their own
+        spans = sorted((b.data_ptr(), b.data_ptr() + 4 * b.numel()) for candidate in race for _, b in candidate)
+        assert all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(spans))  # disjoint
+    first = races[0][0][0][1].data_ptr()
+    assert races[1][0][0][1].data_ptr() == first  # the arena reused from its start
     assert len(scratches) == 1 and scratches.pop().arena is None  # let go of when the build is done
     races.clear()
     races.append([])
+    trial = True
     DnnlModule(graph, layout="per_conv", trial=True)
-    races = [race for race in races if race]
-    assert races and all({k for k, _, _ in race} == {0} for race in races)
-    kept = {id(b) for _, _, b in races[0]}
-    assert any(id(b) in kept for race in races[1:] for _, _, b in race)  # kept from race to race
+    starts = {candidate[0][1].data_ptr() for race in races for candidate in race if candidate}
+    assert len([c for race in races for c in race]) > 1 and len(starts) == 1  # one set, kept from race to race
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the resident set from /proc")
