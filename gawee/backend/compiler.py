@@ -234,9 +234,11 @@ def compile(
     (:func:`gawee.machine.no_bf16`: AVX512-BF16 or AMX on x86): elsewhere the model stays in float32 and the report
     says why (``CompileReport.precision_skipped``). The outputs they reach are not held to the
     tolerance by the check (they are counted in its report), and the report says how far the module's outputs
-    are from the model's on the example inputs (``CompileReport.accuracy``). Where they reach an output, the
-    whole-graph runtimes are not measured (they have no quantized kernels) and, with symbolic shapes, the rewritten
-    graph is not checked at other sizes (that check holds every output to the tolerance).
+    are from the model's on the example inputs (``CompileReport.accuracy``). Where they reach an output, another
+    runtime of the same graph (the whole-graph runtimes: oneDNN's primitives run bf16) is a candidate only where
+    its outputs are as close to the model's as the torch lowering's are, within :data:`APPROXIMATE_SLACK`
+    (:func:`_approximate_bounds`), and, with symbolic shapes, the rewritten graph is not checked at other sizes
+    (that check holds every output to the tolerance).
     int8 also quantizes convolutions statically, with each input's scale fixed from the range it takes on
     ``calibration`` (an iterable of batches, each given as ``example_inputs`` is; default: the example inputs
     alone, which the report says): :mod:`gawee.rewrite.calibration`. With calibration data, the report also
@@ -327,7 +329,7 @@ def compile(
         )
         structure = None
     whole_graph = name != "auto" and chosen is runtime.baseline() and options.whole_graph == "measure"
-    whole_graph = whole_graph and options.fused_kernels and not approximate
+    whole_graph = whole_graph and options.fused_kernels
     choice, alternatives = None, None
     if chosen.variants:
         module, choice = _variants(chosen, optimized, structure, xs, flat_expected, variant, given)
@@ -368,19 +370,14 @@ def compile(
         _check_rewrite(graph, optimized, xs)
         raise
     equivalence = EquivalenceReport(checks)
-    accuracy = compare_outputs(flat_expected, pytree.tree_leaves(got)) if precision is not None else None
     errors = firing_errors(graph, optimized, rewrite_report.trace, xs) if precision is not None else []
-    calibrated = calibration_accuracy = None
-    if batches is not None and rewrite_report.calibrated:
-        calibrated = f"calibrated {rewrite_report.calibrated} values on {batches.source}"
-    if calibration is not None and batches is not None:
-        calibration_accuracy = _accuracy_on(model, module, batches.batches[:CALIBRATION_ACCURACY_BATCHES])
     if any(v.type.symbolic for v in graph.inputs) and not approximate:
         equivalence = _check_rewrite(graph, optimized, None)
     seconds["verify"] += time.perf_counter() - t0
 
     if whole_graph:
         t0 = time.perf_counter()
+        lowering = module
         module, choice, whole_checks = _whole_graph(
             optimized,
             alternatives or module,
@@ -390,9 +387,22 @@ def compile(
             first_call_s,
             sum(seconds.values()),
             checked,
+            _approximate_bounds(checks, approximate),
         )
         checks = whole_checks or checks
+        if module is not lowering:  # the report's accuracy is the module's it returns
+            with torch.no_grad():
+                got = module(*xs)
         seconds["lower"] += time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    accuracy = compare_outputs(flat_expected, pytree.tree_leaves(got)) if precision is not None else None
+    calibrated = calibration_accuracy = None
+    if batches is not None and rewrite_report.calibrated:
+        calibrated = f"calibrated {rewrite_report.calibrated} values on {batches.source}"
+    if calibration is not None and batches is not None:
+        calibration_accuracy = _accuracy_on(model, module, batches.batches[:CALIBRATION_ACCURACY_BATCHES])
+    seconds["verify"] += time.perf_counter() - t0
     backend_error = max((c.max_error for c in checks), default=0.0)
     kernels = list(getattr(module, "gawee_kernels", []))
 
@@ -544,6 +554,7 @@ def _runtimes(
     given: dict | None = None,
     spent: dict[str, float] | None = None,
     lowered: Lowered | None = None,
+    bounds: Mapping[int, float] | None = None,
 ) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str], dict[str, dict[str, int]]]:
     """The runtimes ``names`` (registered names, or ``name:variant``) of ``graph`` that can be built, run the
     example inputs ``xs`` and compute the model's outputs (``expected``, :func:`_candidate`), with their checks;
@@ -551,7 +562,8 @@ def _runtimes(
     runs once, for all its variants: :meth:`Runtime.lower`). The :attr:`Runtime.isolated` ones are first built,
     run and checked in child processes: one whose child died, or that failed or computed other outputs there, is
     no candidate and never built in this process. ``spent`` gets the seconds of each of those steps added;
-    ``lowered`` holds the target phases already run."""
+    ``lowered`` holds the target phases already run; ``bounds`` how far each approximate output may be from the
+    model's (:func:`_check_backend`)."""
     spent = {} if spent is None else spent
     lowered = {} if lowered is None else lowered
 
@@ -588,7 +600,7 @@ def _runtimes(
         t0 = time.perf_counter()
         trials = _apart(
             {
-                name: functools.partial(_candidate_why, graph.name, builds[name][1], expected, xs, hints[name])
+                name: functools.partial(_candidate_why, graph.name, builds[name][1], expected, xs, hints[name], bounds)
                 for name in risky
             }
         )
@@ -599,7 +611,7 @@ def _runtimes(
             if trial is not None and (trial.died or trial.error or trial.answer):
                 not_candidates[name] = _trial_why(trial)
                 continue
-            module, checks[name], why = _candidate(graph.name, builds[name][0], expected, xs, hints[name])
+            module, checks[name], why = _candidate(graph.name, builds[name][0], expected, xs, hints[name], bounds)
             if why is None:
                 modules[name] = module
             else:
@@ -637,9 +649,9 @@ def _trial_why(trial: Tried) -> str:
     return trial.error or trial.answer or ""
 
 
-def _candidate_why(name: str, build, expected: list, xs: list, hint: str) -> str | None:
+def _candidate_why(name: str, build, expected: list, xs: list, hint: str, bounds=None) -> str | None:
     """In a trial process: why the runtime ``build()`` builds is no candidate (:func:`_candidate`), or None."""
-    return _candidate(name, build, expected, xs, hint)[2]
+    return _candidate(name, build, expected, xs, hint, bounds)[2]
 
 
 def _built_apart(name: str, graph: Graph, build, xs: list, trial_build=None):
@@ -751,11 +763,13 @@ def _whole_graph(
     first_call_s: float,
     compile_s: float,
     torch_checks: dict[str, list[OutputCheck]] | None = None,
+    bounds: Mapping[int, float] | None = None,
 ) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
     """``TorchOptions.whole_graph="measure"``: :func:`whole_graph_choice`, measured only when that costs at most a
     share (:data:`WHOLE_GRAPH_SHARE`) of the ``compile_s`` seconds the compile has taken so far, or
     :data:`WHOLE_GRAPH_MIN_BUDGET_S` (the cost is :data:`WHOLE_GRAPH_CALLS` times the lowering's first call,
-    ``first_call_s``); else the torch lowering, its alternatives timed alone."""
+    ``first_call_s``); else the torch lowering, its alternatives timed alone. ``bounds``: how far each approximate
+    output of another runtime may be from the model's (:func:`_approximate_bounds`)."""
     cost_s, budget_s = WHOLE_GRAPH_CALLS * first_call_s, max(WHOLE_GRAPH_MIN_BUDGET_S, WHOLE_GRAPH_SHARE * compile_s)
     if cost_s > budget_s:  # too long a call is not measured, whatever the fuser can do
         why = (
@@ -765,7 +779,7 @@ def _whole_graph(
         skipped = {rt.name: why for rt in runtime.runtimes() if rt.whole_graph}
         module, checks = _settled(torch_lowering, xs, torch_checks)
         return module, BackendChoice(runtime.baseline().name, {}, skipped), checks
-    return whole_graph_choice(graph, torch_lowering, structure, xs, expected, torch_checks)
+    return whole_graph_choice(graph, torch_lowering, structure, xs, expected, torch_checks, bounds)
 
 
 def _settled(torch_lowering, xs: list, torch_checks: dict | None) -> tuple[object, list[OutputCheck] | None]:
@@ -798,7 +812,13 @@ def lowering_as_measured(alternatives: Alternatives, compiled, choice: BackendCh
 
 
 def whole_graph_choice(
-    graph: Graph, torch_lowering, structure, xs: list, expected: list, torch_checks: dict | None = None
+    graph: Graph,
+    torch_lowering,
+    structure,
+    xs: list,
+    expected: list,
+    torch_checks: dict | None = None,
+    bounds: Mapping[int, float] | None = None,
 ) -> tuple[object, BackendChoice, list[OutputCheck] | None]:
     """The torch lowering of ``graph``, or a whole-graph runtime of the same graph — oneDNN Graph's compiled
     partitions, oneDNN's primitives in each activation layout (:mod:`gawee.backend.dnnl`) — where it can run it,
@@ -809,14 +829,16 @@ def whole_graph_choice(
 
     ``torch_lowering`` is the torch lowering's module, or the :class:`Alternatives` its build would measure (the
     layouts, :meth:`Runtime.alternatives`; their checks by name in ``torch_checks``): those are timed here beside
-    the runtimes (``torch``, ``torch:channels_last``), so one measurement settles the layout and the runtime."""
+    the runtimes (``torch``, ``torch:channels_last``), so one measurement settles the layout and the runtime.
+    ``bounds``: how far each output approximate rules made may be from the model's in another runtime
+    (:func:`_approximate_bounds`)."""
     from gawee.backend.measure import fastest
 
     lowered: Lowered = {}
     spent: dict[str, float] = {}
     names, skipped = _whole_graph_runtimes(graph, lowered, spent)
     modules, checks, not_candidates, fired = _runtimes(
-        graph, structure, xs, expected, names, spent=spent, lowered=lowered
+        graph, structure, xs, expected, names, spent=spent, lowered=lowered, bounds=bounds
     )
     not_candidates.update(skipped)
     base = runtime.baseline().name
@@ -842,10 +864,13 @@ def whole_graph_choice(
     return module, choice, (torch_checks or {}).get(key)
 
 
-def _candidate(name: str, build, expected: list, xs: list, hint: str) -> tuple[object, list[OutputCheck], str | None]:
+def _candidate(
+    name: str, build, expected: list, xs: list, hint: str, bounds: Mapping[int, float] | None = None
+) -> tuple[object, list[OutputCheck], str | None]:
     """A runtime's module from ``build()`` with its outputs' checks against the model's (``expected``) on the
     example inputs ``xs``; or why it is no candidate: it cannot be built (an op without an ONNX lowering, a trace
-    TorchScript refuses), fails to run ``xs``, or computes other outputs (beyond the dtype's tolerance)."""
+    TorchScript refuses), fails to run ``xs``, or computes other outputs (beyond the dtype's tolerance, or an
+    approximate output beyond its ``bounds``)."""
     try:
         module = build()
     except Exception as e:  # the runtimes' errors have their own types
@@ -856,7 +881,7 @@ def _candidate(name: str, build, expected: list, xs: list, hint: str) -> tuple[o
         except Exception as e:
             return None, [], f"it fails to run it: {first_line(e)}"
     try:
-        return module, _check_backend(name, expected, got, hint), None
+        return module, _check_backend(name, expected, got, hint, bounds=bounds or {}), None
     except EquivalenceError as e:
         return None, [], f"its outputs differ from the model's: {e.message}"
 
@@ -884,6 +909,23 @@ def _check_rewrite(graph: Graph, optimized: Graph, inputs: list | None) -> Equiv
     return equivalence
 
 
+APPROXIMATE_SLACK = 2.0
+"""Another runtime of a graph with approximate outputs (a bf16 precision phase's) computes the same rewrites with its
+own kernels: the same roundings to bf16, the float32 sums in another order, and a residual added before its
+rounding (oneDNN's post-op) where torch rounds twice. Where a rounding falls the other way the two differ by an
+ulp, and the layers after it carry that on, so the other runtime's outputs are not within the float tolerance of
+the torch lowering's, and need not be closer to the model's: each such output may be up to this many times as far
+from the model's as the torch lowering's is (what a kernel computing something else, say with the wrong weights or
+layout, is not: its error is of the output's own size)."""
+
+
+def _approximate_bounds(checks: Sequence[OutputCheck], approximate: frozenset[int]) -> dict[int, float]:
+    """How far each output approximate rules made (the indices ``approximate``) may be from the model's in another
+    runtime of the same graph: :data:`APPROXIMATE_SLACK` times the torch lowering's error there (``checks``: its
+    module's), or the float tolerance where that is larger (:func:`_check_backend`)."""
+    return {c.index: APPROXIMATE_SLACK * c.max_error for c in checks if c.index in approximate}
+
+
 def _approximate_outputs(optimized: Graph, report: RewriteReport) -> frozenset[int]:
     """The indices of ``optimized``'s outputs that approximate rules made or that are computed from their values
     (from the rewrite's trace; none without one)."""
@@ -897,11 +939,13 @@ def _check_backend(
     got: Sequence[torch.Tensor],
     hint: str | None = None,
     approximate: frozenset[int] = frozenset(),
+    bounds: Mapping[int, float] = {},
 ) -> list[OutputCheck]:
     """Each output's difference from the model's; EquivalenceError (with ``hint``, the runtime's
     :attr:`Runtime.mismatch_hint`) if one exceeds its dtype's tolerance, except
     the outputs in ``approximate`` (made by approximate rules: their error is their rules' and is reported, not
-    judged against the tolerance; their shape and dtype still must match)."""
+    judged against the tolerance; their shape and dtype still must match) and those in ``bounds``, each held to its
+    bound there instead (another runtime of a graph with approximate outputs: :func:`_approximate_bounds`)."""
     checks = []
     for i, (ref, out) in enumerate(zip(expected, got)):
         if ref.shape != out.shape or ref.dtype != out.dtype:
@@ -913,12 +957,20 @@ def _check_backend(
         finite = ref[torch.isfinite(ref)] if ref.dtype.is_floating_point else ref
         scale = max(1.0, finite.abs().max().item()) if finite.numel() and ref.dtype.is_floating_point else 1.0
         tol = TOLERANCE.get(DType.from_torch(ref.dtype), 0.0)
-        if err > tol * scale and i not in approximate:
+        if i in bounds and err > max(bounds[i], tol * scale):
+            raise EquivalenceError(
+                f"output {i} of the compiled {name} differs from the model's by {err:.3g}, more than "
+                f"{APPROXIMATE_SLACK:g} times the torch lowering's {bounds[i] / APPROXIMATE_SLACK:.3g} "
+                "(approximate rules made it: both compute their rewrites)",
+                hint=hint,
+            )
+        if err > tol * scale and i not in approximate and i not in bounds:
             raise EquivalenceError(
                 f"output {i} of the compiled {name} differs from the model's by {err:.3g} "
                 f"(tolerance {tol:g} x {scale:.3g})",
                 hint=hint,
             )
         t = TensorType.of(ref)
-        checks.append(OutputCheck(i, t, t, err, tol, scale, approximate=i in approximate and err > tol * scale))
+        loose = (i in approximate or i in bounds) and err > tol * scale
+        checks.append(OutputCheck(i, t, t, err, tol, scale, approximate=loose))
     return checks

@@ -33,8 +33,9 @@ file ``GAWEE_DNNL_LIBRARY`` names. It is loaded after torch, so it shares torch'
 ``libgomp.so.1``) and its thread count (``torch.set_num_threads``). The C API's enumerations are ABI-stable within
 oneDNN 3.x; their values here are those of ``dnnl_types.h``, and ``tests/backend/test_dnnl.py`` checks every one
 numerically against torch. An op without a primitive here, or one whose primitive oneDNN refuses, runs as a step
-of its torch semantics on the plain layout (:func:`_torch_op`), so any graph runs. Static shapes and float32 only;
-:func:`supports` says why a graph cannot run.
+of its torch semantics on the plain layout (:func:`_torch_op`), so any graph runs. Static shapes, float32 and
+bfloat16 values (the bf16 precision phase's: oneDNN's bf16 kernels compute them, accumulating in float32, and a
+cast is a reorder; gawee's own kernels take float32 only); :func:`supports` says why a graph cannot run.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from gawee.backend.dnnl_plan import (
     BIAS,
     BINARY,
     DST,
+    DTYPES,
     ELTWISE,
     LAYOUTS,
     MULTIPLE_SRC,
@@ -108,6 +110,8 @@ def _batch_norm(plan: _Plan, node: Node) -> _Tensor:
     """Inference batch norm (``onednn_batch_norm``) as a 1×1 depthwise convolution by its scale and shift, as ONNX
     Runtime's NCHWc transformer does: it then runs in the blocked layout and takes its activation as a post-op."""
     x, weight, bias, mean, var = node.inputs
+    if x.dtype is not DType.f32:
+        raise _Unsupported(f"a batch norm in {x.dtype}")
     scale, shift = _scale_shift(weight, bias, mean, var, node.attrs["eps"])
     c = x.shape[1]
     return _conv(plan, node, scale.reshape(c, 1, 1, 1), shift, c, [1, 1], [0, 0], [1, 1])
@@ -123,7 +127,9 @@ def _affine_cat(plan: _Plan, node: Node) -> _Tensor:
 
     weight, bias, mean, var, *parts = node.inputs
     out, act = node.output.shape, plan.act_of(node)[0]
-    if len(out) != 4 or node.attrs["dim"] % 4 != 1 or act not in affine_cat.ACTS or any(v.is_const for v in parts):
+    if len(out) != 4 or node.attrs["dim"] % 4 != 1 or act not in affine_cat.ACTS or node.output.dtype is not DType.f32:
+        raise _Unsupported("a concatenation the affine_cat kernel does not take")
+    if any(v.is_const for v in parts):
         raise _Unsupported("a concatenation the affine_cat kernel does not take")
     layout = next(filter(None, (plan.layout_of(plan.values[v], v.shape) for v in parts)), None)
     block = plan.block if layout == "blocked" else 0
@@ -147,7 +153,7 @@ def _linear(plan: _Plan, node: Node) -> _Tensor:
     x, w, b = node.inputs
     weight, out = _const(w, "weight"), node.output.shape
     create = plan.lib.dnnl_inner_product_forward_primitive_desc_create
-    mds = (plan.md(x.shape), plan.md(weight.shape, _ANY), plan.md([out[1]]), plan.md(out))
+    mds = (plan.value_md(x), plan.md(weight.shape, _ANY, dtype=w.dtype), plan.md([out[1]]), plan.value_md(node.output))
     pd, prim = plan.primitive(create, plan.engine, _INFERENCE, *mds, attr=_post_ops(plan, *plan.act_of(node)))
     src = plan.operand(x, plan.queried(pd, SRC))
     wt = plan.constant(weight, plan.queried(pd, WEIGHTS))
@@ -168,7 +174,8 @@ def _pool(plan: _Plan, node: Node, alg: int, kernel, stride, padding, dilation=(
     src = plan.operand(x)
     create = plan.lib.dnnl_pooling_forward_primitive_desc_create
     geometry = (_DIMS(*stride), _DIMS(*kernel), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*pad_r))
-    pd, prim = plan.primitive(create, plan.engine, _INFERENCE, alg, src.md, plan.md(out, _ANY), *geometry)
+    dst_md = plan.md(out, _ANY, dtype=node.output.dtype)
+    pd, prim = plan.primitive(create, plan.engine, _INFERENCE, alg, src.md, dst_md, *geometry)
     dst = plan.tensor(plan.queried(pd, DST))
     plan.step(prim, {SRC: src.memory, DST: dst.memory})
     return dst
@@ -215,12 +222,12 @@ def _mean(plan: _Plan, node: Node) -> _Tensor:
     pooled = _pool(plan, node, _POOL_AVG_EXCLUDE, [h, w], [h, w], [0, 0], out=[n, c, 1, 1])
     if a["keepdim"]:
         return pooled
-    plain = plan.md([n, c, 1, 1])
+    plain = plan.md([n, c, 1, 1], dtype=node.output.dtype)
     if not plan.lib.dnnl_memory_desc_equal(_P(pooled.md), _P(plain)):
         flat = plan.reorder(pooled, plain)
         plan.release(pooled)
         pooled = flat
-    md = plan.md([n, c])
+    md = plan.value_md(node.output)
     return _Tensor(md, plan.memory(md, pooled.buffer), pooled.buffer)
 
 
@@ -248,11 +255,17 @@ def _binary(plan: _Plan, node: Node) -> _Tensor:
     src0 = plan.operand(a)
     # the second operand in the first one's layout (oneDNN's kernels for mixed layouts are its reference ones)
     shape = [1] * (len(out) - len(b.shape)) + list(b.shape)  # a scalar or smaller constant: as many dimensions
-    layout = plan.layout_of(src0, out) if len(out) == 4 else None
-    md = src0.md if b.shape == a.shape else plan.activation_md(shape, layout) if layout else plan.md(shape)
+    layout = plan.layout_of(src0, out, a.dtype) if len(out) == 4 else None
+    md = (
+        src0.md
+        if b.shape == a.shape and b.dtype is a.dtype
+        else plan.activation_md(shape, layout, b.dtype)
+        if layout
+        else plan.md(shape, dtype=b.dtype)
+    )
     src1 = plan.constant(_const(b, "operand"), md, shape) if b.is_const else plan.operand(b, md)
     create = plan.lib.dnnl_binary_primitive_desc_create
-    mds = (src0.md, src1.md, plan.md(out, _ANY))
+    mds = (src0.md, src1.md, plan.md(out, _ANY, dtype=node.output.dtype))
     alg = BINARY[node.attrs["alg"]]
     pd, prim = plan.primitive(create, plan.engine, alg, *mds, attr=_post_ops(plan, *plan.act_of(node)))
     dst = plan.tensor(plan.queried(pd, DST))
@@ -262,17 +275,18 @@ def _binary(plan: _Plan, node: Node) -> _Tensor:
 
 def _cat(plan: _Plan, node: Node) -> _Tensor:
     out = node.output.shape
-    first = plan.operand(node.inputs[0])
-    layout = plan.layout_of(first, node.inputs[0].shape) if len(out) == 4 else None
-    plain = plan.lib.dnnl_memory_desc_equal(_P(first.md), _P(plan.md(node.inputs[0].shape)))
+    x0 = node.inputs[0]
+    first = plan.operand(x0)
+    layout = plan.layout_of(first, x0.shape, x0.dtype) if len(out) == 4 else None
+    plain = plan.lib.dnnl_memory_desc_equal(_P(first.md), _P(plan.value_md(x0)))
     # all in the first one's layout (blocked, channels-last or plain): concatenating mixed layouts is oneDNN's
     # reference kernel (ShuffleNet's split part, plain, and its branch, blocked: a tenth of its call)
-    want = lambda v: plan.activation_md(v.shape, layout) if layout else plan.md(v.shape) if plain else None
+    want = lambda v: plan.activation_md(v.shape, layout, v.dtype) if layout else plan.value_md(v) if plain else None
     srcs = [first] + [plan.operand(v, want(v)) for v in node.inputs[1:]]
     mds = (_P * len(srcs))(*(_P(s.md) for s in srcs))
     create = plan.lib.dnnl_concat_primitive_desc_create
     dim = node.attrs.get("dim", 0) % len(out)
-    pd, prim = plan.primitive(create, plan.engine, plan.md(out, _ANY), len(srcs), dim, mds)
+    pd, prim = plan.primitive(create, plan.engine, plan.md(out, _ANY, dtype=node.output.dtype), len(srcs), dim, mds)
     dst = plan.tensor(plan.queried(pd, DST))
     plan.step(prim, {DST: dst.memory, **{MULTIPLE_SRC + i: s.memory for i, s in enumerate(srcs)}})
     return dst
@@ -281,7 +295,7 @@ def _cat(plan: _Plan, node: Node) -> _Tensor:
 def _reshape(plan: _Plan, node: Node) -> _Tensor:
     """A view of the input in the plain row-major layout (reordered to it first where it is blocked)."""
     src = plan.plain(node.inputs[0])
-    md = plan.md(node.output.shape)
+    md = plan.value_md(node.output)
     src.buffer.refs += 1
     return _Tensor(md, plan.memory(md, src.buffer), src.buffer)
 
@@ -309,8 +323,8 @@ def _permute(plan: _Plan, node: Node) -> _Tensor:
         raise _Unsupported("a permutation of no elements or more than 12 dimensions")
     src = plan.plain(x)
     strides = torch.empty(x.shape, device="meta").stride()
-    md = plan.md(out, strides=[strides[d] for d in dims])
-    return plan.reorder(_Tensor(md, plan.memory(md, src.buffer), None), plan.md(out))
+    md = plan.md(out, strides=[strides[d] for d in dims], dtype=x.dtype)
+    return plan.reorder(_Tensor(md, plan.memory(md, src.buffer), None), plan.value_md(node.output))
 
 
 def _split(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
@@ -319,7 +333,7 @@ def _split(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
     of the plain input into the plain layout. A part nobody reads is not copied."""
     x, a = node.inputs[0], node.attrs
     src = plan.operand(x)
-    layout = plan.layout_of(src, x.shape) if x.type.rank == 4 and src.buffer is not None else None
+    layout = plan.layout_of(src, x.shape, x.dtype) if x.type.rank == 4 and src.buffer is not None else None
     regions = _regions(plan, src, node) if layout is not None else None
     if regions is None:
         src, layout = plan.plain(x), None
@@ -328,7 +342,7 @@ def _split(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
             raise _Unsupported(f"oneDNN takes no region of {x.name} along dimension {a['dim']}")
     outs = []
     for md, v in zip(regions, node.outputs):
-        dst = plan.tensor(plan.activation_md(v.shape, layout) if layout else plan.md(v.shape))
+        dst = plan.tensor(plan.activation_md(v.shape, layout, v.dtype) if layout else plan.value_md(v))
         if v.num_uses or v.is_graph_output:
             plan.reorder(_Tensor(md, plan.memory(md, src.buffer), None), dst.md, dst)
         outs.append(dst)
@@ -360,14 +374,14 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
         if v is None:
             return None
         if not v.is_const:
-            return _view(plan.plain(v), v.shape)
+            return _view(plan.plain(v), v)
         if not v.has_known_data:
             raise _Unsupported(f"constant {v.name} has no data")
         return v.data
 
     args = [operand(v) for v in node.inputs]
-    outs = tuple(plan.tensor(plan.md(v.shape)) for v in node.outputs)
-    views = [_view(t, v.shape) for t, v in zip(outs, node.outputs)]
+    outs = tuple(plan.tensor(plan.value_md(v)) for v in node.outputs)
+    views = [_view(t, v) for t, v in zip(outs, node.outputs)]
 
     def step() -> int:
         with torch.no_grad():
@@ -380,9 +394,22 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
     return outs
 
 
-def _view(t: _Tensor, shape) -> torch.Tensor:
-    """The plain tensor ``t`` (in a buffer of the module's) as a torch tensor of ``shape``, sharing its memory."""
-    return t.buffer.tensor[: math.prod(shape)].view(shape)
+def _view(t: _Tensor, v: Value) -> torch.Tensor:
+    """The plain tensor ``t`` (in a buffer of the module's) as a torch tensor of the value ``v``'s shape and type,
+    sharing its memory."""
+    return t.buffer.tensor.view(v.dtype.torch)[: math.prod(v.shape)].view(v.shape)
+
+
+def _cast(plan: _Plan, node: Node) -> _Tensor:
+    """A conversion between float32 and bfloat16 as one oneDNN reorder, into the input's layout where it is held
+    blocked or channels-last (else the plain one): bfloat16 is float32's upper half, rounded to nearest even, as
+    torch's conversion is (tests/backend/test_dnnl.py checks it bit for bit, ties included)."""
+    x, out = node.inputs[0], node.output
+    if x.dtype not in DTYPES or out.dtype not in DTYPES:
+        raise _Unsupported(f"a cast from {x.dtype} to {out.dtype}")
+    src = plan.operand(x)
+    layout = plan.layout_of(src, x.shape, x.dtype) if x.type.rank == 4 else None
+    return plan.reorder(src, plan.activation_md(out.shape, layout, out.dtype) if layout else plan.value_md(out))
 
 
 LOWERINGS = {
@@ -400,6 +427,7 @@ LOWERINGS = {
     "flatten": _reshape,
     "permute": _permute,
     "split": _split,
+    "cast": _cast,
     **dict.fromkeys(ELTWISE.keys() - {"gelu_tanh"}, _eltwise),
     "onednn_binary": _binary,
     "onednn_affine_cat": _affine_cat,
@@ -457,8 +485,8 @@ def supports(graph: Graph) -> str | None:
     for node in graph:
         primitive = node.op in LOWERINGS
         for v in (*node.inputs, *node.outputs):  # torch takes constants of any type
-            if v is not None and v.dtype is not DType.f32 and (primitive or not v.is_const):
-                return f"{node.name} computes in {v.dtype} (float32 only)"
+            if v is not None and v.dtype not in DTYPES and (primitive or not v.is_const):
+                return f"{node.name} computes in {v.dtype} (float32 and bfloat16 only)"
     return None
 
 
@@ -492,10 +520,10 @@ class DnnlModule(torch.nn.Module):
         self._finalizer = weakref.finalize(self, _destroy, plan.lib, plan.handles)
         self.inputs = []  # each input's memory: its address is set by each call
         for v in graph.inputs:
-            md = plan.md(v.shape)
+            md = plan.value_md(v)
             plan.values[v] = _Tensor(md, plan.memory(md, None, 0), None)
             self.inputs.append(plan.values[v].memory)
-        self.outputs = []  # each output's memory (plain, its address set by each call) and shape
+        self.outputs = []  # each output's memory (plain, its address set by each call), shape and torch dtype
         try:
             for node in graph:
                 made = _lower(plan, node)
@@ -505,10 +533,10 @@ class DnnlModule(torch.nn.Module):
                         plan.release(t)
                 plan.done_with(node)
             for v in graph.outputs:
-                plain = plan.md(v.shape)
+                plain = plan.value_md(v)
                 out = _Tensor(plain, plan.memory(plain, None, 0), None)
                 plan.reorder(plan.operand(v), plain, out)
-                self.outputs.append((out.memory, tuple(v.shape)))
+                self.outputs.append((out.memory, tuple(v.shape), v.dtype.torch))
         except _Unsupported as e:
             raise GaweeError(
                 f"{graph.name} cannot run on oneDNN's primitives: {e}", hint='use backend="torch"'
@@ -533,12 +561,12 @@ class DnnlModule(torch.nn.Module):
 
     def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):
         xs = [x.detach().contiguous() for x in self.signature.inputs(args, kwargs)]
-        outs = [torch.empty(shape) for _, shape in self.outputs]
+        outs = [torch.empty(shape, dtype=dtype) for _, shape, dtype in self.outputs]
         lib = self.lib
         with self._lock:
             for memory, x in zip(self.inputs, xs):
                 lib.dnnl_memory_set_data_handle(memory, x.data_ptr())
-            for (memory, _), y in zip(self.outputs, outs):
+            for (memory, *_), y in zip(self.outputs, outs):
                 lib.dnnl_memory_set_data_handle(memory, y.data_ptr())
             for i, (function, args) in enumerate(self.steps):
                 status = function(*args)

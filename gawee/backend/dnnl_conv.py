@@ -34,6 +34,7 @@ from gawee.backend.dnnl_plan import (
     _Unsupported,
 )
 from gawee.ir.core import Node, Value
+from gawee.ir.types import DType
 
 
 class _Primitive:
@@ -379,11 +380,19 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
     tag = node.attrs.get("layout")  # set by a layout phase (rules/targets/onednn/variants/); else the module's
     mode = plan.layout if tag is None else "per_conv" if tag == "any" else tag
 
+    wtype = DType.bf16 if weight.dtype == torch.bfloat16 else DType.f32
+    own = x.dtype is DType.f32 and out.dtype is DType.f32 and wtype is DType.f32  # gawee's kernels: float32 only
+
     def descriptor(layout: str) -> tuple[tuple, int | None]:
-        """The convolution's arguments in ``layout``, and its post-ops."""
+        """The convolution's arguments in ``layout``, and its post-ops (the bias in float32, whatever the operands:
+        oneDNN adds it to the float32 sums)."""
         # a few input channels (an image): read as they are, like ORT's NCHWc convolutions
-        src_md = plan.md(x.shape, _ANY) if cin < plan.block and groups == 1 else plan.activation_md(x.shape, layout)
-        dst_md, w_md, b_md = plan.activation_md(out.shape, layout), plan.md(wshape, _ANY), plan.md([cout])
+        if cin < plan.block and groups == 1:
+            src_md = plan.md(x.shape, _ANY, dtype=x.dtype)
+        else:
+            src_md = plan.activation_md(x.shape, layout, x.dtype)
+        dst_md, b_md = plan.activation_md(out.shape, layout, out.dtype), plan.md([cout])
+        w_md = plan.md(wshape, _ANY, dtype=wtype)
         if residual is not None:  # added in the layout the output gets: asked for first, then fixed
             probe = plan.descriptor(create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims)
             dst_md = plan.queried(probe, DST)
@@ -399,8 +408,11 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
             found = plan.implementations(create, *conv_args, attr=attr)
         else:
             found = [plan.primitive(create, *conv_args, attr=attr)]
+        primitives = [_Primitive(plan, layout, pd, prim, args) for pd, prim in found]
+        if not own:
+            return primitives
         return [
-            *(_Primitive(plan, layout, pd, prim, args) for pd, prim in found),
+            *primitives,
             *_Winograd.candidates(plan, layout, x, out, geometry, act, residual is not None),
             *_Grouped.candidates(plan, layout, x, out, geometry, act, residual is not None),
             *_Depthwise.candidates(plan, layout, x, out, geometry, act, residual is not None),
@@ -409,8 +421,10 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
     layouts = MEASURED if mode == "per_conv" else (mode,)
     act_in = node.attrs.get("act_in")  # onednn_depthwise's prologue (rules/targets/onednn/3-depthwise.rules)
     if act_in is not None:  # only gawee's depthwise kernel applies an activation to its input
-        own = (x, out, geometry, act, residual is not None, act_in)
-        candidates = [c for layout in layouts for c in _Depthwise.candidates(plan, layout, *own)]
+        if not own:
+            raise _Unsupported(f"gawee's depthwise kernel does not take {node.name} in {x.dtype}")
+        operands = (x, out, geometry, act, residual is not None, act_in)
+        candidates = [c for layout in layouts for c in _Depthwise.candidates(plan, layout, *operands)]
         if not candidates:
             raise _Unsupported(f"gawee's depthwise kernel does not take {node.name} in the {mode} layout")
     else:
@@ -424,7 +438,7 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
                 c.drop()
         candidates = real
     shapes = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups)
-    situation = (*shapes, act, *params, residual is None, act_in)
+    situation = (*shapes, x.dtype, wtype, out.dtype, act, *params, residual is None, act_in)
     chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
     plan.conv_kernels[node.name] = chosen.name

@@ -23,16 +23,21 @@ import torch
 
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
+from gawee.ir.types import DType
 from gawee.ops.nn import _pair as pair
 
 # -- the C API (oneDNN 3.x, dnnl.h / dnnl_types.h) -----------------------------------------------------------
 _P = ctypes.c_void_p
 _DIMS = ctypes.c_int64 * 12
-_F32, _ANY, _CPU, _IN_ORDER, _INFERENCE = 3, 1, 1, 1, 96
+_ANY, _CPU, _IN_ORDER, _INFERENCE = 1, 1, 1, 96
 _CONV_DIRECT = 1
 _NCHW8C, _NCHW16C, _NHWC = 102, 78, 22
 _QUERY_IMPL, _QUERY_ARG_MD = 8, 255
 SRC, SRC_1, DST, WEIGHTS, BIAS, MULTIPLE_SRC = 1, 2, 17, 33, 41, 1024
+
+DTYPES = {DType.f32: 3, DType.bf16: 2}
+"""The types of the values this runtime holds, as oneDNN's data types (``dnnl_f32``, ``dnnl_bf16``): bfloat16
+where a precision phase (rules/precision/bf16.rules) put a convolution, linear or pooling in it."""
 
 
 def _post_op_arg(index: int) -> int:
@@ -205,25 +210,30 @@ class _Plan:
         self.handles.append((destroy, handle.value))
         return handle.value
 
-    def md(self, shape, tag: int | None = None, strides=None) -> int:
-        """A float32 memory descriptor: plain row-major, or the format ``tag`` (``_ANY``: the primitive's choice), or
-        with these ``strides``."""
-        shape = list(shape) or [1]
+    def md(self, shape, tag: int | None = None, strides=None, dtype: DType = DType.f32) -> int:
+        """A memory descriptor of ``dtype`` (one of :data:`DTYPES`): plain row-major, or the format ``tag`` (``_ANY``:
+        the primitive's choice), or with these ``strides``."""
+        shape, dt = list(shape) or [1], DTYPES[dtype]
         if tag is not None:
             create = self.lib.dnnl_memory_desc_create_with_tag
-            return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, tag)
+            return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), dt, tag)
         strides = strides or torch.empty(shape, device="meta").stride()
         create = self.lib.dnnl_memory_desc_create_with_strides
-        return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), _F32, _DIMS(*strides))
+        return self._new("dnnl_memory_desc_destroy", create, len(shape), _DIMS(*shape), dt, _DIMS(*strides))
 
-    def activation_md(self, shape, layout: str) -> int:
+    def value_md(self, v: Value) -> int:
+        """The plain row-major memory descriptor of the value ``v`` (its shape and type)."""
+        return self.md(v.shape, dtype=v.dtype)
+
+    def activation_md(self, shape, layout: str, dtype: DType = DType.f32) -> int:
         """A convolution's activation in ``layout`` (one of :data:`MEASURED`)."""
-        return self.md(shape, _NHWC if layout == "channels_last" else _NCHW16C if self.block == 16 else _NCHW8C)
+        tag = _NHWC if layout == "channels_last" else _NCHW16C if self.block == 16 else _NCHW8C
+        return self.md(shape, tag, dtype=dtype)
 
-    def layout_of(self, t: _Tensor, shape) -> str | None:
-        """Which of :data:`MEASURED` the tensor ``t`` of ``shape`` is in, if any."""
+    def layout_of(self, t: _Tensor, shape, dtype: DType = DType.f32) -> str | None:
+        """Which of :data:`MEASURED` the tensor ``t`` of ``shape`` and ``dtype`` is in, if any."""
         for layout in MEASURED:
-            if self.lib.dnnl_memory_desc_equal(_P(t.md), _P(self.activation_md(shape, layout))):
+            if self.lib.dnnl_memory_desc_equal(_P(t.md), _P(self.activation_md(shape, layout, dtype))):
                 return layout
         return None
 
@@ -234,11 +244,11 @@ class _Plan:
 
     def buffer(self, md: int) -> _Buffer:
         """Storage for ``md``: a dead value's of the same size, else new."""
-        size = self.lib.dnnl_memory_desc_get_size(md)
-        free = self.pool.get(size)
+        words = _words(self.lib, md)
+        free = self.pool.get(words)
         if free:
             return free.pop()
-        return _Buffer(torch.empty(max(1, size // 4), dtype=torch.float32))
+        return _Buffer(torch.empty(words, dtype=torch.float32))
 
     def tensor(self, md: int) -> _Tensor:
         buffer = self.buffer(md)
@@ -264,7 +274,7 @@ class _Plan:
         if t.buffer is not None:
             t.buffer.refs -= 1
             if t.buffer.refs == 0:
-                self.pool.setdefault(t.buffer.tensor.numel() * 4, []).append(t.buffer)
+                self.pool.setdefault(t.buffer.tensor.numel(), []).append(t.buffer)
 
     def descriptor(self, create, *args, attr: int | None = None) -> int:
         """The primitive descriptor ``create(*args, attr)`` makes: what the primitive would choose, not compiled."""
@@ -358,11 +368,12 @@ class _Plan:
         copy: a module never writes its constants, and the variants of one selection ask for the same weights in
         the same layouts wherever they chose the same kernel."""
         source = data
-        data = data.detach().to(torch.float32).contiguous()
+        dtype = DType.bf16 if data.dtype == torch.bfloat16 else DType.f32  # any other type is taken as float32
+        data = data.detach().to(dtype.torch).contiguous()
         if shape is not None:
             data = data.reshape(shape)
         self.keep.append(data)
-        plain = self.md(data.shape)
+        plain = self.md(data.shape, dtype=dtype)
         src = _Tensor(plain, self.memory(plain, None, data.data_ptr()), None)
         if self.lib.dnnl_memory_desc_equal(_P(plain), _P(md)):
             return src
@@ -373,7 +384,7 @@ class _Plan:
                 self.keep.append(buffer)
                 return _Tensor(md, self.memory(md, buffer), buffer)
         # a buffer of its own: a pooled one is an earlier activation's, which the steps before would overwrite
-        buffer = _Buffer(torch.empty(max(1, self.lib.dnnl_memory_desc_get_size(md) // 4)))
+        buffer = _Buffer(torch.empty(_words(self.lib, md)))
         self.keep.append(buffer)
         reordered = self.reorder(src, md, _Tensor(md, self.memory(md, buffer), buffer), now=True)
         copies.append((_HeldDescriptor(self.lib, md), buffer.tensor))
@@ -382,7 +393,7 @@ class _Plan:
     def plain(self, v: Value) -> _Tensor:
         """The value in the plain row-major layout, in a buffer of the module's (a graph input's address is each
         call's, not the module's to view: copied)."""
-        md = self.md(v.shape)
+        md = self.value_md(v)
         t = self.operand(v, md)
         if t.buffer is not None:
             return t
@@ -400,7 +411,7 @@ class _Plan:
         if v.is_const:
             if not v.has_known_data:
                 raise _Unsupported(f"constant {v.name} has no data")
-            return self.constant(v.data, md if md is not None else self.md(v.data.shape))
+            return self.constant(v.data, md if md is not None else self.value_md(v))
         t = self.values[v]
         if md is None or self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)):
             return t
@@ -468,8 +479,8 @@ class _Plan:
             planned.append(want)
             needed.append((t.md, want))
             if v not in held:
-                plain = lib.dnnl_memory_desc_equal(_P(t.md), _P(self.md(v.shape)))
-                held[v] = "plain" if plain else self.layout_of(t, v.shape)
+                plain = lib.dnnl_memory_desc_equal(_P(t.md), _P(self.value_md(v)))
+                held[v] = "plain" if plain else self.layout_of(t, v.shape, v.dtype)
             named.append((arg, held[v]))
         return needed, None if any(layout is None for _, layout in named) else tuple(named)
 
@@ -601,8 +612,7 @@ class _Scratch:
 
     def zeros(self, md: int, written: bool = False) -> torch.Tensor:
         """The buffer of the next slot (one read, or one ``written``), at least the size of ``md``."""
-        size = max(1, self.plan.lib.dnnl_memory_desc_get_size(_P(md)) // 4)
-        buffer, self.cursor = self.arena.carve(self.cursor, size)
+        buffer, self.cursor = self.arena.carve(self.cursor, _words(self.plan.lib, md))
         if written:
             self.written.append(buffer)
         return buffer
@@ -651,6 +661,11 @@ def _mapped_zeros(n: int) -> torch.Tensor:
     if hasattr(mmap, "MADV_DONTFORK"):
         memory.madvise(mmap.MADV_DONTFORK)
     return torch.frombuffer(memory, dtype=torch.float32)
+
+
+def _words(lib, md: int) -> int:
+    """How many float32 elements hold a tensor of ``md`` (buffers are float32 tensors, whatever they hold)."""
+    return max(1, -(-lib.dnnl_memory_desc_get_size(_P(md)) // 4))
 
 
 def _pair(node: Node, name: str, default=(1, 1)) -> list[int]:

@@ -70,8 +70,11 @@ def conv2d(ctx):
     if r is None:
         return ctx.call(mkldnn._convolution_pointwise.default, ctx.arg(0), weight, ctx.arg(2), *geometry, *post)
     fused_act = a["act"] if a["act"] in onednn.BINARY_POST_OPS else None
+    in_place = ctx.can_overwrite(3)
+    if x.dtype is not DType.f32 and not onednn.binary_fuses(in_place, channels_last, a["groups"]):
+        fused_act = None  # torch's fallback for this case adds and applies the relu in one op without bf16
     # the sum goes into the dead residual where nothing else reads it, as Inductor does: no allocation
-    if ctx.can_overwrite(3):
+    if in_place:
         op, operands = mkldnn._convolution_pointwise_.binary, (ctx.arg(3), ctx.arg(0))
     else:
         op, operands = mkldnn._convolution_pointwise.binary, (ctx.arg(0), ctx.arg(3))

@@ -39,6 +39,15 @@ BINARY_POST_OPS = frozenset({None, "relu"})
 """Activations oneDNN's binary (residual) convolution applies after the add; others run unfused."""
 
 
+def binary_fuses(in_place: bool, channels_last: bool, groups: int) -> bool:
+    """Whether torch's residual convolution (``mkldnn._convolution_pointwise_.binary`` in place on the residual,
+    ``mkldnn._convolution_pointwise.binary`` into a new tensor) on a packed weight runs oneDNN's fused kernel. In
+    torch 2.14.1's ``Conv.cpp`` the in-place one fuses only where the residual is channels-last and the other only
+    for one group; otherwise it convolves, then adds the residual and applies its ReLU with ``add_relu``, which
+    has no bf16 kernel (an internal assert): a bf16 convolution there applies its activation after the op."""
+    return channels_last if in_place else groups == 1
+
+
 @cache
 def unavailable() -> str | None:
     """Why this torch build has no oneDNN fused CPU kernels (x86 and Arm builds with MKLDNN have them), or None."""

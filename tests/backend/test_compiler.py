@@ -131,3 +131,39 @@ def test_compile_blames_an_unsound_rewrite_rather_than_the_lowering(tmp_path):
     bad.write_text("# relu(x) -> x (unsound)\nrule drop_relu: relu(x) => x\n")
     with pytest.raises(EquivalenceError, match=r"rewritten graph of .* differs from the captured one"):
         gawee.compile(block(), (torch.randn(1, 4, 8, 8),), gawee.load_rules(str(bad)))
+
+
+def test_an_approximate_output_of_another_runtime_is_held_to_twice_the_lowerings_error():
+    """Another runtime of a graph with approximate outputs: each such output may be APPROXIMATE_SLACK times as far
+    from the model's as the torch lowering's (its own roundings fall otherwise), and no farther; the others keep the
+    float tolerance."""
+    torch.manual_seed(0)
+    want, exact = torch.randn(4, 8), torch.randn(3)
+    lowering = compiler._check_backend("m", [want, exact], [want + 0.5, exact], approximate=frozenset({0}))
+    bounds = compiler._approximate_bounds(lowering, frozenset({0}))
+    assert bounds == {0: compiler.APPROXIMATE_SLACK * lowering[0].max_error}
+    checks = compiler._check_backend("m", [want, exact], [want - 0.9, exact], bounds=bounds)
+    assert checks[0].approximate and not checks[1].approximate
+    with pytest.raises(EquivalenceError, match=r"output 0 .* by 1\.1, more than 2 times the torch lowering's 0\.5"):
+        compiler._check_backend("m", [want, exact], [want + 1.1, exact], bounds=bounds)
+    with pytest.raises(EquivalenceError, match=r"output 1 .*tolerance"):
+        compiler._check_backend("m", [want, exact], [want, exact + 0.1], bounds=bounds)
+
+
+def test_a_bf16_compile_measures_onednns_bf16_modules_and_reports_the_returned_modules_accuracy(monkeypatch):
+    """With the bf16 precision phase the whole-graph choice still measures oneDNN's primitives (they run bf16), each
+    held to twice the lowering's error; the report's accuracy is the returned module's, whichever runtime won."""
+    if dnnl.unavailable() is not None:
+        pytest.skip(dnnl.unavailable())
+    monkeypatch.setattr(compiler, "no_bf16", lambda device: None)  # a CPU with bf16 arithmetic, whichever runs this
+    model, x = block(), torch.randn(2, 4, 8, 8)
+    module = gawee.compile(model, (x,), precision="bf16", options=TorchOptions(precision="always"))
+    report = module.gawee_report
+    assert report.precision == "bf16" and report.rewrite.firings["conv2d_bf16_residual"] == 1
+    measured = [name for name in report.backend.seconds if name.startswith("onednn:")]
+    assert measured and "onednn" not in report.backend.not_candidates, report.backend
+    with torch.no_grad():
+        want, got = model(x), module(x)
+    flat = lambda out: [out["features"], out["logits"]]
+    assert report.accuracy == gawee.accuracy.compare_outputs(flat(want), flat(got))
+    assert report.accuracy.max_abs_error > 0 and report.accuracy.cosine > 0.99

@@ -394,8 +394,108 @@ def test_what_it_cannot_run_is_said_not_miscomputed():
     dynamic = gawee.capture(net, (torch.randn(2, 3, 4, 4),), dynamic_shapes=({0: torch.export.Dim("n", max=8)},))
     assert "symbolic shapes" in dnnl.supports(dynamic)
     assert dnnl.torch_flops(dynamic) is None  # symbolic FLOPs: nothing to weigh where the runtime cannot run at all
-    with pytest.raises(GaweeError, match=r"cannot run on oneDNN.s primitives: .*computes in f16 \(float32 only\)"):
+    with pytest.raises(
+        GaweeError, match=r"cannot run on oneDNN.s primitives: .*computes in f16 \(float32 and bfloat16 only\)"
+    ):
         gawee.compile(Lambda(lambda p, x: x.half().relu()), (torch.randn(2, 3),), backend="onednn")
+
+
+def _assert_bf16_as_torch(got: torch.Tensor, x: torch.Tensor) -> None:
+    """``got`` (bf16 values) is ``x`` converted to bf16 as torch converts it, bit for bit; but a NaN may be another
+    NaN, and a subnormal result zero of its sign (the CPU's conversion instruction flushes them, as oneDNN's bf16
+    convolutions do in torch's own lowering)."""
+    want = x.bfloat16()
+    assert torch.equal(got.isnan(), want.isnan())
+    bits, want_bits = got.view(torch.int16), want.view(torch.int16)
+    subnormal = (want != 0) & (want.abs() < torch.finfo(torch.bfloat16).tiny)
+    flushed = subnormal & (got == 0) & (got.signbit() == want.signbit())
+    assert torch.equal((bits == want_bits) | want.isnan() | flushed, torch.ones_like(flushed))
+
+
+def test_a_cast_to_bf16_rounds_as_torch_does_in_every_layout():
+    """f32 -> bf16 (-> f32) through oneDNN's reorders, the value held blocked, channels-last or plain (an identity
+    1×1 convolution, exact in float32, puts it there): torch's conversion, ties to even, overflow to infinity, NaN
+    and subnormals as :func:`_assert_bf16_as_torch` allows."""
+    ulp = 2.0**-7  # bf16's spacing in [1, 2)
+    finite = [1 + ulp / 2, 1 + 3 * ulp / 2, -(1 + ulp / 2), 2**-130, -(2**-133), 3.39e38, -3.4e38]
+    x = torch.randn(1, 16, 6, 6)
+    x.view(-1)[: len(finite) + 3] = torch.tensor([*finite, -0.0, float("inf"), float("nan")])
+    y = torch.randn(1, 16, 6, 6)  # through the convolution: 0 x inf would be NaN there, -0 + 0 x y is +0
+    y.view(-1)[: len(finite)] = torch.tensor(finite)
+    b = GraphBuilder("round_trip")
+    eye = b.const(torch.eye(16).reshape(16, 16, 1, 1))
+    v, u = b.input("x", "f32[1,16,6,6]"), b.input("y", "f32[1,16,6,6]")
+    held = b.conv2d(u, eye, None, stride=[1, 1], padding=[0, 0], dilation=[1, 1], groups=1)
+    graph = b.output(b.cast(v, dtype="bf16"), b.cast(b.cast(held, dtype="bf16"), dtype="f32"))
+    for layout in dnnl.LAYOUTS:
+        module = DnnlModule(graph, layout=layout)
+        plain, round_trip = module(x, y)
+        assert plain.dtype == torch.bfloat16 and round_trip.dtype == torch.float32
+        _assert_bf16_as_torch(plain, x)
+        _assert_bf16_as_torch(round_trip.bfloat16(), y)  # exact: a bf16 value widened
+        assert not any(k.startswith("torch:") for k in module.kernels)
+
+
+class _Bf16Net(nn.Module):
+    """Every op the bf16 precision phase puts in bfloat16 on a CNN: convolutions with and without a residual and
+    activation, max pooling, a linear; the average pooling between stays float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        self.body = nn.Sequential(nn.Conv2d(32, 32, 3, 1, 1), nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 32, 1))
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(self.body(x) + x)
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _bf16_graph(model, x):
+    """``model`` rewritten with the bf16 precision phase, then the runtime's target phase (as gawee.compile hands
+    it over)."""
+    from gawee.rewrite.ruleset import with_precision
+
+    graph, _ = gawee.rewrite(gawee.capture(model.eval(), (x,)), with_precision(gawee.default_rules(), "bf16"))
+    return dnnl.RUNTIME.lower(graph)[0]
+
+
+def test_a_bf16_graph_runs_on_primitives_in_every_layout_as_the_interpreter_computes_it():
+    """The bf16 precision phase's graph in each layout (per_conv races the bf16 kernels; gawee's own kernels take
+    float32 only): every op a primitive, no torch step, the outputs within a few bf16 roundings of what the
+    interpreter computes for the same graph (oneDNN rounds a convolution with its residual once where torch rounds
+    twice, and a rounding that falls the other way carries on)."""
+    torch.manual_seed(0)
+    model, x = _Bf16Net(), torch.randn(2, 3, 32, 32)
+    graph = _bf16_graph(model, x)
+    assert {n.output.dtype.value for n in graph if n.op in ("conv2d", "linear", "max_pool2d")} == {"bf16"}
+    assert dnnl.supports(graph) is None
+    (want,) = gawee.run(graph, x)
+    scale = float(want.abs().max())
+    for layout in dnnl.LAYOUTS:
+        module = DnnlModule(graph, layout=layout)
+        assert not any(k.startswith("torch:") for k in module.kernels), (layout, module.kernels)
+        assert not any(k.startswith("gawee:") for k in module.conv_kernels.values())
+        for _ in range(2):  # the second call reuses every buffer
+            (got,) = module(x)
+            assert got.dtype == torch.float32
+            assert float((got - want).abs().max()) <= 8 * 2.0**-8 * scale, layout
+
+
+def test_bf16_and_float32_convolutions_of_one_shape_are_raced_apart(monkeypatch):
+    """A race's times are kept by the convolution's situation: a bf16 convolution of the same shapes as a float32
+    one is raced on its own, not given the float32 one's winner."""
+    torch.manual_seed(0)
+    races = _counting_races(monkeypatch)
+    b = GraphBuilder("both")
+    v = b.input("x", "f32[1,16,8,8]")
+    w = torch.randn(16, 16, 3, 3)
+    conv = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1)
+    y = b.conv2d(v, b.const(w), None, **conv)
+    z = b.conv2d(b.cast(v, dtype="bf16"), b.const(w.bfloat16()), None, **conv)
+    DnnlModule(b.output(y, b.cast(z, dtype="f32")), layout="per_conv")
+    assert len(races) == 2
 
 
 class _Shuffle(nn.Module):

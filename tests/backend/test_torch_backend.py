@@ -224,3 +224,28 @@ def test_every_unary_op_with_an_in_place_method_is_lowered_in_place():
         if "elementwise" in o.traits and len(o.operands) == 1 and not o.attrs and hasattr(torch.Tensor, f"{n}_")
     ]
     assert list(IN_PLACE) == eligible
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_a_bf16_residual_convolution_with_its_relu_runs_in_either_layout(monkeypatch, channels_last):
+    """torch's residual convolution in the plain layout (or of several groups) convolves, then adds and applies the
+    ReLU with ``add_relu``, which has no bf16 kernel: the lowering applies the activation after it there."""
+    if onednn.unavailable() is not None:
+        pytest.skip(onednn.unavailable())
+    monkeypatch.setattr(onednn, "no_bf16", lambda: None)  # torch's bf16 kernels, whichever CPU runs this
+    torch.manual_seed(0)
+    b = GraphBuilder("residual")
+    x = b.input("x", "bf16[2,8,6,6]")
+    conv = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1], act="relu")
+    for groups in (1, 2):
+        w, bias = b.const(torch.randn(8, 8 // groups, 3, 3).bfloat16()), b.const(torch.randn(8).bfloat16())
+        x = b.conv2d(x, w, bias, x, groups=groups, **conv)
+    graph = b.output(x)
+    module = to_torch(graph, TorchOptions(channels_last=channels_last))
+    xs = [torch.randn(2, 8, 6, 6).bfloat16()]
+    (want,) = gawee.run(graph, *xs)
+    got = module(*xs)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    assert got.dtype == torch.bfloat16 and float((got - want).float().abs().max()) <= 4 * 2.0**-8 * float(
+        want.abs().max()
+    )
