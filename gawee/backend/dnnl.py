@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from gawee.backend.dnnl_conv import _addressed, _conv, _Depthwise
+from gawee.backend.dnnl_conv import _addressed, _conv, _Depthwise, _Quant
 from gawee.backend.dnnl_plan import (
     _ANY,
     _DIMS,
@@ -62,8 +62,8 @@ from gawee.backend.dnnl_plan import (
     BIAS,
     BINARY,
     DST,
-    DTYPES,
     ELTWISE,
+    FLOATS,
     LAYOUTS,
     MULTIPLE_SRC,
     SRC,
@@ -93,6 +93,24 @@ def _conv2d(plan: _Plan, node: Node) -> _Tensor:
     weight, bias, padding = _const(w, "weight"), _const(b, "bias"), _pair(node, "padding", (0, 0))
     stride, dilation = _pair(node, "stride"), _pair(node, "dilation")
     return _conv(plan, node, weight, bias, a["groups"], stride, padding, dilation, (residual or [None])[0])
+
+
+def _conv2d_int8(plan: _Plan, node: Node) -> _Tensor:
+    """``conv2d_int8_static`` on oneDNN's int8 convolution (u8 codes times int8 weights, summed in int32; VNNI where
+    the CPU has it): its input's codes made by a quantizing reorder, or read as they are where the convolution
+    before requantized its result to this one's grid, and its result float32 or (``out_scale``) the codes of the
+    next one's grid. Refused (a torch step computes it) for codes in [0, 127] (``levels``: oneDNN saturates u8 to
+    255) or a weight that is not int8."""
+    a = node.attrs
+    _, w, weight_scale, b, *residual = node.inputs
+    weight = _const(w, "weight")
+    if a["levels"] != 255 or (a["out_scale"] and a["out_levels"] != 255) or weight.dtype != torch.int8:
+        raise _Unsupported("an int8 convolution with codes in [0, 127]")
+    out = (a["out_scale"], a["out_zero_point"]) if a["out_scale"] else None
+    quant = _Quant(a["scale"], a["zero_point"], _const(weight_scale, "weight scale"), out)
+    stride, padding, dilation = _pair(node, "stride"), _pair(node, "padding", (0, 0)), _pair(node, "dilation")
+    bias = _const(b, "bias")
+    return _conv(plan, node, weight, bias, a["groups"], stride, padding, dilation, (residual or [None])[0], quant)
 
 
 def _scale_shift(weight, bias, mean, var, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -369,6 +387,29 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
     it: a target op's with its activations) on its operands in the plain layout, each output copied into a buffer
     of the module's — one step, between the primitives of the ops around it."""
     op, attrs = get_op(node.op), dict(node.attrs)
+    return _torch_step(plan, node, lambda args: op.run(args, attrs), f"torch:{node.op}")
+
+
+def _linear_int8(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
+    """``linear_int8_dynamic`` as a torch step on torch's dynamic quantized kernel, the weight prepacked now
+    (:class:`gawee.backend.quantized.DynamicInt8Linear`, as the torch lowering runs it), where its reference
+    semantics (an exact product in float64) would convert the weight on every call. Refused where that kernel
+    cannot run here (:func:`gawee.backend.quantized.unavailable`) or the weight or scales are computed."""
+    from gawee.backend import quantized
+
+    _, w, scale, b = node.inputs
+    a = node.attrs
+    if quantized.unavailable(a["levels"]) is not None or not (w.has_known_data and scale.has_known_data):
+        raise _Unsupported("an int8 linear torch's kernel cannot run here")
+    packed = b.data if b is not None and b.has_known_data and tuple(b.shape) == (w.shape[0],) else None
+    kernel = quantized.DynamicInt8Linear(node.name, w.data, scale.data, packed, a["act"], a["act_params"], a["levels"])
+    late = b is not None and packed is None
+    return _torch_step(plan, node, lambda args: (kernel(args[0], args[3] if late else None),), quantized.KERNEL)
+
+
+def _torch_step(plan: _Plan, node: Node, compute: Callable[[list], Sequence[torch.Tensor]], name: str):
+    """``node`` as one step of ``compute`` (its operands as torch tensors, constants as they are, the others
+    in the plain layout -> its outputs), each output copied into a buffer of the module's."""
 
     def operand(v: Value | None) -> torch.Tensor | None:
         if v is None:
@@ -385,12 +426,12 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
 
     def step() -> int:
         with torch.no_grad():
-            results = op.run(args, attrs)
+            results = compute(args)
             for view, result in zip(views, results):
                 view.copy_(result)
         return 0
 
-    plan.call(step, (), f"torch:{node.op}")
+    plan.call(step, (), name)
     return outs
 
 
@@ -405,7 +446,7 @@ def _cast(plan: _Plan, node: Node) -> _Tensor:
     blocked or channels-last (else the plain one): bfloat16 is float32's upper half, rounded to nearest even, as
     torch's conversion is (tests/backend/test_dnnl.py checks it bit for bit, ties included)."""
     x, out = node.inputs[0], node.output
-    if x.dtype not in DTYPES or out.dtype not in DTYPES:
+    if x.dtype not in FLOATS or out.dtype not in FLOATS:
         raise _Unsupported(f"a cast from {x.dtype} to {out.dtype}")
     src = plan.operand(x)
     layout = plan.layout_of(src, x.shape, x.dtype) if x.type.rank == 4 else None
@@ -416,6 +457,8 @@ LOWERINGS = {
     "conv2d": _conv2d,
     "onednn_conv": _conv2d,
     "onednn_depthwise": _conv2d,
+    "conv2d_int8_static": _conv2d_int8,
+    "linear_int8_dynamic": _linear_int8,
     "onednn_batch_norm": _batch_norm,
     "linear": _linear,
     "max_pool2d": _max_pool2d,
@@ -438,6 +481,7 @@ RANKS = {
     "conv2d": 4,
     "onednn_conv": 4,
     "onednn_depthwise": 4,
+    "conv2d_int8_static": 4,
     "onednn_batch_norm": 4,
     "linear": 2,
     "max_pool2d": 4,
@@ -484,9 +528,10 @@ def supports(graph: Graph) -> str | None:
             return "symbolic shapes (primitives are created for one size)"
     for node in graph:
         primitive = node.op in LOWERINGS
-        for v in (*node.inputs, *node.outputs):  # torch takes constants of any type
-            if v is not None and v.dtype not in DTYPES and (primitive or not v.is_const):
-                return f"{node.name} computes in {v.dtype} (float32 and bfloat16 only)"
+        for v in (*node.inputs, *node.outputs):  # torch takes constants of any type, primitives int8 weights too
+            if v is None or v.dtype in FLOATS or (v.is_const and (not primitive or v.dtype is DType.i8)):
+                continue
+            return f"{node.name} computes in {v.dtype} (float32 and bfloat16 only)"
     return None
 
 

@@ -41,8 +41,10 @@ class _Primitive:
     """A candidate convolution kernel: one of oneDNN's implementations in ``layout``, compiled; ``args`` are the
     arguments it takes."""
 
-    def __init__(self, plan: _Plan, layout: str, pd: int, prim: int, args: tuple[int, ...]):
-        self.plan, self.layout, self.pd, self.prim, self.args = plan, layout, pd, prim, args
+    def __init__(
+        self, plan: _Plan, layout: str, pd: int, prim: int, args: tuple[int, ...], quant: _Quant | None = None
+    ):
+        self.plan, self.layout, self.pd, self.prim, self.args, self.quant = plan, layout, pd, prim, args, quant
 
     @property
     def name(self) -> str:
@@ -59,20 +61,25 @@ class _Primitive:
 
     def scratch(self, scratch: _Scratch) -> list[tuple]:
         """Its call on zero-filled scratch buffers, as steps."""
-        return [scratch.step(self.prim, {arg: self.wants(arg) for arg in self.args})]
+        fixed = self.quant.args if self.quant is not None else None
+        return [scratch.step(self.prim, {arg: self.wants(arg) for arg in self.args}, fixed)]
 
     def drop(self) -> None:
         self.plan._drop(self.prim)
 
     def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
         """Its step of every call (operands reordered to its layout, weights once now); the output."""
-        plan, args = self.plan, {}
+        plan, args, quant = self.plan, {}, self.quant
         if residual is not None:
             args[_post_op_arg(0)] = plan.operand(residual, self.wants(_post_op_arg(0))).memory
-        src = plan.operand(x, self.wants(SRC))
+        if quant is not None:
+            src = plan.codes(x, self.wants(SRC), quant.scale, quant.zero_point)
+            args.update(quant.args)
+        else:
+            src = plan.operand(x, self.wants(SRC))
         w = plan.constant(weight, self.wants(WEIGHTS), wshape)
         b = plan.constant(bias, self.wants(BIAS))
-        dst = plan.tensor(self.wants(DST))
+        dst = plan.tensor(self.wants(DST), quant.out if quant is not None else None)
         plan.step(self.prim, {SRC: src.memory, WEIGHTS: w.memory, BIAS: b.memory, DST: dst.memory, **args})
         return dst
 
@@ -367,9 +374,47 @@ def _addressed(plan: _Plan, t: _Tensor) -> _Tensor:
     return t
 
 
-def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, dilation, residual=None) -> _Tensor:
+class _Quant:
+    """An int8 convolution's grids (``conv2d_int8_static``): its input quantized to u8 codes with ``scale`` and
+    ``zero_point``, its int8 weights' float32 ``weight_scales`` (one per output channel), and ``out``, the grid its
+    result is requantized to for the next int8 convolution (``(scale, zero point)``, u8 codes), or None (float32).
+    oneDNN computes what the op does: the integer sums times the float32 ``scale * weight_scale``, plus the bias,
+    the residual post-op and the activation in float32, then (``out``) the codes of ``round(y * (1 / scale)) +
+    zero point`` saturated to [0, 255]."""
+
+    def __init__(self, scale: float, zero_point: int, weight_scales: torch.Tensor, out: tuple[float, int] | None):
+        self.scale, self.zero_point, self.weight_scales, self.out = scale, zero_point, weight_scales, out
+        self.args: dict[int, int] = {}  # the scales' and zero points' memories, set with the attribute
+
+    def attr(self, plan: _Plan, attr: int | None, groups: int) -> int:
+        """``attr`` (the post-ops, or None) with the scales and zero points, whose memories :attr:`args` keeps."""
+        scales: dict[int, Any] = {SRC: self.scale, WEIGHTS: (3 if groups > 1 else 1, self.weight_scales)}
+        zero_points = {SRC: self.zero_point}
+        if self.out is not None:
+            scales[DST], zero_points[DST] = self.out
+        attr, self.args = plan.scaled(scales, zero_points, attr)
+        return attr
+
+
+def exact_int8(implementation: str) -> bool:
+    """Whether oneDNN's int8 convolution ``implementation`` sums u8 codes up to 255 times int8 weights exactly: its
+    instruction set has VNNI or AMX (``vpdpbusd``, ``tdpbusd``: each product added to an int32), or it is the GEMM
+    kernel on a CPU with VNNI, which it then uses (:func:`gawee.cpu.no_vnni`). The others
+    (``brgconv:avx512_core``, ``jit_uni_int8:avx2``) add pairs of products in int16 first (``vpmaddubsw``), which
+    saturates at 32767: 255 · 127 · 2 is not held (a convolution of codes 255 and weights 127 came out half its
+    value); tests/backend/test_dnnl.py runs that case on every kernel kept."""
+    from gawee.cpu import no_vnni
+
+    isa = implementation.rsplit(":", 1)[-1]
+    return "vnni" in isa or "amx" in isa or (implementation.startswith("x64:gemm_s8u8s32") and no_vnni() is None)
+
+
+def _conv(
+    plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, dilation, residual=None, quant=None
+) -> _Tensor:
     """``act(conv(x) + residual)`` as one step, or Winograd's three, on the kernel measured fastest where there are
-    several (every implementation oneDNN has, in each layout, with ``per_conv``)."""
+    several (every implementation oneDNN has, in each layout, with ``per_conv``); int8 with ``quant`` (a
+    :class:`_Quant`)."""
     x, out = node.inputs[0], node.output
     cin, cout = x.shape[1], out.shape[1]
     kernel = list(weight.shape[2:])
@@ -380,23 +425,30 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
     tag = node.attrs.get("layout")  # set by a layout phase (rules/targets/onednn/variants/); else the module's
     mode = plan.layout if tag is None else "per_conv" if tag == "any" else tag
 
-    wtype = DType.bf16 if weight.dtype == torch.bfloat16 else DType.f32
+    wtype = {torch.bfloat16: DType.bf16, torch.int8: DType.i8}.get(weight.dtype, DType.f32)
     own = x.dtype is DType.f32 and out.dtype is DType.f32 and wtype is DType.f32  # gawee's kernels: float32 only
+    src_type = DType.u8 if quant is not None else x.dtype
+    dst_type = DType.u8 if quant is not None and quant.out is not None else out.dtype
 
     def descriptor(layout: str) -> tuple[tuple, int | None]:
         """The convolution's arguments in ``layout``, and its post-ops (the bias in float32, whatever the operands:
         oneDNN adds it to the float32 sums)."""
         # a few input channels (an image): read as they are, like ORT's NCHWc convolutions
         if cin < plan.block and groups == 1:
-            src_md = plan.md(x.shape, _ANY, dtype=x.dtype)
+            src_md = plan.md(x.shape, _ANY, dtype=src_type)
         else:
-            src_md = plan.activation_md(x.shape, layout, x.dtype)
-        dst_md, b_md = plan.activation_md(out.shape, layout, out.dtype), plan.md([cout])
+            src_md = plan.activation_md(x.shape, layout, src_type)
+        dst_md, b_md = plan.activation_md(out.shape, layout, dst_type), plan.md([cout])
         w_md = plan.md(wshape, _ANY, dtype=wtype)
+        residual_md = None
         if residual is not None:  # added in the layout the output gets: asked for first, then fixed
             probe = plan.descriptor(create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims)
-            dst_md = plan.queried(probe, DST)
-        attr = _post_ops(plan, act, params, dst_md if residual is not None else None)
+            dst_md = residual_md = plan.queried(probe, DST)
+            if dst_type is not residual.dtype:  # a requantized result: the residual is added before, in float32
+                residual_md = plan.retyped(_Tensor(dst_md, None, None), residual)
+        attr = _post_ops(plan, act, params, residual_md)
+        if quant is not None:
+            attr = quant.attr(plan, attr, groups)
         return (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims), attr
 
     reads = {SRC: x, **({_post_op_arg(0): residual} if residual is not None else {})}
@@ -408,7 +460,7 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
             found = plan.implementations(create, *conv_args, attr=attr)
         else:
             found = [plan.primitive(create, *conv_args, attr=attr)]
-        primitives = [_Primitive(plan, layout, pd, prim, args) for pd, prim in found]
+        primitives = [_Primitive(plan, layout, pd, prim, args, quant) for pd, prim in found]
         if not own:
             return primitives
         return [
@@ -431,6 +483,14 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
         candidates = [c for layout in layouts for c in candidates_in(layout)]
         if all(_reference(c.name) for c in candidates if isinstance(c, _Primitive)):  # oneDNN has no kernel here
             candidates += [c for layout in MEASURED if layout not in layouts for c in candidates_in(layout)]
+    if quant is not None:  # only the kernels whose int32 sums are exact for u8 codes up to 255
+        exact = [c for c in candidates if exact_int8(c.name)]
+        for c in candidates:
+            if c not in exact:
+                c.drop()
+        if not exact:
+            raise _Unsupported(f"oneDNN has no int8 kernel with exact sums for {node.name} here")
+        candidates = exact
     real = [c for c in candidates if not _reference(c.name)]
     if real:
         for c in candidates:
@@ -438,7 +498,8 @@ def _conv(plan: _Plan, node: Node, weight, bias, groups: int, stride, padding, d
                 c.drop()
         candidates = real
     shapes = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups)
-    situation = (*shapes, x.dtype, wtype, out.dtype, act, *params, residual is None, act_in)
+    requantized = quant is not None and quant.out is not None
+    situation = (*shapes, src_type, wtype, dst_type, act, *params, residual is None, act_in, requantized)
     chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
     plan.conv_kernels[node.name] = chosen.name

@@ -34,10 +34,17 @@ _CONV_DIRECT = 1
 _NCHW8C, _NCHW16C, _NHWC = 102, 78, 22
 _QUERY_IMPL, _QUERY_ARG_MD = 8, 255
 SRC, SRC_1, DST, WEIGHTS, BIAS, MULTIPLE_SRC = 1, 2, 17, 33, 41, 1024
+ATTR_SCALES, ATTR_ZERO_POINTS = 4096, 8192  # DNNL_ARG_ATTR_SCALES | arg, DNNL_ARG_ATTR_ZERO_POINTS | arg
 
-DTYPES = {DType.f32: 3, DType.bf16: 2}
-"""The types of the values this runtime holds, as oneDNN's data types (``dnnl_f32``, ``dnnl_bf16``): bfloat16
-where a precision phase (rules/precision/bf16.rules) put a convolution, linear or pooling in it."""
+DTYPES = {DType.f32: 3, DType.bf16: 2, DType.i32: 4, DType.i8: 5, DType.u8: 6}
+"""The types of the values this runtime holds, as oneDNN's data types (``dnnl_f32``, ...): bfloat16 where a
+precision phase (rules/precision/bf16.rules) put a convolution, linear or pooling in it; int8 weights and the u8
+codes of activations where rules/precision/int8.rules put a convolution in int8 (``conv2d_int8_static``)."""
+
+FLOATS = frozenset({DType.f32, DType.bf16})
+"""The floating-point types among :data:`DTYPES`: those a cast converts between (rounding to nearest even)."""
+
+_TORCH_TYPES = {torch.float32: DType.f32, torch.bfloat16: DType.bf16, torch.int8: DType.i8, torch.uint8: DType.u8}
 
 
 def _post_op_arg(index: int) -> int:
@@ -164,12 +171,15 @@ class _HeldDescriptor:
 
 
 class _Tensor:
-    """A value as the runtime holds it: its memory descriptor, its oneDNN memory over a buffer."""
+    """A value as the runtime holds it: its memory descriptor, its oneDNN memory over a buffer; and where the
+    memory holds a float32 value's u8 codes on a grid (an int8 convolution's requantized result), the grid's
+    ``(scale, zero point)``: the value is ``(code - zero point) * scale`` (:meth:`_Plan.operand` computes it for
+    any reader but an int8 convolution quantizing to the same grid, :meth:`_Plan.codes`)."""
 
-    __slots__ = ("buffer", "md", "memory")
+    __slots__ = ("buffer", "grid", "md", "memory")
 
-    def __init__(self, md, memory, buffer: _Buffer | None):
-        self.md, self.memory, self.buffer = md, memory, buffer
+    def __init__(self, md, memory, buffer: _Buffer | None, grid: tuple[float, int] | None = None):
+        self.md, self.memory, self.buffer, self.grid = md, memory, buffer, grid
 
 
 class _Plan:
@@ -250,10 +260,10 @@ class _Plan:
             return free.pop()
         return _Buffer(torch.empty(words, dtype=torch.float32))
 
-    def tensor(self, md: int) -> _Tensor:
+    def tensor(self, md: int, grid: tuple[float, int] | None = None) -> _Tensor:
         buffer = self.buffer(md)
         buffer.refs += 1
-        return _Tensor(md, self.memory(md, buffer), buffer)
+        return _Tensor(md, self.memory(md, buffer), buffer, grid)
 
     def mark(self) -> tuple:
         """What :meth:`undo` restores: the steps, the copies of values in other layouts, the free buffers."""
@@ -362,13 +372,89 @@ class _Plan:
         self.lib.dnnl_stream_wait(self.stream)
         return dst
 
+    def scaled(
+        self, scales: dict[int, float | tuple[int, torch.Tensor]], zero_points: dict[int, int], attr: int | None = None
+    ) -> tuple[int, dict[int, int]]:
+        """``attr`` (new where None) with the float32 scales of the arguments in ``scales`` — one number, or (mask,
+        a tensor of them: per output channel of a convolution's weights) — and one zero point for each argument
+        of ``zero_points``; and the arguments of every call that give them (memories over tensors the plan keeps)."""
+        attr = attr or self._new("dnnl_primitive_attr_destroy", self.lib.dnnl_primitive_attr_create)
+        args = {}
+        for arg, value in scales.items():
+            mask, data = value if isinstance(value, tuple) else (0, torch.tensor([value]))
+            _check(self.lib.dnnl_primitive_attr_set_scales_mask(_P(attr), arg, mask), "scales")
+            args[ATTR_SCALES | arg] = self._held(data.to(torch.float32).reshape(-1).contiguous(), DType.f32)
+        for arg, value in zero_points.items():
+            _check(self.lib.dnnl_primitive_attr_set_zero_points_mask(_P(attr), arg, 0), "zero points")
+            args[ATTR_ZERO_POINTS | arg] = self._held(torch.tensor([value], dtype=torch.int32), DType.i32)
+        return attr, args
+
+    def _held(self, data: torch.Tensor, dtype: DType) -> int:
+        """A oneDNN memory over the plain 1-d ``data`` (of ``dtype``), which the plan keeps."""
+        self.keep.append(data)
+        return self.memory(self.md(data.shape, dtype=dtype), None, data.data_ptr())
+
+    def codes(self, v: Value, md: int, scale: float, zero_point: int) -> _Tensor:
+        """The value ``v`` as the u8 codes in ``md`` of ``round(v * (1 / scale)) + zero_point``, saturated to [0, 255]
+        (an int8 convolution's input, ``conv2d_int8_static``): the codes ``v`` is held as where it is on that very
+        grid (a convolution requantized it for this reader), else quantized from its value by a reorder (its scale
+        the float32 ``1 / scale``, multiplied, rounded to nearest even). Made once per grid and layout."""
+        t, grid = self.values[v], (scale, zero_point)
+        if t.grid == grid:
+            return t if self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)) else self._converted(v, md, grid, t)
+        for c in self.converted.get(v, ()):
+            if c.grid == grid and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
+                return c
+        inverse = float(1 / torch.tensor(scale, dtype=torch.float32))
+        attr, args = self.scaled({SRC: inverse}, {DST: zero_point})
+        src = self.operand(v)
+        dst = self.tensor(md, grid)
+        _, prim = self.primitive(
+            self.lib.dnnl_reorder_primitive_desc_create, src.md, self.engine, md, self.engine, attr=attr
+        )
+        self.step(prim, {SRC: src.memory, DST: dst.memory, **args})
+        self.converted.setdefault(v, []).append(dst)
+        return dst
+
+    def _converted(self, v: Value, md: int, grid, t: _Tensor) -> _Tensor:
+        """``v``'s codes ``t`` copied into the layout ``md`` (once)."""
+        for c in self.converted.get(v, ()):
+            if c.grid == grid and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
+                return c
+        copy = self.reorder(t, md)
+        copy.grid = grid
+        self.converted.setdefault(v, []).append(copy)
+        return copy
+
+    def _values_of(self, v: Value, t: _Tensor) -> _Tensor:
+        """The float32 value ``v`` held as the codes ``t``: ``(code - zero point) * scale`` by a reorder into the
+        codes' layout as float32 (once)."""
+        for c in self.converted.get(v, ()):
+            if c.grid is None and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(self.retyped(t, v))):
+                return c
+        scale, zero_point = t.grid
+        attr, args = self.scaled({SRC: scale}, {SRC: zero_point})
+        md = self.retyped(t, v)
+        dst = self.tensor(md)
+        _, prim = self.primitive(
+            self.lib.dnnl_reorder_primitive_desc_create, t.md, self.engine, md, self.engine, attr=attr
+        )
+        self.step(prim, {SRC: t.memory, DST: dst.memory, **args})
+        self.converted.setdefault(v, []).append(dst)
+        return dst
+
+    def retyped(self, t: _Tensor, v: Value) -> int:
+        """A memory descriptor of ``v``'s type in the layout of the codes ``t`` (a measured one, else plain)."""
+        layout = self.layout_of(t, v.shape, DType.u8) if v.type.rank == 4 else None
+        return self.activation_md(v.shape, layout, v.dtype) if layout else self.value_md(v)
+
     def constant(self, data: torch.Tensor, md: int, shape=None) -> _Tensor:
         """A constant in the layout ``md`` asks for, reordered once now — or, where a module of the same selection
         reordered the same tensor to the same layout (its copies are derived from it: :meth:`derive`), read from that
         copy: a module never writes its constants, and the variants of one selection ask for the same weights in
         the same layouts wherever they chose the same kernel."""
         source = data
-        dtype = DType.bf16 if data.dtype == torch.bfloat16 else DType.f32  # any other type is taken as float32
+        dtype = _TORCH_TYPES.get(data.dtype, DType.f32)  # any other type is taken as float32
         data = data.detach().to(dtype.torch).contiguous()
         if shape is not None:
             data = data.reshape(shape)
@@ -401,7 +487,7 @@ class _Plan:
             return self.reorder(t, md)
         copies = self.converted.setdefault(v, [])
         for c in copies:
-            if c.buffer is not None and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
+            if c.buffer is not None and c.grid is None and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
                 return c
         copies.append(self.reorder(t, md))
         return copies[-1]
@@ -413,11 +499,13 @@ class _Plan:
                 raise _Unsupported(f"constant {v.name} has no data")
             return self.constant(v.data, md if md is not None else self.value_md(v))
         t = self.values[v]
+        if t.grid is not None:  # held as codes: its values first
+            t = self._values_of(v, t)
         if md is None or self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)):
             return t
         copies = self.converted.setdefault(v, [])
         for c in copies:
-            if self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
+            if c.grid is None and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
                 return c
         copies.append(self.reorder(t, md))
         return copies[-1]
@@ -626,13 +714,15 @@ class _Scratch:
         self.memories.append(memory)
         return memory.value, buffer
 
-    def step(self, prim: int, mds: dict[int, int]) -> tuple:
+    def step(self, prim: int, mds: dict[int, int], fixed: dict[int, int] | None = None) -> tuple:
         """``prim`` with each argument (argument → memory descriptor) in a slot's buffer (its destination among
-        those written): a step (function, arguments, the buffers to keep)."""
+        those written), and the ``fixed`` ones (argument → memory: its scales) as they are: a step (function,
+        arguments, the buffers to keep)."""
         made = {arg: self.memory(md, written=arg == DST) for arg, md in mds.items()}
-        args = (_Arg * len(made))(*(_Arg(arg, _P(memory)) for arg, (memory, _) in made.items()))
+        memories = {**{arg: memory for arg, (memory, _) in made.items()}, **(fixed or {})}
+        args = (_Arg * len(memories))(*(_Arg(arg, _P(memory)) for arg, memory in memories.items()))
         buffers = [b for _, b in made.values()]
-        return self.plan.lib.dnnl_primitive_execute, (prim, self.plan.stream, len(made), args), buffers
+        return self.plan.lib.dnnl_primitive_execute, (prim, self.plan.stream, len(memories), args), buffers
 
     def free(self) -> None:
         """Lets go of the arena, trimmed for the next build (:meth:`_Arena.trim`): the build is done, and the

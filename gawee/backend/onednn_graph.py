@@ -133,6 +133,8 @@ def supports(graph: Graph) -> str | None:
         return "oneDNN Graph compiles static shapes only"
     if any(v.type.dtype.is_float and v.type.dtype is not DType.f32 for v in values):
         return "oneDNN Graph is used for float32 graphs only"
+    if any(v is not None and v.dtype in (DType.i8, DType.u8) for n in graph for v in n.inputs):
+        return "oneDNN Graph is used for float32 graphs only (this one has int8 weights: a precision phase's)"
     return None
 
 

@@ -498,6 +498,117 @@ def test_bf16_and_float32_convolutions_of_one_shape_are_raced_apart(monkeypatch)
     assert len(races) == 2
 
 
+def _int8_pair(b: GraphBuilder):
+    """x → an int8 convolution adding the residual r, with its ReLU, requantized to the grid of the next int8
+    convolution (scale 0.05, zero point 3) → that one; both results are outputs. And the second one's weights and
+    scales (how far one code's step moves its result)."""
+    torch.manual_seed(0)
+    x, r = b.input("x", "f32[2,16,9,9]"), b.input("r", "f32[2,32,9,9]")
+    w1, w2 = torch.randint(-127, 128, (32, 16, 3, 3), dtype=torch.int8), torch.randint(-127, 128, (8, 32, 1, 1))
+    s1, s2 = torch.rand(32) * 0.01 + 0.001, torch.rand(8) * 0.01
+    quant = dict(levels=255, dilation=[1, 1], groups=1, stride=[1, 1])
+    y = b.conv2d_int8_static(
+        x, b.const(w1), b.const(s1), b.const(torch.randn(32)), r, act="relu", scale=0.02, zero_point=100,
+        out_scale=0.05, out_zero_point=3, out_levels=255, padding=[1, 1], **quant,
+    )  # fmt: skip
+    z = b.conv2d_int8_static(
+        y, b.const(w2.to(torch.int8)), b.const(s2), None, scale=0.05, zero_point=3, padding=[0, 0], **quant
+    )
+    return b.output(y, z), w2, s2
+
+
+def test_int8_convolutions_compute_the_ops_codes_and_hand_them_over_as_u8():
+    """conv2d_int8_static on oneDNN's int8 convolution: the first one's result requantized to the second's grid is
+    handed over as its u8 codes (no reorder between the two convolutions), read as float32 values where an output
+    needs them; both within one code of the op's semantics (oneDNN divides by the grid's scale where the op
+    multiplies by its inverse: a tie may round the other way)."""
+    graph, w2, s2 = _int8_pair(GraphBuilder("int8"))
+    assert dnnl.supports(graph) is None
+    xs = (torch.randn(2, 16, 9, 9) * 2, torch.randn(2, 32, 9, 9))
+    want_y, want_z = gawee.run(graph, *xs)
+    one_code = (w2.abs().sum((1, 2, 3)) * s2 * 0.05).reshape(1, -1, 1, 1)  # z moved by one of y's codes, at most
+    for layout in dnnl.LAYOUTS:
+        module = DnnlModule(graph, layout=layout)
+        y, z = module(*xs)
+        assert float((y - want_y).abs().max()) <= 1.01 * 0.05 and bool(((z - want_z).abs() <= one_code).all())
+        assert float((y - want_y).abs().mean()) < 1e-3 * 0.05  # a tie is rare: the codes are the op's
+        convs = [i for i, k in enumerate(module.kernels) if k in module.conv_kernels.values()]
+        assert len(convs) == 2 and convs[1] == convs[0] + 1, module.kernels  # the codes go straight to the next
+        assert not any(k.startswith("torch:") for k in module.kernels)
+
+
+@pytest.mark.parametrize("cin, kernel, stride", [(256, 1, 1), (64, 3, 1), (256, 1, 2), (512, 3, 1)])
+def test_every_int8_kernel_a_race_may_keep_sums_codes_of_255_exactly(monkeypatch, cin, kernel, stride):
+    """Codes of 255 times weights of ±127 (where a kernel summing pairs of products in int16 saturates): every
+    int8 implementation the convolution may be given (each forced in turn) computes the op's result exactly."""
+    names, forced = set(), [None]
+
+    def choose(self, candidates, reads, situation=None):
+        names.update(c.name for c in candidates)
+        keep = next((c for c in candidates if c.name == forced[0]), candidates[0])
+        for c in candidates:
+            if c is not keep:
+                c.drop()
+        return keep
+
+    monkeypatch.setattr(dnnl_plan._Plan, "fastest", choose)
+    b = GraphBuilder("saturating")
+    x = b.input("x", f"f32[1,{cin},14,14]")
+    w = torch.full((64, cin, kernel, kernel), 127, dtype=torch.int8)
+    w[::2] = -127
+    geometry = dict(stride=[stride] * 2, padding=[kernel // 2] * 2, dilation=[1, 1], groups=1)
+    y = b.conv2d_int8_static(x, b.const(w), b.const(torch.full((64,), 1e-4)), scale=1.0, zero_point=0, **geometry)
+    graph, xs = b.output(y), (torch.full((1, cin, 14, 14), 255.0),)
+    (want,) = gawee.run(graph, *xs)
+    DnnlModule(graph, layout="per_conv")
+    assert names and all(dnnl_conv.exact_int8(name) for name in names)
+    for name in sorted(names):
+        forced[0] = name
+        module = DnnlModule(graph, layout="per_conv")
+        assert list(module.conv_kernels.values()) == [name]
+        assert torch.equal(module(*xs)[0], want), name
+
+
+class _Int8Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU())
+        self.body = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1), nn.ReLU(), nn.Conv2d(16, 16, 1))
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(self.body(x) + x)
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def test_an_int8_graph_runs_its_convolutions_and_linear_on_int8_kernels_in_every_layout():
+    """The int8 precision phase's graph (static int8 convolutions calibrated on the input, a dynamic int8 linear):
+    every convolution on oneDNN's int8 kernel, the linear on torch's dynamic quantized kernel where it runs here,
+    the outputs as the interpreter computes them up to a few codes."""
+    from gawee.backend import quantized
+    from gawee.rewrite.calibration import Calibration
+    from gawee.rewrite.ruleset import with_precision
+
+    torch.manual_seed(0)
+    model, x = _Int8Net().eval(), torch.randn(2, 3, 16, 16)
+    rules = with_precision(gawee.default_rules(), "int8")
+    graph, _ = gawee.rewrite(gawee.capture(model, (x,)), rules, calibration=Calibration.of([(x,)], "x"))
+    graph = dnnl.RUNTIME.lower(graph)[0]
+    if any(n.op == "conv2d_int8_static" and n.attrs["levels"] != 255 for n in graph):
+        pytest.skip("codes in [0, 127] here (no VNNI): the int8 convolutions run as torch steps")
+    int8 = sum(n.op == "conv2d_int8_static" for n in graph)
+    assert int8 >= 3 and dnnl.supports(graph) is None
+    (want,) = gawee.run(graph, x)
+    for layout in dnnl.LAYOUTS:
+        module = DnnlModule(graph, layout=layout)
+        assert len(module.conv_kernels) == int8 and "torch:conv2d_int8_static" not in module.kernels
+        if quantized.unavailable(255) is None:
+            assert quantized.KERNEL in module.kernels
+        (got,) = module(x)
+        assert float((got - want).abs().max()) <= 0.05 * float(want.abs().max()), layout
+
+
 class _Shuffle(nn.Module):
     """ShuffleNet's channel shuffle and split between convolutions, then ops with no primitive or whose lowering
     refuses them: a convolution and a batch norm (with the ReLU planned as its post-op) of rank 3, a linear of

@@ -128,7 +128,7 @@ def test_auto_compares_and_times_the_runtimes_on_the_example_inputs():
     module = gawee.compile(model, (ids,), backend="auto")
     choice = module.gawee_report.backend
     assert set(choice.seconds) == RUNTIMES - PRIMITIVES  # oneDNN's primitives compute in float32 only
-    assert "computes in i64 (float32 only)" in choice.not_candidates.get("onednn", "") or not PRIMITIVES
+    assert "computes in i64 (float32 and bfloat16 only)" in choice.not_candidates.get("onednn", "") or not PRIMITIVES
     with torch.no_grad():
         torch.testing.assert_close(module(ids), model(ids))
 
