@@ -309,3 +309,17 @@ def test_a_calibration_batch_of_another_shape_is_a_typed_error_naming_it():
     with pytest.raises(EvaluationError, match=r"calibration \(2 calibration batches\), batch 1: input") as e:
         gawee.compile(_model(), (torch.randn(1, 8, 16, 16),), precision="int8", calibration=batches, options=ALWAYS)
     assert "same dtypes and shapes" in str(e.value)
+
+
+def test_an_annotation_no_int8_rule_takes_is_dropped():
+    """A calibrated convolution input the int8 rules leave in float32 (a fused hardswish has no bound there) loses
+    its annotation: ``calibrated`` would otherwise stay in the graph as a copy on every call."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Hardswish(), torch.nn.Conv2d(8, 8, 3)).eval()
+    x = torch.randn(1, 3, 12, 12)
+    graph = gawee.capture(model, (x,))
+    optimized, report = rewrite(
+        graph, with_precision(gawee.default_rules(), "int8"), calibration=Calibration.of([x], "x")
+    )
+    assert report.calibrated == 2 and report.firings["drop_calibration"] == 1
+    assert [n.op for n in optimized] == ["conv2d", "conv2d_int8_static"]
