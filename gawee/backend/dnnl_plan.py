@@ -398,7 +398,10 @@ class _Plan:
         """The value ``v`` as the u8 codes in ``md`` of ``round(v * (1 / scale)) + zero_point``, saturated to [0, 255]
         (an int8 convolution's input, ``conv2d_int8_static``): the codes ``v`` is held as where it is on that very
         grid (a convolution requantized it for this reader), else quantized from its value by a reorder (its scale
-        the float32 ``1 / scale``, multiplied, rounded to nearest even). Made once per grid and layout."""
+        the float32 ``1 / scale``, multiplied, rounded to nearest even). Made once per grid and layout. oneDNN adds
+        the zero point before it rounds: where ``v * (1 / scale)`` is exactly halfway between two integers and the
+        zero point is odd, the code is the other neighbour — within the half step every int8 rule's bound allows
+        for the rounding (rules/precision/int8.rules), and the torch lowering's quantizer rounds first."""
         t, grid = self.values[v], (scale, zero_point)
         if t.grid == grid:
             return t if self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)) else self._converted(v, md, grid, t)

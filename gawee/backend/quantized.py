@@ -80,8 +80,9 @@ class DynamicInt8Linear:
 
 
 CONV_KERNEL = "onednn::qconv2d_pointwise"
-CONV_ACTS = (None, "relu", "hardtanh")
-"""The activations the int8 convolution fuses (oneDNN post-ops; hardtanh with its min and max)."""
+CONV_ACTS = (None, "relu", "hardtanh", "hardswish", "silu")
+"""The activations the int8 convolution fuses (oneDNN post-ops; hardtanh with its min and max, silu as torch's
+``swish``)."""
 
 
 def conv_unavailable(levels: int = 255) -> str | None:
@@ -133,8 +134,9 @@ class StaticInt8Conv:
             weight.contiguous(), self.weight_scale, self.scale, self.zero_point, *self.geometry, shape
         )
         self.bias = None if bias is None else bias.contiguous()
-        self.unary = (act or "none", [float(p) for p in act_params])
-        """oneDNN's activation post-op: none, relu, or hardtanh with its (min, max)."""
+        self.act = act
+        self.unary = ({"silu": "swish"}.get(act, act or "none"), [float(p) for p in act_params])
+        """oneDNN's activation post-op (:data:`CONV_ACTS`): hardtanh with its (min, max)."""
         self.channels_last = channels_last
         self.requantize, self.codes = requantize, codes
 
@@ -167,13 +169,13 @@ class StaticInt8Conv:
             )
         else:
             accum = residual if owned else residual.clone(memory_format=torch.channels_last)
-            fused = unary == "relu"  # torch's sum post-op takes relu after it, nothing else: hardtanh comes after
+            fused = unary == "relu"  # torch's sum post-op takes relu after it, nothing else: the others come after
             y = torch.ops.onednn.qconv2d_pointwise.binary(
                 *common, accum, self.bias, *self.geometry, 1.0, 0, torch.float32, 1.0, 0, "sum", 1.0,
                 "relu" if fused else None, [], None,
             )  # fmt: skip
-            if unary == "hardtanh":
-                y = y.clamp_(*scalars)
+            if not fused and unary != "none":
+                y = apply_act(y, self.act, scalars)
         if self.requantize is not None:  # with a residual: the float32 sum requantized by torch's quantizer
             codes = self.quantize(y, *self.requantize)
             y = codes if self.codes else (codes.float() - self.requantize[1]) * self.requantize[0]

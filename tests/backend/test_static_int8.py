@@ -123,6 +123,9 @@ def test_the_int8_phase_quantizes_every_calibrated_convolution_and_drops_the_ann
         (1, 1, 4, True, None),
         (1, 1, 4, False, "hardtanh"),
         (2, 1, 1, True, "hardtanh"),
+        (1, 1, 1, False, "hardswish"),
+        (1, 1, 2, False, "silu"),
+        (1, 1, 1, True, "hardswish"),  # after torch's sum post-op, which takes relu only
     ],
 )
 def test_the_kernel_computes_the_reference_semantics(stride, padding, groups, residual, act, channels_last):
