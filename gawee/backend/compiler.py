@@ -192,8 +192,8 @@ def compile(
     Runtime session with all of ORT's optimizations (:class:`gawee.backend.ort.OrtModule`; static
     shapes). ``backend="onednn_graph"`` traces the rewritten graph and lets oneDNN Graph compile it into
     fused partitions (:class:`gawee.backend.onednn_graph.OneDNNGraphModule`; static float32 shapes).
-    ``backend="onednn"`` plans it into oneDNN's primitives (:class:`gawee.backend.dnnl.DnnlModule`; static float32
-    shapes), with the activation layout measured (``"onednn:blocked"``, ``"onednn:channels_last"`` or
+    ``backend="onednn"`` plans it into oneDNN's primitives (:class:`gawee.backend.dnnl.DnnlModule`; static shapes,
+    float32, bf16 and int8 convolutions), with the activation layout measured (``"onednn:blocked"``, ``"onednn:channels_last"`` or
     ``"onednn:per_conv"`` fixes it).
     ``backend="auto"`` builds the torch lowering and, where they are available and can run the graph,
     those three as well, times them on this machine and keeps the torch lowering unless another is more
