@@ -193,8 +193,8 @@ def compile(
     shapes). ``backend="onednn_graph"`` traces the rewritten graph and lets oneDNN Graph compile it into
     fused partitions (:class:`gawee.backend.onednn_graph.OneDNNGraphModule`; static float32 shapes).
     ``backend="onednn"`` plans it into oneDNN's primitives (:class:`gawee.backend.dnnl.DnnlModule`; static shapes,
-    float32, bf16 and int8 convolutions), with the activation layout measured (``"onednn:blocked"``, ``"onednn:channels_last"`` or
-    ``"onednn:per_conv"`` fixes it).
+    float32, bf16 and int8 convolutions), with the activation layout measured (``"onednn:blocked"``,
+    ``"onednn:channels_last"`` or ``"onednn:per_conv"`` fixes it).
     ``backend="auto"`` builds the torch lowering and, where they are available and can run the graph,
     those three as well, times them on this machine and keeps the torch lowering unless another is more
     than 5% faster (the measurement is ``module.gawee_report.backend``): which kernels win depends on the
@@ -881,7 +881,7 @@ def _candidate(
         except Exception as e:
             return None, [], f"it fails to run it: {first_line(e)}"
     try:
-        return module, _check_backend(name, expected, got, hint, bounds=bounds or {}), None
+        return module, _check_backend(name, expected, got, hint, bounds=bounds), None
     except EquivalenceError as e:
         return None, [], f"its outputs differ from the model's: {e.message}"
 
@@ -939,14 +939,14 @@ def _check_backend(
     got: Sequence[torch.Tensor],
     hint: str | None = None,
     approximate: frozenset[int] = frozenset(),
-    bounds: Mapping[int, float] = {},
+    bounds: Mapping[int, float] | None = None,
 ) -> list[OutputCheck]:
     """Each output's difference from the model's; EquivalenceError (with ``hint``, the runtime's
     :attr:`Runtime.mismatch_hint`) if one exceeds its dtype's tolerance, except
     the outputs in ``approximate`` (made by approximate rules: their error is their rules' and is reported, not
     judged against the tolerance; their shape and dtype still must match) and those in ``bounds``, each held to its
     bound there instead (another runtime of a graph with approximate outputs: :func:`_approximate_bounds`)."""
-    checks = []
+    checks, bounds = [], bounds or {}
     for i, (ref, out) in enumerate(zip(expected, got)):
         if ref.shape != out.shape or ref.dtype != out.dtype:
             raise EquivalenceError(

@@ -35,7 +35,8 @@ oneDNN 3.x; their values here are those of ``dnnl_types.h``, and ``tests/backend
 numerically against torch. An op without a primitive here, or one whose primitive oneDNN refuses, runs as a step
 of its torch semantics on the plain layout (:func:`_torch_op`), so any graph runs. Static shapes, float32 and
 bfloat16 values (the bf16 precision phase's: oneDNN's bf16 kernels compute them, accumulating in float32, and a
-cast is a reorder; gawee's own kernels take float32 only); :func:`supports` says why a graph cannot run.
+cast is a reorder; gawee's own kernels take float32 only), and the int8 phase's convolutions on oneDNN's int8
+kernels (:func:`_conv2d_int8`); :func:`supports` says why a graph cannot run.
 """
 
 from __future__ import annotations
@@ -145,9 +146,13 @@ def _affine_cat(plan: _Plan, node: Node) -> _Tensor:
 
     weight, bias, mean, var, *parts = node.inputs
     out, act = node.output.shape, plan.act_of(node)[0]
-    if len(out) != 4 or node.attrs["dim"] % 4 != 1 or act not in affine_cat.ACTS or node.output.dtype is not DType.f32:
-        raise _Unsupported("a concatenation the affine_cat kernel does not take")
-    if any(v.is_const for v in parts):
+    if (
+        len(out) != 4
+        or node.attrs["dim"] % 4 != 1
+        or act not in affine_cat.ACTS
+        or node.output.dtype is not DType.f32
+        or any(v.is_const for v in parts)
+    ):
         raise _Unsupported("a concatenation the affine_cat kernel does not take")
     layout = next(filter(None, (plan.layout_of(plan.values[v], v.shape) for v in parts)), None)
     block = plan.block if layout == "blocked" else 0

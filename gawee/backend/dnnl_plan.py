@@ -195,7 +195,7 @@ class _Plan:
         self.keep: list[Any] = []  # what the primitives' arguments point to
         self.steps: list[tuple[Any, tuple, str]] = []  # (C function, its arguments, the kernel's name)
         self.impl: dict[int, str] = {}  # each primitive's implementation (oneDNN's name for its kernel)
-        self.pool: dict[int, list[_Buffer]] = {}
+        self.pool: dict[int, list[_Buffer]] = {}  # free buffers by size (float32 words)
         self.values: dict[Value, _Tensor] = {}
         self.converted: dict[Value, list[_Tensor]] = {}  # a value reordered to consumers' layouts
         self.conv_layouts: dict[str, str] = {}  # each convolution's (and batch norm's) activation layout
@@ -500,7 +500,8 @@ class _Plan:
         if v.is_const:
             if not v.has_known_data:
                 raise _Unsupported(f"constant {v.name} has no data")
-            return self.constant(v.data, md if md is not None else self.value_md(v))
+            plain = md if md is not None else self.md(v.data.shape, dtype=_TORCH_TYPES.get(v.data.dtype, DType.f32))
+            return self.constant(v.data, plain)
         t = self.values[v]
         if t.grid is not None:  # held as codes: its values first
             t = self._values_of(v, t)

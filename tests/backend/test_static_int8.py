@@ -315,10 +315,10 @@ def test_a_calibration_batch_of_another_shape_is_a_typed_error_naming_it():
 
 
 def test_an_annotation_no_int8_rule_takes_is_dropped():
-    """A calibrated convolution input the int8 rules leave in float32 (a fused hardswish has no bound there) loses
+    """A calibrated convolution input the int8 rules leave in float32 (a fused tanh: no rule bounds it there) loses
     its annotation: ``calibrated`` would otherwise stay in the graph as a copy on every call."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Hardswish(), torch.nn.Conv2d(8, 8, 3)).eval()
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Tanh(), torch.nn.Conv2d(8, 8, 3)).eval()
     x = torch.randn(1, 3, 12, 12)
     graph = gawee.capture(model, (x,))
     optimized, report = rewrite(
