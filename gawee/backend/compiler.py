@@ -235,10 +235,10 @@ def compile(
     says why (``CompileReport.precision_skipped``). The outputs they reach are not held to the
     tolerance by the check (they are counted in its report), and the report says how far the module's outputs
     are from the model's on the example inputs (``CompileReport.accuracy``). Where they reach an output, another
-    runtime of the same graph (the whole-graph runtimes: oneDNN's primitives run bf16) is a candidate only where
-    its outputs are as close to the model's as the torch lowering's are, within :data:`APPROXIMATE_SLACK`
-    (:func:`_approximate_bounds`), and, with symbolic shapes, the rewritten graph is not checked at other sizes
-    (that check holds every output to the tolerance).
+    runtime of the same graph (the whole-graph runtimes: oneDNN's primitives run bf16 and int8 convolutions) is a
+    candidate only where its outputs are as close to the model's as the torch lowering's are, within
+    :data:`APPROXIMATE_SLACK` (:func:`_approximate_bounds`), and, with symbolic shapes, the rewritten graph is not
+    checked at other sizes (that check holds every output to the tolerance).
     int8 also quantizes convolutions statically, with each input's scale fixed from the range it takes on
     ``calibration`` (an iterable of batches, each given as ``example_inputs`` is; default: the example inputs
     alone, which the report says): :mod:`gawee.rewrite.calibration`. With calibration data, the report also
