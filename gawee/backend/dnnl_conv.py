@@ -33,6 +33,7 @@ from gawee.backend.dnnl_plan import (
     _Tensor,
     _Unsupported,
 )
+from gawee.cpu import no_vnni
 from gawee.ir.core import Node, Value
 from gawee.ir.types import DType
 
@@ -403,8 +404,6 @@ def exact_int8(implementation: str) -> bool:
     (``brgconv:avx512_core``, ``jit_uni_int8:avx2``) add pairs of products in int16 first (``vpmaddubsw``), which
     saturates at 32767: 255 · 127 · 2 is not held (a convolution of codes 255 and weights 127 came out half its
     value); tests/backend/test_dnnl.py runs that case on every kernel kept."""
-    from gawee.cpu import no_vnni
-
     isa = implementation.rsplit(":", 1)[-1]
     return "vnni" in isa or "amx" in isa or (implementation.startswith("x64:gemm_s8u8s32") and no_vnni() is None)
 
@@ -445,7 +444,7 @@ def _conv(
             probe = plan.descriptor(create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims)
             dst_md = residual_md = plan.queried(probe, DST)
             if dst_type is not residual.dtype:  # a requantized result: the residual is added before, in float32
-                residual_md = plan.retyped(_Tensor(dst_md, None, None), residual)
+                residual_md = plan.retyped(dst_md, residual)
         attr = _post_ops(plan, act, params, residual_md)
         if quant is not None:
             attr = quant.attr(plan, attr, groups)

@@ -403,52 +403,55 @@ class _Plan:
         zero point is odd, the code is the other neighbour — within the half step every int8 rule's bound allows
         for the rounding (rules/precision/int8.rules), and the torch lowering's quantizer rounds first."""
         t, grid = self.values[v], (scale, zero_point)
-        if t.grid == grid:
-            return t if self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)) else self._converted(v, md, grid, t)
-        for c in self.converted.get(v, ()):
-            if c.grid == grid and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
-                return c
-        inverse = float(1 / torch.tensor(scale, dtype=torch.float32))
-        attr, args = self.scaled({SRC: inverse}, {DST: zero_point})
-        src = self.operand(v)
-        dst = self.tensor(md, grid)
-        _, prim = self.primitive(
-            self.lib.dnnl_reorder_primitive_desc_create, src.md, self.engine, md, self.engine, attr=attr
-        )
-        self.step(prim, {SRC: src.memory, DST: dst.memory, **args})
+        if t.grid == grid and self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)):
+            return t
+        dst = self._copy(v, md, grid)
+        if dst is not None:
+            return dst
+        if t.grid == grid:  # the codes into another layout
+            dst = self.reorder(t, md)
+            dst.grid = grid
+        else:
+            inverse = float(1 / torch.tensor(scale, dtype=torch.float32))
+            dst = self._scaled_reorder(self.operand(v), md, {SRC: inverse}, {DST: zero_point}, grid)
         self.converted.setdefault(v, []).append(dst)
         return dst
-
-    def _converted(self, v: Value, md: int, grid, t: _Tensor) -> _Tensor:
-        """``v``'s codes ``t`` copied into the layout ``md`` (once)."""
-        for c in self.converted.get(v, ()):
-            if c.grid == grid and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
-                return c
-        copy = self.reorder(t, md)
-        copy.grid = grid
-        self.converted.setdefault(v, []).append(copy)
-        return copy
 
     def _values_of(self, v: Value, t: _Tensor) -> _Tensor:
         """The float32 value ``v`` held as the codes ``t``: ``(code - zero point) * scale`` by a reorder into the
         codes' layout as float32 (once)."""
-        for c in self.converted.get(v, ()):
-            if c.grid is None and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(self.retyped(t, v))):
-                return c
-        scale, zero_point = t.grid
-        attr, args = self.scaled({SRC: scale}, {SRC: zero_point})
-        md = self.retyped(t, v)
-        dst = self.tensor(md)
-        _, prim = self.primitive(
-            self.lib.dnnl_reorder_primitive_desc_create, t.md, self.engine, md, self.engine, attr=attr
-        )
-        self.step(prim, {SRC: t.memory, DST: dst.memory, **args})
-        self.converted.setdefault(v, []).append(dst)
+        md = self.retyped(t.md, v)
+        dst = self._copy(v, md)
+        if dst is None:
+            scale, zero_point = t.grid
+            dst = self._scaled_reorder(t, md, {SRC: scale}, {SRC: zero_point})
+            self.converted.setdefault(v, []).append(dst)
         return dst
 
-    def retyped(self, t: _Tensor, v: Value) -> int:
-        """A memory descriptor of ``v``'s type in the layout of the codes ``t`` (a measured one, else plain)."""
-        layout = self.layout_of(t, v.shape, DType.u8) if v.type.rank == 4 else None
+    def _scaled_reorder(self, src: _Tensor, md: int, scales: dict, zero_points: dict, grid=None) -> _Tensor:
+        """``src`` reordered into ``md`` with ``scales`` and ``zero_points`` (:meth:`scaled`), a step of every call:
+        a quantization (the result the codes on ``grid``) or a dequantization."""
+        attr, args = self.scaled(scales, zero_points)
+        dst = self.tensor(md, grid)
+        create = self.lib.dnnl_reorder_primitive_desc_create
+        _, prim = self.primitive(create, src.md, self.engine, md, self.engine, attr=attr)
+        self.step(prim, {SRC: src.memory, DST: dst.memory, **args})
+        return dst
+
+    def _copy(self, v: Value, md: int, grid=None, buffered: bool = False) -> _Tensor | None:
+        """The copy of ``v`` already made in ``md`` (its codes on ``grid``, or its values where that is None; in a
+        buffer of the module's where ``buffered``), or None."""
+        for c in self.converted.get(v, ()):
+            held = c.grid == grid and (c.buffer is not None or not buffered)
+            if held and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
+                return c
+        return None
+
+    def retyped(self, md: int, v: Value) -> int:
+        """A memory descriptor of ``v``'s type in the layout of ``md``, one of u8 codes (a measured layout, else
+        plain)."""
+        held = _Tensor(md, None, None)
+        layout = self.layout_of(held, v.shape, DType.u8) if v.type.rank == 4 else None
         return self.activation_md(v.shape, layout, v.dtype) if layout else self.value_md(v)
 
     def constant(self, data: torch.Tensor, md: int, shape=None) -> _Tensor:
@@ -488,12 +491,11 @@ class _Plan:
             return t
         if v.is_const:
             return self.reorder(t, md)
-        copies = self.converted.setdefault(v, [])
-        for c in copies:
-            if c.buffer is not None and c.grid is None and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
-                return c
-        copies.append(self.reorder(t, md))
-        return copies[-1]
+        copy = self._copy(v, md, buffered=True)
+        if copy is None:
+            copy = self.reorder(t, md)
+            self.converted.setdefault(v, []).append(copy)
+        return copy
 
     def operand(self, v: Value, md: int | None = None) -> _Tensor:
         """The value as a primitive's operand, reordered to ``md`` when that layout differs from its own."""
@@ -507,12 +509,11 @@ class _Plan:
             t = self._values_of(v, t)
         if md is None or self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)):
             return t
-        copies = self.converted.setdefault(v, [])
-        for c in copies:
-            if c.grid is None and self.lib.dnnl_memory_desc_equal(_P(c.md), _P(md)):
-                return c
-        copies.append(self.reorder(t, md))
-        return copies[-1]
+        copy = self._copy(v, md)
+        if copy is None:
+            copy = self.reorder(t, md)
+            self.converted.setdefault(v, []).append(copy)
+        return copy
 
     def fastest(self, candidates: list, reads: dict[int, Value | None], situation: tuple | None = None):
         """The candidate convolution kernel (a :class:`_Primitive`, :class:`_Winograd` or :class:`_Grouped`) whose

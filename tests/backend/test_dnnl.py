@@ -36,10 +36,15 @@ class Lambda(nn.Module):
         return self.fn(self.parts, *xs)
 
 
-def _graph(model, *xs):
-    """``model`` captured, rewritten by the bundled rules and by the runtime's target phase, as gawee.compile
-    hands it to the runtime."""
-    graph, _ = gawee.rewrite(gawee.capture(model.eval(), xs))
+def _graph(model, *xs, precision: str | None = None):
+    """``model`` captured, rewritten by the bundled rules (and the ``precision`` phase, int8's calibrated on
+    ``xs``) and by the runtime's target phase, as gawee.compile hands it to the runtime."""
+    from gawee.rewrite.calibration import Calibration
+    from gawee.rewrite.ruleset import with_precision
+
+    rules = with_precision(gawee.default_rules(), precision) if precision else None
+    calibration = Calibration.of([xs], "the inputs") if precision == "int8" else None
+    graph, _ = gawee.rewrite(gawee.capture(model.eval(), xs), rules, calibration=calibration)
     return dnnl.RUNTIME.lower(graph)[0]
 
 
@@ -452,15 +457,6 @@ class _Bf16Net(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def _bf16_graph(model, x):
-    """``model`` rewritten with the bf16 precision phase, then the runtime's target phase (as gawee.compile hands
-    it over)."""
-    from gawee.rewrite.ruleset import with_precision
-
-    graph, _ = gawee.rewrite(gawee.capture(model.eval(), (x,)), with_precision(gawee.default_rules(), "bf16"))
-    return dnnl.RUNTIME.lower(graph)[0]
-
-
 def test_a_bf16_graph_runs_on_primitives_in_every_layout_as_the_interpreter_computes_it():
     """The bf16 precision phase's graph in each layout (per_conv races the bf16 kernels; gawee's own kernels take
     float32 only): every op a primitive, no torch step, the outputs within a few bf16 roundings of what the
@@ -468,7 +464,7 @@ def test_a_bf16_graph_runs_on_primitives_in_every_layout_as_the_interpreter_comp
     twice, and a rounding that falls the other way carries on)."""
     torch.manual_seed(0)
     model, x = _Bf16Net(), torch.randn(2, 3, 32, 32)
-    graph = _bf16_graph(model, x)
+    graph = _graph(model, x, precision="bf16")
     assert {n.output.dtype.value for n in graph if n.op in ("conv2d", "linear", "max_pool2d")} == {"bf16"}
     assert dnnl.supports(graph) is None
     (want,) = gawee.run(graph, x)
@@ -587,14 +583,10 @@ def test_an_int8_graph_runs_its_convolutions_and_linear_on_int8_kernels_in_every
     every convolution on oneDNN's int8 kernel, the linear on torch's dynamic quantized kernel where it runs here,
     the outputs as the interpreter computes them up to a few codes."""
     from gawee.backend import quantized
-    from gawee.rewrite.calibration import Calibration
-    from gawee.rewrite.ruleset import with_precision
 
     torch.manual_seed(0)
-    model, x = _Int8Net().eval(), torch.randn(2, 3, 16, 16)
-    rules = with_precision(gawee.default_rules(), "int8")
-    graph, _ = gawee.rewrite(gawee.capture(model, (x,)), rules, calibration=Calibration.of([(x,)], "x"))
-    graph = dnnl.RUNTIME.lower(graph)[0]
+    model, x = _Int8Net(), torch.randn(2, 3, 16, 16)
+    graph = _graph(model, x, precision="int8")
     if any(n.op == "conv2d_int8_static" and n.attrs["levels"] != 255 for n in graph):
         pytest.skip("codes in [0, 127] here (no VNNI): the int8 convolutions run as torch steps")
     int8 = sum(n.op == "conv2d_int8_static" for n in graph)
