@@ -441,9 +441,9 @@ def test_a_cast_to_bf16_rounds_as_torch_does_in_every_layout():
         assert not any(k.startswith("torch:") for k in module.kernels)
 
 
-class _Bf16Net(nn.Module):
-    """Every op the bf16 precision phase puts in bfloat16 on a CNN: convolutions with and without a residual and
-    activation, max pooling, a linear; the average pooling between stays float32."""
+class _SmallCnn(nn.Module):
+    """The ops a precision phase rewrites on a CNN: convolutions with and without a residual and activation, max
+    pooling, a linear; the average pooling between stays float32."""
 
     def __init__(self):
         super().__init__()
@@ -463,7 +463,7 @@ def test_a_bf16_graph_runs_on_primitives_in_every_layout_as_the_interpreter_comp
     interpreter computes for the same graph (oneDNN rounds a convolution with its residual once where torch rounds
     twice, and a rounding that falls the other way carries on)."""
     torch.manual_seed(0)
-    model, x = _Bf16Net(), torch.randn(2, 3, 32, 32)
+    model, x = _SmallCnn(), torch.randn(2, 3, 32, 32)
     graph = _graph(model, x, precision="bf16")
     assert {n.output.dtype.value for n in graph if n.op in ("conv2d", "linear", "max_pool2d")} == {"bf16"}
     assert dnnl.supports(graph) is None
@@ -565,19 +565,6 @@ def test_every_int8_kernel_a_race_may_keep_sums_codes_of_255_exactly(monkeypatch
         assert torch.equal(module(*xs)[0], want), name
 
 
-class _Int8Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU())
-        self.body = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1), nn.ReLU(), nn.Conv2d(16, 16, 1))
-        self.head = nn.Linear(16, 10)
-
-    def forward(self, x):
-        x = self.stem(x)
-        x = torch.relu(self.body(x) + x)
-        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
-
-
 def test_an_int8_graph_runs_its_convolutions_and_linear_on_int8_kernels_in_every_layout():
     """The int8 precision phase's graph (static int8 convolutions calibrated on the input, a dynamic int8 linear):
     every convolution on oneDNN's int8 kernel, the linear on torch's dynamic quantized kernel where it runs here,
@@ -585,7 +572,7 @@ def test_an_int8_graph_runs_its_convolutions_and_linear_on_int8_kernels_in_every
     from gawee.backend import quantized
 
     torch.manual_seed(0)
-    model, x = _Int8Net(), torch.randn(2, 3, 16, 16)
+    model, x = _SmallCnn(), torch.randn(2, 3, 16, 16)
     graph = _graph(model, x, precision="int8")
     if any(n.op == "conv2d_int8_static" and n.attrs["levels"] != 255 for n in graph):
         pytest.skip("codes in [0, 127] here (no VNNI): the int8 convolutions run as torch steps")
