@@ -8,17 +8,21 @@
   fuser the whole-graph runtime uses too). Timed alone, it ran the attention of deit_tiny's and BERT-base's heads
   two to three times faster than aten's kernel (benchmarks/README.md, "Runtime: transformers" → Notes).
 
-Which wins depends on the CPU and the shapes, so the lowering times both on random inputs of the node's shapes
-at compile time, once per distinct shape, scale and mask per process, after checking the partition against aten's
-result, and keeps the faster (an :class:`AttentionChoice` in the compile report). The partition is used only
-where it computes torch's result (:func:`onednn_graph.written_attention`): 4-D float32 operands of static shapes
-with equal batch and head dims, no dropout or grouped heads, and no mask or a bool or float32 one that
+Which wins depends on the CPU and the shapes, so the lowering times both on random inputs of the node's shapes at
+compile time, once per distinct shape, scale and mask per process, after checking the partition against aten's
+result, and keeps the faster (an :class:`AttentionChoice` in the compile report). The partition is used only where
+it computes torch's result (:func:`onednn_graph.written_attention`): 4-D float32 operands of static shapes with
+equal batch and head dims, no dropout or grouped heads, and no mask or a bool or float32 one that
 :func:`onednn_graph.additive_mask` makes a term of the scores (a causal attention's is torch's lower-triangular
-mask). A constant mask becomes that term once, at compile time; one computed at run time on every call, where a
-mask it cannot turn into a term (a query row that attends to no key, which is 0 in torch's kernel and NaN in a
-softmax) makes that call run aten's kernel. ``TorchOptions.attention_kernel`` forces either. The fuser is first
-tried on an attention in a child process, once per process (:func:`onednn_graph.unavailable`, about 2 s on the
-first graph with an attention): a CPU on which it crashes loses the candidate, not the process.
+mask); or 4-D bf16 operands without a mask (rules/precision/bf16.rules' ``sdpa_bf16``), whose partition runs
+oneDNN's bf16 matmuls and softmax — the scores rounded to bf16 once, where aten's kernel keeps them in float32, an
+error within that rule's bound (it allows four roundings to bf16 per logit: the query, the key, the scores and their
+scaling) — and is checked against aten's bf16 result within bf16's resolution. A constant mask becomes that term
+once, at compile time; one computed at run time on every call, where a mask it cannot turn into a term (a query row
+that attends to no key, which is 0 in torch's kernel and NaN in a softmax) makes that call run aten's kernel.
+``TorchOptions.attention_kernel`` forces either. The fuser is first tried on an attention in a child process, once
+per process (:func:`onednn_graph.unavailable`, about 2 s on the first graph with an attention): a CPU on which it
+crashes loses the candidate, not the process.
 """
 
 from __future__ import annotations
@@ -60,12 +64,16 @@ class AttentionChoice:
     nodes: int = 0
     """How many nodes of the graph run with this choice."""
     op: str = "attention"
+    dtype: str = ""
+    """The operands' type where it is not float32 ("bf16")."""
 
     @property
     def shape(self) -> str:
         dims = "x".join
         mask = f"+mask {dims(map(str, self.mask))}" if self.mask is not None else ""
-        return f"q {dims(map(str, self.query))}, k {dims(map(str, self.key))}, v {dims(map(str, self.value))}{mask}"
+        typed = f" {self.dtype}" if self.dtype else ""
+        operands = f"q {dims(map(str, self.query))}, k {dims(map(str, self.key))}, v {dims(map(str, self.value))}"
+        return f"{operands}{mask}{typed}"
 
     def __str__(self) -> str:
         how = ", ".join(f"{k} {v:.3g} ms" for k, v in self.ms.items()) or self.why
@@ -140,11 +148,11 @@ Mask = torch.Tensor | tuple[int, ...] | None
 (:func:`onednn_graph.additive_mask`), the shape of a run-time mask, or None."""
 
 
-def _operands(shapes, mask: Mask, seed: int) -> tuple[torch.Tensor, ...]:
-    """Random query, key and value of ``shapes``, and where ``mask`` is a shape, a random float32 mask of it with
-    a quarter of its values -inf but none of its rows (what a bool mask becomes)."""
+def _operands(shapes, mask: Mask, seed: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+    """Random query, key and value of ``shapes`` and ``dtype``, and where ``mask`` is a shape, a random float32
+    mask of it with a quarter of its values -inf but none of its rows (what a bool mask becomes)."""
     g = torch.Generator().manual_seed(seed)
-    xs = tuple(torch.randn(s, generator=g) for s in shapes)
+    xs = tuple(torch.randn(s, generator=g).to(dtype) for s in shapes)
     if not isinstance(mask, tuple):
         return xs
     term = torch.randn(mask, generator=g).masked_fill_(torch.rand(mask, generator=g) < 0.25, float("-inf"))
@@ -152,12 +160,13 @@ def _operands(shapes, mask: Mask, seed: int) -> tuple[torch.Tensor, ...]:
     return (*xs, term)
 
 
-def _partition(shapes, scale: float | None, mask: Mask) -> Partition | None:
-    """The written-out attention for ``shapes`` compiled by oneDNN Graph, or None where the fuser fails or does not
-    make it one partition."""
+def _partition(shapes, scale: float | None, mask: Mask, dtype: torch.dtype = torch.float32) -> Partition | None:
+    """The written-out attention for ``shapes`` of ``dtype`` compiled by oneDNN Graph, or None where the fuser fails
+    or does not make it one partition."""
     constant = mask if isinstance(mask, torch.Tensor) else None
     try:
-        scripted, plan = onednn_graph.compile_traced(_Written(scale, constant).eval(), _operands(shapes, mask, 0))
+        operands = _operands(shapes, mask, 0, dtype)
+        scripted, plan = onednn_graph.compile_traced(_Written(scale, constant).eval(), operands)
     except RuntimeError:
         return None
     if "prim::oneDNNFusionGroup" not in plan:
@@ -166,7 +175,7 @@ def _partition(shapes, scale: float | None, mask: Mask) -> Partition | None:
 
 
 _MEASURED: dict[tuple, tuple[AttentionChoice, Partition | None]] = {}
-"""Per process: (shapes, scale, mask, threads, forced) → the choice and the partition it needs."""
+"""Per process: (shapes, scale, mask, dtype, threads, forced) → the choice and the partition it needs."""
 
 
 def _mask_key(mask: Mask) -> tuple | None:
@@ -192,40 +201,53 @@ def _on_operands(partition: Partition, mask: Mask):
     return partition if not isinstance(mask, tuple) else lambda q, k, v, term: partition(q, k, v, term, term)
 
 
-def _checked_partition(shapes, scale: float | None, mask: Mask) -> tuple[Partition | None, str]:
-    """The partition for ``shapes`` where oneDNN Graph compiles one that gives aten's result on random operands,
-    else None with why not. The fuser compiles and runs it in a child process first (:mod:`gawee.backend.isolation`):
-    where that child dies, the partition is never compiled in this one."""
-    trial = isolation.tried({"attention": functools.partial(_partition_why, shapes, scale, mask)})["attention"]
+def _checked_partition(shapes, scale: float | None, mask: Mask, dtype: torch.dtype) -> tuple[Partition | None, str]:
+    """The partition for ``shapes`` of ``dtype`` where oneDNN Graph compiles one that gives aten's result on random
+    operands, else None with why not. The fuser compiles and runs it in a child process first
+    (:mod:`gawee.backend.isolation`): where that child dies, the partition is never compiled in this one."""
+    work = functools.partial(_partition_why, shapes, scale, mask, dtype)
+    trial = isolation.tried({"attention": work})["attention"]
     if trial.died:
         return None, f"oneDNN Graph's partition: {trial.why}"
     if trial.error or trial.answer:
         return None, trial.error or trial.answer
-    partition = _partition(shapes, scale, mask)
-    why = _why_not(partition, shapes, scale, mask)
+    partition = _partition(shapes, scale, mask, dtype)
+    why = _why_not(partition, shapes, scale, mask, dtype)
     return (partition, "") if why is None else (None, why)
 
 
-def _partition_why(shapes, scale: float | None, mask: Mask) -> str | None:
+def _partition_why(shapes, scale: float | None, mask: Mask, dtype: torch.dtype) -> str | None:
     """In a trial process: why the partition for ``shapes`` is no candidate (:func:`_checked_partition`), or None."""
-    return _why_not(_partition(shapes, scale, mask), shapes, scale, mask)
+    return _why_not(_partition(shapes, scale, mask, dtype), shapes, scale, mask, dtype)
 
 
-def _why_not(partition: Partition | None, shapes, scale: float | None, mask: Mask) -> str | None:
+def _why_not(partition: Partition | None, shapes, scale: float | None, mask: Mask, dtype: torch.dtype) -> str | None:
     """Why ``partition`` (None: the fuser made none) does not serve the attention, or None."""
     if partition is None:
         return "no oneDNN Graph partition"
-    if not _computes_torchs_result(partition, shapes, scale, mask):
+    if not _computes_torchs_result(partition, shapes, scale, mask, dtype):
         return "oneDNN Graph's partition differs from aten's result"
     return None
 
 
-def _computes_torchs_result(partition: Partition, shapes, scale: float | None, mask: Mask) -> bool:
-    """Whether ``partition`` gives aten's result on random operands (a run-time mask with -inf terms)."""
-    xs = _operands(shapes, mask, 1)
+BF16_AGREEMENT = 2**-6
+"""How far a bf16 partition's result may be from aten's bf16 kernel's on the same operands, as a share of the
+result's largest magnitude: four units of bf16's last place (the partition rounds the scores to bf16, aten's
+kernel does not; either rounds the probabilities and the result)."""
+
+
+def _computes_torchs_result(partition: Partition, shapes, scale: float | None, mask: Mask, dtype: torch.dtype) -> bool:
+    """Whether ``partition`` gives aten's result on random operands of ``dtype`` (a run-time mask with -inf terms):
+    within float32's rounding for float32, :data:`BF16_AGREEMENT` for bf16."""
+    xs = _operands(shapes, mask, 1, dtype)
     with torch.no_grad():
         got, expected = _on_operands(partition, mask)(*xs), _Aten(mask, scale)(*xs)
-    return got.shape == expected.shape and torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        return False
+    if dtype == torch.float32:
+        return torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
+    got, expected = got.float(), expected.float()
+    return bool((got - expected).abs().max() <= BF16_AGREEMENT * expected.abs().max())
 
 
 def choose(
@@ -234,14 +256,16 @@ def choose(
     mask: Mask,
     forced: str = "measure",
     *,
+    dtype: torch.dtype = torch.float32,
     min_rounds: int = 3,
     max_rounds: int = 15,
     budget_s: float = 0.25,
 ) -> tuple[AttentionChoice, Partition | None]:
-    """The kernel of an attention of ``shapes`` (query, key, value) with ``scale`` and ``mask`` (:data:`Mask`):
-    timed like :func:`gawee.backend.kernels.measure_linear`, or as ``forced``; either way the partition only if it
-    gives aten's result on random operands. With the partition when the choice is ``onednn_graph``."""
-    key = (shapes, scale, _mask_key(mask), torch.get_num_threads(), forced)
+    """The kernel of an attention of ``shapes`` (query, key, value) of ``dtype`` with ``scale`` and ``mask``
+    (:data:`Mask`): timed like :func:`gawee.backend.kernels.measure_linear`, or as ``forced``; either way the
+    partition only if it gives aten's result on random operands. With the partition when the choice is
+    ``onednn_graph``."""
+    key = (shapes, scale, _mask_key(mask), dtype, torch.get_num_threads(), forced)
     hit = _MEASURED.get(key)
     if hit is not None:
         return hit
@@ -250,18 +274,20 @@ def choose(
     partition, why = None, "forced"
     if forced != "aten":
         usable = onednn_graph.unavailable("attention") is None
-        partition, why = _checked_partition(shapes, scale, mask) if usable else (None, "no oneDNN Graph partition")
+        partition, why = (
+            _checked_partition(shapes, scale, mask, dtype) if usable else (None, "no oneDNN Graph partition")
+        )
         why = why or "forced"
     ms: dict[str, float] = {}
     if forced != "measure" or partition is None:
         kernel = forced if partition is not None or forced == "aten" else "aten"
     else:
-        xs = _operands(shapes, mask, 1)
+        xs = _operands(shapes, mask, 1, dtype)
         runners = {"aten": _Aten(mask, scale), "onednn_graph": _on_operands(partition, mask)}
         best = kernels.best_calls(runners, xs, min_rounds, max_rounds, budget_s)
         kernel = min(best, key=lambda k: (best[k], ATTENTION_KERNELS.index(k)))
         ms = {k: round(t, 4) for k, t in best.items()}
-    choice = AttentionChoice(*shapes, mask_shape, kernel, ms, why)
+    choice = AttentionChoice(*shapes, mask_shape, kernel, ms, why, dtype="" if dtype == torch.float32 else "bf16")
     result = (choice, partition if kernel == "onednn_graph" else None)
     _MEASURED[key] = result
     kernels.add_measuring_seconds(time.perf_counter() - t_start)
@@ -278,14 +304,16 @@ class Problem:
     mask: Mask
     groups: int
     """Query heads per key/value head (1: plain attention)."""
+    dtype: torch.dtype = torch.float32
+    """The operands' type: float32, or bf16 (no mask then)."""
 
 
 def problem(types, mask_type, constant: torch.Tensor | None, attrs) -> Problem | None:
     """The attention of a ``scaled_dot_product_attention`` node with operand ``types`` (query, key, value), mask
     type ``mask_type`` (None: no mask) of value ``constant`` (None: computed at run time) and attributes ``attrs``
     as the partition computes it; None where the partition would not give torch's result: not 4-D float32 of
-    static shapes, dropout, key and value heads that differ or do not divide the query's, or a mask
-    :func:`onednn_graph.additive_mask` cannot make a term (a run-time one is made one on each call)."""
+    static shapes (or bf16 without a mask), dropout, key and value heads that differ or do not divide the query's,
+    or a mask :func:`onednn_graph.additive_mask` cannot make a term (a run-time one is made one on each call)."""
     if mask_type is None:
         mask: Mask = None
         if attrs["is_causal"]:  # torch's causal mask: query row i attends to keys 0..i
@@ -300,7 +328,8 @@ def problem(types, mask_type, constant: torch.Tensor | None, attrs) -> Problem |
     q, k, v = types
     if attrs["dropout_p"] or (mask is None and (mask_type is not None or attrs["is_causal"])):
         return None
-    if not all(t.rank == 4 and t.dtype is DType.f32 and not has_symbols(t.shape) and 0 not in t.shape for t in types):
+    dtype = q.dtype if q.dtype is DType.bf16 and mask is None else DType.f32
+    if not all(t.rank == 4 and t.dtype is dtype and not has_symbols(t.shape) and 0 not in t.shape for t in types):
         return None
     heads, kv_heads = q.shape[1], k.shape[1]
     groups = heads // kv_heads if attrs["enable_gqa"] and heads % kv_heads == 0 else 1
@@ -314,7 +343,7 @@ def problem(types, mask_type, constant: torch.Tensor | None, attrs) -> Problem |
             mask = fold_groups(query, mask, groups)[1].contiguous()
         elif isinstance(mask, tuple):
             mask = tuple(fold_groups(query, torch.empty(mask, device="meta"), groups)[1].shape)
-    return Problem(shapes, attrs["scale"], mask, groups)
+    return Problem(shapes, attrs["scale"], mask, groups, dtype.torch)
 
 
 def lower_attention(ctx) -> torch.fx.Node:
@@ -329,7 +358,7 @@ def lower_attention(ctx) -> torch.fx.Node:
     found = problem([ctx.type(i) for i in range(3)], ctx.type(3), ctx.const(3), ctx.attrs)
     if found is None or not ctx.options.fused_kernels or forced == "aten":
         return ctx.reference()
-    choice, partition = choose(found.shapes, found.scale, found.mask, forced)
+    choice, partition = choose(found.shapes, found.scale, found.mask, forced, dtype=found.dtype)
     ctx.record_kernel(choice)
     if partition is None:
         return ctx.reference()

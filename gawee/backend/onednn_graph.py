@@ -233,7 +233,7 @@ def _attention_plan(graph: Graph) -> tuple[dict[tuple, torch.Tensor | None], lis
         found = attention.problem(types, mask.type if mask is not None else None, constant, node.attrs)
         if found is None or found.groups > 1 or isinstance(found.mask, tuple):
             continue
-        choice, partition = attention.choose(found.shapes, found.scale, found.mask)
+        choice, partition = attention.choose(found.shapes, found.scale, found.mask, dtype=found.dtype)
         choices[id(choice)] = choice
         nodes[id(choice)] += 1
         if partition is not None:

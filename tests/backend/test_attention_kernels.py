@@ -107,6 +107,45 @@ def test_the_lowering_calls_the_kernel_that_measured_faster(monkeypatch, winner)
     torch.testing.assert_close(module(*xs), net(*xs), rtol=1e-5, atol=1e-5)
 
 
+class _Heads(torch.nn.Module):
+    """An attention without a mask and a causal one (both in bf16 under the bf16 phase; the causal one runs aten's
+    kernel: the partition's causal mask is a float32 term)."""
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(F.scaled_dot_product_attention(q, k, v), k, v, is_causal=True)
+
+
+@needs_fuser
+@pytest.mark.parametrize("winner", ["aten", "onednn_graph"])
+def test_a_bf16_attention_runs_the_partition_on_bf16_operands_within_the_rules_error(monkeypatch, winner):
+    measured = measuring_wins(monkeypatch, winner)
+    g = torch.Generator().manual_seed(0)
+    net, xs = _Heads().eval(), tuple(torch.randn(1, 4, 24, 16, generator=g) for _ in range(3))
+    module = gawee.compile(net, xs, precision="bf16", options=TorchOptions(whole_graph=False, precision="always"))
+    assert module.gawee_report.rewrite.firings.get("sdpa_bf16") == 2
+    (chosen,) = [c for c in module.gawee_kernels if c.op == "attention"]  # the causal one: aten's kernel, unmeasured
+    assert chosen.dtype == "bf16" and "bf16" in chosen.shape and chosen.nodes == 1
+    assert chosen.kernel == winner and measured == [["aten", "onednn_graph"]]
+    partitions = [t for t in _targets(module) if isinstance(t, Partition)]
+    assert len(partitions) == (1 if winner == "onednn_graph" else 0)
+    with torch.no_grad():
+        got, want = module(*xs), net(*xs)
+    error = (got - want).abs().max().item()
+    assert 0 < error < 0.05 * want.abs().max().item()  # bf16 was used; the rules' bounds hold end to end
+
+
+def test_a_bf16_attention_with_a_mask_or_of_mixed_types_is_no_partition_problem():
+    from gawee.ir.types import DType, TensorType
+
+    bf, f = TensorType((1, 2, 5, 8), DType.bf16), TensorType((1, 2, 5, 8), DType.f32)
+    attrs = {"is_causal": False, "dropout_p": 0.0, "enable_gqa": False, "scale": None}
+    assert attention.problem([bf, bf, bf], None, None, attrs).dtype == torch.bfloat16
+    assert attention.problem([bf, f, bf], None, None, attrs) is None
+    assert attention.problem([bf, bf, bf], None, None, {**attrs, "is_causal": True}) is None
+    assert attention.problem([bf, bf, bf], TensorType((5, 5), DType.f32), None, attrs) is None
+    assert attention.problem([f, f, f], None, None, attrs).dtype == torch.float32
+
+
 class _Layers(torch.nn.Module):
     """Three attention layers reading one run-time mask, as a transformer's do."""
 
