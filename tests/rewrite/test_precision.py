@@ -10,7 +10,7 @@ from gawee.interp import run
 from gawee.ir.builder import GraphBuilder
 from gawee.ir.serialize import load
 from gawee.rewrite.explain import explain
-from gawee.rewrite.ruleset import PRECISIONS, RULES_DIR, default_rules, load_rules
+from gawee.rewrite.ruleset import PRECISIONS, RULES_DIR, default_rules, load_rules, with_precision
 
 MODEL = """
 import torch
@@ -174,3 +174,33 @@ def test_optimize_int8_calibrates_convolutions_on_the_example_inputs(capsys, tmp
     graph = load(out_json)
     assert [n.op for n in graph if n.op.startswith("conv")] == ["conv2d_int8_static"] * 2
     assert not any(n.op == "calibrated" for n in graph)  # read by the rules, then dropped
+
+
+class _SelfAttention(torch.nn.Module):
+    """torch's MultiheadAttention on a sequence-first input, batch 1: a fused projection whose result is viewed
+    into three sets of heads, and an output projection reading the heads' result viewed back."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(32, 4)
+
+    def forward(self, x):
+        return self.attention(x, x, x, need_weights=False)[0]
+
+
+def test_bf16_heads_stay_bf16_between_the_projections_and_the_attention():
+    import gawee
+
+    torch.manual_seed(0)
+    net, x = _SelfAttention().eval(), torch.randn(10, 1, 32)
+    graph, report = gawee.rewrite(gawee.capture(net, (x,)), with_precision(default_rules(), "bf16"))
+    attention = [n for n in graph if n.op == "scaled_dot_product_attention"]
+    assert len(attention) == 1 and all(v.dtype.value == "bf16" for v in attention[0].inputs[:3])
+    # the widening cast of the projection's result moved below the views and cancelled with the heads' casts; the
+    # attention's result is cast only where the output projection's operand was: both reach bf16 without a cast
+    assert report.firings["select_before_widening"] == 3 and report.firings["f32_round_trip_of_bf16"] >= 4
+    casts = [n for n in graph if n.op == "cast"]
+    assert [str(c.attrs["dtype"]) for c in casts] == ["bf16", "f32"]  # the model's input and its output
+    with torch.no_grad():
+        got, want = run(graph, x)[0], net(x)
+    assert 0 < (got - want).abs().max() < 0.05 * want.abs().max()
