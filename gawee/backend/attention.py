@@ -14,15 +14,16 @@ result, and keeps the faster (an :class:`AttentionChoice` in the compile report)
 it computes torch's result (:func:`onednn_graph.written_attention`): 4-D float32 operands of static shapes with
 equal batch and head dims, no dropout or grouped heads, and no mask or a bool or float32 one that
 :func:`onednn_graph.additive_mask` makes a term of the scores (a causal attention's is torch's lower-triangular
-mask); or 4-D bf16 operands without a mask (rules/precision/bf16.rules' ``sdpa_bf16``), whose partition runs
-oneDNN's bf16 matmuls and softmax — the scores rounded to bf16 once, where aten's kernel keeps them in float32, an
-error within that rule's bound (it allows four roundings to bf16 per logit: the query, the key, the scores and their
-scaling) — and is checked against aten's bf16 result within bf16's resolution. A constant mask becomes that term
-once, at compile time; one computed at run time on every call, where a mask it cannot turn into a term (a query row
-that attends to no key, which is 0 in torch's kernel and NaN in a softmax) makes that call run aten's kernel.
-``TorchOptions.attention_kernel`` forces either. The fuser is first tried on an attention in a child process, once
-per process (:func:`onednn_graph.unavailable`, about 2 s on the first graph with an attention): a CPU on which it
-crashes loses the candidate, not the process.
+mask); or 4-D bf16 operands (rules/precision/bf16.rules' ``sdpa_bf16``) without a mask or with a causal or constant
+bool one (its term's 0 and -inf are bf16 numbers), whose partition runs oneDNN's bf16 matmuls and softmax — the
+scores rounded to bf16 once, where aten's kernel keeps them in float32, an error within that rule's bound (it allows
+four roundings to bf16 per logit: the query, the key, the scores and their scaling) — and is checked against aten's
+bf16 result within bf16's resolution. A constant mask becomes that term once, at compile time; one computed at run
+time on every call, where a mask it cannot turn into a term (a query row that attends to no key, which is 0 in
+torch's kernel and NaN in a softmax) makes that call run aten's kernel. ``TorchOptions.attention_kernel`` forces
+either. The fuser is first tried on an attention in a child process, once per process
+(:func:`onednn_graph.unavailable`, about 2 s on the first graph with an attention): a CPU on which it crashes loses
+the candidate, not the process.
 """
 
 from __future__ import annotations
@@ -181,7 +182,8 @@ _MEASURED: dict[tuple, tuple[AttentionChoice, Partition | None]] = {}
 def _mask_key(mask: Mask) -> tuple | None:
     """``mask`` in a cache key: a constant by its shape and a digest of its values."""
     if isinstance(mask, torch.Tensor):
-        return (tuple(mask.shape), hashlib.sha1(mask.contiguous().numpy().tobytes()).hexdigest())
+        data = mask.contiguous().view(torch.uint8).numpy().tobytes()  # numpy has no bf16
+        return (tuple(mask.shape), mask.dtype, hashlib.sha1(data).hexdigest())
     return mask
 
 
@@ -305,15 +307,16 @@ class Problem:
     groups: int
     """Query heads per key/value head (1: plain attention)."""
     dtype: torch.dtype = torch.float32
-    """The operands' type: float32, or bf16 (no mask then)."""
+    """The operands' type: float32, or bf16 (with a bf16 term of 0 and -inf, if any)."""
 
 
 def problem(types, mask_type, constant: torch.Tensor | None, attrs) -> Problem | None:
-    """The attention of a ``scaled_dot_product_attention`` node with operand ``types`` (query, key, value), mask
-    type ``mask_type`` (None: no mask) of value ``constant`` (None: computed at run time) and attributes ``attrs``
-    as the partition computes it; None where the partition would not give torch's result: not 4-D float32 of
-    static shapes (or bf16 without a mask), dropout, key and value heads that differ or do not divide the query's,
-    or a mask :func:`onednn_graph.additive_mask` cannot make a term (a run-time one is made one on each call)."""
+    """The attention of a ``scaled_dot_product_attention`` node with operand ``types`` (query, key, value), mask type
+    ``mask_type`` (None: no mask) of value ``constant`` (None: computed at run time) and attributes ``attrs`` as
+    the partition computes it; None where the partition would not give torch's result: not 4-D float32 of static
+    shapes (or bf16, without a mask or with one of 0 and -inf terms), dropout, key and value heads that differ
+    or do not divide the query's, or a mask :func:`onednn_graph.additive_mask` cannot make a term (a run-time
+    one is made one on each call)."""
     if mask_type is None:
         mask: Mask = None
         if attrs["is_causal"]:  # torch's causal mask: query row i attends to keys 0..i
@@ -328,7 +331,10 @@ def problem(types, mask_type, constant: torch.Tensor | None, attrs) -> Problem |
     q, k, v = types
     if attrs["dropout_p"] or (mask is None and (mask_type is not None or attrs["is_causal"])):
         return None
-    dtype = q.dtype if q.dtype is DType.bf16 and mask is None else DType.f32
+    dtype = DType.f32
+    if q.dtype is DType.bf16 and (mask is None or _exact_in_bf16(mask)):
+        dtype = DType.bf16
+        mask = None if mask is None else mask.to(torch.bfloat16)
     if not all(t.rank == 4 and t.dtype is dtype and not has_symbols(t.shape) and 0 not in t.shape for t in types):
         return None
     heads, kv_heads = q.shape[1], k.shape[1]
@@ -364,6 +370,12 @@ def lower_attention(ctx) -> torch.fx.Node:
         return ctx.reference()
     runtime_mask = (ctx.arg(3), ctx.derived(3, onednn_graph.additive_mask)) if isinstance(found.mask, tuple) else ()
     return ctx.call(partition.grouped(found.groups), ctx.arg(0), ctx.arg(1), ctx.arg(2), *runtime_mask)
+
+
+def _exact_in_bf16(mask: Mask) -> bool:
+    """Whether ``mask`` is a constant term whose every value is 0 or -inf (a causal or bool mask's): the same
+    numbers in bf16, added to bf16 scores exactly."""
+    return isinstance(mask, torch.Tensor) and bool(((mask == 0) | (mask == float("-inf"))).all())
 
 
 def _four_d(shape: tuple[int, ...]) -> tuple[int, ...]:

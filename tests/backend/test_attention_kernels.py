@@ -108,8 +108,8 @@ def test_the_lowering_calls_the_kernel_that_measured_faster(monkeypatch, winner)
 
 
 class _Heads(torch.nn.Module):
-    """An attention without a mask and a causal one (both in bf16 under the bf16 phase; the causal one runs aten's
-    kernel: the partition's causal mask is a float32 term)."""
+    """An attention without a mask and a causal one (both in bf16 under the bf16 phase; the causal mask's term of 0
+    and -inf is the same in bf16)."""
 
     def forward(self, q, k, v):
         return F.scaled_dot_product_attention(F.scaled_dot_product_attention(q, k, v), k, v, is_causal=True)
@@ -123,26 +123,33 @@ def test_a_bf16_attention_runs_the_partition_on_bf16_operands_within_the_rules_e
     net, xs = _Heads().eval(), tuple(torch.randn(1, 4, 24, 16, generator=g) for _ in range(3))
     module = gawee.compile(net, xs, precision="bf16", options=TorchOptions(whole_graph=False, precision="always"))
     assert module.gawee_report.rewrite.firings.get("sdpa_bf16") == 2
-    (chosen,) = [c for c in module.gawee_kernels if c.op == "attention"]  # the causal one: aten's kernel, unmeasured
-    assert chosen.dtype == "bf16" and "bf16" in chosen.shape and chosen.nodes == 1
-    assert chosen.kernel == winner and measured == [["aten", "onednn_graph"]]
+    chosen = [c for c in module.gawee_kernels if c.op == "attention"]
+    assert [(c.dtype, c.mask is not None, c.nodes) for c in chosen] == [("bf16", False, 1), ("bf16", True, 1)]
+    assert {c.kernel for c in chosen} == {winner} and measured == [["aten", "onednn_graph"]] * 2
     partitions = [t for t in _targets(module) if isinstance(t, Partition)]
-    assert len(partitions) == (1 if winner == "onednn_graph" else 0)
+    assert len(partitions) == (2 if winner == "onednn_graph" else 0)
     with torch.no_grad():
         got, want = module(*xs), net(*xs)
     error = (got - want).abs().max().item()
     assert 0 < error < 0.05 * want.abs().max().item()  # bf16 was used; the rules' bounds hold end to end
 
 
-def test_a_bf16_attention_with_a_mask_or_of_mixed_types_is_no_partition_problem():
+def test_a_bf16_attention_is_a_partition_problem_where_its_mask_is_the_same_in_bf16():
     from gawee.ir.types import DType, TensorType
 
     bf, f = TensorType((1, 2, 5, 8), DType.bf16), TensorType((1, 2, 5, 8), DType.f32)
     attrs = {"is_causal": False, "dropout_p": 0.0, "enable_gqa": False, "scale": None}
     assert attention.problem([bf, bf, bf], None, None, attrs).dtype == torch.bfloat16
     assert attention.problem([bf, f, bf], None, None, attrs) is None
-    assert attention.problem([bf, bf, bf], None, None, {**attrs, "is_causal": True}) is None
-    assert attention.problem([bf, bf, bf], TensorType((5, 5), DType.f32), None, attrs) is None
+    causal = attention.problem([bf, bf, bf], None, None, {**attrs, "is_causal": True})
+    assert causal.dtype == causal.mask.dtype == torch.bfloat16 and torch.isinf(causal.mask).sum() == 10
+    shut = torch.rand(5, 5) > 0.5
+    shut.fill_diagonal_(True)
+    kept = attention.problem([bf, bf, bf], TensorType((5, 5), DType.bool), shut, attrs)  # a constant bool mask
+    assert kept.dtype == torch.bfloat16 and torch.equal(kept.mask.isinf().reshape(5, 5), ~shut)
+    biased = TensorType((5, 5), DType.f32), torch.randn(5, 5)  # a float mask's values would round in bf16
+    assert attention.problem([bf, bf, bf], *biased, attrs) is None
+    assert attention.problem([bf, bf, bf], TensorType((5, 5), DType.bool), None, attrs) is None  # a run-time one
     assert attention.problem([f, f, f], None, None, attrs).dtype == torch.float32
 
 
