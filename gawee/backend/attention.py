@@ -234,8 +234,8 @@ def _why_not(partition: Partition | None, shapes, scale: float | None, mask: Mas
 
 BF16_AGREEMENT = 2**-6
 """How far a bf16 partition's result may be from aten's bf16 kernel's on the same operands, as a share of the
-result's largest magnitude: four units of bf16's last place (the partition rounds the scores to bf16, aten's
-kernel does not; either rounds the probabilities and the result)."""
+result's largest magnitude: twice bf16's spacing of numbers at that magnitude (the partition rounds the scores
+to bf16, aten's kernel does not; either rounds the probabilities and the result to bf16)."""
 
 
 def _computes_torchs_result(partition: Partition, shapes, scale: float | None, mask: Mask, dtype: torch.dtype) -> bool:
