@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gawee.backend import dnnl
+from gawee.machine import no_bf16
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -23,6 +24,8 @@ CASES = 12
 
 @pytest.mark.parametrize("precision", ["f32", "bf16", "int8"])
 def test_the_runtime_computes_the_graphs_outputs_in_every_layout(precision):
+    if precision == "bf16" and no_bf16() is not None:  # gawee.compile keeps such a CPU in float32
+        pytest.skip(no_bf16())
     seen = dnnl_fuzz.run(precision, CASES, seed=0)
     assert seen["bad"] == 0
     refused = sum(v for k, v in seen.items() if k.startswith("not run"))
