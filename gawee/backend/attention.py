@@ -149,7 +149,7 @@ Mask = torch.Tensor | tuple[int, ...] | None
 (:func:`onednn_graph.additive_mask`), the shape of a run-time mask, or None."""
 
 
-def _operands(shapes, mask: Mask, seed: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+def _operands(shapes, mask: Mask, seed: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """Random query, key and value of ``shapes`` and ``dtype``, and where ``mask`` is a shape, a random float32
     mask of it with a quarter of its values -inf but none of its rows (what a bool mask becomes)."""
     g = torch.Generator().manual_seed(seed)
@@ -161,7 +161,7 @@ def _operands(shapes, mask: Mask, seed: int, dtype: torch.dtype = torch.float32)
     return (*xs, term)
 
 
-def _partition(shapes, scale: float | None, mask: Mask, dtype: torch.dtype = torch.float32) -> Partition | None:
+def _partition(shapes, scale: float | None, mask: Mask, dtype: torch.dtype) -> Partition | None:
     """The written-out attention for ``shapes`` of ``dtype`` compiled by oneDNN Graph, or None where the fuser fails
     or does not make it one partition."""
     constant = mask if isinstance(mask, torch.Tensor) else None
@@ -306,7 +306,7 @@ class Problem:
     mask: Mask
     groups: int
     """Query heads per key/value head (1: plain attention)."""
-    dtype: torch.dtype = torch.float32
+    dtype: torch.dtype
     """The operands' type: float32, or bf16 (with a bf16 term of 0 and -inf, if any)."""
 
 
