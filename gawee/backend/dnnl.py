@@ -630,7 +630,7 @@ class DnnlModule(torch.nn.Module):
 
 
 def _destroy(lib, handles) -> None:
-    for destroy, handle in reversed(handles):
+    for handle, destroy in reversed(handles.items()):
         getattr(lib, destroy)(_P(handle))
 
 

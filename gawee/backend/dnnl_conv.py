@@ -43,9 +43,18 @@ class _Primitive:
     arguments it takes."""
 
     def __init__(
-        self, plan: _Plan, layout: str, pd: int, prim: int, args: tuple[int, ...], quant: _Quant | None = None
+        self,
+        plan: _Plan,
+        layout: str,
+        pd: int,
+        prim: int,
+        args: tuple[int, ...],
+        quant: _Quant | None = None,
+        summed: bool = False,
     ):
         self.plan, self.layout, self.pd, self.prim, self.args, self.quant = plan, layout, pd, prim, args, quant
+        self.summed = summed
+        """Its residual is added by the sum post-op from the codes its destination holds (:meth:`_Plan.accumulator`)."""
 
     @property
     def name(self) -> str:
@@ -71,7 +80,7 @@ class _Primitive:
     def build(self, x: Value, residual: Value | None, weight: torch.Tensor, bias: torch.Tensor, wshape) -> _Tensor:
         """Its step of every call (operands reordered to its layout, weights once now); the output."""
         plan, args, quant = self.plan, {}, self.quant
-        if residual is not None:
+        if residual is not None and not self.summed:
             args[_post_op_arg(0)] = plan.operand(residual, self.wants(_post_op_arg(0))).memory
         if quant is not None:
             src = plan.codes(x, self.wants(SRC), quant.scale, quant.zero_point)
@@ -80,7 +89,10 @@ class _Primitive:
             src = plan.operand(x, self.wants(SRC))
         w = plan.constant(weight, self.wants(WEIGHTS), wshape)
         b = plan.constant(bias, self.wants(BIAS))
-        dst = plan.tensor(self.wants(DST), quant.out if quant is not None else None)
+        if self.summed:
+            dst = plan.accumulator(residual, self.wants(DST), quant.out)
+        else:
+            dst = plan.tensor(self.wants(DST), quant.out if quant is not None else None)
         plan.step(self.prim, {SRC: src.memory, WEIGHTS: w.memory, BIAS: b.memory, DST: dst.memory, **args})
         return dst
 
@@ -428,6 +440,10 @@ def _conv(
     own = x.dtype is DType.f32 and out.dtype is DType.f32 and wtype is DType.f32  # gawee's kernels: float32 only
     src_type = DType.u8 if quant is not None else x.dtype
     dst_type = DType.u8 if quant is not None and quant.out is not None else out.dtype
+    # A residual held as u8 codes, added into a result requantized to u8 codes: summed from the destination (oneDNN's
+    # sum post-op reads the codes it holds with their grid's scale and zero point), not dequantized first.
+    held = plan.values.get(residual) if residual is not None else None
+    summed = held.grid if held is not None and held.grid is not None and dst_type is DType.u8 else None
 
     def descriptor(layout: str) -> tuple[tuple, int | None]:
         """The convolution's arguments in ``layout``, and its post-ops (the bias in float32, whatever the operands:
@@ -440,18 +456,19 @@ def _conv(
         dst_md, b_md = plan.activation_md(out.shape, layout, dst_type), plan.md([cout])
         w_md = plan.md(wshape, _ANY, dtype=wtype)
         residual_md = None
-        if residual is not None:  # added in the layout the output gets: asked for first, then fixed
+        if residual is not None and summed is None:  # added in the layout the output gets: asked for first, then fixed
             probe = plan.descriptor(create, plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims)
             dst_md = residual_md = plan.queried(probe, DST)
             if dst_type is not residual.dtype:  # a requantized result: the residual is added before, in float32
                 residual_md = plan.retyped(dst_md, residual)
-        attr = _post_ops(plan, act, params, residual_md)
+        attr = _post_ops(plan, act, params, residual_md, summed)
         if quant is not None:
             attr = quant.attr(plan, attr, groups)
         return (plan.engine, _INFERENCE, _CONV_DIRECT, src_md, w_md, b_md, dst_md, *dims), attr
 
-    reads = {SRC: x, **({_post_op_arg(0): residual} if residual is not None else {})}
-    args, geometry = (SRC, WEIGHTS, BIAS, DST, *reads), (kernel, stride, padding, dilation, groups)
+    reads = {SRC: x, **({DST if summed else _post_op_arg(0): residual} if residual is not None else {})}
+    args = tuple(dict.fromkeys((SRC, WEIGHTS, BIAS, DST, *reads)))  # a summed residual is read from DST
+    geometry = (kernel, stride, padding, dilation, groups)
 
     def candidates_in(layout: str) -> list:
         conv_args, attr = descriptor(layout)
@@ -459,7 +476,7 @@ def _conv(
             found = plan.implementations(create, *conv_args, attr=attr)
         else:
             found = [plan.primitive(create, *conv_args, attr=attr)]
-        primitives = [_Primitive(plan, layout, pd, prim, args, quant) for pd, prim in found]
+        primitives = [_Primitive(plan, layout, pd, prim, args, quant, summed is not None) for pd, prim in found]
         if not own:
             return primitives
         return [
@@ -499,6 +516,7 @@ def _conv(
     shapes = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups)
     requantized = quant is not None and quant.out is not None
     situation = (*shapes, src_type, wtype, dst_type, act, *params, residual is None, act_in, requantized)
+    situation += (summed is None,)
     chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
     plan.conv_kernels[node.name] = chosen.name

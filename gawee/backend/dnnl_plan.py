@@ -115,6 +115,7 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
     lib.dnnl_memory_set_data_handle.argtypes = [_P, _P]
     lib.dnnl_stream_wait.argtypes = [_P]
     lib.dnnl_post_ops_append_eltwise.argtypes = [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]
+    lib.dnnl_post_ops_append_sum.argtypes = [_P, ctypes.c_float, ctypes.c_int32, ctypes.c_int]
     return lib, None
 
 
@@ -191,7 +192,7 @@ class _Plan:
         self.lib = _lib()
         self.layout = layout
         self.block = block_size()
-        self.handles: list[tuple[str, int]] = []  # (destroy function, handle), destroyed in reverse
+        self.handles: dict[int, str] = {}  # handle -> its destroy function, destroyed in reverse order of making
         self.keep: list[Any] = []  # what the primitives' arguments point to
         self.steps: list[tuple[Any, tuple, str]] = []  # (C function, its arguments, the kernel's name)
         self.impl: dict[int, str] = {}  # each primitive's implementation (oneDNN's name for its kernel)
@@ -217,7 +218,7 @@ class _Plan:
         handle = _P()
         args = [_P(a) if isinstance(a, int) else a for a in args]  # handles are pointers; int enums fit the slot
         _check(create(ctypes.byref(handle), *args), create.__name__)
-        self.handles.append((destroy, handle.value))
+        self.handles[handle.value] = destroy
         return handle.value
 
     def md(self, shape, tag: int | None = None, strides=None, dtype: DType = DType.f32) -> int:
@@ -308,10 +309,9 @@ class _Plan:
 
     def _drop(self, handle: int) -> None:
         """Destroys one of the plan's handles now (a primitive measured and not kept)."""
-        for i, (destroy, h) in enumerate(self.handles):
-            if h == handle:
-                getattr(self.lib, destroy)(_P(self.handles.pop(i)[1]))
-                return
+        destroy = self.handles.pop(handle, None)
+        if destroy is not None:
+            getattr(self.lib, destroy)(_P(handle))
 
     def implementations(self, create, *args, attr: int | None) -> list[tuple[int, int]]:
         """Every implementation oneDNN has of the primitive ``create(*args, attr)``, compiled: (the descriptor the
@@ -370,6 +370,20 @@ class _Plan:
         args = (_Arg * 2)(_Arg(SRC, _P(src.memory)), _Arg(DST, _P(dst.memory)))
         _check(self.lib.dnnl_primitive_execute(prim, self.stream, 2, args), "a weight reorder")
         self.lib.dnnl_stream_wait(self.stream)
+        return dst
+
+    def accumulator(self, v: Value, md: int, grid: tuple[float, int]) -> _Tensor:
+        """The destination of a convolution that adds ``v`` (held as u8 codes) by oneDNN's sum post-op, holding
+        ``v``'s codes in ``md`` before its step, its own codes on ``grid`` after: ``v``'s own buffer where this
+        reader is its last, nothing else holds that buffer and ``v`` is held in ``md`` already (the sum is made
+        for accumulating in place); else a copy of its codes (a reorder, into ``md``'s layout where it differs)."""
+        t = self.values[v]
+        last = self.remaining.get(v) == 1 and not v.is_graph_output
+        if last and t.buffer is not None and t.buffer.refs == 1 and self.lib.dnnl_memory_desc_equal(_P(t.md), _P(md)):
+            t.buffer.refs += 1
+            return _Tensor(md, self.memory(md, t.buffer), t.buffer, grid)
+        dst = self.tensor(md, grid)
+        self.reorder(t, md, dst)
         return dst
 
     def scaled(
@@ -573,7 +587,7 @@ class _Plan:
             needed.append((t.md, want))
             if v not in held:
                 plain = lib.dnnl_memory_desc_equal(_P(t.md), _P(self.value_md(v)))
-                held[v] = "plain" if plain else self.layout_of(t, v.shape, v.dtype)
+                held[v] = "plain" if plain else self.layout_of(t, v.shape, DType.u8 if t.grid else v.dtype)
             named.append((arg, held[v]))
         return needed, None if any(layout is None for _, layout in named) else tuple(named)
 
@@ -788,15 +802,22 @@ def _const(v: Value | None, what: str) -> torch.Tensor | None:
     return v.data
 
 
-def _post_ops(plan: _Plan, act: str | None, params, residual_md: int | None = None) -> int | None:
-    """An attribute holding ``+ residual`` (a binary post-op) then ``act`` (an eltwise post-op)."""
-    if act is None and residual_md is None:
+def _post_ops(
+    plan: _Plan, act: str | None, params, residual_md: int | None = None, summed: tuple[float, int] | None = None
+) -> int | None:
+    """An attribute holding ``+ residual`` then ``act`` (an eltwise post-op). The residual is a binary post-op
+    reading it in ``residual_md``, or (``summed``: its grid's ``(scale, zero point)``) oneDNN's sum post-op, which
+    adds ``scale * (code - zero point)`` of the u8 codes the destination holds before the call."""
+    if act is None and residual_md is None and summed is None:
         return None
     if act is not None and act not in ELTWISE:
         raise _Unsupported(f"no oneDNN post-op for {act}")
     lib = plan.lib
     po = plan._new("dnnl_post_ops_destroy", lib.dnnl_post_ops_create)
-    if residual_md is not None:
+    if summed is not None:
+        scale, zero_point = summed
+        _check(lib.dnnl_post_ops_append_sum(_P(po), scale, zero_point, DTYPES[DType.u8]), "a residual sum")
+    elif residual_md is not None:
         _check(lib.dnnl_post_ops_append_binary(_P(po), BINARY["add"], _P(residual_md)), "a residual add")
     if act is not None:
         alg, alpha_beta = ELTWISE[act]

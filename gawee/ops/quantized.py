@@ -184,11 +184,16 @@ def conv2d_int8_static(
 
     The convolution runs in float64: each term is an integer of magnitude at most 255 * 127 and every partial
     sum an integer below 2**53, exact in any order (the kernel's int32 accumulation is exact below 66,000 terms
-    per window, which the rules require)."""
-    if input.dtype != torch.float32 or weight.dtype != torch.int8 or weight_scale.dtype != torch.float32:
+    per window, which the rules require).
+
+    In float64 — the input, the weight's scales, bias and residual all float64 — the same steps are taken in
+    float64: the counterpart in which the harness computes an approximate rule's reference result
+    (:func:`gawee.numerics.upcast`) where the original holds an int8 convolution (``requantize_calibrated_int8``)."""
+    real = input.dtype
+    if real not in (torch.float32, torch.float64) or weight.dtype != torch.int8 or weight_scale.dtype != real:
         raise ValueError(
-            f"conv2d_int8_static takes a float32 input, an int8 weight and float32 scales, "
-            f"not {input.dtype}, {weight.dtype}, {weight_scale.dtype}"
+            f"conv2d_int8_static takes a float32 input, an int8 weight and float32 scales (or float64 input and "
+            f"scales), not {input.dtype}, {weight.dtype}, {weight_scale.dtype}"
         )
     if input.dim() != 4 or weight.dim() != 4 or weight_scale.shape != weight.shape[:1]:
         raise ValueError(
@@ -196,8 +201,8 @@ def conv2d_int8_static(
             f"{tuple(input.shape)}, {tuple(weight.shape)} and {tuple(weight_scale.shape)}"
         )
     for name, t in (("bias", bias), ("residual", residual)):
-        if t is not None and t.dtype != torch.float32:
-            raise ValueError(f"conv2d_int8_static adds a float32 {name}, not {t.dtype}")
+        if t is not None and t.dtype != real:
+            raise ValueError(f"conv2d_int8_static adds a {name} of its input's type {real}, not {t.dtype}")
     if levels not in LEVELS or not 0 <= zero_point <= levels or not (math.isfinite(scale) and scale > 0):
         raise ValueError(
             f"conv2d_int8_static quantizes to [0, 127] or [0, 255] with a positive finite scale and a zero point "
@@ -213,10 +218,10 @@ def conv2d_int8_static(
             f"conv2d_int8_static requantizes to [0, 127] or [0, 255] with a positive finite scale and a zero point "
             f"in range, not levels {out_levels}, scale {out_scale}, zero point {out_zero_point}"
         )
-    inverse = 1 / torch.tensor(scale, dtype=torch.float32)
+    inverse = 1 / torch.tensor(scale, dtype=real)
     q = torch.clamp(torch.round(input * inverse) + zero_point, 0, levels)
     product = F.conv2d(q.double() - zero_point, weight.double(), None, stride, padding, dilation, groups)
-    y = product.float() * (torch.tensor(scale, dtype=torch.float32) * weight_scale).reshape(1, -1, 1, 1)
+    y = product.to(real) * (torch.tensor(scale, dtype=real) * weight_scale).reshape(1, -1, 1, 1)
     if bias is not None:
         y = y + bias.reshape(1, -1, 1, 1)
     if residual is not None:
@@ -226,7 +231,7 @@ def conv2d_int8_static(
     y = apply_act(y, act, act_params)
     if not requantized:
         return y
-    step = torch.tensor(out_scale, dtype=torch.float32)
+    step = torch.tensor(out_scale, dtype=real)
     code = torch.clamp(torch.round(y * (1 / step)) + out_zero_point, 0, out_levels)
     return (code - out_zero_point) * step
 

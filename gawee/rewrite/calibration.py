@@ -22,8 +22,10 @@ from gawee.interp import run_observed
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType
 
-READS = {"conv2d": 0}
-"""The ops whose operand (by index) calibration annotates: a float32 input of a 4-D convolution."""
+READS = {"conv2d": (0, 3)}
+"""The ops whose operands (by index) calibration annotates: a 4-D convolution's float32 input, and the residual it
+adds (the int8 rules quantize the input with its range, and requantize a convolution whose result is read only
+through the annotation — as the next one's input or residual — to that range's grid)."""
 
 
 @dataclass(frozen=True)
@@ -82,20 +84,18 @@ class Calibration:
 
 def calibrate(graph: Graph, calibration: Calibration) -> int:
     """Put a ``calibrated`` node in ``graph`` (in place) before the first reader of each float32 value that an op
-    of READS reads at its annotated operand, and make those readers read it; returns how many were put in.
+    of READS reads at an annotated operand, and make those readers read it there; returns how many were put in.
     Values already read through a ``calibrated`` node, constants, and values that were empty or not finite on a
     batch are left as they are."""
-    readers: dict[Value, list[Node]] = {}
+    readers: dict[Value, list[tuple[Node, int]]] = {}
     for node in graph:
-        slot = READS.get(node.op)
-        if slot is None or slot >= len(node.inputs):
-            continue
-        v = node.inputs[slot]
-        if v is None or v.is_const or v.dtype is not DType.f32 or v.type.rank != 4:
-            continue
-        if v.producer is not None and v.producer.op == "calibrated":
-            continue
-        readers.setdefault(v, []).append(node)
+        for slot in READS.get(node.op, ()):
+            v = node.inputs[slot] if slot < len(node.inputs) else None
+            if v is None or v.is_const or v.dtype is not DType.f32 or v.type.rank != 4:
+                continue
+            if v.producer is not None and v.producer.op == "calibrated":
+                continue
+            readers.setdefault(v, []).append((node, slot))
     if not readers:
         return 0
     ranges = calibration.ranges(graph, list(readers))
@@ -109,10 +109,10 @@ def calibrate(graph: Graph, calibration: Calibration) -> int:
             {"low": low, "high": high},
             name=f"{v.name}.calibrated",
             source="calibration",
-            before=nodes[0],
+            before=nodes[0][0],
         )
-        for node in nodes:
-            node.set_input(READS[node.op], mark.output)
+        for node, slot in nodes:
+            node.set_input(slot, mark.output)
     return len(ranges)
 
 

@@ -154,6 +154,8 @@ class Hints:
     maybe_absent: set[str] = field(default_factory=set)
     foldable: set[str] = field(default_factory=set)
     duplicate: set[str] = field(default_factory=set)
+    shared: set[str] = field(default_factory=set)
+    """the root's name where the guard wants it read more than once (`not single_use(c)`): returned twice."""
     along: dict[str, tuple[str, int]] = field(default_factory=dict)
     """c -> (y, dim): c should broadcast against y along dim only."""
     same: dict[str, str] = field(default_factory=dict)
@@ -254,6 +256,8 @@ def _collect(e: A.Expr, h: Hints, positive: bool) -> None:
         and isinstance(e.right, A.EName)
     ):
         h.dtypes.append(e.right.name)
+    elif isinstance(e, A.ECall) and not positive and e.func == "single_use":
+        h.shared.update(_names(e.args))
     elif isinstance(e, A.ECall) and positive:
         names = _names(e.args)
         if e.func == "const":
@@ -421,6 +425,8 @@ class Generator:
         if m.bind in self.hints.duplicate and self.hinted(0.85):
             twin = self.graph.create_node(root.op, list(root.inputs), root.attrs, before=root)
             outputs = list(twin.outputs) + outputs
+        if m.bind in self.hints.shared and self.hinted(0.85):  # a second use of the root: a graph output too
+            outputs.append(root.outputs[0])
         for extra in self.rule.extra_roots:  # later roots share the variables bound so far
             outputs.append(self.op(extra))
         self.graph.set_outputs(outputs)

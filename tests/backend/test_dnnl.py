@@ -533,6 +533,49 @@ def test_int8_convolutions_compute_the_ops_codes_and_hand_them_over_as_u8():
         assert not any(k.startswith("torch:") for k in module.kernels)
 
 
+def _summed_block(keep_first: bool):
+    """A residual block in int8, its results requantized to u8 codes: x → y (grid (0.05, 3)) → t (grid (0.04, 0)) →
+    z = the third convolution of t adding y as its residual (grid (0.08, 5)), an output; and (``keep_first``) y an
+    output too, so the third convolution is not y's last reader."""
+    torch.manual_seed(0)
+    b = GraphBuilder("summed")
+    x = b.input("x", "f32[2,16,9,9]")
+    quant = dict(levels=255, dilation=[1, 1], groups=1, stride=[1, 1], padding=[1, 1], act="relu")
+
+    def conv(v, residual, scale, zero_point, out_scale, out_zero_point):
+        w = b.const(torch.randint(-127, 128, (16, 16, 3, 3), dtype=torch.int8))
+        s = b.const(torch.rand(16) * 0.002 + 0.0005)
+        return b.conv2d_int8_static(
+            v, w, s, b.const(torch.randn(16)), residual, scale=scale, zero_point=zero_point, out_scale=out_scale,
+            out_zero_point=out_zero_point, out_levels=255, **quant,
+        )  # fmt: skip
+
+    y = conv(x, None, 0.02, 100, 0.05, 3)
+    z = conv(conv(y, None, 0.05, 3, 0.04, 0), y, 0.04, 0, 0.08, 5)
+    return b.output(z, y) if keep_first else b.output(z)
+
+
+@pytest.mark.parametrize("keep_first", [False, True], ids=["last-reader", "read-after"])
+def test_a_residual_held_as_codes_is_summed_from_the_destination(keep_first):
+    """An int8 convolution requantized to u8 codes adds a residual held as codes with oneDNN's sum post-op: in its
+    own destination, which holds the residual's codes first — the residual's buffer itself where this is its last
+    reader (no step between the two convolutions), a copy of the codes where it is read after (one step) — never
+    dequantized to float32 first. Within one code of the op's semantics (a tie may round the other way)."""
+    graph = _summed_block(keep_first)
+    xs = (torch.randn(2, 16, 9, 9) * 2,)
+    want = gawee.run(graph, *xs)
+    for layout in ("blocked", "channels_last"):
+        module = DnnlModule(graph, layout=layout)
+        for _ in range(2):  # the second call reuses every buffer: the residual's codes are written again first
+            got = module(*xs)
+            assert float((got[0] - want[0]).abs().max()) <= 1.01 * 0.08, layout
+            assert float((got[0] - want[0]).abs().mean()) < 1e-2 * 0.08, layout
+            if keep_first:
+                assert float((got[1] - want[1]).abs().max()) <= 1.01 * 0.05, layout
+        convs = [i for i, k in enumerate(module.kernels) if k in module.conv_kernels.values()]
+        assert len(convs) == 3 and convs[2] - convs[1] == 1 + keep_first, (layout, module.kernels)
+
+
 @pytest.mark.parametrize("cin, kernel, stride", [(256, 1, 1), (64, 3, 1), (256, 1, 2), (512, 3, 1)])
 def test_every_int8_kernel_a_race_may_keep_sums_codes_of_255_exactly(monkeypatch, cin, kernel, stride):
     """Codes of 255 times weights of ±127 (where a kernel summing pairs of products in int16 saturates): every

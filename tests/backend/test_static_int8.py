@@ -102,7 +102,8 @@ def test_the_int8_phase_quantizes_every_calibrated_convolution_and_drops_the_ann
     graph = gawee.capture(model, (x,))
     batches = Calibration.of([torch.randn(2, 8, 12, 12) for _ in range(3)], "3 batches")
     optimized, report = rewrite(graph, INT8, calibration=batches)
-    assert report.calibrated == 3  # the block input (read twice), conv2's input, the depthwise input
+    # the block input (read twice), conv2's input, the depthwise input, and the residual the fused add reads
+    assert report.calibrated == 4
     assert [n.op for n in optimized if n.op.startswith("conv")] == ["conv2d_int8_static"] * 4
     assert not any(n.op == "calibrated" for n in optimized)
     assert report.firings["conv2d_int8_residual"] == 1 and report.firings["conv2d_int8_unbiased"] == 1
@@ -198,7 +199,7 @@ def test_compile_calibrates_on_the_given_batches_and_reports_it():
     batches = [torch.randn(1, 8, 16, 16) for _ in range(3)]
     module = gawee.compile(model, (x,), precision="int8", calibration=batches, options=ALWAYS)
     report = module.gawee_report
-    assert report.calibration == "calibrated 3 values on 3 calibration batches"
+    assert report.calibration == "calibrated 4 values on 3 calibration batches"
     assert report.calibration_accuracy is not None and report.calibration_accuracy.cosine > 0.999
     assert "on the calibration data" in str(report)
     assert report.rewrite.firings["conv2d_int8_residual"] == 1
@@ -207,7 +208,7 @@ def test_compile_calibrates_on_the_given_batches_and_reports_it():
         float(torch.nn.functional.cosine_similarity(got.flatten(), model(batches[0]).detach().flatten(), dim=0)) > 0.999
     )
     default = gawee.compile(model, (x,), precision="int8", options=ALWAYS).gawee_report
-    assert default.calibration == "calibrated 3 values on the example inputs (no calibration data given)"
+    assert default.calibration == "calibrated 4 values on the example inputs (no calibration data given)"
     assert default.calibration_accuracy is None
 
 

@@ -48,10 +48,12 @@ def _conv_twins(old: str, new: str, count: int) -> list:
 
 
 EXACT = ["drop_calibration", "requantize_for_int8_conv"]
+REQUANTIZE = "requantize_calibrated_int8"
+"""The approximate requantization: a result read through its annotation by several, one of them as a residual."""
 
 
 def test_every_rule_but_the_annotations_removal_and_the_requantization_is_approximate():
-    assert [r.name for r in INT8.rules] == [*LINEAR, *CONV, *EXACT]
+    assert [r.name for r in INT8.rules] == [*LINEAR, *CONV, *EXACT, REQUANTIZE]
     assert all(r.approximate for r in INT8.rules if r.name not in EXACT)
     assert not any(INT8.rule(name).approximate for name in EXACT)
     assert all(INT8.rule(name).priority > INT8.rule("drop_calibration").priority for name in CONV)
@@ -115,12 +117,10 @@ def test_the_exact_int8_rules_pass_check(name):
 def test_requantizing_to_another_grid_than_the_readers_is_refuted():
     """The requantization is exact only on the grid the reader rounds to: to twice its step, values move."""
     text = PRECISIONS["int8"].read_text()
-    exact = "out_scale=sc, out_zero_point=zp"
+    exact = "out_scale=sc, out_zero_point=zp, out_levels=lv, ...a1"
     assert text.count(exact) == 1
-    (twin,) = [
-        r for r in load_rules_text(text.replace(exact, "out_scale=2 * sc, out_zero_point=zp"), "t.rules").rules
-        if r.name == "requantize_for_int8_conv"
-    ]  # fmt: skip
+    doubled = text.replace(exact, "out_scale=2 * sc, out_zero_point=zp, out_levels=lv, ...a1")
+    (twin,) = [r for r in load_rules_text(doubled, "t.rules").rules if r.name == "requantize_for_int8_conv"]
     assert check_rule(twin, examples=60).verdict == "UNSOUND"
 
 
@@ -188,3 +188,57 @@ def test_requantizing_to_a_grid_whose_values_overflow_is_kept_from():
     rewritten, report = rewrite(ordinary, INT8)
     assert report.firings["requantize_for_int8_conv"] == 1
     assert torch.equal(run(rewritten, x)[0], run(ordinary, x)[0])
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [("(0.5 + 1024 * u) * sc", "0.25 * sc"), (" + relu(y - (lv - zp) * sc) + relu(0 - zp * sc - y)", " + 0 * y")],
+    ids=["quarter-step", "unclamped"],
+)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_requantization_declared_too_tight_is_refuted(old, new, seed, monkeypatch):
+    """requantize_calibrated_int8 declared with a quarter of the grid's step, or without the distance to the range
+    the codes are clamped to (the data need not stay in the calibrated range): refuted."""
+    _pin(monkeypatch, 255)
+    text = PRECISIONS["int8"].read_text()
+    assert text.count(old) == 1
+    (twin,) = [r for r in load_rules_text(text.replace(old, new), "t.rules").rules if r.name == REQUANTIZE]
+    assert_refuted_by_its_bound(twin, 60, seed)
+
+
+def _block_chain(residual: bool):
+    """conv → relu → conv [+ the first one's result] → relu: the first result read by the second convolution as its
+    input, and (``residual``) as the residual it adds too."""
+    torch.manual_seed(0)
+    gb = GraphBuilder("blocks")
+    x = gb.input("x", "f32[1,4,6,6]")
+    w1, w2 = gb.const(torch.randn(4, 4, 3, 3) / 6), gb.const(torch.randn(4, 4, 3, 3) / 6)
+    b1, b2 = gb.const(torch.randn(4)), gb.const(torch.randn(4))
+    y = gb.conv2d(x, w1, b1, padding=[1, 1], act="relu")
+    z = gb.conv2d(y, w2, b2, y, padding=[1, 1], act="relu") if residual else gb.conv2d(y, w2, b2, padding=[1, 1])
+    return gb.output(z)
+
+
+def test_a_result_read_as_input_and_residual_is_requantized_and_one_read_once_exactly():
+    """Calibrated, the block's first result is read through one annotation as the next convolution's input and
+    residual: requantize_calibrated_int8 puts it on that grid (its readers then take u8 codes). Read once, as an
+    input only, the exact requantize_for_int8_conv does it, and the approximate rule leaves it alone."""
+    from gawee.interp import run
+    from gawee.rewrite.calibration import Calibration
+
+    batches = Calibration.of([torch.randn(1, 4, 6, 6) for _ in range(2)], "2 batches")
+    x = torch.randn(1, 4, 6, 6)
+    for residual, fired in ((True, REQUANTIZE), (False, "requantize_for_int8_conv")):
+        graph = _block_chain(residual)
+        optimized, report = rewrite(graph, INT8, calibration=batches)
+        other = "requantize_for_int8_conv" if residual else REQUANTIZE
+        assert report.firings[fired] == 1 and report.firings[other] == 0
+        first, second = [n for n in optimized if n.op == "conv2d_int8_static"]
+        assert (
+            first.attrs["out_scale"] == second.attrs["scale"]
+            and first.attrs["out_zero_point"] == second.attrs["zero_point"]
+        )
+        if residual:
+            assert second.inputs[4] is first.output and second.inputs[0] is first.output
+        (expected,), (got,) = run(graph, x), run(optimized, x)
+        assert float(torch.nn.functional.cosine_similarity(got.flatten(), expected.flatten(), dim=0)) > 0.99
