@@ -22,10 +22,15 @@ from gawee.interp import run_observed
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import DType
 
-READS = {"conv2d": (0, 3)}
-"""The ops whose operands (by index) calibration annotates: a 4-D convolution's float32 input, and the residual it
-adds (the int8 rules quantize the input with its range, and requantize a convolution whose result is read only
-through the annotation — as the next one's input or residual — to that range's grid)."""
+READS = {"conv2d": ((0, 3), 4)}
+"""The ops whose float32 operands (by index) of one rank calibration annotates: a 4-D convolution's input and the
+residual it adds. The int8 rules quantize an input with its range, and requantize a convolution whose result is read
+only through the annotation — as the next one's input or residual — to that range's grid."""
+
+CLASSIFIER = {"linear": ((0,), 2)}
+"""Operands annotated as READS's are, in a graph where READS annotates some: a linear layer's 2-D input, a CNN's
+classifier, which the int8 rules then quantize statically as its convolutions (NNCF's int8 models do). Elsewhere (an
+MLP, a transformer) linear layers keep the dynamic quantization of ONNX Runtime's ``quantize_dynamic``."""
 
 
 @dataclass(frozen=True)
@@ -84,20 +89,15 @@ class Calibration:
 
 def calibrate(graph: Graph, calibration: Calibration) -> int:
     """Put a ``calibrated`` node in ``graph`` (in place) before the first reader of each float32 value that an op
-    of READS reads at an annotated operand, and make those readers read it there; returns how many were put in.
+    of READS (and, where there is one, of CLASSIFIER) reads at an annotated operand, and make those readers read it
+    there; returns how many were put in.
     Values already read through a ``calibrated`` node, constants, and values that were empty or not finite on a
     batch are left as they are."""
-    readers: dict[Value, list[tuple[Node, int]]] = {}
-    for node in graph:
-        for slot in READS.get(node.op, ()):
-            v = node.inputs[slot] if slot < len(node.inputs) else None
-            if v is None or v.is_const or v.dtype is not DType.f32 or v.type.rank != 4:
-                continue
-            if v.producer is not None and v.producer.op == "calibrated":
-                continue
-            readers.setdefault(v, []).append((node, slot))
+    readers = _readers(graph, READS)
     if not readers:
         return 0
+    for v, nodes in _readers(graph, CLASSIFIER).items():
+        readers.setdefault(v, []).extend(nodes)
     ranges = calibration.ranges(graph, list(readers))
     for v, nodes in readers.items():
         if v not in ranges:
@@ -109,11 +109,27 @@ def calibrate(graph: Graph, calibration: Calibration) -> int:
             {"low": low, "high": high},
             name=f"{v.name}.calibrated",
             source="calibration",
-            before=nodes[0][0],
+            before=min((node for node, _ in nodes), key=graph.position),
         )
         for node, slot in nodes:
             node.set_input(slot, mark.output)
     return len(ranges)
+
+
+def _readers(graph: Graph, reads: dict[str, tuple[tuple[int, ...], int]]) -> dict[Value, list[tuple[Node, int]]]:
+    """Each float32 value not annotated yet that an op of ``reads`` reads at one of its slots with its rank ->
+    (reader, slot) in graph order."""
+    readers: dict[Value, list[tuple[Node, int]]] = {}
+    for node in graph:
+        slots, rank = reads.get(node.op, ((), 0))
+        for slot in slots:
+            v = node.inputs[slot] if slot < len(node.inputs) else None
+            if v is None or v.is_const or v.dtype is not DType.f32 or v.type.rank != rank:
+                continue
+            if v.producer is not None and v.producer.op == "calibrated":
+                continue
+            readers.setdefault(v, []).append((node, slot))
+    return readers
 
 
 def reads_calibration(rules: Iterable) -> bool:

@@ -609,9 +609,10 @@ def test_every_int8_kernel_a_race_may_keep_sums_codes_of_255_exactly(monkeypatch
 
 
 def test_an_int8_graph_runs_its_convolutions_and_linear_on_int8_kernels_in_every_layout():
-    """The int8 precision phase's graph (static int8 convolutions calibrated on the input, a dynamic int8 linear):
-    every convolution on oneDNN's int8 kernel, the linear on torch's dynamic quantized kernel where it runs here,
-    the outputs as the interpreter computes them up to a few codes."""
+    """The int8 precision phase's graphs: a CNN's (static int8 convolutions calibrated on the input, its classifier
+    a static int8 1x1 convolution too) with every convolution on oneDNN's int8 kernel; an MLP's (dynamic int8
+    linear layers) on torch's dynamic quantized kernel where it runs here; the outputs as the interpreter computes
+    them up to a few codes."""
     from gawee.backend import quantized
 
     torch.manual_seed(0)
@@ -620,15 +621,23 @@ def test_an_int8_graph_runs_its_convolutions_and_linear_on_int8_kernels_in_every
     if any(n.op == "conv2d_int8_static" and n.attrs["levels"] != 255 for n in graph):
         pytest.skip("codes in [0, 127] here (no VNNI): the int8 convolutions run as torch steps")
     int8 = sum(n.op == "conv2d_int8_static" for n in graph)
-    assert int8 >= 3 and dnnl.supports(graph) is None
+    assert int8 >= 4 and dnnl.supports(graph) is None and not any(n.op == "linear_int8_dynamic" for n in graph)
     (want,) = gawee.run(graph, x)
     for layout in dnnl.LAYOUTS:
         module = DnnlModule(graph, layout=layout)
         assert len(module.conv_kernels) == int8 and "torch:conv2d_int8_static" not in module.kernels
-        if quantized.unavailable(255) is None:
-            assert quantized.KERNEL in module.kernels
         (got,) = module(x)
         assert float((got - want).abs().max()) <= 0.05 * float(want.abs().max()), layout
+    mlp = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)).eval()
+    h = torch.randn(4, 32)
+    graph = _graph(mlp, h, precision="int8")
+    assert [n.op for n in graph] == ["linear_int8_dynamic"] * 2
+    (want,) = gawee.run(graph, h)
+    module = DnnlModule(graph, layout="blocked")
+    if quantized.unavailable(255) is None:
+        assert module.kernels.count(quantized.KERNEL) == 2
+    (got,) = module(h)
+    assert float((got - want).abs().max()) <= 1e-4 * float(want.abs().max())
 
 
 class _Shuffle(nn.Module):

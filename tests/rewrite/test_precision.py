@@ -171,8 +171,9 @@ def test_optimize_int8_calibrates_convolutions_on_the_example_inputs(capsys, tmp
     code, out, err = run_cli(capsys, "optimize", f"{src}:make", "--precision", "int8", "-o", str(out_json))
     assert code == 0, out + err
     assert "conv2d_int8 x2" in out and "requantize_for_int8_conv x1" in out and "accuracy" in out
+    assert "linear_int8_static x1" in out  # the classifier, calibrated as the convolutions are
     graph = load(out_json)
-    assert [n.op for n in graph if n.op.startswith("conv")] == ["conv2d_int8_static"] * 2
+    assert [n.op for n in graph if n.op.startswith("conv")] == ["conv2d_int8_static"] * 3
     assert not any(n.op == "calibrated" for n in graph)  # read by the rules, then dropped
 
 
