@@ -126,9 +126,10 @@ def readme_section(table: str, checks: str, command: str, meta: dict) -> str:
         "count: **OpenVINO f32**: `openvino.convert_model` on the CPU plugin, latency hint, f32 inference "
         "precision; **OpenVINO int8**: `nncf.quantize` of that converted model on the calibration data (defaults), "
         'same plugin; **gawee.compile f32**: `gawee.compile(model, xs)`; **gawee.compile(precision="int8", '
-        "calibration=...)**: the int8 precision phase with each convolution input's range measured on the "
-        "calibration data (`gawee.rewrite.calibration`), oneDNN's int8 convolutions with float32 results "
-        "(`onednn::qconv2d_pointwise`). Latency: median of the timed calls "
+        "calibration=...)**: the int8 precision phase with each convolution's input and residual and the "
+        "classifier's input ranges measured on the calibration data (`gawee.rewrite.calibration`), the runtime "
+        "gawee.compile measures fastest (oneDNN's int8 convolutions, results handed over as u8 codes). Latency: "
+        "median of the timed calls "
         f"({meta['reps']} calls in {meta['passes']} passes after {meta['warmup']} warm-up calls), speedup over "
         "eager in brackets; compile: wall time from the model to a callable (NNCF's quantization included). Errors "
         "and cosine similarity: against eager float32 on the example input; top-1 agreement over the calibration "
