@@ -3,7 +3,9 @@ layout, a precision or a geometry makes the runtime compute other values than th
 
 Each case is a random two-convolution block (groups, kernel, stride, padding, dilation, input size, batch, input
 scale; a batch norm folded into the second convolution, an activation after each — relu, relu6, hardswish, silu or
-none — and in half the cases a residual add), captured, rewritten with the default rules and the ``--precision``
+none — in half the cases a residual add, and in half a 1x1 convolution reading the block's result: in int8 the
+second convolution's result is then requantized, and its residual, held as codes, summed from its destination),
+captured, rewritten with the default rules and the ``--precision``
 phase (int8: calibrated on the input and half of it), lowered for the runtime (``Runtime.lower``) and built in
 each activation layout (``per_conv``, ``blocked``, ``channels_last``). Its output is compared with
 :func:`gawee.run` of the rewritten graph — the reference semantics the harness checks each rule against — within
@@ -34,14 +36,15 @@ ACTIVATIONS = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardswish, torch.nn.SiLU,
 
 
 class Block(torch.nn.Module):
-    """act(conv(x)) -> act(bn(conv3x3(.)) [+ the first's result])."""
+    """act(conv(x)) -> act(bn(conv3x3(.)) [+ the first's result]) [-> conv1x1(.)]."""
 
     def __init__(self, cin: int, cout: int, groups: int, kernel: int, stride: int, padding: int, dilation: int,
-                 act: torch.nn.Module, residual: bool):  # fmt: skip
+                 act: torch.nn.Module, residual: bool, head: bool = False):  # fmt: skip
         super().__init__()
         self.first = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups=groups)
         self.second = torch.nn.Conv2d(cout, cout, 3, 1, 1)
         self.bn = torch.nn.BatchNorm2d(cout)
+        self.head = torch.nn.Conv2d(cout, cout, 1) if head else torch.nn.Identity()
         self.act, self.residual = act, residual
         with torch.no_grad():  # statistics as a trained network has them (at initialization the norm is the identity)
             self.bn.running_mean.uniform_(-1, 1)
@@ -52,7 +55,7 @@ class Block(torch.nn.Module):
     def forward(self, x):
         y = self.act(self.first(x))
         z = self.bn(self.second(y))
-        return self.act(z + y if self.residual else z)
+        return self.head(self.act(z + y if self.residual else z))
 
 
 def case(rng: random.Random, index: int) -> tuple[Block, torch.Tensor, dict]:
@@ -62,13 +65,23 @@ def case(rng: random.Random, index: int) -> tuple[Block, torch.Tensor, dict]:
     kernel, stride = rng.choice([1, 3, 5]), rng.choice([1, 1, 2])
     padding, dilation = rng.choice([0, 1, 2]), rng.choice([1, 1, 2])
     size = rng.randint(max(1, (kernel - 1) * dilation + 1 - 2 * padding), 20)
-    act, residual = rng.choice(ACTIVATIONS)(), rng.random() < 0.5
+    act, residual, head = rng.choice(ACTIVATIONS)(), rng.random() < 0.5, rng.random() < 0.5
     torch.manual_seed(index)
-    block = Block(cin, cout, groups, kernel, stride, padding, dilation, act, residual).eval()
+    block = Block(cin, cout, groups, kernel, stride, padding, dilation, act, residual, head).eval()
     x = torch.randn(rng.choice([1, 2]), cin, size, size) * rng.choice([0.1, 1.0, 10.0])
     drawn = dict(groups=groups, cin=cin, cout=cout, kernel=kernel, stride=stride, padding=padding,
-                 dilation=dilation, act=type(act).__name__, residual=residual, input=list(x.shape))  # fmt: skip
+                 dilation=dilation, act=type(act).__name__, residual=residual, head=head,
+                 input=list(x.shape))  # fmt: skip
     return block, x, drawn
+
+
+def _summed(node) -> bool:
+    """An int8 convolution requantized to codes adding a residual that a requantized one wrote: oneDNN's runtime
+    sums its codes from the destination (``dnnl_plan._Plan.accumulator``)."""
+    if node.op != "conv2d_int8_static" or not node.attrs["out_scale"] or len(node.inputs) < 5:
+        return False
+    producer = node.inputs[4].producer if node.inputs[4] is not None else None
+    return producer is not None and producer.op == "conv2d_int8_static" and bool(producer.attrs["out_scale"])
 
 
 def run(precision: str, cases: int, seed: int) -> collections.Counter:
@@ -90,6 +103,7 @@ def run(precision: str, cases: int, seed: int) -> collections.Counter:
                 continue
             lowered, _ = dnnl.lower(graph, "")
             seen.update({n.op + (" (requantized)" if n.attrs.get("out_scale") else "") for n in lowered})
+            seen["a residual held as codes"] += any(_summed(n) for n in lowered)
             for layout in LAYOUTS:
                 with torch.no_grad():
                     got = DnnlModule(lowered, layout=layout)(x)

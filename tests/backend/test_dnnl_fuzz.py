@@ -34,3 +34,4 @@ def test_the_runtime_computes_the_graphs_outputs_in_every_layout(precision):
         assert seen["cases"] == CASES  # float32 blocks of convolutions always run there
     if seen["cases"] and precision == "int8":
         assert seen["conv2d_int8_static"] == seen["cases"] and seen["conv2d_int8_static (requantized)"] > 0
+        assert seen["a residual held as codes"] > 0  # summed from the destination (dnnl_plan._Plan.accumulator)
