@@ -515,8 +515,8 @@ def _conv(
         candidates = real
     shapes = (*x.shape, *out.shape, *kernel, *stride, *padding, *dilation, groups)
     requantized = quant is not None and quant.out is not None
-    situation = (*shapes, src_type, wtype, dst_type, act, *params, residual is None, act_in, requantized)
-    situation += (summed is None,)
+    residual_as = None if residual is None else "summed" if summed else "added"
+    situation = (*shapes, src_type, wtype, dst_type, act, *params, residual_as, act_in, requantized)
     chosen = plan.fastest(candidates, reads, situation) if len(candidates) > 1 else candidates[0]
     plan.conv_layouts[node.name] = chosen.layout
     plan.conv_kernels[node.name] = chosen.name

@@ -55,7 +55,7 @@ REQUANTIZE = "requantize_calibrated_int8"
 """The approximate requantization: a result read through its annotation by several, one of them as a residual."""
 
 
-def test_every_rule_but_the_annotations_removal_and_the_requantization_is_approximate():
+def test_every_rule_but_the_annotations_removal_and_the_exact_requantization_is_approximate():
     assert [r.name for r in INT8.rules] == [*LINEAR, *CONV, *EXACT, REQUANTIZE]
     assert all(r.approximate for r in INT8.rules if r.name not in EXACT)
     assert not any(INT8.rule(name).approximate for name in EXACT)
