@@ -801,6 +801,11 @@ register(
 
 # -- attention, softmax -------------------------------------------------------------------
 def _sdpa(query, key, value, attn_mask=None, *, dropout_p, is_causal, scale, enable_gqa):
+    if enable_gqa and min(query.dim(), key.dim(), value.dim()) >= 3:
+        heads = {query.shape[-3], key.shape[-3], value.shape[-3]}
+        if len(heads) > 1 and 0 in (key.shape[-3], value.shape[-3]):
+            # torch takes the query's heads modulo theirs: SIGFPE, the process dies (on meta tensors too)
+            raise ValueError("grouped-query attention needs a key and a value of at least one head")
     kwargs = {"enable_gqa": True} if enable_gqa else {}
     return F.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs)
 

@@ -40,7 +40,7 @@ def test_the_bundled_bf16_rules_pass_check(rule):
 
 
 @pytest.mark.parametrize("rule", _tight_twins(), ids=lambda r: r.name)
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_a_bound_too_tight_is_refuted_on_every_seed(rule, seed):
     assert_refuted_by_its_bound(rule, 100, seed)
 

@@ -105,7 +105,7 @@ def test_the_bundled_int8_rules_pass_check(rule, levels):
 
 
 @pytest.mark.parametrize("rule", _tight_twins(), ids=lambda r: r.name)
-@pytest.mark.parametrize("seed, levels", [(0, 127), (0, 255), (1, 255), (2, 255)])
+@pytest.mark.parametrize("seed, levels", [(0, 127), (1, 255)])
 def test_half_the_quantization_error_is_refuted_on_every_seed(rule, seed, levels, monkeypatch):
     _pin(monkeypatch, levels)
     assert_refuted_by_its_bound(rule, 60, seed)
