@@ -267,7 +267,13 @@ def _eltwise(plan: _Plan, node: Node) -> _Tensor:
 
 
 def _binary(plan: _Plan, node: Node) -> _Tensor:
+    """``onednn_binary`` on oneDNN's binary primitive; ``onednn_binary_int8`` writing the u8 codes of its result on
+    its grid (an eltwise linear post-op ``y * (1 / scale) + zero point``, then oneDNN's conversion to u8, rounding to
+    nearest even and saturating to [0, 255]: refused for codes in [0, 127])."""
     a, b = node.inputs[:2]
+    grid = (node.attrs["out_scale"], node.attrs["out_zero_point"]) if node.op == "onednn_binary_int8" else None
+    if grid is not None and node.attrs["out_levels"] != 255:
+        raise _Unsupported("a binary op requantized to codes in [0, 127]")
     out = node.output.shape
     if a.shape != out and "commutative" in get_op(node.attrs["alg"]).traits:
         a, b = b, a  # the full-size operand first: oneDNN broadcasts the second
@@ -288,9 +294,41 @@ def _binary(plan: _Plan, node: Node) -> _Tensor:
     )
     src1 = plan.constant(_const(b, "operand"), md, shape) if b.is_const else plan.operand(b, md)
     create = plan.lib.dnnl_binary_primitive_desc_create
+    alg, act = BINARY[node.attrs["alg"]], plan.act_of(node)
+    if grid is not None:  # the codes in the first operand's layout
+        codes = plan.activation_md(out, layout, DType.u8) if layout else plan.md(out, dtype=DType.u8)
+        pd = plan.descriptor(create, plan.engine, alg, src0.md, src1.md, codes, attr=_post_ops(plan, *act, codes=grid))
+        if plan.reference(pd):  # no other kernel writes them (a blocked layout): the float32 result
+            y = _binary_step(plan, create, alg, src0, src1, out, act, node)
+            v = node.output
+            if not v.is_graph_output and all(_reads_on(r, v, node.attrs) for r in v.users()):
+                return y  # which each reader quantizes to these very codes, into the layout it reads
+            dst = plan.quantized(y, codes, grid)
+            plan.release(y)  # read once, by the quantization: its buffer goes back to the module's pool
+            return dst
+        dst = plan.tensor(plan.queried(pd, DST), grid)
+        plan.step(plan.compiled(pd), {SRC: src0.memory, SRC_1: src1.memory, DST: dst.memory})
+        return dst
+    return _binary_step(plan, create, alg, src0, src1, out, act, node)
+
+
+def _reads_on(reader: Node, v: Value, grid: dict) -> bool:
+    """Whether ``reader`` reads ``v`` only as an int8 convolution's input quantized to ``grid``'s ``out_scale``,
+    ``out_zero_point`` and ``out_levels``: then it rounds ``v`` and ``v`` requantized to that grid to the same code."""
+    return (
+        reader.op == "conv2d_int8_static"
+        and reader.inputs[0] is v
+        and all(u is not v for u in reader.inputs[1:])
+        and (reader.attrs["scale"], reader.attrs["zero_point"], reader.attrs["levels"])
+        == (grid["out_scale"], grid["out_zero_point"], grid["out_levels"])
+    )
+
+
+def _binary_step(plan: _Plan, create, alg: int, src0: _Tensor, src1: _Tensor, out, act, node: Node) -> _Tensor:
+    """The binary primitive ``alg`` of ``src0`` and ``src1`` with its activation ``act``: a float result in the
+    layout oneDNN picks."""
     mds = (src0.md, src1.md, plan.md(out, _ANY, dtype=node.output.dtype))
-    alg = BINARY[node.attrs["alg"]]
-    pd, prim = plan.primitive(create, plan.engine, alg, *mds, attr=_post_ops(plan, *plan.act_of(node)))
+    pd, prim = plan.primitive(create, plan.engine, alg, *mds, attr=_post_ops(plan, *act))
     dst = plan.tensor(plan.queried(pd, DST))
     plan.step(prim, {SRC: src0.memory, SRC_1: src1.memory, DST: dst.memory})
     return dst
@@ -478,6 +516,7 @@ LOWERINGS = {
     "cast": _cast,
     **dict.fromkeys(ELTWISE.keys() - {"gelu_tanh"}, _eltwise),
     "onednn_binary": _binary,
+    "onednn_binary_int8": _binary,
     "onednn_affine_cat": _affine_cat,
 }
 """The ops this runtime runs, each with the function that plans its primitive."""

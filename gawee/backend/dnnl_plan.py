@@ -69,6 +69,9 @@ ELTWISE = {
 their (alpha, beta): hardswish and hardsigmoid are x·max(0, min(1, x/6 + 1/2)) and max(0, min(1, x/6 + 1/2)),
 silu is swish with alpha 1, hardtanh is clip_v2 to [alpha, beta], leaky_relu is relu with the negative slope."""
 
+_ELTWISE_LINEAR = 38
+"""oneDNN's eltwise ``linear``: alpha * x + beta."""
+
 BINARY = {"add": 0x1FFF0, "mul": 0x1FFF1, "sub": 0x1FFF5, "div": 0x1FFF4, "maximum": 0x1FFF2, "minimum": 0x1FFF3}
 _POOL_MAX, _POOL_AVG_INCLUDE, _POOL_AVG_EXCLUDE = 0x1FF, 0x2FF, 0x3FF
 
@@ -294,9 +297,9 @@ class _Plan:
     def primitive(self, create, *args, attr: int | None = None) -> tuple[int, int]:
         """The primitive descriptor ``create(*args, attr)`` makes, and its primitive (oneDNN compiles it now)."""
         pd = self.descriptor(create, *args, attr=attr)
-        return pd, self._compile(pd)
+        return pd, self.compiled(pd)
 
-    def _compile(self, pd: int) -> int:
+    def compiled(self, pd: int) -> int:
         """The primitive of the implementation ``pd`` is at, compiled now."""
         prim = self._new("dnnl_primitive_destroy", self.lib.dnnl_primitive_create, pd)
         self.impl[prim] = self._impl_name(pd)
@@ -331,7 +334,7 @@ class _Plan:
             narrow = bits > 0 and bits * NARROW <= widest
             if not _reference(name) and not narrow and name not in names:
                 names.add(name)
-                prim = self._compile(pd)
+                prim = self.compiled(pd)
                 own = _P()  # the descriptor the primitive keeps: ``pd`` moves on to the next implementation
                 self.lib.dnnl_primitive_get_primitive_desc(_P(prim), ctypes.byref(own))
                 found.append((own.value, prim))
@@ -426,10 +429,19 @@ class _Plan:
             dst = self.reorder(t, md)
             dst.grid = grid
         else:
-            inverse = float(1 / torch.tensor(scale, dtype=torch.float32))
-            dst = self._scaled_reorder(self.operand(v), md, {SRC: inverse}, {DST: zero_point}, grid)
+            dst = self.quantized(self.operand(v), md, grid)
         self.converted.setdefault(v, []).append(dst)
         return dst
+
+    def quantized(self, src: _Tensor, md: int, grid: tuple[float, int]) -> _Tensor:
+        """The float32 ``src`` as its u8 codes in ``md`` on ``grid`` (scale, zero point): a reorder, its scale the
+        float32 ``1 / scale``, multiplied, rounded to nearest even (:meth:`codes`)."""
+        inverse = float(1 / torch.tensor(grid[0], dtype=torch.float32))
+        return self._scaled_reorder(src, md, {SRC: inverse}, {DST: grid[1]}, grid)
+
+    def reference(self, pd: int) -> bool:
+        """Whether the primitive descriptor ``pd`` is at oneDNN's reference implementation."""
+        return _reference(self._impl_name(pd))
 
     def _values_of(self, v: Value, t: _Tensor) -> _Tensor:
         """The float32 value ``v`` held as the codes ``t``: ``(code - zero point) * scale`` by a reorder into the
@@ -803,12 +815,19 @@ def _const(v: Value | None, what: str) -> torch.Tensor | None:
 
 
 def _post_ops(
-    plan: _Plan, act: str | None, params, residual_md: int | None = None, summed: tuple[float, int] | None = None
+    plan: _Plan,
+    act: str | None,
+    params,
+    residual_md: int | None = None,
+    summed: tuple[float, int] | None = None,
+    codes: tuple[float, int] | None = None,
 ) -> int | None:
     """An attribute holding ``+ residual`` then ``act`` (an eltwise post-op). The residual is a binary post-op
     reading it in ``residual_md``, or (``summed``: its grid's ``(scale, zero point)``) oneDNN's sum post-op, which
-    adds ``scale * (code - zero point)`` of the u8 codes the destination holds before the call."""
-    if act is None and residual_md is None and summed is None:
+    adds ``scale * (code - zero point)`` of the u8 codes the destination holds before the call. ``codes``: a grid's
+    ``(scale, zero point)`` the result is mapped onto last, ``y * (1 / scale) + zero point`` (an eltwise linear
+    post-op, the float32 ``1 / scale`` multiplied, as a quantizing reorder does), for a u8 destination."""
+    if act is None and residual_md is None and summed is None and codes is None:
         return None
     if act is not None and act not in ELTWISE:
         raise _Unsupported(f"no oneDNN post-op for {act}")
@@ -822,6 +841,10 @@ def _post_ops(
     if act is not None:
         alg, alpha_beta = ELTWISE[act]
         _check(lib.dnnl_post_ops_append_eltwise(_P(po), alg, *alpha_beta(tuple(params))), f"a fused {act}")
+    if codes is not None:
+        scale, zero_point = codes
+        inverse = float(1 / torch.tensor(scale, dtype=torch.float32))
+        _check(lib.dnnl_post_ops_append_eltwise(_P(po), _ELTWISE_LINEAR, inverse, float(zero_point)), "a quantization")
     attr = plan._new("dnnl_primitive_attr_destroy", lib.dnnl_primitive_attr_create)
     _check(lib.dnnl_primitive_attr_set_post_ops(_P(attr), _P(po)), "post-ops")
     return attr

@@ -208,16 +208,7 @@ def conv2d_int8_static(
             f"conv2d_int8_static quantizes to [0, 127] or [0, 255] with a positive finite scale and a zero point "
             f"in range, not levels {levels}, scale {scale}, zero point {zero_point}"
         )
-    requantized = out_scale != 0
-    if requantized and (
-        out_levels not in LEVELS
-        or not 0 <= out_zero_point <= out_levels
-        or not (math.isfinite(out_scale) and out_scale > 0)
-    ):
-        raise ValueError(
-            f"conv2d_int8_static requantizes to [0, 127] or [0, 255] with a positive finite scale and a zero point "
-            f"in range, not levels {out_levels}, scale {out_scale}, zero point {out_zero_point}"
-        )
+    check_requantization("conv2d_int8_static", out_scale, out_zero_point, out_levels)
     inverse = 1 / torch.tensor(scale, dtype=real)
     q = torch.clamp(torch.round(input * inverse) + zero_point, 0, levels)
     product = F.conv2d(q.double() - zero_point, weight.double(), None, stride, padding, dilation, groups)
@@ -228,10 +219,30 @@ def conv2d_int8_static(
         if residual.shape != y.shape:
             raise ValueError(f"residual {list(residual.shape)} must have the output's shape {list(y.shape)}")
         y = y + residual
-    y = apply_act(y, act, act_params)
-    if not requantized:
+    return requantize(apply_act(y, act, act_params), out_scale, out_zero_point, out_levels)
+
+
+def check_requantization(op: str, out_scale: float, out_zero_point: int, out_levels: int) -> None:
+    """ValueError unless ``out_scale`` is 0 (no requantization) or a grid :func:`requantize` takes."""
+    if out_scale != 0 and (
+        out_levels not in LEVELS
+        or not 0 <= out_zero_point <= out_levels
+        or not (math.isfinite(out_scale) and out_scale > 0)
+    ):
+        raise ValueError(
+            f"{op} requantizes to [0, 127] or [0, 255] with a positive finite scale and a zero point "
+            f"in range, not levels {out_levels}, scale {out_scale}, zero point {out_zero_point}"
+        )
+
+
+def requantize(y: torch.Tensor, out_scale: float, out_zero_point: int, out_levels: int) -> torch.Tensor:
+    """``y`` (float) itself where ``out_scale`` is 0; else requantized as an int8 convolution with that scale, zero
+    point and levels quantizes its input — ``round(y * (1 / out_scale)) + out_zero_point`` kept in [0, out_levels]
+    — and given back on that grid, ``(code - out_zero_point) * out_scale``: such a convolution reading it rounds it
+    to the same code, so a kernel may hand it over as the code itself (u8)."""
+    if not out_scale:
         return y
-    step = torch.tensor(out_scale, dtype=real)
+    step = torch.tensor(out_scale, dtype=y.dtype)
     code = torch.clamp(torch.round(y * (1 / step)) + out_zero_point, 0, out_levels)
     return (code - out_zero_point) * step
 

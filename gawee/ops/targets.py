@@ -27,6 +27,7 @@ from gawee.ops.nn import (
     act_as_op,
     apply_act,
 )
+from gawee.ops.quantized import LEVELS, SMALL_SCALE, check_requantization, requantize
 
 ONEDNN_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 """The core ops a oneDNN binary primitive computes (``onednn_binary``'s ``alg``)."""
@@ -101,6 +102,51 @@ register(
         canonicalize=lambda attrs, _types: _no_act_params(attrs),
         doc="act(alg(self, other)): oneDNN's binary primitive (alg: add, sub, mul, div, maximum, minimum; "
         "broadcasting as the core op) with its eltwise post-op",
+    )
+)
+
+
+def _binary_int8(self, other, *, alg, act=None, act_params=(), out_scale, out_zero_point, out_levels):
+    check_requantization("onednn_binary_int8", out_scale, out_zero_point, out_levels)
+    if not out_scale:
+        raise ValueError("onednn_binary_int8 requantizes its result: its out_scale is positive")
+    y = _binary(self, other, alg=alg, act=act, act_params=act_params)
+    if not y.is_floating_point():
+        raise ValueError(f"onednn_binary_int8 requantizes a float result, not {y.dtype}")
+    return requantize(y, out_scale, out_zero_point, out_levels)
+
+
+def _binary_int8_sample(draw, slots, attrs):
+    """``onednn_binary``'s instances on float operands, with a grid to requantize to."""
+    types, drawn = _binary_sample(draw, slots, attrs)
+    if not all(t.dtype.is_float for t in types):
+        raise S.Reject("onednn_binary_int8 requantizes a float result")
+    levels = drawn.setdefault("out_levels", draw.choice(list(LEVELS)))
+    drawn.setdefault("out_scale", draw.choice([SMALL_SCALE, 0.05, 0.5]))
+    drawn.setdefault("out_zero_point", draw.integers(0, levels) if levels in LEVELS else 0)
+    return types, drawn
+
+
+register(
+    OpDef(
+        "onednn_binary_int8",
+        (Operand("self"), Operand("other")),
+        _binary_int8,
+        attrs=(
+            Attr("alg", "str"),
+            *_EPILOGUE,
+            Attr("out_scale", "float"),
+            Attr("out_zero_point", "int", 0),
+            Attr("out_levels", "int", 255),
+        ),
+        traits=EW,
+        flops=_with_act(2),
+        infer=lambda types, attrs: [_after_act(get_op(attrs["alg"]).infer_types(types, {})[0], attrs)],
+        sample=_binary_int8_sample,
+        canonicalize=lambda attrs, _types: _no_act_params(attrs),
+        doc="onednn_binary's act(alg(self, other)) requantized to the grid of out_scale, out_zero_point and "
+        "out_levels as an int8 convolution quantizes its input (conv2d_int8_static's out_scale): the binary "
+        "primitive writes the u8 codes that convolution reads",
     )
 )
 
@@ -261,5 +307,7 @@ _register_conv(
     "rows as it reads them (once per element), in the layout ``layout`` names (storage only)",
 )
 
-TARGET_OPS = frozenset({"onednn_binary", "onednn_batch_norm", "onednn_affine_cat", "onednn_conv", "onednn_depthwise"})
+TARGET_OPS = frozenset(
+    {"onednn_binary", "onednn_binary_int8", "onednn_batch_norm", "onednn_affine_cat", "onednn_conv", "onednn_depthwise"}
+)
 """The target ops defined here: only rules make them (never a capture)."""

@@ -24,6 +24,7 @@ from gawee.cpu import no_vnni
 from gawee.errors import GaweeError, InputError
 from gawee.ir.builder import GraphBuilder
 from gawee.ir.symbolic import ShapeOutOfRange
+from gawee.rewrite.ruleset import target_rules
 
 pytestmark = pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable()))
 EXACT_INT8 = pytest.mark.skipif(no_vnni() is not None, reason=f"{no_vnni()}: no int8 kernel sums codes to 255 exactly")
@@ -580,6 +581,75 @@ def test_a_residual_held_as_codes_is_summed_from_the_destination(keep_first):
                 assert float((got[1] - want[1]).abs().max()) <= 1.01 * 0.05, layout
         convs = [i for i, k in enumerate(module.kernels) if k in module.conv_kernels.values()]
         assert len(convs) == 3 and convs[2] - convs[1] == 1 + keep_first, (layout, module.kernels)
+
+
+def _excited(levels: int = 255):
+    """mobilenet_v3's squeeze-excitation multiply before an int8 projection: y * hardsigmoid(g) (y a convolution's
+    result, g per channel), read only by an int8 1x1 convolution (grid (0.05, 3)), as the core ops the onednn target
+    phase lowers; and how far one code's step moves the result."""
+    torch.manual_seed(0)
+    b = GraphBuilder("excited")
+    x, g = b.input("x", "f32[2,16,9,9]"), b.input("g", "f32[2,16,1,1]")
+    y = b.conv2d(x, b.const(torch.randn(16, 16, 1, 1) * 0.5), None, stride=[1, 1], padding=[0, 0])  # no Winograd
+    w, s = torch.randint(-127, 128, (8, 16, 1, 1), dtype=torch.int8), torch.rand(8) * 0.01
+    z = b.conv2d_int8_static(
+        b.mul(y, b.hardsigmoid(g)), b.const(w), b.const(s), None, scale=0.05, zero_point=3, levels=levels,
+        dilation=[1, 1], groups=1, stride=[1, 1], padding=[0, 0],
+    )  # fmt: skip
+    return b.output(z), (w.abs().sum((1, 2, 3)) * s * 0.05).reshape(1, -1, 1, 1)
+
+
+@EXACT_INT8
+def test_a_binary_op_read_by_an_int8_convolution_writes_its_codes():
+    """The onednn target phase (rules/targets/onednn/4-int8.rules) makes the multiply an ``onednn_binary_int8`` on the
+    convolution's grid: its primitive writes the u8 codes the convolution reads (no quantizing reorder between the
+    two), within one code of the op's semantics (a tie may round the other way)."""
+    graph, one_code = _excited()
+    lowered, report = dnnl.RUNTIME.lower(graph)
+    assert report.firings["onednn_binary_int8_codes"] == 1
+    assert [n.op for n in lowered.nodes if n.op.startswith("onednn_binary")] == ["onednn_binary_int8"]
+    unfused, _ = gawee.rewrite(graph, target_rules("onednn", skip=("4-int8",)))
+    xs = (torch.randn(2, 16, 9, 9) * 2, torch.randn(2, 16, 1, 1) * 3)
+    (want,) = gawee.run(graph, *xs)
+    for layout in ("blocked", "channels_last"):
+        module = DnnlModule(lowered, layout=layout)
+        (got,) = module(*xs)
+        assert bool(((got - want).abs() <= one_code).all()), layout
+        assert float((got - want).abs().mean()) < 1e-2 * float(one_code.mean()), layout
+        assert not any(k.startswith("torch:") for k in module.kernels)
+        # channels-last: the steps of a float32 multiply but its quantizing reorder; blocked, where oneDNN has only
+        # its reference kernel for u8 codes, the float32 multiply, which the convolution's input reorder quantizes
+        fewer = int(layout == "channels_last")
+        assert len(module.kernels) == len(DnnlModule(unfused, layout=layout).kernels) - fewer, (layout, module.kernels)
+
+
+def test_a_binary_op_requantized_for_other_readers_holds_the_codes():
+    """An ``onednn_binary_int8`` that is also an output is the value on its grid in every layout, whichever kernel
+    writes its codes (in the blocked layout, a reorder quantizes the float32 result, whose buffer the module keeps:
+    built from a buffer nothing kept, a call wrote freed memory and crashed the process)."""
+    torch.manual_seed(0)
+    b = GraphBuilder("codes")
+    x, g = b.input("x", "f32[2,16,9,9]"), b.input("g", "f32[2,16,1,1]")
+    y = b.conv2d(x, b.const(torch.randn(16, 16, 3, 3) * 0.2), None, stride=[1, 1], padding=[1, 1])
+    graph = b.output(b.onednn_binary_int8(y, g, alg="mul", out_scale=0.05, out_zero_point=3, out_levels=255))
+    xs = (torch.randn(2, 16, 9, 9), torch.randn(2, 16, 1, 1))
+    (want,) = gawee.run(graph, *xs)
+    for layout in ("blocked", "channels_last"):
+        module = DnnlModule(graph, layout=layout)
+        gc.collect()  # what the module does not keep is freed now
+        for _ in range(3):
+            (got,) = module(*xs)
+            assert float((got - want).abs().max()) <= 1.01 * 0.05 and float((got - want).abs().mean()) < 1e-3, layout
+
+
+def test_a_binary_op_requantized_to_seven_bits_runs_as_a_torch_step():
+    """oneDNN saturates a u8 destination at 255, not 127: that binary op's codes are computed by its semantics."""
+    graph, one_code = _excited(levels=127)
+    lowered, _ = dnnl.RUNTIME.lower(graph)
+    module = DnnlModule(lowered, layout="blocked")
+    assert "torch:onednn_binary_int8" in module.kernels
+    xs = (torch.randn(2, 16, 9, 9) * 2, torch.randn(2, 16, 1, 1) * 3)
+    assert bool(((module(*xs)[0] - gawee.run(graph, *xs)[0]).abs() <= one_code).all())
 
 
 @EXACT_INT8
