@@ -4,8 +4,10 @@ layout, a precision or a geometry makes the runtime compute other values than th
 Each case is a random two-convolution block (groups, kernel, stride, padding, dilation, input size, batch, input
 scale; a batch norm folded into the second convolution, an activation after each — relu, relu6, hardswish, silu or
 none — in half the cases a residual add, and in half a 1x1 convolution reading the block's result: in int8 the
-second convolution's result is then requantized, and its residual, held as codes, summed from its destination),
-captured, rewritten with the default rules and the ``--precision``
+second convolution's result is then requantized, and its residual, held as codes, summed from its destination;
+in half the cases with that convolution, the block's result multiplied first by the hard sigmoid of its mean per
+channel, as mobilenet_v3's squeeze-excitation does: in int8 the multiply then writes the codes the 1x1 convolution
+reads), captured, rewritten with the default rules and the ``--precision``
 phase (int8: calibrated on the input and half of it), lowered for the runtime (``Runtime.lower``) and built in
 each activation layout (``per_conv``, ``blocked``, ``channels_last``). Its output is compared with
 :func:`gawee.run` of the rewritten graph — the reference semantics the harness checks each rule against — within
@@ -36,16 +38,16 @@ ACTIVATIONS = (torch.nn.ReLU, torch.nn.ReLU6, torch.nn.Hardswish, torch.nn.SiLU,
 
 
 class Block(torch.nn.Module):
-    """act(conv(x)) -> act(bn(conv3x3(.)) [+ the first's result]) [-> conv1x1(.)]."""
+    """act(conv(x)) -> act(bn(conv3x3(.)) [+ the first's result]) [-> . * hardsigmoid(mean(.)) -> conv1x1(.)]."""
 
     def __init__(self, cin: int, cout: int, groups: int, kernel: int, stride: int, padding: int, dilation: int,
-                 act: torch.nn.Module, residual: bool, head: bool = False):  # fmt: skip
+                 act: torch.nn.Module, residual: bool, head: bool = False, excite: bool = False):  # fmt: skip
         super().__init__()
         self.first = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups=groups)
         self.second = torch.nn.Conv2d(cout, cout, 3, 1, 1)
         self.bn = torch.nn.BatchNorm2d(cout)
         self.head = torch.nn.Conv2d(cout, cout, 1) if head else torch.nn.Identity()
-        self.act, self.residual = act, residual
+        self.act, self.residual, self.excite = act, residual, excite
         with torch.no_grad():  # statistics as a trained network has them (at initialization the norm is the identity)
             self.bn.running_mean.uniform_(-1, 1)
             self.bn.running_var.uniform_(0.5, 2)
@@ -55,7 +57,10 @@ class Block(torch.nn.Module):
     def forward(self, x):
         y = self.act(self.first(x))
         z = self.bn(self.second(y))
-        return self.head(self.act(z + y if self.residual else z))
+        out = self.act(z + y if self.residual else z)
+        if self.excite:
+            out = out * torch.nn.functional.hardsigmoid(out.mean((2, 3), keepdim=True))
+        return self.head(out)
 
 
 def case(rng: random.Random, index: int) -> tuple[Block, torch.Tensor, dict]:
@@ -66,11 +71,12 @@ def case(rng: random.Random, index: int) -> tuple[Block, torch.Tensor, dict]:
     padding, dilation = rng.choice([0, 1, 2]), rng.choice([1, 1, 2])
     size = rng.randint(max(1, (kernel - 1) * dilation + 1 - 2 * padding), 20)
     act, residual, head = rng.choice(ACTIVATIONS)(), rng.random() < 0.5, rng.random() < 0.5
+    excite = head and index % 4 < 2  # from the index: the draws of every case stay as they were
     torch.manual_seed(index)
-    block = Block(cin, cout, groups, kernel, stride, padding, dilation, act, residual, head).eval()
+    block = Block(cin, cout, groups, kernel, stride, padding, dilation, act, residual, head, excite).eval()
     x = torch.randn(rng.choice([1, 2]), cin, size, size) * rng.choice([0.1, 1.0, 10.0])
     drawn = dict(groups=groups, cin=cin, cout=cout, kernel=kernel, stride=stride, padding=padding,
-                 dilation=dilation, act=type(act).__name__, residual=residual, head=head,
+                 dilation=dilation, act=type(act).__name__, residual=residual, head=head, excite=excite,
                  input=list(x.shape))  # fmt: skip
     return block, x, drawn
 

@@ -35,3 +35,4 @@ def test_the_runtime_computes_the_graphs_outputs_in_every_layout(precision):
     if seen["cases"] and precision == "int8":
         assert seen["conv2d_int8_static"] == seen["cases"] and seen["conv2d_int8_static (requantized)"] > 0
         assert seen["a residual held as codes"] > 0  # summed from the destination (dnnl_plan._Plan.accumulator)
+        assert seen["onednn_binary_int8 (requantized)"] > 0  # a multiply writing the codes a convolution reads
