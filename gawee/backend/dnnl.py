@@ -308,6 +308,7 @@ def _binary(plan: _Plan, node: Node) -> _Tensor:
             return dst
         dst = plan.tensor(plan.queried(pd, DST), grid)
         plan.step(plan.compiled(pd), {SRC: src0.memory, SRC_1: src1.memory, DST: dst.memory})
+        plan.codes_written.append(node.name)
         return dst
     return _binary_step(plan, create, alg, src0, src1, out, act, node)
 
@@ -584,7 +585,8 @@ class DnnlModule(torch.nn.Module):
     nested as ``output_structure``). ``module.kernels`` lists the implementation oneDNN chose for each primitive,
     ``module.conv_layouts`` the activation layout of each convolution (by node name; they differ with ``per_conv``),
     ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd, grouped or depthwise kernel),
-    ``module.moved_acts`` the depthwise convolutions that apply their producer's activation to their input.
+    ``module.moved_acts`` the depthwise convolutions that apply their producer's activation to their input,
+    ``module.codes_written`` the binary ops (``onednn_binary_int8``) whose primitive writes their u8 codes.
     A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait).
     ``trial``: built by a trial process, with its convolutions' candidate kernels run once each and not raced
     (:meth:`gawee.backend.dnnl_plan._Plan.fastest`). ``shared``: a dict the modules built in one selection share
@@ -637,6 +639,7 @@ class DnnlModule(torch.nn.Module):
         self.kernels = [step[2] for step in plan.steps]
         self.conv_layouts = plan.conv_layouts
         self.conv_kernels = plan.conv_kernels
+        self.codes_written = plan.codes_written
         self.moved_acts = {  # the depthwise convolutions gawee's kernel computes with their input's activation
             n.name: n.attrs["act_in"]
             for n in graph

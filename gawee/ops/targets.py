@@ -109,7 +109,7 @@ register(
 def _binary_int8(self, other, *, alg, act=None, act_params=(), out_scale, out_zero_point, out_levels):
     check_requantization("onednn_binary_int8", out_scale, out_zero_point, out_levels)
     if not out_scale:
-        raise ValueError("onednn_binary_int8 requantizes its result: its out_scale is positive")
+        raise ValueError("onednn_binary_int8 requantizes its result: it needs a positive out_scale")
     y = _binary(self, other, alg=alg, act=act, act_params=act_params)
     if not y.is_floating_point():
         raise ValueError(f"onednn_binary_int8 requantizes a float result, not {y.dtype}")
