@@ -437,8 +437,7 @@ class _Plan:
     def quantized(self, src: _Tensor, md: int, grid: tuple[float, int]) -> _Tensor:
         """The float32 ``src`` as its u8 codes in ``md`` on ``grid`` (scale, zero point): a reorder, its scale the
         float32 ``1 / scale``, multiplied, rounded to nearest even (:meth:`codes`)."""
-        inverse = float(1 / torch.tensor(grid[0], dtype=torch.float32))
-        return self._scaled_reorder(src, md, {SRC: inverse}, {DST: grid[1]}, grid)
+        return self._scaled_reorder(src, md, {SRC: _inverse(grid[0])}, {DST: grid[1]}, grid)
 
     def reference(self, pd: int) -> bool:
         """Whether the primitive descriptor ``pd`` is at oneDNN's reference implementation."""
@@ -844,11 +843,16 @@ def _post_ops(
         _check(lib.dnnl_post_ops_append_eltwise(_P(po), alg, *alpha_beta(tuple(params))), f"a fused {act}")
     if codes is not None:
         scale, zero_point = codes
-        inverse = float(1 / torch.tensor(scale, dtype=torch.float32))
-        _check(lib.dnnl_post_ops_append_eltwise(_P(po), _ELTWISE_LINEAR, inverse, float(zero_point)), "a quantization")
+        linear = (_ELTWISE_LINEAR, _inverse(scale), float(zero_point))
+        _check(lib.dnnl_post_ops_append_eltwise(_P(po), *linear), "a quantization")
     attr = plan._new("dnnl_primitive_attr_destroy", lib.dnnl_primitive_attr_create)
     _check(lib.dnnl_primitive_attr_set_post_ops(_P(attr), _P(po)), "post-ops")
     return attr
+
+
+def _inverse(scale: float) -> float:
+    """The float32 ``1 / scale`` a quantization multiplies by (the int8 op's semantics: ``conv2d_int8_static``)."""
+    return float(1 / torch.tensor(scale, dtype=torch.float32))
 
 
 NARROW = 4
