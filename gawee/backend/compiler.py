@@ -332,7 +332,7 @@ def compile(
     whole_graph = whole_graph and options.fused_kernels
     choice, alternatives = None, None
     if chosen.variants:
-        module, choice = _variants(chosen, optimized, structure, xs, flat_expected, variant, given)
+        module, choice = _variants(chosen, optimized, structure, xs, flat_expected, variant, given, approximate)
     else:
         lowered, target = chosen.lower(optimized)
         if whole_graph:  # what the build would measure (the layouts) is timed with the whole-graph runtimes
@@ -345,7 +345,7 @@ def compile(
         if target is not None and target.firings:
             choice = BackendChoice(chosen.name, {}, {}, dict(target.firings))
     if name == "auto":
-        module, choice = _choose_runtime(optimized, module, structure, xs, flat_expected, given)
+        module, choice = _choose_runtime(optimized, module, structure, xs, flat_expected, given, approximate)
     seconds["lower"] = time.perf_counter() - t0
 
     # One end-to-end check on the example inputs: the compiled rewritten graph against the model itself.
@@ -555,6 +555,7 @@ def _runtimes(
     spent: dict[str, float] | None = None,
     lowered: Lowered | None = None,
     bounds: Mapping[int, float] | None = None,
+    approximate: frozenset[int] = frozenset(),
 ) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str], dict[str, dict[str, int]]]:
     """The runtimes ``names`` (registered names, or ``name:variant``) of ``graph`` that can be built, run the
     example inputs ``xs`` and compute the model's outputs (``expected``, :func:`_candidate`), with their checks;
@@ -563,7 +564,8 @@ def _runtimes(
     run and checked in child processes: one whose child died, or that failed or computed other outputs there, is
     no candidate and never built in this process. ``spent`` gets the seconds of each of those steps added;
     ``lowered`` holds the target phases already run; ``bounds`` how far each approximate output may be from the
-    model's (:func:`_check_backend`)."""
+    model's, or ``approximate`` the outputs approximate rules made, whose error is reported, not judged
+    (:func:`_check_backend`)."""
     spent = {} if spent is None else spent
     lowered = {} if lowered is None else lowered
 
@@ -600,7 +602,9 @@ def _runtimes(
         t0 = time.perf_counter()
         trials = _apart(
             {
-                name: functools.partial(_candidate_why, graph.name, builds[name][1], expected, xs, hints[name], bounds)
+                name: functools.partial(
+                    _candidate_why, graph.name, builds[name][1], expected, xs, hints[name], bounds, approximate
+                )
                 for name in risky
             }
         )
@@ -611,7 +615,9 @@ def _runtimes(
             if trial is not None and (trial.died or trial.error or trial.answer):
                 not_candidates[name] = _trial_why(trial)
                 continue
-            module, checks[name], why = _candidate(graph.name, builds[name][0], expected, xs, hints[name], bounds)
+            module, checks[name], why = _candidate(
+                graph.name, builds[name][0], expected, xs, hints[name], bounds, approximate
+            )
             if why is None:
                 modules[name] = module
             else:
@@ -649,9 +655,11 @@ def _trial_why(trial: Tried) -> str:
     return trial.error or trial.answer or ""
 
 
-def _candidate_why(name: str, build, expected: list, xs: list, hint: str, bounds=None) -> str | None:
+def _candidate_why(
+    name: str, build, expected: list, xs: list, hint: str, bounds=None, approximate: frozenset[int] = frozenset()
+) -> str | None:
     """In a trial process: why the runtime ``build()`` builds is no candidate (:func:`_candidate`), or None."""
-    return _candidate(name, build, expected, xs, hint, bounds)[2]
+    return _candidate(name, build, expected, xs, hint, bounds, approximate)[2]
 
 
 def _built_apart(name: str, graph: Graph, build, xs: list, trial_build=None):
@@ -674,15 +682,25 @@ def _runs(build, xs: list) -> None:
 
 
 def _variants(
-    rt: Runtime, graph: Graph, structure, xs: list, expected: list, variant: str, given: dict
+    rt: Runtime,
+    graph: Graph,
+    structure,
+    xs: list,
+    expected: list,
+    variant: str,
+    given: dict,
+    approximate: frozenset[int] = frozenset(),
 ) -> tuple[object, BackendChoice]:
     """A runtime with variants asked for by name (``backend="onednn"``): its module in ``variant``, or in the
-    fastest variant as measured here (the first, unless another is more than 5% faster)."""
+    fastest variant as measured here (the first, unless another is more than 5% faster). The outputs
+    ``approximate`` rules made are reported, not judged, as the compile's own check of the module does."""
     from gawee.backend.measure import fastest
 
     names = [f"{rt.name}:{variant}"] if variant else [f"{rt.name}:{v}" for v in rt.variants]
     spent: dict[str, float] = {}
-    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given, spent)
+    modules, _, not_candidates, fired = _runtimes(
+        graph, structure, xs, expected, names, given, spent, approximate=approximate
+    )
     if not modules:
         why = "; ".join(f"{k}: {v}" for k, v in not_candidates.items())
         raise GaweeError(f"{graph.name} cannot run on {rt.title}: {why}", hint='use backend="torch"')
@@ -697,7 +715,13 @@ def _variants(
 
 
 def _choose_runtime(
-    graph: Graph, torch_module, structure, xs: list, expected: list, given: dict
+    graph: Graph,
+    torch_module,
+    structure,
+    xs: list,
+    expected: list,
+    given: dict,
+    approximate: frozenset[int] = frozenset(),
 ) -> tuple[object, BackendChoice]:
     """``backend="auto"``: the fastest of the torch lowering and the registry's other candidates of ``auto``
     (:attr:`Runtime.auto`: oneDNN's primitives in each activation layout, where they, not torch steps, compute most
@@ -705,14 +729,20 @@ def _choose_runtime(
     can run the graph and computes the model's outputs (``expected``, :func:`_candidate`); another runtime wins only
     when it measures more than 5% faster here (:func:`gawee.backend.measure.fastest`). All are compared and timed on
     the example inputs ``xs``: inputs in the model's domain (random ones need not be: an attention mask of 0-3
-    with fully masked rows made GPT-2's outputs undefined)."""
+    with fully masked rows made GPT-2's outputs undefined). The outputs ``approximate`` rules made may be as far
+    from the model's in another runtime as :func:`_approximate_bounds` allows beside the torch lowering's."""
     from gawee.backend.measure import SETTLE_S, fastest
 
     baseline = runtime.baseline()
     lowered: Lowered = {}
     spent: dict[str, float] = {}
     names, skipped = _measured(graph, lambda rt: rt.auto and rt is not baseline, lowered, spent)
-    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given, spent, lowered)
+    bounds = None
+    if approximate and names:  # the torch lowering's own error sets the others' bounds
+        with torch.no_grad():
+            got = pytree.tree_leaves(torch_module(*xs))
+        bounds = _approximate_bounds(_check_backend(graph.name, expected, got, None, approximate), approximate)
+    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given, spent, lowered, bounds)
     not_candidates.update(skipped)
     if not modules:
         return torch_module, BackendChoice(baseline.name, {}, not_candidates, {}, spent)
@@ -865,12 +895,18 @@ def whole_graph_choice(
 
 
 def _candidate(
-    name: str, build, expected: list, xs: list, hint: str, bounds: Mapping[int, float] | None = None
+    name: str,
+    build,
+    expected: list,
+    xs: list,
+    hint: str,
+    bounds: Mapping[int, float] | None = None,
+    approximate: frozenset[int] = frozenset(),
 ) -> tuple[object, list[OutputCheck], str | None]:
     """A runtime's module from ``build()`` with its outputs' checks against the model's (``expected``) on the
     example inputs ``xs``; or why it is no candidate: it cannot be built (an op without an ONNX lowering, a trace
     TorchScript refuses), fails to run ``xs``, or computes other outputs (beyond the dtype's tolerance, or an
-    approximate output beyond its ``bounds``)."""
+    approximate output beyond its ``bounds``; one in ``approximate`` is reported, not judged)."""
     try:
         module = build()
     except Exception as e:  # the runtimes' errors have their own types
@@ -881,7 +917,7 @@ def _candidate(
         except Exception as e:
             return None, [], f"it fails to run it: {first_line(e)}"
     try:
-        return module, _check_backend(name, expected, got, hint, bounds=bounds), None
+        return module, _check_backend(name, expected, got, hint, approximate, bounds), None
     except EquivalenceError as e:
         return None, [], f"its outputs differ from the model's: {e.message}"
 

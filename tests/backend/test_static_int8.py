@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gawee
-from gawee.backend import quantized
+from gawee.backend import dnnl, quantized
 from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.errors import GaweeError
 from gawee.interp import run
@@ -210,6 +210,23 @@ def test_compile_calibrates_on_the_given_batches_and_reports_it():
     default = gawee.compile(model, (x,), precision="int8", options=ALWAYS).gawee_report
     assert default.calibration == "calibrated 4 values on the example inputs (no calibration data given)"
     assert default.calibration_accuracy is None
+
+
+@pytest.mark.skipif(dnnl.unavailable() is not None, reason=str(dnnl.unavailable()))
+@pytest.mark.parametrize("backend", ["onednn", "onednn:channels_last", "auto"])
+def test_a_runtime_asked_for_by_name_runs_the_int8_phase(backend):
+    """The outputs the int8 rules made are not judged against the float tolerance in the runtime's candidates
+    either: oneDNN's variants (measured, or one asked for) are built with the precision phase, and ``auto`` holds
+    them to the torch lowering's error (each was refused before as computing other outputs)."""
+    model, x = _model(), torch.randn(1, 8, 16, 16)
+    batches = [torch.randn(1, 8, 16, 16) for _ in range(2)]
+    module = gawee.compile(model, (x,), precision="int8", calibration=batches, backend=backend, options=ALWAYS)
+    choice = module.gawee_report.backend
+    assert not any("differ" in why for why in choice.not_candidates.values()), choice.not_candidates
+    if backend != "auto":
+        assert choice.chosen.startswith(backend)
+    assert module.gawee_report.accuracy.cosine > 0.999
+    assert module.gawee_report.rewrite.firings["conv2d_int8_residual"] == 1
 
 
 def test_calibration_without_int8_is_refused():
