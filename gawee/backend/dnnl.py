@@ -187,16 +187,30 @@ def _linear(plan: _Plan, node: Node) -> _Tensor:
 
 
 def _pool(plan: _Plan, node: Node, alg: int, kernel, stride, padding, dilation=(1, 1), out=None) -> _Tensor:
-    """The pooling ``node`` (its output of shape ``out``, if given, else its own) in its input's layout."""
+    """The pooling ``node`` (its output of shape ``out``, if given, else its own) in its input's layout. A max pool
+    of an input held as u8 codes (an int8 convolution requantized its result: rules/precision/int8.rules'
+    ``requantize_through_max_pool``) pools the codes, its result the codes on the same grid: the largest code is
+    the code of the largest value (dequantizing, ``(code - zero point) * scale`` with a positive scale, keeps their
+    order), and a quarter of float32's bytes are read and written. Where oneDNN has only its reference kernel for
+    them, the codes' values are pooled."""
     x, out = node.inputs[0], out or node.output.shape
     # the right and bottom padding that gives torch's output size: more with ceil_mode, less where floor drops rows
     pad_r = [
         max(0, (o - 1) * s + (k - 1) * d + 1 - i - p)
         for o, s, k, d, i, p in zip(out[2:], stride, kernel, dilation, x.shape[2:], padding)
     ]
-    src = plan.operand(x)
     create = plan.lib.dnnl_pooling_forward_primitive_desc_create
     geometry = (_DIMS(*stride), _DIMS(*kernel), _DIMS(*(d - 1 for d in dilation)), _DIMS(*padding), _DIMS(*pad_r))
+    held = None if x.is_const else plan.values[x]
+    if alg == _POOL_MAX and held is not None and held.grid is not None:
+        codes = plan.md(out, _ANY, dtype=DType.u8)
+        pd = plan.descriptor(create, plan.engine, _INFERENCE, alg, held.md, codes, *geometry)
+        if not plan.reference(pd):
+            dst = plan.tensor(plan.queried(pd, DST), held.grid)
+            plan.step(plan.compiled(pd), {SRC: held.memory, DST: dst.memory})
+            plan.codes_written.append(node.name)
+            return dst
+    src = plan.operand(x)
     dst_md = plan.md(out, _ANY, dtype=node.output.dtype)
     pd, prim = plan.primitive(create, plan.engine, _INFERENCE, alg, src.md, dst_md, *geometry)
     dst = plan.tensor(plan.queried(pd, DST))
@@ -586,7 +600,7 @@ class DnnlModule(torch.nn.Module):
     ``module.conv_layouts`` the activation layout of each convolution (by node name; they differ with ``per_conv``),
     ``module.conv_kernels`` its kernel (oneDNN's implementation, or gawee's Winograd, grouped or depthwise kernel),
     ``module.moved_acts`` the depthwise convolutions that apply their producer's activation to their input,
-    ``module.codes_written`` the binary ops (``onednn_binary_int8``) whose primitive writes their u8 codes.
+    ``module.codes_written`` the binary ops (``onednn_binary_int8``) and max pools whose primitive writes u8 codes.
     A call is not reentrant: the intermediate buffers are the module's (a lock makes concurrent calls wait).
     ``trial``: built by a trial process, with its convolutions' candidate kernels run once each and not raced
     (:meth:`gawee.backend.dnnl_plan._Plan.fastest`). ``shared``: a dict the modules built in one selection share

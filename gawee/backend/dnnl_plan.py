@@ -204,7 +204,7 @@ class _Plan:
         self.converted: dict[Value, list[_Tensor]] = {}  # a value reordered to consumers' layouts
         self.conv_layouts: dict[str, str] = {}  # each convolution's (and batch norm's) activation layout
         self.conv_kernels: dict[str, str] = {}  # each convolution's (and batch norm's) kernel
-        self.codes_written: list[str] = []  # the binary ops whose primitive writes their u8 codes
+        self.codes_written: list[str] = []  # the binary ops and max pools whose primitive writes u8 codes
         shared = {} if shared is None else shared  # what the modules of one selection share (DnnlModule)
         self.times: dict[tuple, float] = shared.setdefault("times", {})  # a candidate's call in a situation -> ms
         if trial:  # those it runs untimed are kept for this plan only

@@ -647,6 +647,44 @@ def test_a_binary_op_requantized_for_other_readers_holds_the_codes():
             assert float((got - want).abs().max()) <= 1.01 * 0.05 and float((got - want).abs().mean()) < 1e-3, layout
 
 
+@EXACT_INT8
+def test_a_max_pool_of_codes_pools_the_codes():
+    """A ResNet's stem in int8 (rules/precision/int8.rules' ``requantize_through_max_pool`` made it): a convolution
+    requantized to the grid its pool's two int8 readers read, the pool between them. The pool takes the codes the
+    convolution writes and hands its own on (in channels-last, where oneDNN has an int8 pooling kernel: no float32
+    result, no quantizing reorder); in every layout the module computes the graph's semantics, within one code of
+    the convolution's result (its primitive may round a tie the other way)."""
+    torch.manual_seed(0)
+    b = GraphBuilder("stem")
+    x = b.input("x", "f32[2,8,12,12]")
+    grid = {"out_scale": 0.05, "out_zero_point": 0, "out_levels": 255}
+    geometry = {"dilation": [1, 1], "groups": 1, "padding": [1, 1]}
+
+    def int8(x, cout, cin, k, stride, **out):
+        w = torch.randint(-127, 128, (cout, cin, k, k), dtype=torch.int8)
+        s, bias = torch.rand(cout) * 0.003, b.const(torch.randn(cout) * 0.1)
+        attrs = {**geometry, "padding": [k // 2] * 2}
+        scale, zero = (0.05, 0) if out.get("read") else (0.03, 100)
+        return b.conv2d_int8_static(
+            x, b.const(w), b.const(s), bias, act="relu", scale=scale, zero_point=zero, levels=255, stride=[stride] * 2,
+            **attrs, **out.get("grid", {}),
+        )  # fmt: skip
+
+    pooled = b.max_pool2d(int8(x, 16, 8, 3, 1, grid=grid), kernel_size=[3, 3], stride=[2, 2], padding=[1, 1])
+    graph = b.output(b.add(int8(pooled, 16, 16, 1, 1, read=True), int8(pooled, 16, 16, 3, 1, read=True)))
+    (pool,) = [n for n in graph.nodes if n.op == "max_pool2d"]
+    xs = (torch.randn(2, 8, 12, 12) * 3,)
+    (want,) = gawee.run(graph, *xs)
+    one_code = 2 * 0.05 * 127 * 0.003  # a code of the pool moves the two readers' sums by at most this together
+    for layout in ("blocked", "channels_last"):
+        module = DnnlModule(graph, layout=layout)
+        (got,) = module(*xs)
+        assert float((got - want).abs().max()) <= one_code + 1e-5, layout
+        assert float((got - want).abs().mean()) < 0.01 * one_code, layout
+        if layout == "channels_last":
+            assert module.codes_written == [pool.name], module.kernels
+
+
 def test_a_binary_op_requantized_to_seven_bits_runs_as_a_torch_step():
     """oneDNN saturates a u8 destination at 255, not 127: that binary op's codes are computed by its semantics."""
     graph, one_code = _excited(levels=127)

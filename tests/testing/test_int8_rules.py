@@ -53,10 +53,12 @@ def _conv_twins(old: str, new: str, count: int) -> list:
 EXACT = ["drop_calibration", "requantize_for_int8_conv"]
 REQUANTIZE = "requantize_calibrated_int8"
 """The approximate requantization: a result read through its annotation by several, one of them as a residual."""
+POOL = "requantize_through_max_pool"
+"""The same through a max pool (a ResNet's stem): the pool's result read through its annotation."""
 
 
 def test_every_rule_but_the_annotations_removal_and_the_exact_requantization_is_approximate():
-    assert [r.name for r in INT8.rules] == [*LINEAR, *CONV, *EXACT, REQUANTIZE]
+    assert [r.name for r in INT8.rules] == [*LINEAR, *CONV, *EXACT, REQUANTIZE, POOL]
     assert all(r.approximate for r in INT8.rules if r.name not in EXACT)
     assert not any(INT8.rule(name).approximate for name in EXACT)
     assert all(INT8.rule(name).priority > INT8.rule("drop_calibration").priority for name in CONV)
@@ -195,19 +197,24 @@ def test_requantizing_to_a_grid_whose_values_overflow_is_kept_from():
     assert torch.equal(run(rewritten, x)[0], run(ordinary, x)[0])
 
 
-@pytest.mark.parametrize(
-    "old, new",
-    [("(0.5 + 1024 * u) * sc", "0.25 * sc"), (" + relu(y - (lv - zp) * sc) + relu(0 - zp * sc - y)", " + 0 * y")],
-    ids=["quarter-step", "unclamped"],
-)
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_requantization_declared_too_tight_is_refuted(old, new, seed, monkeypatch):
-    """requantize_calibrated_int8 declared with a quarter of the grid's step, or without the distance to the range
-    the codes are clamped to (the data need not stay in the calibrated range): refuted."""
+UNCLAMPED = {
+    REQUANTIZE: (" + relu(y - (lv - zp) * sc) + relu(0 - zp * sc - y)", " + 0 * y"),
+    POOL: (" + relu(m - (lv - zp) * sc) + relu(0 - zp * sc - m)", " + 0 * m"),
+}
+"""Each approximate requantization's bound without the distance to the range the codes are clamped to."""
+
+
+@pytest.mark.parametrize("unclamped", [False, True], ids=["quarter-step", "unclamped"])
+@pytest.mark.parametrize("name, seed", [(REQUANTIZE, 0), (REQUANTIZE, 1), (POOL, 0)])
+def test_a_requantization_declared_too_tight_is_refuted(name, seed, unclamped, monkeypatch):
+    """requantize_calibrated_int8 and requantize_through_max_pool declared with a quarter of the grid's step, or
+    without the distance to the range the codes are clamped to (the data need not stay in the calibrated range):
+    refuted."""
     _pin(monkeypatch, 255)
     text = PRECISIONS["int8"].read_text()
-    assert text.count(old) == 1
-    (twin,) = [r for r in load_rules_text(text.replace(old, new), "t.rules").rules if r.name == REQUANTIZE]
+    old, new = UNCLAMPED[name] if unclamped else ("(0.5 + 1024 * u) * sc", "0.25 * sc")
+    assert text.count(old) == (1 if unclamped else 2)
+    (twin,) = [r for r in load_rules_text(text.replace(old, new), "t.rules").rules if r.name == name]
     assert_refuted_by_its_bound(twin, 60, seed)
 
 
@@ -247,6 +254,38 @@ def test_a_result_read_as_input_and_residual_is_requantized_and_one_read_once_ex
             assert second.inputs[4] is first.output and second.inputs[0] is first.output
         (expected,), (got,) = run(graph, x), run(optimized, x)
         assert float(torch.nn.functional.cosine_similarity(got.flatten(), expected.flatten(), dim=0)) > 0.99
+
+
+def test_a_stem_max_pool_hands_its_readers_the_codes_of_their_grid():
+    """A ResNet's stem: convolution, max pool, then two convolutions reading the pool (the first block's and its
+    downsampling one), calibrated. requantize_through_max_pool puts the stem's result on the grid the pool's readers
+    quantize to (the lowering then pools u8 codes); the rewritten graph computes what the int8 graph without it
+    does — the pool of the rounded values is the rounded pool, which the readers round to the same codes."""
+    from gawee.interp import run
+    from gawee.rewrite.calibration import Calibration
+
+    torch.manual_seed(0)
+    gb = GraphBuilder("stem")
+    x = gb.input("x", "f32[1,3,12,12]")
+    stem = gb.conv2d(x, gb.const(torch.randn(8, 3, 3, 3) / 4), gb.const(torch.randn(8)), padding=[1, 1], act="relu")
+    pooled = gb.max_pool2d(stem, kernel_size=[3, 3], stride=[2, 2], padding=[1, 1])
+    a = gb.conv2d(pooled, gb.const(torch.randn(8, 8, 1, 1) / 3), gb.const(torch.randn(8)))
+    b = gb.conv2d(pooled, gb.const(torch.randn(8, 8, 3, 3) / 8), gb.const(torch.randn(8)), padding=[1, 1])
+    graph = gb.output(gb.add(a, b))
+    batches = Calibration.of([torch.randn(1, 3, 12, 12) for _ in range(2)], "2 batches")
+    optimized, report = rewrite(graph, INT8, calibration=batches)
+    assert report.firings[POOL] == 1
+    first, *readers = [n for n in optimized if n.op == "conv2d_int8_static"]
+    assert len(readers) == 2 and first.attrs["out_scale"] > 0
+    assert all((first.attrs["out_scale"], first.attrs["out_zero_point"]) == (r.attrs["scale"], r.attrs["zero_point"])
+               for r in readers)  # fmt: skip
+    text = PRECISIONS["int8"].read_text()
+    without = load_rules_text(text[: text.index(f"rule {POOL}")], "without.rules")  # the last rule of the file
+    unpooled, report = rewrite(graph, without, calibration=batches)
+    assert report.firings[POOL] == 0
+    for _ in range(3):
+        x = torch.randn(1, 3, 12, 12) * 1.5  # beyond the calibrated range too
+        assert torch.allclose(run(optimized, x)[0], run(unpooled, x)[0], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
