@@ -167,3 +167,21 @@ def test_a_bf16_compile_measures_onednns_bf16_modules_and_reports_the_returned_m
     flat = lambda out: [out["features"], out["logits"]]
     assert report.accuracy == gawee.accuracy.compare_outputs(flat(want), flat(got))
     assert report.accuracy.max_abs_error > 0 and report.accuracy.cosine > 0.99
+
+
+def test_a_long_call_after_a_short_compile_is_still_measured(monkeypatch):
+    """resnet18 at batch 8: its torch lowering built in under a second, and its first call took about a tenth of a
+    second, so measuring cost more than the compile so far; the whole-graph runtimes, which run it much faster, are
+    measured all the same (``WHOLE_GRAPH_MIN_BUDGET_S``). One whose measuring would cost more is not."""
+    measured = []
+
+    def choice(*args, **kwargs):
+        measured.append(args[1])
+        return args[1], None, None
+
+    monkeypatch.setattr(compiler, "whole_graph_choice", choice)
+    assert compiler._whole_graph(None, "lowering", None, [], [], 0.09, 0.9)[0] == "lowering" and measured
+    measured.clear()
+    module, why, _ = compiler._whole_graph(None, "lowering", None, [], [], 0.2, 0.9)
+    assert module == "lowering" and not measured
+    assert all("over the budget of 2.0 s" in w for w in why.not_candidates.values())
