@@ -4,7 +4,8 @@ The public API, re-exported from the modules that own each piece.
 """
 
 from gawee.analysis import constant_values, cost, infer_types, peak_memory, topological_order
-from gawee.backend.compiler import CompileReport, compile
+from gawee.backend.compile_report import CompileReport
+from gawee.backend.compiler import compile
 from gawee.backend.onnx import to_onnx
 from gawee.backend.stablehlo import to_mlir
 from gawee.backend.torch_backend import TorchOptions, to_torch

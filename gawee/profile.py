@@ -27,7 +27,7 @@ from gawee.ir.symbolic import at_example
 from gawee.machine import Timing, cpu_info, cpu_name, time_call  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
-    from gawee.backend.compiler import BackendChoice
+    from gawee.backend.compile_report import BackendChoice
 
 
 def peak_flops(n: int = 1024, repeats: int = 5) -> float:

@@ -113,6 +113,17 @@ def test_imports_point_down():
     assert not stale, "ALLOWED lists imports that are gone (remove them):\n" + "\n".join(stale)
 
 
+MAX_LINES = 1000
+"""No module of gawee's is this long: one module holds one idea (issue 38 split the ones that held several)."""
+
+
+def test_no_module_is_a_thousand_lines_long():
+    long = sorted(
+        f"{p.relative_to(ROOT)}: {n}" for p in MODULES.values() if (n := len(p.read_text().splitlines())) >= MAX_LINES
+    )
+    assert not long, f"split these modules (each under {MAX_LINES} lines):\n" + "\n".join(long)
+
+
 def test_no_import_circle_spans_two_packages():
     """Strongly connected components of the module graph (Tarjan's): each lies inside one package."""
     edges = {a: [b for b in targets if (a, b) not in ALLOWED] for a, targets in imports().items()}

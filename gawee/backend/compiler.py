@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 from gawee.accuracy import Accuracy, compare_outputs
 from gawee.backend import isolation, runtime
 from gawee.backend.allocator import keep_freed_memory
+from gawee.backend.compile_report import BackendChoice, CompileReport
 from gawee.backend.host import OutputStructure
 from gawee.backend.isolation import Tried
 from gawee.backend.runtime import Alternatives, Runtime
@@ -24,7 +25,6 @@ from gawee.backend.torch_backend import TorchOptions
 from gawee.equivalence import (
     TOLERANCE,
     EquivalenceReport,
-    FiringError,
     OutputCheck,
     approximate_values,
     firing_errors,
@@ -43,124 +43,6 @@ from gawee.rewrite.driver import RewriteReport, rewrite
 from gawee.rewrite.ruleset import RuleSet, with_precision
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BackendChoice:
-    """The runtime ``backend="auto"`` (or the default compile's whole-graph choice) picked, with each candidate's
-    median seconds per call, and why the runtimes that were no candidate were not. In the whole-graph choice the
-    torch lowering may be two candidates, ``torch`` (NCHW) and ``torch:channels_last`` (its layout phase applied:
-    :mod:`gawee.backend.layout`)."""
-
-    chosen: str
-    seconds: dict[str, float]
-    not_candidates: dict[str, str] = field(default_factory=dict)
-    """Runtime → why it was not measured (not installed, an op it cannot run, outputs that differ)."""
-    target_rules: dict[str, int] = field(default_factory=dict)
-    """The chosen runtime's target phase (:attr:`Runtime.rules`) and its variant's (:meth:`Runtime.variant_rules`:
-    the rules that made the candidate that won): rule → times it fired on the graph built."""
-    spent: dict[str, float] = field(default_factory=dict)
-    """Where the choice's seconds went: the candidates' target phases, their trial processes, their builds
-    (oneDNN's races of each convolution's kernels included) with their checks, and timing them against each other."""
-
-    def __str__(self) -> str:
-        times = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in self.seconds.items())
-        text = f"{self.chosen} ({times} per call)" if times else self.chosen
-        if self.target_rules:
-            fired = ", ".join(f"{k} x{v}" for k, v in sorted(self.target_rules.items()))
-            text += f"; its target rules fired: {fired}"
-        if self.spent:
-            text += "; choosing took " + ", ".join(f"{k} {v:.2f}s" for k, v in self.spent.items())
-        if self.not_candidates:
-            text += "; not measured: " + "; ".join(f"{k}: {v}" for k, v in self.not_candidates.items())
-        return text
-
-
-@dataclass
-class CompileReport:
-    """What :func:`compile` did and where its time went (seconds per stage)."""
-
-    graph: Graph
-    """The captured graph."""
-    optimized: Graph
-    """The rewritten graph that the module runs."""
-    rewrite: RewriteReport
-    equivalence: EquivalenceReport
-    """The compiled rewritten graph against the model, on the example inputs (symbolic shapes: the captured
-    against the rewritten graph at two other sizes)."""
-    backend_error: float = 0.0
-    """Largest difference between the module's outputs and the model's, on the example inputs."""
-    seconds: dict[str, float] = field(default_factory=dict)
-    """capture, rewrite, verify (both checks) and lower."""
-    kernels: list = field(default_factory=list)
-    """The kernel each distinct linear shape runs on and what the candidates measured
-    (:class:`gawee.backend.kernels.KernelChoice`; torch backend)."""
-    layout: object = None
-    """The activation layout chosen for the convolutions and what both layouts measured
-    (:class:`gawee.backend.layout.LayoutChoice`; torch backend, graphs with 4-D convolutions)."""
-    kernel_seconds: float = 0.0
-    """The part of ``lower`` spent timing candidate kernels (a shape measured earlier in the process is
-    not measured again)."""
-    backend: BackendChoice | None = None
-    """What ``backend="auto"`` measured and chose, or for ``backend="torch"`` whether oneDNN Graph's whole-graph
-    runtime was measured against the lowering and which ran faster (``TorchOptions.whole_graph``; None when off
-    and for the other backends)."""
-    allocator: str = ""
-    """What was done to the process's memory allocator (``gawee.backend.allocator``; empty when
-    ``TorchOptions.keep_freed_memory`` is False)."""
-    precision: str | None = None
-    """The precision phase that ran after the rules (``compile(precision=...)``), or None."""
-    accuracy: Accuracy | None = None
-    """With a precision phase: the module's outputs against the model's on the example inputs."""
-    firing_errors: list[FiringError] = field(default_factory=list)
-    """With a precision phase: the values its approximate rewrites made against the values they stand for on the
-    example inputs, worst relative error first (:func:`gawee.equivalence.firing_errors`): which rewrites the
-    error comes from."""
-    precision_skipped: str = ""
-    """Why the precision phase asked for did not run, or empty: bf16 on a device without bf16 arithmetic
-    (:func:`gawee.machine.no_bf16`), where it would be slower than float32 as well as less exact."""
-    calibration: str = ""
-    """With a precision phase that reads calibrated ranges (int8's static convolutions): what it calibrated on and
-    how many values; empty otherwise."""
-    calibration_accuracy: Accuracy | None = None
-    """With calibration data given: the module's outputs against the model's on those batches (the first
-    :data:`CALIBRATION_ACCURACY_BATCHES`), which the example inputs alone may not represent."""
-    precision_timing: str = ""
-    """With a precision phase measured against float32 (:func:`_precision_or_float`): what each module took per
-    call, and which was kept; empty where it was not measured."""
-
-    @property
-    def total_s(self) -> float:
-        return sum(self.seconds.values())
-
-    def __str__(self) -> str:
-        stages = ", ".join(f"{k} {v:.2f}s" for k, v in self.seconds.items())
-        text = (
-            f"{self.graph.name}: {len(self.graph)} -> {len(self.optimized)} nodes, {self.rewrite.total} rewrites; "
-            f"{self.equivalence}; backend max error {self.backend_error:.3g}; {stages}"
-        )
-        if self.kernels:
-            text += f"; kernels (chosen in {self.kernel_seconds:.2f}s): " + "; ".join(str(k) for k in self.kernels)
-        if self.layout is not None:
-            text += f"; layout: {self.layout}"
-        if self.backend is not None:
-            text += f"; runtime: {self.backend}"
-        if self.allocator:
-            text += f"; {self.allocator}"
-        if self.precision_skipped:
-            text += f"; precision {self.precision_skipped}"
-        if self.precision is not None:
-            text += f"; precision {self.precision}: {self.accuracy}"
-            if self.calibration:
-                text += f"; {self.calibration}"
-            if self.calibration_accuracy is not None:
-                text += f"; on the calibration data: {self.calibration_accuracy}"
-            if self.precision_timing:
-                text += f"; {self.precision_timing}"
-            if self.firing_errors:
-                worst = "; ".join(str(e) for e in self.firing_errors[:3])
-                text += f"; largest errors at approximate rewrites ({len(self.firing_errors)} values): {worst}"
-        return text
 
 
 def compile(
@@ -555,7 +437,6 @@ def _runtimes(
     spent: dict[str, float] | None = None,
     lowered: Lowered | None = None,
     bounds: Mapping[int, float] | None = None,
-    approximate: frozenset[int] = frozenset(),
 ) -> tuple[dict[str, object], dict[str, list[OutputCheck]], dict[str, str], dict[str, dict[str, int]]]:
     """The runtimes ``names`` (registered names, or ``name:variant``) of ``graph`` that can be built, run the
     example inputs ``xs`` and compute the model's outputs (``expected``, :func:`_candidate`), with their checks;
@@ -564,8 +445,7 @@ def _runtimes(
     run and checked in child processes: one whose child died, or that failed or computed other outputs there, is
     no candidate and never built in this process. ``spent`` gets the seconds of each of those steps added;
     ``lowered`` holds the target phases already run; ``bounds`` how far each approximate output may be from the
-    model's, or ``approximate`` the outputs approximate rules made, whose error is reported, not judged
-    (:func:`_check_backend`)."""
+    model's (:func:`_check_backend`)."""
     spent = {} if spent is None else spent
     lowered = {} if lowered is None else lowered
 
@@ -602,9 +482,7 @@ def _runtimes(
         t0 = time.perf_counter()
         trials = _apart(
             {
-                name: functools.partial(
-                    _candidate_why, graph.name, builds[name][1], expected, xs, hints[name], bounds, approximate
-                )
+                name: functools.partial(_candidate_why, graph.name, builds[name][1], expected, xs, hints[name], bounds)
                 for name in risky
             }
         )
@@ -615,9 +493,7 @@ def _runtimes(
             if trial is not None and (trial.died or trial.error or trial.answer):
                 not_candidates[name] = _trial_why(trial)
                 continue
-            module, checks[name], why = _candidate(
-                graph.name, builds[name][0], expected, xs, hints[name], bounds, approximate
-            )
+            module, checks[name], why = _candidate(graph.name, builds[name][0], expected, xs, hints[name], bounds)
             if why is None:
                 modules[name] = module
             else:
@@ -655,11 +531,9 @@ def _trial_why(trial: Tried) -> str:
     return trial.error or trial.answer or ""
 
 
-def _candidate_why(
-    name: str, build, expected: list, xs: list, hint: str, bounds=None, approximate: frozenset[int] = frozenset()
-) -> str | None:
+def _candidate_why(name: str, build, expected: list, xs: list, hint: str, bounds=None) -> str | None:
     """In a trial process: why the runtime ``build()`` builds is no candidate (:func:`_candidate`), or None."""
-    return _candidate(name, build, expected, xs, hint, bounds, approximate)[2]
+    return _candidate(name, build, expected, xs, hint, bounds)[2]
 
 
 def _built_apart(name: str, graph: Graph, build, xs: list, trial_build=None):
@@ -682,25 +556,17 @@ def _runs(build, xs: list) -> None:
 
 
 def _variants(
-    rt: Runtime,
-    graph: Graph,
-    structure,
-    xs: list,
-    expected: list,
-    variant: str,
-    given: dict,
-    approximate: frozenset[int] = frozenset(),
+    rt: Runtime, graph: Graph, structure, xs: list, expected: list, variant: str, given: dict, approximate=frozenset()
 ) -> tuple[object, BackendChoice]:
     """A runtime with variants asked for by name (``backend="onednn"``): its module in ``variant``, or in the
     fastest variant as measured here (the first, unless another is more than 5% faster). The outputs
-    ``approximate`` rules made are reported, not judged, as the compile's own check of the module does."""
+    ``approximate`` rules made are reported, not judged (no bound), as the compile's own check of the module does."""
     from gawee.backend.measure import fastest
 
     names = [f"{rt.name}:{variant}"] if variant else [f"{rt.name}:{v}" for v in rt.variants]
     spent: dict[str, float] = {}
-    modules, _, not_candidates, fired = _runtimes(
-        graph, structure, xs, expected, names, given, spent, approximate=approximate
-    )
+    unbounded = dict.fromkeys(approximate, math.inf)
+    modules, _, not_candidates, fired = _runtimes(graph, structure, xs, expected, names, given, spent, bounds=unbounded)
     if not modules:
         why = "; ".join(f"{k}: {v}" for k, v in not_candidates.items())
         raise GaweeError(f"{graph.name} cannot run on {rt.title}: {why}", hint='use backend="torch"')
@@ -715,13 +581,7 @@ def _variants(
 
 
 def _choose_runtime(
-    graph: Graph,
-    torch_module,
-    structure,
-    xs: list,
-    expected: list,
-    given: dict,
-    approximate: frozenset[int] = frozenset(),
+    graph: Graph, torch_module, structure, xs: list, expected: list, given: dict, approximate=frozenset()
 ) -> tuple[object, BackendChoice]:
     """``backend="auto"``: the fastest of the torch lowering and the registry's other candidates of ``auto``
     (:attr:`Runtime.auto`: oneDNN's primitives in each activation layout, where they, not torch steps, compute most
@@ -898,18 +758,12 @@ def whole_graph_choice(
 
 
 def _candidate(
-    name: str,
-    build,
-    expected: list,
-    xs: list,
-    hint: str,
-    bounds: Mapping[int, float] | None = None,
-    approximate: frozenset[int] = frozenset(),
+    name: str, build, expected: list, xs: list, hint: str, bounds: Mapping[int, float] | None = None
 ) -> tuple[object, list[OutputCheck], str | None]:
     """A runtime's module from ``build()`` with its outputs' checks against the model's (``expected``) on the
     example inputs ``xs``; or why it is no candidate: it cannot be built (an op without an ONNX lowering, a trace
     TorchScript refuses), fails to run ``xs``, or computes other outputs (beyond the dtype's tolerance, or an
-    approximate output beyond its ``bounds``; one in ``approximate`` is reported, not judged)."""
+    approximate output beyond its ``bounds``)."""
     try:
         module = build()
     except Exception as e:  # the runtimes' errors have their own types
@@ -920,7 +774,7 @@ def _candidate(
         except Exception as e:
             return None, [], f"it fails to run it: {first_line(e)}"
     try:
-        return module, _check_backend(name, expected, got, hint, approximate, bounds), None
+        return module, _check_backend(name, expected, got, hint, bounds=bounds), None
     except EquivalenceError as e:
         return None, [], f"its outputs differ from the model's: {e.message}"
 
