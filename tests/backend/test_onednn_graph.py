@@ -96,8 +96,10 @@ def test_the_default_compile_measures_the_whole_graph_runtime_only_where_that_co
 
     given = _wins(monkeypatch, "onednn_graph")
     monkeypatch.setattr(compiler, "WHOLE_GRAPH_MIN_BUDGET_S", 0.0)
-    monkeypatch.setattr(compiler, "WHOLE_GRAPH_SHARE", 1e3)  # a thousand times the compile so far: warm, a tiny
-    net, x = _net()  # net's compile takes a few calls' time, and whether 16 calls fit in it was the machine's say
+    # a thousand times the compile so far: a warm compile of this tiny net takes a few of its calls' time, so
+    # whether 16 calls fit in one compile's time was the machine's to say
+    monkeypatch.setattr(compiler, "WHOLE_GRAPH_SHARE", 1e3)
+    net, x = _net()
     module = gawee.compile(net, (x,))  # a call of a millisecond: 16 of them cost less than that budget
     assert given == [[*TORCH, *PRIMITIVES, "onednn_graph"]] and module.gawee_report.backend.chosen == "onednn_graph"
     monkeypatch.setattr(compiler, "WHOLE_GRAPH_CALLS", 1e9)  # now they would cost more
