@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from gawee.ir.types import TensorType
+from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
 from gawee.ops.base import Attr, OpDef, Operand, get_op, register
 from gawee.ops.elementwise import EW
@@ -111,16 +111,23 @@ def _binary_int8(self, other, *, alg, act=None, act_params=(), out_scale, out_ze
     if not out_scale:
         raise ValueError("onednn_binary_int8 requantizes its result: it needs a positive out_scale")
     y = _binary(self, other, alg=alg, act=act, act_params=act_params)
-    if not y.is_floating_point():
-        raise ValueError(f"onednn_binary_int8 requantizes a float result, not {y.dtype}")
+    if y.dtype not in (torch.float32, torch.float64):  # float64: the harness's reference of a float32 graph
+        raise ValueError(f"onednn_binary_int8 requantizes a float32 result (as its kernel computes), not {y.dtype}")
     return requantize(y, out_scale, out_zero_point, out_levels)
 
 
+def _binary_int8_infer(types, attrs):
+    out = _after_act(get_op(attrs["alg"]).infer_types(types, {})[0], attrs)
+    if out.dtype not in (DType.f32, DType.f64):
+        raise ValueError(f"onednn_binary_int8 requantizes a float32 result (as its kernel computes), not {out.dtype}")
+    return [out]
+
+
 def _binary_int8_sample(draw, slots, attrs):
-    """``onednn_binary``'s instances on float operands, with a grid to requantize to."""
+    """``onednn_binary``'s instances on float32 operands, with a grid to requantize to."""
     types, drawn = _binary_sample(draw, slots, attrs)
-    if not all(t.dtype.is_float for t in types):
-        raise S.Reject("onednn_binary_int8 requantizes a float result")
+    if not all(t.dtype is DType.f32 for t in types):
+        raise S.Reject("onednn_binary_int8 requantizes a float32 result")
     levels = drawn.setdefault("out_levels", draw.choice(list(LEVELS)))
     drawn.setdefault("out_scale", draw.choice([SMALL_SCALE, 0.05, 0.5]))
     drawn.setdefault("out_zero_point", draw.integers(0, levels) if levels in LEVELS else 0)
@@ -141,7 +148,7 @@ register(
         ),
         traits=EW,
         flops=_with_act(2),
-        infer=lambda types, attrs: [_after_act(get_op(attrs["alg"]).infer_types(types, {})[0], attrs)],
+        infer=_binary_int8_infer,
         sample=_binary_int8_sample,
         canonicalize=lambda attrs, _types: _no_act_params(attrs),
         doc="onednn_binary's act(alg(self, other)) requantized to the grid of out_scale, out_zero_point and "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gawee.ir.types import DType
+from gawee.ir.types import DType, TensorType
 from gawee.ops import ACTIVATIONS, all_ops, apply_act, get_op
 from gawee.ops.targets import ONEDNN_BINARY, ONEDNN_LAYOUTS
 from gawee.rewrite.ruleset import load_rules_text, target_rules, variant_rules, variants
@@ -166,3 +166,18 @@ def test_a_target_ops_inference_is_what_evaluating_it_gives(dtype, act):
         except (RuntimeError, ValueError, TypeError):
             continue  # evaluation refuses these operands (a mixed-dtype batch norm torch does not take)
         assert op.infer(types, attrs) == [TensorType(w.shape, w.dtype) for w in want], (name, types, attrs)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_binary_op_requantizes_only_a_float32_result(dtype):
+    """oneDNN's binary primitive computes onednn_binary_int8's result in float32 before it rounds it to a code; in
+    another float type the op's reference would round other values, so evaluation and inference refuse it."""
+    from gawee.errors import InferenceError
+
+    op, attrs = get_op("onednn_binary_int8"), {"alg": "mul", "out_scale": 0.05, "out_zero_point": 3, "out_levels": 255}
+    x = torch.randn(1, 4, 3, 3, dtype=dtype)
+    with pytest.raises(ValueError, match="float32 result"):
+        op.evaluate(x, x, **attrs)
+    with pytest.raises(InferenceError, match="float32 result"):
+        op.infer_types([TensorType.of(x), TensorType.of(x)], attrs)
+    assert op.evaluate(x.float(), x.float(), **attrs).dtype == torch.float32
