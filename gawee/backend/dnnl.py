@@ -449,20 +449,23 @@ def _torch_op(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
 
 
 def _linear_int8(plan: _Plan, node: Node) -> tuple[_Tensor, ...]:
-    """``linear_int8_dynamic`` as a torch step on torch's dynamic quantized kernel, the weight prepacked now
-    (:class:`gawee.backend.quantized.DynamicInt8Linear`, as the torch lowering runs it), where its reference
-    semantics (an exact product in float64) would convert the weight on every call. Refused where that kernel
-    cannot run here (:func:`gawee.backend.quantized.unavailable`) or the weight or scales are computed."""
+    """``linear_int8_dynamic`` as a torch step on the int8 kernel measured faster for its shape, the weight
+    prepacked now (:func:`gawee.backend.quantized.choose_linear`, as the torch lowering runs it), where its
+    reference semantics (an exact product in float64) would convert the weight on every call. Refused where no
+    such kernel can run here (:func:`gawee.backend.quantized.unavailable`) or the weight or scales are computed."""
     from gawee.backend import quantized
 
-    _, w, scale, b = node.inputs
+    x, w, scale, b = node.inputs
     a = node.attrs
     if quantized.unavailable(a["levels"]) is not None or not (w.has_known_data and scale.has_known_data):
         raise _Unsupported("an int8 linear torch's kernel cannot run here")
     packed = b.data if b is not None and b.has_known_data and tuple(b.shape) == (w.shape[0],) else None
-    kernel = quantized.DynamicInt8Linear(node.name, w.data, scale.data, packed, a["act"], a["act_params"], a["levels"])
+    act = (a["act"], tuple(a["act_params"]))
+    rows = math.prod(x.shape[:-1])
+    choice = quantized.choose_linear(rows, w.shape[1], w.shape[0], b is not None, *act, a["levels"])
+    kernel = quantized.make_linear(choice.kernel, node.name, w.data, scale.data, packed, *act, a["levels"], rows)
     late = b is not None and packed is None
-    return _torch_step(plan, node, lambda args: (kernel(args[0], args[3] if late else None),), quantized.KERNEL)
+    return _torch_step(plan, node, lambda args: (kernel(args[0], args[3] if late else None),), choice.kernel)
 
 
 def _torch_step(plan: _Plan, node: Node, compute: Callable[[list], Sequence[torch.Tensor]], name: str):

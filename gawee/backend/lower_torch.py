@@ -122,32 +122,27 @@ def linear(ctx):
 
 @TORCH.register("linear_int8_dynamic")
 def linear_int8_dynamic(ctx):
-    """torch's dynamic quantized linear on the int8 weight and its scales prepacked now
-    (gawee.backend.quantized); the reference semantics where the weight or scales are not constants, the input
-    may be empty, the CPU kernels are off (TorchOptions.fused_kernels), torch's quantized engine is not an
+    """The int8 kernel measured faster for its shape (or forced: TorchOptions.int8_linear_kernel) on the int8
+    weight and its scales prepacked now (gawee.backend.quantized: torch's dynamic quantized linear, or oneDNN's
+    on gawee's quantizer's codes); the reference semantics where the weight or scales are not constants, the
+    input may be empty, the CPU kernels are off (TorchOptions.fused_kernels), torch's quantized engine is not an
     x86 one, or the input is quantized to 8 bits on a CPU without VNNI."""
     weight, scale, bias = ctx.const(1), ctx.const(2), ctx.const(3)
     x = ctx.type(0)
-    static = at_example(x.shape) if has_symbols(x.shape) else x.shape
+    dynamic = has_symbols(x.shape)
+    static = at_example(x.shape) if dynamic else x.shape
     a = ctx.attrs
     unusable = quantized.unavailable(a["levels"]) is not None or not ctx.options.fused_kernels
     if weight is None or scale is None or 0 in static or unusable:
         return ctx.reference()
     packed_bias = bias if bias is not None and tuple(bias.shape) == (weight.shape[0],) else None
     act = (a["act"], tuple(a["act_params"]))
-    kernel = quantized.DynamicInt8Linear(ctx.node.name, weight, scale, packed_bias, *act, a["levels"])
     rows = math.prod(static[:-1])
-    ctx.record_kernel(
-        kernels.KernelChoice(
-            "linear_int8_dynamic",
-            rows,
-            weight.shape[1],
-            weight.shape[0],
-            ctx.type(3) is not None,
-            a["act"],
-            quantized.KERNEL,
-            unmeasured="the only int8 kernel",
-        )
+    shape = (rows, weight.shape[1], weight.shape[0], ctx.type(3) is not None, *act, a["levels"])
+    choice = quantized.choose_linear(*shape, forced=ctx.options.int8_linear_kernel)
+    ctx.record_kernel(choice)
+    kernel = quantized.make_linear(
+        choice.kernel, ctx.node.name, weight, scale, packed_bias, *act, a["levels"], None if dynamic else rows
     )
     late_bias = ctx.arg(3) if ctx.type(3) is not None and packed_bias is None else None
     return ctx.call(kernel, ctx.arg(0), late_bias)

@@ -1,9 +1,12 @@
 """The int8 kernels of the torch target, each on a weight prepacked once at build time.
 
-- torch's ``quantized::linear_dynamic`` (fbgemm or oneDNN, as torch's quantized engine says), computing what the op
-  ``linear_int8_dynamic`` (:mod:`gawee.ops.quantized`) computes: the input quantized per tensor to [0, levels]
-  (127: ``reduce_range``; 255: 8 bits, exact only where the CPU has VNNI), an integer product, a float32
-  dequantization and bias.
+- two kernels of the op ``linear_int8_dynamic`` (:mod:`gawee.ops.quantized`): the input quantized per tensor to
+  [0, levels] (127: ``reduce_range``; 255: 8 bits, exact only where the CPU has VNNI), an integer product, a float32
+  dequantization and bias. torch's ``quantized::linear_dynamic`` (fbgemm or oneDNN, as torch's quantized engine
+  says) does it all in one call; ``onednn::qlinear_pointwise`` multiplies u8 codes that gawee's own quantizer
+  (``quantize_u8.c``: the reference's arithmetic, two vectorized passes) made. Which is faster depends on the CPU
+  and the shape (oneDNN's u8 matmul against fbgemm's), so each distinct shape times both once per process
+  (:func:`choose_linear`) and keeps the faster.
 - oneDNN's int8 convolution with a float32 result (``onednn::qconv2d_pointwise``, what Inductor's x86 int8
   lowering calls), computing what ``conv2d_int8_static`` computes: the input quantized with its fixed scale and
   zero point, an exact integer convolution, dequantized in float32 with bias, residual (oneDNN's sum post-op)
@@ -11,17 +14,32 @@
 
 from __future__ import annotations
 
+import ctypes
+import math
+import time
 import warnings
+from functools import cache
+from pathlib import Path
 
 import torch
 
+from gawee.backend import kernels, native
 from gawee.cpu import no_vnni
+from gawee.errors import GaweeError
 from gawee.ops.nn import apply_act
+from gawee.ops.quantized import SMALL_SCALE, activation_qparams
+from gawee.ops.quantized import linear_int8_dynamic as reference_linear
 
 ENGINES = frozenset({"x86", "fbgemm", "onednn"})
 """torch's quantized engines whose dynamic linear quantizes the input as the op's reference semantics do."""
 
 KERNEL = "quantized::linear_dynamic"
+ONEDNN_KERNEL = "onednn::qlinear_pointwise"
+LINEAR_KERNELS = (KERNEL, ONEDNN_KERNEL)
+"""The kernels of an int8 linear, in the order they are preferred on a tie."""
+LINEAR_CHOICES = ("measure", *LINEAR_KERNELS)
+"""Values of ``TorchOptions.int8_linear_kernel``."""
+QUANTIZER = Path(__file__).with_name("quantize_u8.c")
 
 
 def unavailable(levels: int = 127) -> str | None:
@@ -71,12 +89,183 @@ class DynamicInt8Linear:
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         flat = x.reshape(-1, self.features)
         y = torch.ops.quantized.linear_dynamic(flat, self.packed, self.reduce_range)
+        return _finish(y.reshape(*x.shape[:-1], y.shape[-1]), bias, self.act, self.act_params)
+
+
+def _finish(y: torch.Tensor, bias: torch.Tensor | None, act: str | None, params: tuple) -> torch.Tensor:
+    """act(y + bias) on a kernel's fresh result: the activation in place where torch has it so."""
+    if bias is not None:
+        y = y + bias
+    if act is None or act in kernels.INPLACE_ACTS or act == "gelu_tanh":
+        return kernels.act_inplace(y, act, params)
+    return apply_act(y, act, params)
+
+
+@cache
+def _quantizer() -> tuple[ctypes.CDLL | None, str | None]:
+    p, lng, i = ctypes.c_void_p, ctypes.c_long, ctypes.c_int
+    return native.load(QUANTIZER, {"gawee_quantize_u8": [p, lng, i, ctypes.c_double, p, p, p]})
+
+
+def onednn_unavailable(levels: int = 127) -> str | None:
+    """Why :class:`OnednnInt8Linear` cannot run here with inputs quantized to [0, levels], or None: it needs what
+    torch's kernel needs (an x86 engine; VNNI for 8-bit inputs), this torch's oneDNN int8 linear and gawee's
+    quantizer (a C compiler)."""
+    why = unavailable(levels)
+    if why is not None:
+        return why
+    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qlinear_pointwise"):
+        return f"this torch has no {ONEDNN_KERNEL}"
+    return _quantizer()[1]
+
+
+FUSED_ACTS = {"relu": ("relu", "")}
+"""The activations oneDNN's int8 linear applies as its post-op (name, algorithm): relu; gelu too where
+:func:`_gelu_fuses` finds oneDNN's erf gelu equal to torch's, bit for bit."""
+
+
+@cache
+def _gelu_fuses() -> bool:
+    """Whether oneDNN's erf gelu post-op computes torch's ``gelu`` bit for bit here (both are polynomials of the
+    same erf approximation, whose order of operations may differ between CPUs' vector widths): tried once on
+    values from -10 to 10 and on tiny ones, through a weight of zeros and the values as the bias."""
+    n, k = 4096, 16
+    bias = torch.cat([torch.linspace(-10, 10, n // 2), torch.linspace(-1e-3, 1e-3, n // 2)])
+    packed = torch.ops.onednn.qlinear_prepack(torch.zeros(n, k, dtype=torch.int8), [1, k])
+    common = (torch.zeros(1, k, dtype=torch.uint8), 1.0, 0, packed, torch.ones(n), torch.zeros(n, dtype=torch.int64))
+    try:
+        y = torch.ops.onednn.qlinear_pointwise(*common, bias, 1.0, 0, torch.float32, "gelu", [], "none")
+    except RuntimeError:
+        return False
+    return torch.equal(y, torch.nn.functional.gelu(bias)[None])
+
+
+class OnednnInt8Linear:
+    """act(qlinear_pointwise(quantize(x), packed) + bias) for an int8 weight [out, in] with one float32 scale per
+    row: the weight prepacked now by oneDNN (for ``rows`` input rows where that is known), the input quantized per
+    call by ``quantize_u8.c`` — the codes, scale and zero point the op's reference semantics compute, so the
+    integer product is the reference's and only the float32 dequantization may round differently. An input that
+    holds a nan or an infinity runs the reference semantics; one whose range takes the rare branches of the
+    quantization parameters is quantized by the reference's own code. A relu or an erf gelu after a bias known now
+    is oneDNN's post-op (:data:`FUSED_ACTS`); any other activation runs in place on the result. A named callable
+    (``<node>_int8_linear(x)`` in the generated code)."""
+
+    __module__ = "gawee"
+
+    def __init__(
+        self,
+        name: str,
+        weight: torch.Tensor,
+        scale: torch.Tensor,
+        bias: torch.Tensor | None,
+        act: str | None,
+        act_params: tuple,
+        levels: int = 127,
+        rows: int | None = None,
+    ):
+        self.__name__ = self.__qualname__ = f"{name}_int8_linear"
+        self.weight, self.scale = weight.contiguous(), scale.contiguous()
+        self.packed = torch.ops.onednn.qlinear_prepack(self.weight, None if rows is None else [rows, weight.shape[1]])
+        self.weight_zero = torch.zeros(weight.shape[0], dtype=torch.int64)
+        self.bias = None if bias is None else bias.contiguous()
+        self.features, self.levels = weight.shape[1], levels
+        self.act, self.act_params = act, act_params
+        fused = FUSED_ACTS.get(act) or (("gelu", "none") if act == "gelu" and _gelu_fuses() else None)
+        self.post = ("none", "") if fused is None else fused
+        self.lib = native.library(_quantizer())
+
+    def codes(self, flat: torch.Tensor) -> tuple[torch.Tensor, float, int] | None:
+        """The u8 codes of the contiguous matrix ``flat`` with their scale and zero point, as the reference
+        quantizes it; None where it holds a nan or an infinity."""
+        codes = torch.empty(flat.shape, dtype=torch.uint8)
+        scale, zero = ctypes.c_float(), ctypes.c_int()
+        status = self.lib.gawee_quantize_u8(
+            flat.data_ptr(), flat.numel(), self.levels, SMALL_SCALE, codes.data_ptr(),
+            ctypes.byref(scale), ctypes.byref(zero),
+        )  # fmt: skip
+        if status == 0:
+            return codes, scale.value, zero.value
+        if not bool(torch.isfinite(flat).all()):
+            return None
+        s, z = activation_qparams(flat, self.levels)
+        q = torch.clamp(torch.round(flat * (1 / s)) + z.float(), 0, 255)
+        return q.to(torch.uint8), float(s), int(z)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        flat = x.reshape(-1, self.features).contiguous()
+        quantized = self.codes(flat) if flat.numel() else None
+        if quantized is None:  # non-finite (or empty): the reference semantics
+            b = self.bias if bias is None else bias if self.bias is None else self.bias + bias
+            return reference_linear(x, self.weight, self.scale, b, act=self.act, act_params=self.act_params,
+                                    levels=self.levels)  # fmt: skip
+        codes, scale, zero = quantized
+        post, algorithm = self.post if bias is None else ("none", "")
+        y = torch.ops.onednn.qlinear_pointwise(
+            codes, scale, zero, self.packed, self.scale, self.weight_zero, self.bias, 1.0, 0, torch.float32,
+            post, [], algorithm,
+        )  # fmt: skip
         y = y.reshape(*x.shape[:-1], y.shape[-1])
-        if bias is not None:
-            y = y + bias
-        if self.act == "relu":
-            return y.relu_()
-        return apply_act(y, self.act, self.act_params)
+        return y if post != "none" else _finish(y, bias, self.act, self.act_params)
+
+
+def linear_kernels(levels: int) -> list[str]:
+    """The int8 linear kernels that run here with inputs quantized to [0, levels] (torch's first)."""
+    found = [] if unavailable(levels) is not None else [KERNEL]
+    return found + ([ONEDNN_KERNEL] if found and onednn_unavailable(levels) is None else [])
+
+
+def make_linear(kernel: str, name: str, weight, scale, bias, act, act_params, levels: int, rows: int | None):
+    """The callable of ``kernel`` (one of :data:`LINEAR_KERNELS`) for this weight."""
+    if kernel == KERNEL:
+        return DynamicInt8Linear(name, weight, scale, bias, act, act_params, levels)
+    return OnednnInt8Linear(name, weight, scale, bias, act, act_params, levels, rows)
+
+
+_CHOSEN: dict[tuple, kernels.KernelChoice] = {}
+"""Per process: (rows, in, out, bias, act, act_params, levels, threads, kernel asked for) → the choice."""
+
+
+def choose_linear(
+    rows: int, k: int, n: int, bias: bool, act: str | None, act_params: tuple, levels: int, forced: str = "measure"
+) -> kernels.KernelChoice:
+    """The kernel of an int8 linear of this shape: ``forced`` where it runs here (else torch's), or with
+    ``"measure"`` the faster of :func:`linear_kernels` on a random weight and input of the shape (calls interleaved
+    round by round: :func:`gawee.backend.kernels.best_calls`), each checked against the reference semantics first;
+    cached per shape for the process."""
+    if forced not in LINEAR_CHOICES:
+        raise GaweeError(
+            f"unknown int8 linear kernel {forced!r}",
+            hint=f"TorchOptions.int8_linear_kernel is one of {', '.join(LINEAR_CHOICES)}",
+        )
+    key = (rows, k, n, bias, act, tuple(act_params), levels, torch.get_num_threads(), forced)
+    hit = _CHOSEN.get(key)
+    if hit is not None:
+        return hit
+    candidates = linear_kernels(levels)
+    shape = (rows, k, n, bias, act)
+    if forced != "measure" or len(candidates) < 2:
+        kernel = forced if forced in candidates else KERNEL
+        why = "forced" if forced != "measure" else "the only int8 kernel here"
+        return _CHOSEN.setdefault(key, kernels.KernelChoice("linear_int8_dynamic", *shape, kernel, unmeasured=why))
+    start = time.perf_counter()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, k, generator=g) * 3
+    q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    s = torch.rand(n, generator=g) / (127 * math.sqrt(k)) + 1e-4
+    b = torch.randn(n, generator=g) if bias else None
+    expected = reference_linear(x, q, s, b, act=act, act_params=tuple(act_params), levels=levels)
+    runners = {}
+    with torch.no_grad():
+        for kernel in candidates:
+            fn = make_linear(kernel, "probe", q, s, b, act, tuple(act_params), levels, rows)
+            got = fn(x)
+            if torch.allclose(got, expected, rtol=1e-5, atol=1e-5 * float(expected.abs().max())):
+                runners[kernel] = fn
+    best = kernels.best_calls(runners, (x,), min_rounds=3, max_rounds=15, budget_s=0.25)
+    kernel = min(best, key=lambda c: (best[c], LINEAR_KERNELS.index(c))) if best else KERNEL
+    choice = kernels.KernelChoice("linear_int8_dynamic", *shape, kernel, {c: round(t, 4) for c, t in best.items()})
+    kernels.add_measuring_seconds(time.perf_counter() - start)
+    return _CHOSEN.setdefault(key, choice)
 
 
 CONV_KERNEL = "onednn::qconv2d_pointwise"

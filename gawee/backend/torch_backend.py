@@ -57,6 +57,11 @@ class TorchOptions:
     convolution against the same product as one GEMM on the activations' own memory
     (``gawee.backend.kernels.measure_conv1x1``) once per distinct shape, and keeps the faster; ``"onednn"``
     or ``"gemm"`` forces one. Listed in ``gawee_kernels`` with the linears'."""
+    int8_linear_kernel: str = "measure"
+    """How each ``linear_int8_dynamic`` picks its kernel: ``"measure"`` times torch's dynamic quantized linear
+    against oneDNN's u8 matmul on gawee's quantizer's codes (``gawee.backend.quantized.choose_linear``) once per
+    distinct shape, and keeps the faster; ``"quantized::linear_dynamic"`` or ``"onednn::qlinear_pointwise"``
+    forces one where it runs. Listed in ``gawee_kernels``."""
     attention_kernel: str = "measure"
     """How each ``scaled_dot_product_attention`` picks its kernel: ``"measure"`` times aten's fused kernel against
     oneDNN Graph's attention partition (``gawee.backend.attention``) once per distinct shape and mask, where the

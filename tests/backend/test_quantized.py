@@ -11,7 +11,7 @@ from gawee.backend.torch_backend import TorchOptions, to_torch
 from gawee.errors import GaweeError
 from gawee.interp import run
 from gawee.ir.builder import GraphBuilder
-from gawee.ops.quantized import quantize_per_channel_symmetric
+from gawee.ops.quantized import activation_qparams, quantize_per_channel_symmetric
 from tests.int8_mlp import assert_within_mlp_bound, int8_bound, make
 
 pytestmark = pytest.mark.skipif(quantized.unavailable() is not None, reason=str(quantized.unavailable()))
@@ -48,16 +48,18 @@ def _graph(shape, out, bias, act, seed, levels=127):
         ((4, 32), 16, "const", None),
         ((2, 3, 48), 8, None, "relu"),
         ((5, 7), 3, "input", "gelu"),
+        ((3, 40), 24, "const", "gelu"),
         ((64,), 5, "const", None),
     ],
 )
 @pytest.mark.parametrize("levels", [127, 255], ids=["7-bit", "8-bit"])
-def test_the_lowering_runs_the_kernel_and_agrees_with_the_reference(shape, out, bias, act, levels):
-    if quantized.unavailable(levels) is not None:
-        pytest.skip(quantized.unavailable(levels))
+@pytest.mark.parametrize("kernel", quantized.LINEAR_KERNELS)
+def test_the_lowering_runs_the_kernel_and_agrees_with_the_reference(shape, out, bias, act, levels, kernel):
+    if kernel not in quantized.linear_kernels(levels):
+        pytest.skip(quantized.onednn_unavailable(levels) or str(quantized.unavailable(levels)))
     graph, float_graph = _graph(shape, out, bias, act, seed=len(shape) + out, levels=levels)
-    module = to_torch(graph)
-    assert [k.kernel for k in module.gawee_kernels] == [quantized.KERNEL]
+    module = to_torch(graph, TorchOptions(int8_linear_kernel=kernel))
+    assert [k.kernel for k in module.gawee_kernels] == [kernel]
     assert "int8_linear" in module.code
     xs = [torch.randn(shape) * 3] + ([torch.randn(out)] if bias == "input" else [])
     with torch.no_grad():
@@ -67,6 +69,68 @@ def test_the_lowering_runs_the_kernel_and_agrees_with_the_reference(shape, out, 
     torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6 * float(want.abs().max()))
     (unquantized,) = run(float_graph, *xs)
     assert float((got - unquantized).abs().max()) > 1e-4  # int8 really computed: far from the float32 linear
+
+
+def _reference_codes(x: torch.Tensor, levels: int) -> tuple[torch.Tensor, float, int]:
+    """The codes, scale and zero point linear_int8_dynamic's reference semantics quantize ``x`` with."""
+    scale, zero = activation_qparams(x, levels)
+    return torch.clamp(torch.round(x * (1 / scale)) + zero.float(), 0, 255), float(scale), int(zero)
+
+
+def _awkward_inputs():
+    """Inputs whose quantization takes each path of the quantizer: lengths around its vector width and past the
+    size it splits between threads, one-signed ranges, codes exactly half-way between two levels, and the ranges
+    the reference treats apart (all zeros; a range below the smallest scale)."""
+    g = torch.Generator().manual_seed(7)
+    yield "normal", torch.randn(3, 17, generator=g) * 3
+    for n in (1, 15, 16, 33, (1 << 17) + 5):
+        yield f"n={n}", torch.randn(n, generator=g)
+    yield "positive", torch.rand(64, generator=g) + 2
+    yield "negative", -torch.rand(64, generator=g) - 0.5
+    yield "ties", torch.cat([torch.tensor([0.0, 255 * 0.25]), (torch.arange(40) + 0.5) * 0.25])
+    yield "zeros", torch.zeros(20)
+    yield "tiny", torch.randn(20, generator=g) * 1e-9
+
+
+@pytest.mark.skipif(quantized.onednn_unavailable() is not None, reason=str(quantized.onednn_unavailable()))
+@pytest.mark.parametrize("levels", [127, 255])
+def test_the_quantizer_makes_the_reference_codes(levels):
+    kernel = quantized.OnednnInt8Linear("q", torch.ones(2, 1, dtype=torch.int8), torch.ones(2), None, None, (), levels)
+    for name, x in _awkward_inputs():
+        flat = x.reshape(-1, x.shape[-1]).contiguous()
+        codes, scale, zero = kernel.codes(flat)
+        want, want_scale, want_zero = _reference_codes(flat, levels)
+        assert (scale, zero) == (want_scale, want_zero), name
+        assert torch.equal(codes.float(), want), name
+    ties = dict(_awkward_inputs())["ties"]
+    assert (_reference_codes(ties, 255)[0][2:] % 2 == 0).all()  # ties there, rounded to even: the case is reached
+    bad = torch.tensor([[1.0, float("nan")], [float("inf"), 2.0]])
+    assert kernel.codes(bad[:1]) is None and kernel.codes(bad[1:]) is None
+
+
+@pytest.mark.skipif(quantized.onednn_unavailable() is not None, reason=str(quantized.onednn_unavailable()))
+def test_the_onednn_kernel_of_a_non_finite_input_is_the_reference():
+    graph, _ = _graph((2, 8), 4, "const", "relu", seed=1, levels=255)
+    module = to_torch(graph, TorchOptions(int8_linear_kernel=quantized.ONEDNN_KERNEL))
+    x = torch.randn(2, 8)
+    x[1, 3] = float("inf")
+    torch.testing.assert_close(module(x)[0], run(graph, x)[0], rtol=0, atol=0, equal_nan=True)
+
+
+def test_an_int8_linear_kernel_is_chosen_once_per_shape():
+    """Measured: one of the kernels that run here, the same choice for the same shape (cached), its timings
+    listed; forced: the kernel asked for; an unknown name is refused with the choices."""
+    if quantized.unavailable(127) is not None:
+        pytest.skip(quantized.unavailable(127))
+    choice = quantized.choose_linear(8, 48, 16, True, "relu", (), 127)
+    assert choice.kernel in quantized.linear_kernels(127)
+    assert quantized.choose_linear(8, 48, 16, True, "relu", (), 127) is choice
+    assert len(choice.ms) == len(quantized.linear_kernels(127)) or choice.unmeasured == "the only int8 kernel here"
+    forced = quantized.choose_linear(8, 48, 16, True, "relu", (), 127, forced=quantized.KERNEL)
+    assert forced.kernel == quantized.KERNEL and forced.unmeasured == "forced"
+    with pytest.raises(GaweeError, match="unknown int8 linear kernel") as e:
+        quantized.choose_linear(8, 48, 16, True, None, (), 127, forced="mkl")
+    assert "onednn::qlinear_pointwise" in e.value.hint
 
 
 def test_8_bit_inputs_on_a_cpu_without_vnni_run_the_reference(monkeypatch):
@@ -79,7 +143,7 @@ def test_8_bit_inputs_on_a_cpu_without_vnni_run_the_reference(monkeypatch):
     assert not module.gawee_kernels and "int8_linear" not in module.code
     x = torch.randn(4, 32)
     torch.testing.assert_close(module(x)[0], run(graph, x)[0], rtol=0, atol=0)
-    assert [k.kernel for k in to_torch(_graph((4, 32), 16, "const", None, 0)[0]).gawee_kernels] == [quantized.KERNEL]
+    assert [k.kernel for k in to_torch(_graph((4, 32), 16, "const", None, 0)[0]).gawee_kernels] != []
 
 
 def test_8_bit_inputs_halve_the_quantization_error():
@@ -109,7 +173,8 @@ def test_compile_int8_runs_the_quantized_kernel_within_the_bound():
     module = gawee.compile(model, (x,), precision="int8", options=lowering)
     report = module.gawee_report
     assert report.precision == "int8" and report.rewrite.firings["linear_int8"] == 2
-    assert [k.kernel for k in report.kernels] == [quantized.KERNEL, quantized.KERNEL]
+    assert {k.kernel for k in report.kernels} <= set(quantized.LINEAR_KERNELS)
+    assert sum(k.nodes for k in report.kernels) == 2
     assert sorted(n.op for n in report.optimized) == ["linear_int8_dynamic"] * 2
     with torch.no_grad():
         got = module(x)
@@ -123,7 +188,7 @@ def test_compile_int8_runs_the_quantized_kernel_within_the_bound():
     assert 0 < accuracy.mean_abs_error <= accuracy.max_abs_error and 0.999 < accuracy.cosine <= 1
     assert accuracy.top1 is not None and accuracy.top1[1] == 4
     assert "precision int8: max abs error" in str(report) and "cosine" in str(report)
-    assert "quantized::linear_dynamic (the only int8 kernel)" in str(report)
+    assert f"linear_int8_dynamic {report.kernels[0].shape} x1: {report.kernels[0].kernel}" in str(report)
 
 
 def test_compile_int8_says_which_rewrites_the_error_comes_from():
@@ -234,7 +299,8 @@ def test_compile_int8_with_a_dynamic_batch():
     module = gawee.compile(model, (x,), precision="int8", dynamic_shapes=({0: batch},), options=ALWAYS)
     report = module.gawee_report
     assert report.rewrite.firings["linear_int8"] == 2
-    assert [k.kernel for k in report.kernels] == [quantized.KERNEL, quantized.KERNEL]
+    assert {k.kernel for k in report.kernels} <= set(quantized.LINEAR_KERNELS)
+    assert sum(k.nodes for k in report.kernels) == 2
     for rows in (1, 7, 33):
         torch.manual_seed(rows)
         x = torch.randn(rows, 32)
