@@ -293,7 +293,8 @@ def readme_section(table: str, checks: str, command: str, meta: dict) -> str:
         "thread count: **eager PyTorch f32**: `model(*xs)` under `torch.no_grad()`; **gawee.compile f32**: "
         '`gawee.compile(model, xs)`; **gawee.compile(precision="int8")**: the int8 precision phase '
         "(`rules/precision/int8.rules`: per-output-channel symmetric int8 weights, the input quantized per tensor "
-        "at run time, torch's `quantized::linear_dynamic` on prepacked weights); **ONNX Runtime f32**: "
+        "at run time; per shape, whichever measures faster of torch's `quantized::linear_dynamic` and oneDNN's "
+        "`qlinear_pointwise` on gawee's quantizer's codes, the weights prepacked); **ONNX Runtime f32**: "
         "`torch.onnx.export(model)` run with `ORT_ENABLE_ALL`; **ONNX Runtime quantize_dynamic int8**: "
         "`onnxruntime.quantization.quantize_dynamic(fp32_model, int8_model, per_channel=True, "
         "weight_type=QuantType.QInt8)` of that same export (defaults otherwise: no pre-processing, activations "

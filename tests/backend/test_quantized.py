@@ -49,6 +49,7 @@ def _graph(shape, out, bias, act, seed, levels=127):
         ((2, 3, 48), 8, None, "relu"),
         ((5, 7), 3, "input", "gelu"),
         ((3, 40), 24, "const", "gelu"),
+        ((3, 40), 24, "const", "gelu_tanh"),
         ((64,), 5, "const", None),
     ],
 )
@@ -115,6 +116,15 @@ def test_the_onednn_kernel_of_a_non_finite_input_is_the_reference():
     x = torch.randn(2, 8)
     x[1, 3] = float("inf")
     torch.testing.assert_close(module(x)[0], run(graph, x)[0], rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.skipif(quantized.onednn_unavailable() is not None, reason=str(quantized.onednn_unavailable()))
+def test_a_post_op_is_fused_only_where_it_computes_torchs_activation(monkeypatch):
+    assert quantized.post_op("relu") == ("relu", "") and quantized.post_op("silu") is None
+    assert quantized.post_op("gelu") in (None, ("gelu", "none"))
+    # a oneDNN gelu that computes something else than torch's (planted: torch's gelu shifted by 1e-3) is refused
+    monkeypatch.setattr(quantized, "apply_act", lambda x, act, params: torch.nn.functional.gelu(x) + 1e-3)
+    assert quantized.post_op.__wrapped__("gelu") is None
 
 
 def test_an_int8_linear_kernel_is_chosen_once_per_shape():
