@@ -50,14 +50,14 @@ bench: $(BENCH_STAMP)
 # quantize_dynamic): BERT-base and GPT-2, each column in a process of its own; run it on a quiet machine.
 # e.g. make bench-int8 BENCH_INT8_ARGS="--models bert --reps 30"; a smoke run without the README:
 # $(PY) benchmarks/bench_int8.py --tiny --models bert --reps 3 --warmup 1 --passes 1
-BENCH_INT8_ARGS ?=
+BENCH_INT8_ARGS ?= --rounds 3
 bench-int8: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_int8.py --readme $(BENCH_INT8_ARGS)
 
 # Static int8 convolutions against OpenVINO's int8 model from NNCF post-training quantization, both calibrated on the
 # same batches (benchmarks/README.md, ## Static int8: gawee against OpenVINO with NNCF): resnet50 and
 # mobilenet_v3_large; e.g. make bench-int8-static BENCH_INT8_STATIC_ARGS="--models resnet50"
-BENCH_INT8_STATIC_ARGS ?=
+BENCH_INT8_STATIC_ARGS ?= --rounds 3
 bench-int8-static: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_int8_static.py --readme $(BENCH_INT8_STATIC_ARGS)
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from bench_int8 import Row, against, arguments, markdown, meta_of, publish, run
+from bench_int8 import Row, against, arguments, markdown, meta_of, publish, rounds_said, run
 from bench_runtime import _timed, build_eager, build_gawee, build_inductor, build_openvino
 
 import gawee
@@ -124,7 +124,8 @@ def readme_section(table: str, checks: str, command: str, meta: dict) -> str:
         "convolutions, linears and matmuls on bf16 operands with float32 accumulation, each within its declared "
         "bound, and the exact moves of casts that keep a bf16 result in bf16 to the next such op), oneDNN's bf16 "
         "convolutions where the CPU has bf16 instructions. Latency: median of the timed calls "
-        f"({meta['reps']} calls in {meta['passes']} passes after {meta['warmup']} warm-up calls), speedup over "
+        f"({meta['reps']} calls in {meta['passes']} passes after {meta['warmup']} warm-up calls{rounds_said(meta)}), "
+        "speedup over "
         "eager in brackets; compile: wall time from the model to a callable (Inductor's first call included). "
         "Errors and cosine similarity: the column's output against eager float32's on the same input "
         "(`gawee.accuracy.compare_outputs`). *busy elsewhere*: CPU cores other processes used while the column "

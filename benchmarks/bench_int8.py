@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -90,12 +90,14 @@ class Row:
     note: str = ""
     """What the method's build said of its own run (a precision it did not apply), shown under the table."""
     error: str = ""
+    rounds_ms: list[float] | None = None
+    """With ``--rounds``: the median of each round's process; ``latency_ms`` is their median."""
 
 
 # -- the int8 builders (the float32 ones are bench_runtime's) ------------------------------
 def build_gawee_int8(model, xs):
-    """gawee.compile with the int8 precision phase: per-channel dynamic int8 linears (torch's dynamic quantized
-    kernel on prepacked weights)."""
+    """gawee.compile with the int8 precision phase: per-channel dynamic int8 linears (per shape the faster of
+    torch's dynamic quantized kernel and oneDNN's u8 matmul, on prepacked weights)."""
     module, seconds = _timed(lambda: gawee.compile(model, xs, precision="int8"))
     log.info("  gawee int8: %s", module.gawee_report)
     module.note = module.gawee_report.precision_skipped  # float32 where it measured faster
@@ -250,9 +252,13 @@ def against(model: str, ours: Row, ours_label: str, theirs: Row, theirs_label: s
     """A verdict line's start: ``ours`` at least as fast as ``theirs`` on ``model``, the two agreements side by
     side (the precision benchmarks' shared phrasing; each ends the line its own way)."""
     fast = ours.latency_ms <= theirs.latency_ms
+    per_round = ""
+    if ours.rounds_ms and theirs.rounds_ms and len(ours.rounds_ms) == len(theirs.rounds_ms):
+        ratios = ", ".join(f"{t / o:.3f}" for o, t in zip(ours.rounds_ms, theirs.rounds_ms))
+        per_round = f"; per round {ratios}"
     return (
         f"- {model}: {ours_label} {ours.latency_ms:.2f} ms vs {theirs_label} {theirs.latency_ms:.2f} ms "
-        f"({theirs.latency_ms / ours.latency_ms:.3f}×) — at least as fast: **{'yes' if fast else 'no'}**; "
+        f"({theirs.latency_ms / ours.latency_ms:.3f}×{per_round}) — at least as fast: **{'yes' if fast else 'no'}**; "
         f"cosine {_num(ours.cosine, '.6f')} vs {_num(theirs.cosine, '.6f')}, max abs error "
         f"{_num(ours.max_abs_error, '.3g')} vs {_num(theirs.max_abs_error, '.3g')}"
     )
@@ -279,6 +285,14 @@ def verdicts(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def rounds_said(meta: dict) -> str:
+    """The README's words for ``--rounds`` (nothing for one round)."""
+    rounds = meta.get("rounds", 1)
+    if rounds <= 1:
+        return ""
+    return f"; then the median of {rounds} rounds, each column in a fresh process per round, the columns in turn"
+
+
 def readme_section(table: str, checks: str, command: str, meta: dict) -> str:
     return (
         "Produced by `make bench-int8`, i.e.\n\n"
@@ -302,7 +316,8 @@ def readme_section(table: str, checks: str, command: str, meta: dict) -> str:
         "embedding tables in int8 — a `Gather` of int8 rows, then `DequantizeLinear` —, where gawee's phase "
         "quantizes only the linears), run with `ORT_ENABLE_ALL`. Latency: median of the timed calls after "
         "warm-up calls "
-        f"({meta['reps']} calls in {meta['passes']} passes after {meta['warmup']} warm-up calls), speedup over "
+        f"({meta['reps']} calls in {meta['passes']} passes after {meta['warmup']} warm-up calls{rounds_said(meta)}), "
+        "speedup over "
         "eager in brackets; compile: wall time from the model to a callable (for ORT int8 the export and the "
         "quantization included). Errors and cosine similarity: the column's output against eager float32's on the "
         "same inputs (`gawee.accuracy.compare_outputs`). *busy elsewhere*: CPU cores other processes used while "
@@ -319,6 +334,13 @@ def arguments(doc: str, models: dict, methods: dict, heading: str) -> argparse.A
     p.add_argument("--reps", type=int, default=20, help="timed calls per method (median reported)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls per method before timing")
     p.add_argument("--passes", type=int, default=4, help="split the timed calls into this many passes")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure every column this many times, each time in a fresh process, the columns in turn; report "
+        "the median of the rounds (the machine's speed can drift between processes a few seconds apart)",
+    )
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="threads of every column")
     p.add_argument(
         "--max-foreign-load",
@@ -365,17 +387,37 @@ def run(
     if "eager" not in methods:
         methods.insert(0, "eager")
     specs = suite["tiny"] if args.tiny else suite["models"]
-    rows = []
-    for name in models:
-        for method in methods:
-            rows.append(
-                in_own_process(
-                    method, name, specs[name], args.reps, args.warmup, args.passes, quiet, args.threads, script
+    rounds: list[list[Row]] = []
+    for k in range(max(1, args.rounds)):
+        if args.rounds > 1:
+            log.info("round %d of %d", k + 1, args.rounds)
+        rows = []
+        for name in models:
+            for method in methods:
+                rows.append(
+                    in_own_process(
+                        method, name, specs[name], args.reps, args.warmup, args.passes, quiet, args.threads, script
+                    )
                 )
-            )
-            r = rows[-1]
-            log.info("  %-10s %8s ms  %s", method, _num(r.latency_ms, ".2f"), r.error or f"cosine {r.cosine}")
-    return args, rows
+                r = rows[-1]
+                log.info("  %-10s %8s ms  %s", method, _num(r.latency_ms, ".2f"), r.error or f"cosine {r.cosine}")
+        rounds.append(rows)
+    return args, rounds[0] if len(rounds) == 1 else merge_rounds(rounds)
+
+
+def merge_rounds(rounds: list[list[Row]]) -> list[Row]:
+    """One row per column of several rounds: the first round's (its build and agreement), its latency the median
+    of the rounds' medians (``rounds_ms`` holds them); a column that failed in any round keeps that round's error."""
+    merged = []
+    for i, first in enumerate(rounds[0]):
+        column = [rows[i] for rows in rounds]
+        failed = next((r for r in column if r.latency_ms is None), None)
+        if failed is not None:
+            merged.append(failed)
+            continue
+        medians = [r.latency_ms for r in column]
+        merged.append(replace(first, latency_ms=statistics.median(medians), rounds_ms=medians))
+    return merged
 
 
 def meta_of(args: argparse.Namespace, command: str, **versions: str) -> dict:
@@ -392,6 +434,7 @@ def meta_of(args: argparse.Namespace, command: str, **versions: str) -> dict:
         "reps": args.reps,
         "warmup": args.warmup,
         "passes": args.passes,
+        "rounds": args.rounds,
         "tiny": args.tiny,
     }
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from bench_int8 import Row, against, arguments, markdown, meta_of, publish, run
+from bench_int8 import Row, against, arguments, markdown, meta_of, publish, rounds_said, run
 from bench_runtime import _timed, build_eager, build_gawee, build_openvino
 
 import gawee
@@ -130,7 +130,8 @@ def readme_section(table: str, checks: str, command: str, meta: dict) -> str:
         "classifier's input ranges measured on the calibration data (`gawee.rewrite.calibration`), the runtime "
         "gawee.compile measures fastest (oneDNN's int8 convolutions, results handed over as u8 codes). Latency: "
         "median of the timed calls "
-        f"({meta['reps']} calls in {meta['passes']} passes after {meta['warmup']} warm-up calls), speedup over "
+        f"({meta['reps']} calls in {meta['passes']} passes after {meta['warmup']} warm-up calls{rounds_said(meta)}), "
+        "speedup over "
         "eager in brackets; compile: wall time from the model to a callable (NNCF's quantization included). Errors "
         "and cosine similarity: against eager float32 on the example input; top-1 agreement over the calibration "
         f"images in the notes.\n\n{table}\n### gawee int8 against OpenVINO int8 (computed from the table)\n\n{checks}"

@@ -104,3 +104,20 @@ def test_the_readme_section_states_the_command_machine_recipe_and_table(tmp_path
     assert f"{bench_int8.HEADING}\n\nProduced by `make bench-int8`" in text
     assert "```sh\npython benchmarks/bench_int8.py --readme\n```" in text and "Machine: some cpu, 2 cores" in text
     assert "per_channel=True, weight_type=QuantType.QInt8)" in text and table in text and checks in text
+
+
+def test_rounds_merge_into_the_median_of_each_column_and_show_each_rounds_ratio():
+    """--rounds: each column's latency is the median of its rounds, the verdict gives each round's ratio, and a
+    column that failed in any round is reported failed."""
+    rounds = [
+        [
+            bench_int8.Row("bert", m, latency_ms=t, cosine=1.0, max_abs_error=0.1)
+            for m, t in zip(("gawee_int8", "ort_int8"), ts)
+        ]
+        for ts in ((5.0, 6.0), (9.0, 6.0), (6.0, 7.0))
+    ]
+    merged = bench_int8.merge_rounds(rounds)
+    assert [r.latency_ms for r in merged] == [6.0, 6.0] and merged[0].rounds_ms == [5.0, 9.0, 6.0]
+    assert "(1.000×; per round 1.200, 0.667, 1.167) — at least as fast: **yes**" in bench_int8.verdicts(merged)
+    rounds[1][1] = bench_int8.Row("bert", "ort_int8", error="its process timed out")
+    assert bench_int8.merge_rounds(rounds)[1].error == "its process timed out"
