@@ -50,7 +50,7 @@ bench: $(BENCH_STAMP)
 # quantize_dynamic): BERT-base and GPT-2, each column in a process of its own; run it on a quiet machine.
 # e.g. make bench-int8 BENCH_INT8_ARGS="--models bert --reps 30"; a smoke run without the README:
 # $(PY) benchmarks/bench_int8.py --tiny --models bert --reps 3 --warmup 1 --passes 1
-BENCH_INT8_ARGS ?= --rounds 3
+BENCH_INT8_ARGS ?= --interleave --rounds 2 --reps 40 --passes 8
 bench-int8: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_int8.py --readme $(BENCH_INT8_ARGS)
 

@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -30,6 +32,7 @@ from pathlib import Path
 import torch
 from bench_runtime import (
     TRANSFORMER_MODELS,
+    CpuMeter,
     Quiet,
     _build_ort,
     _run,
@@ -158,6 +161,19 @@ def measure(
     output with eager float32's on the same inputs, and time it (bench_runtime.time_methods: warm-up, ``reps``
     calls in ``passes`` passes, median). The job of a worker process (``--worker``); called directly it measures
     in this process."""
+    row, fn, xs = build_checked(method, name, spec, builders)
+    if fn is None:
+        return row
+    row.foreign_load, times = time_methods({method: fn}, xs, reps, warmup, passes, quiet, f"{name} {method}")
+    if times.get(method):
+        row.latencies_ms = times[method]
+        row.latency_ms = statistics.median(row.latencies_ms)
+    return row
+
+
+def build_checked(method: str, name: str, spec: str, builders: dict[str, Callable] | None = None):
+    """``method`` built on ``spec``'s seeded model and its output compared with eager float32's: the row so far,
+    the callable (None where it failed to build: the row says why) and the inputs."""
     row = Row(name, method, spec, threads=torch.get_num_threads())
     model, xs = make_model(spec, 1)
     reference = _run(model, xs)
@@ -174,12 +190,114 @@ def measure(
     except Exception as e:  # a method that cannot build the model is a row, not a crash
         row.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
         log.warning("%s %s failed: %s", name, method, row.error)
-        return row
-    row.foreign_load, times = time_methods({method: fn}, xs, reps, warmup, passes, quiet, f"{name} {method}")
-    if times.get(method):
-        row.latencies_ms = times[method]
-        row.latency_ms = statistics.median(row.latencies_ms)
-    return row
+        return row, None, xs
+    return row, fn, xs
+
+
+def serve(method: str, name: str, spec: str, builders: dict[str, Callable] | None = None) -> None:
+    """The job of a serving worker (``--worker METHOD --serve``, :class:`Served`): build and check ``method``,
+    say so on stdout, then time passes as stdin asks — a JSON line ``{"calls": n, "warmup": w}`` is answered
+    with the pass's milliseconds per call and the cores other processes used meanwhile, ``{"quit": true}`` with
+    the row. Everything else the process prints goes to stderr, so stdout carries the answers only."""
+    answers = sys.stdout
+    sys.stdout = sys.stderr
+    row, fn, xs = build_checked(method, name, spec, builders)
+
+    def say(message: dict) -> None:
+        answers.write(json.dumps(message) + "\n")
+        answers.flush()
+
+    say({"ready": fn is not None})
+    times: list[float] = []
+    busy_s = wall_s = 0.0  # other processes' core-seconds, and the wall time, over the timed passes
+    for line in sys.stdin:
+        ask = json.loads(line)
+        if ask.get("quit"):
+            if times:
+                row.latencies_ms, row.latency_ms = times, statistics.median(times)
+                row.foreign_load = busy_s / wall_s if wall_s else None
+            say(asdict(row))
+            return
+        for _ in range(ask.get("warmup", 0)):
+            _run(fn, xs)
+        this_pass = []
+        start = time.perf_counter()
+        with CpuMeter() as meter:
+            for _ in range(ask["calls"]):
+                t0 = time.perf_counter()
+                _run(fn, xs)
+                this_pass.append((time.perf_counter() - t0) * 1e3)
+        wall = time.perf_counter() - start
+        times += this_pass
+        busy_s, wall_s = busy_s + (meter.foreign or 0.0) * wall, wall_s + wall
+        say({"ms": this_pass, "foreign": meter.foreign})
+
+
+class Served:
+    """A column's serving worker (:func:`serve`): its process, built and checked, times a pass when asked."""
+
+    def __init__(self, script: Path, method: str, name: str, spec: str, threads: int):
+        self.method, self.name, self.spec, self.threads = method, name, spec, threads
+        args = [sys.executable, str(script), "--worker", method, "--serve", "--models", name, "--spec", spec]
+        args += ["--threads", str(threads)]
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        answer = self._answer()
+        self.ready = bool(answer and answer.get("ready"))
+
+    def _answer(self) -> dict | None:
+        line = self.proc.stdout.readline()
+        return json.loads(line) if line else None
+
+    def time_pass(self, calls: int, warmup: int) -> dict | None:
+        self.proc.stdin.write(json.dumps({"calls": calls, "warmup": warmup}) + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def finish(self) -> Row:
+        try:
+            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
+            self.proc.stdin.flush()
+            row = self._answer()
+        except OSError:  # the process is gone
+            row = None
+        self.proc.wait()
+        if row is None:
+            why = f"its process ended with exit status {self.proc.returncode}"
+            return Row(self.name, self.method, self.spec, threads=self.threads, error=why)
+        return Row(**row)
+
+
+def interleaved(
+    methods: list[str],
+    name: str,
+    spec: str,
+    reps: int,
+    warmup: int,
+    passes: int,
+    quiet: Quiet,
+    threads: int,
+    script: Path,
+) -> list[Row]:
+    """Every method of ``name`` built in a process of its own, one after the other, then timed pass by pass in
+    turn while all are alive (``passes`` passes of ``reps / passes`` calls each, after ``warmup`` calls in the
+    first and two in the others): a drift of the machine's speed hits every column alike."""
+    servers = []
+    for method in methods:
+        wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
+        log.info("%s: %s in a process of its own", name, method)
+        servers.append(Served(script, method, name, spec, threads))
+    wait_for_quiet(quiet.max_foreign, quiet.timeout_s)
+    per_pass = -(-reps // passes)
+    for p in range(passes):
+        for server in servers:
+            if server.ready:
+                time.sleep(0.2)  # another's thread pool winds down
+                server.ready = server.time_pass(per_pass, warmup if p == 0 else min(warmup, 2)) is not None
+    rows = [server.finish() for server in servers]
+    for r in rows:
+        log.info("  %-10s %8s ms  %s", r.method, _num(r.latency_ms, ".2f"), r.error or f"cosine {r.cosine}")
+    return rows
 
 
 def in_own_process(
@@ -286,11 +404,15 @@ def verdicts(rows: list[Row]) -> str:
 
 
 def rounds_said(meta: dict) -> str:
-    """The README's words for ``--rounds`` (nothing for one round)."""
+    """The README's words for ``--interleave`` and ``--rounds`` (nothing for one round one process after the
+    other)."""
+    said = ""
+    if meta.get("interleave"):
+        said += "; the columns' processes alive together, timed pass by pass in turn"
     rounds = meta.get("rounds", 1)
-    if rounds <= 1:
-        return ""
-    return f"; then the median of {rounds} rounds, each column in a fresh process per round, the columns in turn"
+    if rounds > 1:
+        said += f"; then the median of {rounds} rounds, each column in a fresh process per round"
+    return said
 
 
 def readme_section(table: str, checks: str, command: str, meta: dict) -> str:
@@ -343,6 +465,12 @@ def arguments(doc: str, models: dict, methods: dict, heading: str) -> argparse.A
     )
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="threads of every column")
     p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="keep every column of a model alive in its own process and time them pass by pass in turn (a drift "
+        "of the machine's speed then hits them alike), instead of one process after the other",
+    )
+    p.add_argument(
         "--max-foreign-load",
         type=float,
         default=Quiet.max_foreign,
@@ -353,6 +481,7 @@ def arguments(doc: str, models: dict, methods: dict, heading: str) -> argparse.A
     p.add_argument("--json", type=Path, help="also write the rows and the run's facts to this file")
     p.add_argument("--readme", action="store_true", help=f"write the '{heading}' section of benchmarks/README.md")
     p.add_argument("--worker", metavar="METHOD", help=argparse.SUPPRESS)  # in_own_process's job
+    p.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # interleaved's worker
     p.add_argument("--spec", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)  # the worker's row
     return p
@@ -372,6 +501,9 @@ def run(
     log.setLevel(logging.INFO)
     torch.set_num_threads(args.threads)
     quiet = Quiet(args.max_foreign_load, args.quiet_timeout, args.attempts)
+    if args.worker and args.serve:
+        serve(args.worker, args.models, args.spec, suite["builders"])
+        return args, None
     if args.worker:
         builders = suite["builders"]
         row = measure(args.worker, args.models, args.spec, args.reps, args.warmup, args.passes, quiet, builders)
@@ -393,12 +525,12 @@ def run(
             log.info("round %d of %d", k + 1, args.rounds)
         rows = []
         for name in models:
+            timing = (args.reps, args.warmup, args.passes, quiet, args.threads, script)
+            if args.interleave:
+                rows += interleaved(methods, name, specs[name], *timing)
+                continue
             for method in methods:
-                rows.append(
-                    in_own_process(
-                        method, name, specs[name], args.reps, args.warmup, args.passes, quiet, args.threads, script
-                    )
-                )
+                rows.append(in_own_process(method, name, specs[name], *timing))
                 r = rows[-1]
                 log.info("  %-10s %8s ms  %s", method, _num(r.latency_ms, ".2f"), r.error or f"cosine {r.cosine}")
         rounds.append(rows)
@@ -435,6 +567,7 @@ def meta_of(args: argparse.Namespace, command: str, **versions: str) -> dict:
         "warmup": args.warmup,
         "passes": args.passes,
         "rounds": args.rounds,
+        "interleave": args.interleave,
         "tiny": args.tiny,
     }
 

@@ -121,3 +121,16 @@ def test_rounds_merge_into_the_median_of_each_column_and_show_each_rounds_ratio(
     assert "(1.000×; per round 1.200, 0.667, 1.167) — at least as fast: **yes**" in bench_int8.verdicts(merged)
     rounds[1][1] = bench_int8.Row("bert", "ort_int8", error="its process timed out")
     assert bench_int8.merge_rounds(rounds)[1].error == "its process timed out"
+
+
+def test_interleaved_columns_are_timed_pass_by_pass_in_processes_alive_together():
+    """--interleave: each column serves from a process of its own, built and checked once, then timed a pass at a
+    time in turn; a column that cannot build is a row with the reason, and the others still run."""
+    quiet = Quiet(max_foreign=float("inf"), timeout_s=0.0, attempts=1)
+    script = Path(bench_int8.__file__)
+    timing = dict(reps=4, warmup=1, passes=2, quiet=quiet, threads=1, script=script)
+    rows = bench_int8.interleaved(["eager", "gawee_int8", "no_such_method"], "bert", bench_int8.TINY["bert"], **timing)
+    assert [r.method for r in rows] == ["eager", "gawee_int8", "no_such_method"]
+    assert all(len(r.latencies_ms) == 4 and r.latency_ms > 0 for r in rows[:2])
+    assert rows[1].cosine > 0.99 and rows[1].compile_s > 0 and rows[1].foreign_load is not None
+    assert rows[2].latency_ms is None and "KeyError" in rows[2].error
