@@ -57,7 +57,7 @@ bench-int8: $(BENCH_STAMP)
 # Static int8 convolutions against OpenVINO's int8 model from NNCF post-training quantization, both calibrated on the
 # same batches (benchmarks/README.md, ## Static int8: gawee against OpenVINO with NNCF): resnet50 and
 # mobilenet_v3_large; e.g. make bench-int8-static BENCH_INT8_STATIC_ARGS="--models resnet50"
-BENCH_INT8_STATIC_ARGS ?= --rounds 3
+BENCH_INT8_STATIC_ARGS ?= --interleave --rounds 2
 bench-int8-static: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_int8_static.py --readme $(BENCH_INT8_STATIC_ARGS)
 

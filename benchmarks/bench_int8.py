@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -244,17 +245,31 @@ class Served:
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         answer = self._answer()
         self.ready = bool(answer and answer.get("ready"))
+        self._signal(signal.SIGSTOP)
+
+    def _signal(self, sig: int) -> None:
+        """Stop the process between its passes (an idle runtime's threads may still poll: OpenVINO's kept
+        0.2-0.5 cores busy while others were timed), or let it go on."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
 
     def _answer(self) -> dict | None:
         line = self.proc.stdout.readline()
         return json.loads(line) if line else None
 
     def time_pass(self, calls: int, warmup: int) -> dict | None:
-        self.proc.stdin.write(json.dumps({"calls": calls, "warmup": warmup}) + "\n")
-        self.proc.stdin.flush()
-        return self._answer()
+        self._signal(signal.SIGCONT)
+        try:
+            self.proc.stdin.write(json.dumps({"calls": calls, "warmup": warmup}) + "\n")
+            self.proc.stdin.flush()
+            return self._answer()
+        except OSError:  # the process is gone
+            return None
+        finally:
+            self._signal(signal.SIGSTOP)
 
     def finish(self) -> Row:
+        self._signal(signal.SIGCONT)
         try:
             self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
             self.proc.stdin.flush()
@@ -281,7 +296,8 @@ def interleaved(
 ) -> list[Row]:
     """Every method of ``name`` built in a process of its own, one after the other, then timed pass by pass in
     turn while all are alive (``passes`` passes of ``reps / passes`` calls each, after ``warmup`` calls in the
-    first and two in the others): a drift of the machine's speed hits every column alike."""
+    first and two in the others): a drift of the machine's speed hits every column alike. Each process is stopped
+    (SIGSTOP) but while it builds or times a pass."""
     servers = []
     for method in methods:
         wait_for_quiet(quiet.max_foreign, quiet.timeout_s)

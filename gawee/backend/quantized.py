@@ -136,9 +136,9 @@ def post_op(act: str | None) -> tuple[str, str] | None:
     x = torch.cat([torch.linspace(-10, 10, n // 2), torch.linspace(-1e-3, 1e-3, n // 2)])
     packed = torch.ops.onednn.qlinear_prepack(torch.zeros(n, k, dtype=torch.int8), [1, k])
     common = (torch.zeros(1, k, dtype=torch.uint8), 1.0, 0, packed, torch.ones(n), torch.zeros(n, dtype=torch.int64))
+    name, algorithm = POST_OPS[act]
     try:
-        got = torch.ops.onednn.qlinear_pointwise(*common, x, 1.0, 0, torch.float32, *POST_OPS[act][:1], [],
-                                                 POST_OPS[act][1])[0]  # fmt: skip
+        got = torch.ops.onednn.qlinear_pointwise(*common, x, 1.0, 0, torch.float32, name, [], algorithm)[0]
     except RuntimeError:
         return None
     want = apply_act(x, act, ())
@@ -154,8 +154,7 @@ class OnednnInt8Linear:
     holds a nan or an infinity runs the reference semantics; one whose range takes the rare branches of the
     quantization parameters is quantized by the reference's own code. A relu or a gelu after a bias known now is
     oneDNN's post-op where it computes torch's (:func:`post_op`); any other activation runs in place on the
-    result. A named callable
-    (``<node>_int8_linear(x)`` in the generated code)."""
+    result. A named callable (``<node>_int8_linear(x)`` in the generated code)."""
 
     __module__ = "gawee"
 
@@ -202,9 +201,10 @@ class OnednnInt8Linear:
         flat = x.reshape(-1, self.features).contiguous()
         quantized = self.codes(flat) if flat.numel() else None
         if quantized is None:  # non-finite (or empty): the reference semantics
-            b = self.bias if bias is None else bias if self.bias is None else self.bias + bias
-            return reference_linear(x, self.weight, self.scale, b, act=self.act, act_params=self.act_params,
-                                    levels=self.levels)  # fmt: skip
+            b = self.bias if bias is None else bias  # a bias is packed or comes late, never both
+            return reference_linear(
+                x, self.weight, self.scale, b, act=self.act, act_params=self.act_params, levels=self.levels
+            )
         codes, scale, zero = quantized
         post, algorithm = self.post if bias is None else ("none", "")
         y = torch.ops.onednn.qlinear_pointwise(
@@ -264,8 +264,11 @@ def choose_linear(
     runners = {}
     with torch.no_grad():
         for kernel in candidates:
-            fn = make_linear(kernel, "probe", q, s, b, act, tuple(act_params), levels, rows)
-            got = fn(x)
+            try:
+                fn = make_linear(kernel, "probe", q, s, b, act, tuple(act_params), levels, rows)
+                got = fn(x)
+            except RuntimeError:  # the library refused this shape: not a candidate
+                continue
             if torch.allclose(got, expected, rtol=1e-5, atol=1e-5 * float(expected.abs().max())):
                 runners[kernel] = fn
     best = kernels.best_calls(runners, (x,), min_rounds=3, max_rounds=15, budget_s=0.25)
