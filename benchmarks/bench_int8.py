@@ -21,6 +21,7 @@ import argparse
 import json
 import logging
 import os
+import select
 import signal
 import statistics
 import subprocess
@@ -237,6 +238,9 @@ def serve(method: str, name: str, spec: str, builders: dict[str, Callable] | Non
 class Served:
     """A column's serving worker (:func:`serve`): its process, built and checked, times a pass when asked."""
 
+    TIMEOUT_S = 900.0
+    """How long a build or a pass may take: a process silent for longer is killed, its column failed."""
+
     def __init__(self, script: Path, method: str, name: str, spec: str, threads: int):
         self.method, self.name, self.spec, self.threads = method, name, spec, threads
         args = [sys.executable, str(script), "--worker", method, "--serve", "--models", name, "--spec", spec]
@@ -248,12 +252,17 @@ class Served:
         self._signal(signal.SIGSTOP)
 
     def _signal(self, sig: int) -> None:
-        """Stop the process between its passes (an idle runtime's threads may still poll: OpenVINO's kept
-        0.2-0.5 cores busy while others were timed), or let it go on."""
+        """Stop the process between its passes (an idle runtime's threads may still spin or poll; a stopped
+        process uses no CPU at all), or let it go on."""
         if self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
 
     def _answer(self) -> dict | None:
+        """The process's next line, or None where it ended or kept silent past :data:`TIMEOUT_S` (killed)."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.TIMEOUT_S)
+        if not ready:
+            self.proc.kill()
+            return None
         line = self.proc.stdout.readline()
         return json.loads(line) if line else None
 
@@ -308,7 +317,7 @@ def interleaved(
     for p in range(passes):
         for server in servers:
             if server.ready:
-                time.sleep(0.2)  # another's thread pool winds down
+                time.sleep(0.2)  # a pause between columns, as time_methods makes
                 server.ready = server.time_pass(per_pass, warmup if p == 0 else min(warmup, 2)) is not None
     rows = [server.finish() for server in servers]
     for r in rows:

@@ -109,9 +109,10 @@ def _quantizer() -> tuple[ctypes.CDLL | None, str | None]:
 
 def onednn_unavailable(levels: int = 127) -> str | None:
     """Why :class:`OnednnInt8Linear` cannot run here with inputs quantized to [0, levels], or None: it needs what
-    torch's kernel needs (an x86 engine; VNNI for 8-bit inputs), this torch's oneDNN int8 linear and gawee's
-    quantizer (a C compiler)."""
-    why = unavailable(levels)
+    torch's kernel needs (an x86 engine), VNNI whatever the levels (without it oneDNN's int8 kernels may halve
+    the weights to keep their 16-bit sums from saturating, which is not the op's product), this torch's oneDNN
+    int8 linear and gawee's quantizer (a C compiler)."""
+    why = unavailable(levels) or no_vnni()
     if why is not None:
         return why
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.onednn, "qlinear_pointwise"):
