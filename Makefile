@@ -63,6 +63,7 @@ bench-int8-static: $(BENCH_STAMP)
 
 # bf16 against OpenVINO bf16 and Inductor's bf16 autocast (benchmarks/README.md, ## bf16: gawee against OpenVINO and
 # Inductor); e.g. make bench-bf16 BENCH_BF16_ARGS="--models resnet50"
+BENCH_BF16_ARGS ?= --interleave --rounds 2
 bench-bf16: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_bf16.py --readme $(BENCH_BF16_ARGS)
 
