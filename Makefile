@@ -48,7 +48,7 @@ bench: $(BENCH_STAMP)
 
 # Int8 against ONNX Runtime's quantize_dynamic (benchmarks/README.md, ## Int8: gawee against ONNX Runtime's
 # quantize_dynamic): BERT-base and GPT-2, each column in a process of its own; run it on a quiet machine.
-# e.g. make bench-int8 BENCH_INT8_ARGS="--models bert --reps 30"; a smoke run without the README:
+# e.g. make bench-int8 BENCH_INT8_ARGS="--interleave --models bert --reps 30"; a smoke run without the README:
 # $(PY) benchmarks/bench_int8.py --tiny --models bert --reps 3 --warmup 1 --passes 1
 BENCH_INT8_ARGS ?= --interleave --rounds 2 --reps 40 --passes 8
 bench-int8: $(BENCH_STAMP)
@@ -56,13 +56,13 @@ bench-int8: $(BENCH_STAMP)
 
 # Static int8 convolutions against OpenVINO's int8 model from NNCF post-training quantization, both calibrated on the
 # same batches (benchmarks/README.md, ## Static int8: gawee against OpenVINO with NNCF): resnet50 and
-# mobilenet_v3_large; e.g. make bench-int8-static BENCH_INT8_STATIC_ARGS="--models resnet50"
+# mobilenet_v3_large; e.g. make bench-int8-static BENCH_INT8_STATIC_ARGS="--interleave --models resnet50"
 BENCH_INT8_STATIC_ARGS ?= --interleave --rounds 2
 bench-int8-static: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_int8_static.py --readme $(BENCH_INT8_STATIC_ARGS)
 
 # bf16 against OpenVINO bf16 and Inductor's bf16 autocast (benchmarks/README.md, ## bf16: gawee against OpenVINO and
-# Inductor); e.g. make bench-bf16 BENCH_BF16_ARGS="--models resnet50"
+# Inductor); e.g. make bench-bf16 BENCH_BF16_ARGS="--interleave --models resnet50"
 BENCH_BF16_ARGS ?= --interleave --rounds 2
 bench-bf16: $(BENCH_STAMP)
 	$(PY) benchmarks/bench_bf16.py --readme $(BENCH_BF16_ARGS)
