@@ -556,7 +556,14 @@ def _runs(build, xs: list) -> None:
 
 
 def _variants(
-    rt: Runtime, graph: Graph, structure, xs: list, expected: list, variant: str, given: dict, approximate=frozenset()
+    rt: Runtime,
+    graph: Graph,
+    structure,
+    xs: list,
+    expected: list,
+    variant: str,
+    given: dict,
+    approximate: frozenset[int] = frozenset(),
 ) -> tuple[object, BackendChoice]:
     """A runtime with variants asked for by name (``backend="onednn"``): its module in ``variant``, or in the
     fastest variant as measured here (the first, unless another is more than 5% faster). The outputs
@@ -581,7 +588,13 @@ def _variants(
 
 
 def _choose_runtime(
-    graph: Graph, torch_module, structure, xs: list, expected: list, given: dict, approximate=frozenset()
+    graph: Graph,
+    torch_module,
+    structure,
+    xs: list,
+    expected: list,
+    given: dict,
+    approximate: frozenset[int] = frozenset(),
 ) -> tuple[object, BackendChoice]:
     """``backend="auto"``: the fastest of the torch lowering and the registry's other candidates of ``auto``
     (:attr:`Runtime.auto`: oneDNN's primitives in each activation layout, where they, not torch steps, compute most

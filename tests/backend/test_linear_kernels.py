@@ -17,6 +17,7 @@ from gawee.backend import kernels
 from gawee.backend.torch_backend import TorchOptions
 from gawee.errors import GaweeError
 from gawee.frontend.models import resolve
+from gawee.ops import ACTIVATIONS, apply_act
 from gawee.testing import check_rule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -279,3 +280,14 @@ def test_a_bf16_linear_runs_the_kernel_measured_fastest_in_bf16():
     (want,) = gawee.run(graph, xs)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_every_activation_runs_in_place_as_its_reference(act):
+    """act_inplace covers every fused activation (the int8 kernels' results rely on it): in y's own memory, the
+    reference's values."""
+    params = {0: (), 1: (0.1,), 2: (-1.0, 2.0)}[ACTIVATIONS[act]]
+    y = torch.randn(64, generator=torch.Generator().manual_seed(0)) * 3
+    want = apply_act(y.clone(), act, params)
+    got = kernels.act_inplace(y, act, params)
+    assert got.data_ptr() == y.data_ptr() and torch.equal(got, want)

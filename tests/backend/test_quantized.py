@@ -143,6 +143,26 @@ def test_an_int8_linear_kernel_is_chosen_once_per_shape():
     assert "onednn::qlinear_pointwise" in e.value.hint
 
 
+def test_the_race_drops_a_kernel_that_computes_something_else(monkeypatch):
+    """Each candidate is checked against the reference (on its first rows) before it is timed: a planted kernel
+    that is off by one in its first output column never wins, and the same shape still races both real ones."""
+    if len(quantized.linear_kernels(127)) < 2:
+        pytest.skip("one int8 linear kernel here: nothing to race")
+    real = quantized.make_linear
+    rows = 3 * quantized.CHECK_ROWS  # more rows than are checked: the timed input is the full one
+    assert "onednn::qlinear_pointwise" in quantized.choose_linear(rows, 40, 24, False, None, (), 127).ms
+
+    def planted(kernel, *args):
+        fn = real(kernel, *args)
+        if kernel != quantized.ONEDNN_KERNEL:
+            return fn
+        return lambda x, bias=None: fn(x, bias) + torch.nn.functional.one_hot(torch.tensor(0), 24)
+
+    monkeypatch.setattr(quantized, "make_linear", planted)
+    choice = quantized.choose_linear(rows, 40, 24, True, None, (), 127)
+    assert choice.kernel == quantized.KERNEL and quantized.ONEDNN_KERNEL not in choice.ms
+
+
 def test_8_bit_inputs_on_a_cpu_without_vnni_run_the_reference(monkeypatch):
     """Without VNNI the kernel's u8 x s8 pairs saturate in 16 bits: an input quantized to 8 bits runs the op's
     reference semantics there (exact), a 7-bit one the kernel."""
