@@ -338,6 +338,8 @@ class Graph:
                 node._order = before._order - 1.0
             before._prev = node
         self._len += 1
+        for i, v in enumerate(node.outputs):  # an erased node inserted again produces its outputs again
+            v.producer, v.output_index = node, i
         for i, v in enumerate(node._inputs):
             if v is not None:
                 v._uses.append(Use(node, i))
@@ -369,6 +371,8 @@ class Graph:
             self._tail = node._prev
         node._prev = None  # _next stays: iterators standing on this node resume from it
         node.graph = None
+        for v in node.outputs:  # unused and out of the graph: no cycle left for the garbage collector
+            v.producer = None
         self._len -= 1
 
     def _set_input(self, node: Node, index: int, value: Value | None) -> None:

@@ -349,30 +349,9 @@ def match_roots(
     the users of the values bound so far (roots share operands), in graph order, distinct from every node
     matched already. The rule's generated matchers (gawee.dsl.codegen) do the matching; ``interpreted``
     (or a rule with no generated code) walks its pattern tree instead, as ``explain`` does."""
-    graph = node.graph
     fns = [] if interpreted else match_functions(rule)
     if not fns:  # no generated code for this rule: its pattern is interpreted
         fns = [lambda v, env, ctx, m=m: m.match(v, env, ctx, 0) for m in (rule.matcher, *rule.extra_roots)]
-
-    def extra(k: int, roots: list[Node]) -> Iterator[list[Node]]:
-        if k == len(rule.extra_roots):
-            yield roots
-            return
-        m = rule.extra_roots[k]
-        taken = {id(n) for n in mctx.nodes} | {id(n) for n in roots}
-        candidates = {
-            id(user): user
-            for v in env.values()
-            if isinstance(v, Value)
-            for user in v.users()
-            if id(user) not in taken and (m.op is None or user.op == m.op)
-        }
-        for user in sorted(candidates.values(), key=graph.position):
-            v = root_value(m, user)
-            if v is not None:
-                for _ in fns[k + 1](v, env, mctx):
-                    yield from extra(k + 1, [*roots, user])
-
     v = node.outputs[0] if rule.whole_node is not None else output_value(rule.root_output, node)
     if v is None:
         return
@@ -381,7 +360,33 @@ def match_roots(
             yield [node]
         return
     for _ in fns[0](v, env, mctx):
-        yield from extra(0, [node])
+        yield from _later_roots(rule, fns, 0, [node], env, mctx)
+
+
+def _later_roots(
+    rule: Rule, fns: list, k: int, roots: list[Node], env: dict, mctx: MatchContext
+) -> Iterator[list[Node]]:
+    """:func:`match_roots`' matches of the roots after the first ``k + 1`` (``roots``), each among the users of the
+    values bound so far. A function of its own, not a closure that calls itself: such a closure is a reference
+    cycle, left for the garbage collector on every attempt (the collector's passes then grow with the graph)."""
+    if k == len(rule.extra_roots):
+        yield roots
+        return
+    m = rule.extra_roots[k]
+    taken = {id(n) for n in mctx.nodes} | {id(n) for n in roots}
+    candidates = {
+        id(user): user
+        for v in env.values()
+        if isinstance(v, Value)
+        for user in v.users()
+        if id(user) not in taken and (m.op is None or user.op == m.op)
+    }
+    graph = roots[0].graph
+    for user in sorted(candidates.values(), key=graph.position):
+        v = root_value(m, user)
+        if v is not None:
+            for _ in fns[k + 1](v, env, mctx):
+                yield from _later_roots(rule, fns, k + 1, [*roots, user], env, mctx)
 
 
 def root_value(m: OpM, node: Node) -> Value | None:
