@@ -269,6 +269,7 @@ class _ExprCompiler:
                 if not (k.is_tensor or k.base in K.NUMERIC or k.base is K.Base.ANY):
                     raise RuleError(f"cannot combine a tensor with a {k}", span=side.span)
             op, attrs = _TENSOR_ARITH[e.op]
+            opdef = get_op(op)
             lt, rt = lk.is_tensor, rk.is_tensor
 
             def tensor_arith(ctx):
@@ -277,7 +278,7 @@ class _ExprCompiler:
                     raise ctx.error(f"`{e.text}` uses an absent operand (guard it, or use default(b, 0))")
                 a = a if lt else ctx.tensor(a, like=b)
                 b = b if rt else ctx.tensor(b, like=a)
-                return ctx.emit(op, [a, b], attrs)
+                return ctx.emit_op(opdef, [a, b], attrs)
 
             return tensor_arith, K.TENSOR
         if e.op == "+" and lk.base is K.Base.LIST and rk.base is K.Base.LIST:
@@ -485,7 +486,6 @@ class _ExprCompiler:
             missing = [x.name for x in opdef.attrs if x.default is REQUIRED and x.name not in attr_fns]
             if missing:
                 raise RuleError(f"{e.func} needs attribute(s) {', '.join(missing)}", span=e.span)
-        op = e.func
         multi = opdef.has_trait("multi_output")
         fixed = len(names) if variadic_from is None else variadic_from
 
@@ -514,7 +514,7 @@ class _ExprCompiler:
                     values[i] = ctx.tensor(values[i], like=like) if values[i] is not None else None
             for k, fn in attr_fns.items():
                 attrs[k] = fn(ctx)
-            return ctx.emit(op, values + extra, attrs, multi=multi)
+            return ctx.emit_op(opdef, values + extra, attrs, multi=multi)
 
         return build, K.TENSORS if multi else K.TENSOR
 

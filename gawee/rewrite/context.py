@@ -18,7 +18,7 @@ from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Graph, Node, Value
 from gawee.ir.types import TensorType
-from gawee.ops import get_op
+from gawee.ops import OpDef, get_op
 
 if TYPE_CHECKING:
     from gawee.dsl.compiler import Rule
@@ -183,6 +183,18 @@ def _promoted(kind: type, dtype: torch.dtype, rank: int, default: torch.dtype) -
     return torch.result_type(probe, kind(1))
 
 
+_DEFAULTS: dict[str, tuple[OpDef, dict[str, Any]]] = {}
+
+
+def _defaults(opdef: OpDef) -> dict[str, Any]:
+    """``opdef.prepare_attrs({})`` for an op without a canonicalization (the arithmetic a replacement folds),
+    kept per op (shared: read only); raises as that does where the op needs an attribute."""
+    kept = _DEFAULTS.get(opdef.name)
+    if kept is None or kept[0] is not opdef:
+        kept = _DEFAULTS[opdef.name] = (opdef, opdef.prepare_attrs({}, None, where=opdef.name, shared=True))
+    return kept[1]
+
+
 _SCALARS: dict[tuple, torch.Tensor] = {}
 """0-d tensors for the numbers replacements use (eps, 0, 1), shared: constants are immutable."""
 
@@ -224,8 +236,12 @@ class RewriteContext:
         """``opdef`` run on constant ``data`` moved to one device (``fold_device``), its results left there: a
         model's constants are folded where they live, literals joining them. Returns the moved data and the
         results."""
-        if self._on_host and all(d is None or d.is_cpu for d in data):
-            return data, opdef.run(data, attrs)  # fold_device would say None: left where they are
+        if self._on_host:
+            for d in data:
+                if d is not None and not d.is_cpu:
+                    break
+            else:
+                return data, opdef.run(data, attrs)  # fold_device would say None: left where they are
         device = fold_device(data, self.device)
         data = [to_device(d, device) for d in data]
         return data, tuple(to_device(t, device) for t in opdef.run(data, attrs))
@@ -261,7 +277,13 @@ class RewriteContext:
     ) -> Value | tuple[Value, ...]:
         """Build ``op(inputs, attrs)``: evaluated now if every operand is constant, else a new node.
         ``multi``: the op has several outputs, all returned (a tuple)."""
-        opdef = get_op(op)
+        return self.emit_op(get_op(op), inputs, attrs, multi)
+
+    def emit_op(
+        self, opdef: OpDef, inputs: list[Value | None], attrs: dict[str, Any], multi: bool = False
+    ) -> Value | tuple[Value, ...]:
+        """:meth:`emit` of the op ``opdef`` (a replacement looks its ops up once, when it is compiled)."""
+        op = opdef.name
         missing = opdef.missing_operand(inputs)
         if missing is not None:
             raise self.error(f"cannot build {op}: its operand {missing} is absent (guard with present(...))")
@@ -297,8 +319,11 @@ class RewriteContext:
         """``opdef`` evaluated now on the constants ``data`` (of ``inputs``): new detached constants, or
         GuardFailed when a result must not be used (:func:`_fold_problem`)."""
         # the prepared attributes are read by the op only; the operand types matter only to a canonicalization
-        in_types = None if opdef.canonicalize is None else [None if v is None else v.type for v in inputs]
-        attrs = opdef.prepare_attrs(attrs, in_types, where=opdef.name, shared=True)
+        if not attrs and opdef.canonicalize is None:
+            attrs = _defaults(opdef)
+        else:
+            in_types = [None if v is None else v.type for v in inputs]
+            attrs = opdef.prepare_attrs(attrs, in_types, where=opdef.name, shared=True)
         data, out = self._evaluate(opdef, data, attrs)
         if len(out) != 1:
             if not multi:
