@@ -19,7 +19,7 @@ from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Value
 from gawee.ir.types import TensorType
-from gawee.ops import get_op
+from gawee.ops import OpDef, get_op
 from gawee.rewrite.context import detached_constant
 
 if TYPE_CHECKING:
@@ -64,7 +64,13 @@ class BoundContext:
         self, op: str, inputs: list[Value | None], attrs: dict[str, Any], multi: bool = False
     ) -> Value | tuple[Value, ...]:
         """``op`` run now on the float64 data of its operands."""
-        opdef = get_op(op)
+        return self.emit_op(get_op(op), inputs, attrs, multi)
+
+    def emit_op(
+        self, opdef: OpDef, inputs: list[Value | None], attrs: dict[str, Any], multi: bool = False
+    ) -> Value | tuple[Value, ...]:
+        """:meth:`emit` of the op ``opdef`` (as a replacement's calls give it)."""
+        op = opdef.name
         missing = opdef.missing_operand(inputs)
         if missing is not None:
             raise self.error(f"cannot compute {op}: its operand {missing} is absent (use default(b, 0))")
