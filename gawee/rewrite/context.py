@@ -1,6 +1,6 @@
 """RewriteContext: what a rule's guard and replacement see while it fires on one node.
 
-Replacement builders call ``emit`` for every op they construct: an op whose operands
+Replacement builders call ``emit_op`` (``emit`` by name) for every op they construct: an op whose operands
 are all constants is evaluated on the spot into a new constant (this is how weight
 folding is written in rule text); any other op becomes a node inserted before the root.
 """
