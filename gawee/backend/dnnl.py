@@ -71,6 +71,8 @@ from gawee.backend.dnnl_plan import (
     SRC_1,
     WEIGHTS,
     _act,
+    _Arg,
+    _check,
     _const,
     _pair,
     _Plan,
@@ -207,7 +209,7 @@ def _pool(plan: _Plan, node: Node, alg: int, kernel, stride, padding, dilation=(
         pd = plan.descriptor(create, plan.engine, _INFERENCE, alg, held.md, codes, *geometry)
         if not plan.reference(pd):
             dst = plan.tensor(plan.queried(pd, DST), held.grid)
-            plan.step(plan.compiled(pd), {SRC: held.memory, DST: dst.memory})
+            _max_pool_codes(plan, held, plan.compiled(pd), dst, x.shape, out, (kernel, stride, padding, dilation))
             plan.codes_written.append(node.name)
             return dst
     src = plan.operand(x)
@@ -216,6 +218,49 @@ def _pool(plan: _Plan, node: Node, alg: int, kernel, stride, padding, dilation=(
     dst = plan.tensor(plan.queried(pd, DST))
     plan.step(prim, {SRC: src.memory, DST: dst.memory})
     return dst
+
+
+def _max_pool_codes(plan: _Plan, held: _Tensor, prim: int, dst: _Tensor, shape, out, geometry) -> None:
+    """The max pool of the u8 codes ``held`` into ``dst`` (``geometry``: kernel, stride, padding, dilation) as a
+    step: oneDNN's pooling primitive ``prim``, or gawee's kernel (:mod:`gawee.backend.pool_u8`) where both are held
+    channels-last and it measures faster here (the two called in turn on the module's buffers; a trial build calls
+    each once and keeps oneDNN's, as it races nothing)."""
+    from gawee.backend import pool_u8
+    from gawee.backend.kernels import best_calls
+
+    onednn = {SRC: held.memory, DST: dst.memory}
+    own = (
+        pool_u8.unavailable() is None
+        and held.buffer is not None
+        and dst.buffer is not None
+        and plan.layout_of(held, shape, DType.u8) == "channels_last"
+        and plan.layout_of(dst, out, DType.u8) == "channels_last"
+        and pool_u8.windows_reach_the_image(shape[2:], out[2:], *geometry)
+    )
+    if not own:
+        plan.step(prim, onednn)
+        return
+    function = pool_u8.library().gawee_max_pool_u8
+    args = pool_u8.args(held.buffer.tensor.data_ptr(), dst.buffer.tensor.data_ptr(), shape, out, *geometry)
+    lib, stream, array = plan.lib, plan.stream, (_Arg * 2)(*(_Arg(k, _P(m)) for k, m in onednn.items()))
+    runners = {
+        plan.impl[prim]: lambda: (
+            _check(lib.dnnl_primitive_execute(prim, stream, 2, array), "a pool"),
+            lib.dnnl_stream_wait(stream),
+        ),
+        pool_u8.KERNEL: lambda: _check(function(*args), "a pool"),
+    }
+    if plan.trial:
+        for run in runners.values():
+            run()
+        chosen = plan.impl[prim]
+    else:
+        times = best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.02)
+        chosen = min(times, key=times.__getitem__)
+    if chosen == pool_u8.KERNEL:
+        plan.call(function, args, pool_u8.KERNEL)
+    else:
+        plan.step(prim, onednn)
 
 
 def _max_pool2d(plan: _Plan, node: Node) -> _Tensor:

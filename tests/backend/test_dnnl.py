@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gawee
-from gawee.backend import dnnl, dnnl_conv, dnnl_plan, kernels, winograd
+from gawee.backend import dnnl, dnnl_conv, dnnl_plan, kernels, pool_u8, winograd
 from gawee.backend.dnnl import DnnlModule
 from gawee.cpu import no_vnni
 from gawee.errors import GaweeError, InputError
@@ -647,13 +647,8 @@ def test_a_binary_op_requantized_for_other_readers_holds_the_codes():
             assert float((got - want).abs().max()) <= 1.01 * 0.05 and float((got - want).abs().mean()) < 1e-3, layout
 
 
-@EXACT_INT8
-def test_a_max_pool_of_codes_pools_the_codes():
-    """A ResNet's stem in int8 (rules/precision/int8.rules' ``requantize_through_max_pool`` made it): a convolution
-    requantized to the grid its pool's two int8 readers read, the pool between them. The pool takes the codes the
-    convolution writes and hands its own on (in channels-last, where oneDNN has an int8 pooling kernel: no float32
-    result, no quantizing reorder); in every layout the module computes the graph's semantics, within one code of
-    the convolution's result (its primitive may round a tie the other way)."""
+def _stem():
+    """A ResNet's stem in int8: a convolution requantized to the grid its max pool's two int8 readers read."""
     torch.manual_seed(0)
     b = GraphBuilder("stem")
     x = b.input("x", "f32[2,8,12,12]")
@@ -671,7 +666,17 @@ def test_a_max_pool_of_codes_pools_the_codes():
         )  # fmt: skip
 
     pooled = b.max_pool2d(int8(x, 16, 8, 3, 1, grid=grid), kernel_size=[3, 3], stride=[2, 2], padding=[1, 1])
-    graph = b.output(b.add(int8(pooled, 16, 16, 1, 1, read=True), int8(pooled, 16, 16, 3, 1, read=True)))
+    return b.output(b.add(int8(pooled, 16, 16, 1, 1, read=True), int8(pooled, 16, 16, 3, 1, read=True)))
+
+
+@EXACT_INT8
+def test_a_max_pool_of_codes_pools_the_codes():
+    """A ResNet's stem in int8 (rules/precision/int8.rules' ``requantize_through_max_pool`` made it): a convolution
+    requantized to the grid its pool's two int8 readers read, the pool between them. The pool takes the codes the
+    convolution writes and hands its own on (in channels-last, where oneDNN has an int8 pooling kernel: no float32
+    result, no quantizing reorder); in every layout the module computes the graph's semantics, within one code of
+    the convolution's result (its primitive may round a tie the other way)."""
+    graph = _stem()
     (pool,) = [n for n in graph.nodes if n.op == "max_pool2d"]
     xs = (torch.randn(2, 8, 12, 12) * 3,)
     (want,) = gawee.run(graph, *xs)
@@ -683,6 +688,28 @@ def test_a_max_pool_of_codes_pools_the_codes():
         assert float((got - want).abs().mean()) < 0.01 * one_code, layout
         if layout == "channels_last":
             assert module.codes_written == [pool.name], module.kernels
+
+
+@EXACT_INT8
+@pytest.mark.skipif(pool_u8.unavailable() is not None, reason=str(pool_u8.unavailable()))
+def test_the_codes_pool_races_gawees_kernel_and_both_pool_alike(monkeypatch):
+    """Held channels-last, the stem's pool of codes races oneDNN's pooling kernel against gawee's
+    (gawee/backend/pool_u8.py); whichever wins, the module computes the same codes (a max pool is exact)."""
+    from gawee.backend import kernels
+
+    graph = _stem()
+    xs = (torch.randn(2, 8, 12, 12) * 3,)
+    outputs = {}
+    for favoured in ("gawee", "onednn"):
+
+        def race(runners, args, **_):
+            return {k: (0.0 if (k == pool_u8.KERNEL) == (favoured == "gawee") else 1.0) for k in runners}
+
+        monkeypatch.setattr(kernels, "best_calls", race)
+        module = DnnlModule(graph, layout="channels_last")
+        assert (pool_u8.KERNEL in module.kernels) == (favoured == "gawee"), module.kernels
+        (outputs[favoured],) = module(*xs)
+    assert torch.equal(outputs["gawee"], outputs["onednn"])
 
 
 def test_a_binary_op_requantized_to_seven_bits_runs_as_a_torch_step():
