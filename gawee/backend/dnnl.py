@@ -22,7 +22,8 @@ layout, a 3×3 stride-1 convolution also races gawee's own Winograd F(4×4, 3×3
 (:mod:`gawee.backend.winograd`: two C transforms around oneDNN's matmul), kept where it measures fastest, and a
 convolution of 8 channels per group (RegNet's) races gawee's grouped kernel (:mod:`gawee.backend.grouped`), a
 depthwise one (MobileNet's, EfficientNet's) gawee's depthwise kernel with its activation
-(:mod:`gawee.backend.depthwise`). The fusions are the runtime's target phase (``rules/targets/onednn/``), which
+(:mod:`gawee.backend.depthwise`), and a max pool of u8 codes held channels-last gawee's pooling kernel
+(:mod:`gawee.backend.pool_u8`). The fusions are the runtime's target phase (``rules/targets/onednn/``), which
 ``gawee.compile`` runs before building it: an activation that alone reads a convolution, linear, batch norm or
 binary op becomes its post-op, and a batch norm that alone reads a concatenation along channels (DenseNet's layers)
 runs in one pass with it (``onednn_affine_cat``, :mod:`gawee.backend.affine_cat`); this module lowers the target

@@ -1,10 +1,9 @@
 """Max pooling of u8 codes held channels-last: a kernel of :mod:`gawee.backend.dnnl` for a max pool that reads the
 codes an int8 convolution wrote (rules/precision/int8.rules' ``requantize_through_max_pool``: a ResNet's stem).
 
-Why: oneDNN 3.2's u8 pooling kernel took 0.04-0.12 ms on resnet50's stem pool (64 channels, 112x112 to 56x56) in
-the module, against OpenVINO's 0.03 (benchmarks/README.md, static int8 notes); this one pass over the codes, a
-vector max of each pixel's channels, is raced against it where the codes are held channels-last, and the faster
-kept. The C source (``pool_u8.c``) is compiled once per machine (:mod:`gawee.backend.native`); without a C compiler
+Why: oneDNN 3.2's u8 pooling kernel took several times OpenVINO's on resnet50's stem pool, in some processes
+(benchmarks/README.md, static int8 notes); this one pass over the codes, a vector max of each pixel's channels, is
+raced against it where the codes are held channels-last, and the faster kept. The C source (``pool_u8.c``) is compiled once per machine (:mod:`gawee.backend.native`); without a C compiler
 oneDNN's kernel runs, as before.
 """
 
