@@ -3,8 +3,8 @@ codes an int8 convolution wrote (rules/precision/int8.rules' ``requantize_throug
 
 Why: oneDNN 3.2's u8 pooling kernel took several times OpenVINO's on resnet50's stem pool, in some processes
 (benchmarks/README.md, static int8 notes); this one pass over the codes, a vector max of each pixel's channels, is
-raced against it where the codes are held channels-last, and the faster kept. The C source (``pool_u8.c``) is compiled once per machine (:mod:`gawee.backend.native`); without a C compiler
-oneDNN's kernel runs, as before.
+raced against it where the codes are held channels-last, and the faster kept. The C source (``pool_u8.c``) is
+compiled once per machine (:mod:`gawee.backend.native`); without a C compiler oneDNN's kernel runs, as before.
 """
 
 from __future__ import annotations
