@@ -266,25 +266,24 @@ class Served:
         line = self.proc.stdout.readline()
         return json.loads(line) if line else None
 
-    def time_pass(self, calls: int, warmup: int) -> dict | None:
+    def _ask(self, message: dict) -> dict | None:
+        """``message`` sent to the process, let run until it answers; its answer, or None where it is gone."""
         self._signal(signal.SIGCONT)
         try:
-            self.proc.stdin.write(json.dumps({"calls": calls, "warmup": warmup}) + "\n")
+            self.proc.stdin.write(json.dumps(message) + "\n")
             self.proc.stdin.flush()
             return self._answer()
         except OSError:  # the process is gone
             return None
+
+    def time_pass(self, calls: int, warmup: int) -> dict | None:
+        try:
+            return self._ask({"calls": calls, "warmup": warmup})
         finally:
             self._signal(signal.SIGSTOP)
 
     def finish(self) -> Row:
-        self._signal(signal.SIGCONT)
-        try:
-            self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
-            self.proc.stdin.flush()
-            row = self._answer()
-        except OSError:  # the process is gone
-            row = None
+        row = self._ask({"quit": True})
         self.proc.wait()
         if row is None:
             why = f"its process ended with exit status {self.proc.returncode}"

@@ -183,18 +183,6 @@ def _promoted(kind: type, dtype: torch.dtype, rank: int, default: torch.dtype) -
     return torch.result_type(probe, kind(1))
 
 
-_DEFAULTS: dict[str, tuple[OpDef, dict[str, Any]]] = {}
-
-
-def _defaults(opdef: OpDef) -> dict[str, Any]:
-    """``opdef.prepare_attrs({})`` for an op without a canonicalization (the arithmetic a replacement folds),
-    kept per op (shared: read only); raises as that does where the op needs an attribute."""
-    kept = _DEFAULTS.get(opdef.name)
-    if kept is None or kept[0] is not opdef:
-        kept = _DEFAULTS[opdef.name] = (opdef, opdef.prepare_attrs({}, None, where=opdef.name, shared=True))
-    return kept[1]
-
-
 _SCALARS: dict[tuple, torch.Tensor] = {}
 """0-d tensors for the numbers replacements use (eps, 0, 1), shared: constants are immutable."""
 
@@ -319,11 +307,8 @@ class RewriteContext:
         """``opdef`` evaluated now on the constants ``data`` (of ``inputs``): new detached constants, or
         GuardFailed when a result must not be used (:func:`_fold_problem`)."""
         # the prepared attributes are read by the op only; the operand types matter only to a canonicalization
-        if not attrs and opdef.canonicalize is None:
-            attrs = _defaults(opdef)
-        else:
-            in_types = [None if v is None else v.type for v in inputs]
-            attrs = opdef.prepare_attrs(attrs, in_types, where=opdef.name, shared=True)
+        in_types = None if opdef.canonicalize is None else [None if v is None else v.type for v in inputs]
+        attrs = opdef.prepare_attrs(attrs, in_types, where=opdef.name, shared=True)
         data, out = self._evaluate(opdef, data, attrs)
         if len(out) != 1:
             if not multi:
