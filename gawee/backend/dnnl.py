@@ -83,6 +83,7 @@ from gawee.backend.dnnl_plan import (
     unavailable,
 )
 from gawee.backend.host import InputSignature, arrange, as_structure
+from gawee.backend.run_steps import Program
 from gawee.backend.runtime import Runtime
 from gawee.errors import GaweeError
 from gawee.ir.core import Graph, Node, Value
@@ -700,6 +701,7 @@ class DnnlModule(torch.nn.Module):
         self.lib, self.stream, self.layout = plan.lib, plan.stream, layout
         self.steps = [step[:2] for step in plan.steps]  # (function, arguments)
         self.kernels = [step[2] for step in plan.steps]
+        self.program = Program(self.steps, plan.lib.dnnl_primitive_execute)
         self.conv_layouts = plan.conv_layouts
         self.conv_kernels = plan.conv_kernels
         self.codes_written = plan.codes_written
@@ -723,13 +725,13 @@ class DnnlModule(torch.nn.Module):
                 lib.dnnl_memory_set_data_handle(memory, x.data_ptr())
             for (memory, *_), y in zip(self.outputs, outs):
                 lib.dnnl_memory_set_data_handle(memory, y.data_ptr())
-            for i, (function, args) in enumerate(self.steps):
-                status = function(*args)
-                if status:
-                    raise GaweeError(
-                        f"the {self.kernels[i]} kernel (step {i}) failed to execute (status {status})",
-                        hint='use backend="torch"',
-                    )
+            failed = self.program.run()
+            if failed is not None:
+                i, status = failed
+                raise GaweeError(
+                    f"the {self.kernels[i]} kernel (step {i}) failed to execute (status {status})",
+                    hint='use backend="torch"',
+                )
             lib.dnnl_stream_wait(self.stream)
         return arrange(outs, self.output_structure)
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gawee
-from gawee.backend import dnnl, dnnl_conv, dnnl_plan, kernels, pool_u8, winograd
+from gawee.backend import dnnl, dnnl_conv, dnnl_plan, kernels, pool_u8, run_steps, winograd
 from gawee.backend.dnnl import DnnlModule
 from gawee.cpu import no_vnni
 from gawee.errors import GaweeError, InputError
@@ -1359,3 +1359,27 @@ def test_implementations_a_quarter_as_wide_are_no_candidates(monkeypatch):
     for names in raced:
         bits = [dnnl_plan._vector_bits(n) for n in names]
         assert all(b == 0 or b * dnnl_plan.NARROW > max(bits) for b in bits), names
+
+
+@pytest.mark.skipif(run_steps.unavailable() is not None, reason=str(run_steps.unavailable()))
+def test_a_modules_runs_of_primitives_are_one_call_each_and_compute_what_its_steps_do():
+    """gawee/backend/run_steps.py: the module's consecutive primitive executions are handed to C in one call; the
+    outputs are those of calling each step from Python."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3), nn.Flatten(), nn.Linear(576, 5)
+    )
+    x = torch.randn(2, 3, 8, 8)
+    module = DnnlModule(_graph(model, x))
+    execute = module.lib.dnnl_primitive_execute
+    assert sum(f is execute for f, _ in module.steps) >= 3
+    assert len(module.program.items) < len(module.steps)
+    got = module(x)[0]
+    one_by_one = torch.empty_like(got)  # the same steps called one by one from Python, on the same addresses
+    module.lib.dnnl_memory_set_data_handle(module.inputs[0], x.data_ptr())
+    module.lib.dnnl_memory_set_data_handle(module.outputs[0][0], one_by_one.data_ptr())
+    for function, args in module.steps:
+        assert function(*args) == 0
+    module.lib.dnnl_stream_wait(module.stream)
+    assert torch.equal(got, one_by_one)
+    torch.testing.assert_close(got, model(x).detach(), rtol=1e-4, atol=1e-4)
