@@ -1,33 +1,32 @@
 """oneDNN's primitives as gawee's own runtime: each node's primitive created once, activations in blocked layouts.
 
-Why: the torch lowering reaches oneDNN through torch's operators, which rebuild a primitive's descriptor on every
-call (a cost per convolution comparable to a small convolution itself), and they run oneDNN's
-channels-last or plain kernels. ONNX Runtime, the fastest CPU runtime on these models, creates each kernel once
-and keeps activations in a channel-blocked layout (its NCHWc transformer, blocks of 8 channels on AVX2, 16 on
-AVX-512) between the graph's edges. This module does the same with oneDNN itself: at build time it plans the
-rewritten graph into a list of primitives — convolutions with their fused epilogues as post-ops, pooling (and
-means over the image), inner products, eltwise, binary, concatenation, splits and permutations (reorders of
-regions, or through permuted strides) — with weights reordered once into the layout each primitive
-asked for, and buffers reused by liveness; a call sets the input's address and executes the list (a small,
-fixed cost per primitive through ctypes). The layout of the activations is ``layout``: ``"blocked"`` (nChw8c /
-nChw16c, the block the CPU's vector width gives), ``"channels_last"`` (NHWC, where oneDNN 3's brgemm convolutions
-run), or ``"per_conv"``: every implementation oneDNN has of each convolution, in both layouts, is compiled and timed
-here with the reorders of its operands that its layout would need, and the fastest kept (the pooling, eltwise,
-binary and concatenation primitives between convolutions run in their input's layout). Which is fastest depends on the
-CPU and the model (on an AVX2 machine, no layout won every convolution of resnet50's shapes), so
-:func:`gawee.backend.compiler.whole_graph_choice` builds all three and measures them on the machine. A convolution
-for which oneDNN has only its reference kernel in the module's layout runs in another layout (:func:`_reference`:
-on AVX-512, RegNet's groups of 8 channels in blocks of 16). In every
-layout, a 3×3 stride-1 convolution also races gawee's own Winograd F(4×4, 3×3) kernel
-(:mod:`gawee.backend.winograd`: two C transforms around oneDNN's matmul), kept where it measures fastest, and a
-convolution of 8 channels per group (RegNet's) races gawee's grouped kernel (:mod:`gawee.backend.grouped`), a
-depthwise one (MobileNet's, EfficientNet's) gawee's depthwise kernel with its activation
-(:mod:`gawee.backend.depthwise`), and a max pool of u8 codes held channels-last gawee's pooling kernel
-(:mod:`gawee.backend.pool_u8`). The fusions are the runtime's target phase (``rules/targets/onednn/``), which
-``gawee.compile`` runs before building it: an activation that alone reads a convolution, linear, batch norm or
-binary op becomes its post-op, and a batch norm that alone reads a concatenation along channels (DenseNet's layers)
-runs in one pass with it (``onednn_affine_cat``, :mod:`gawee.backend.affine_cat`); this module lowers the target
-ops they produce (:mod:`gawee.ops.targets`).
+Why: the torch lowering reaches oneDNN through torch's operators, which rebuild a primitive's descriptor on every call
+(a cost per convolution comparable to a small convolution itself), and they run oneDNN's channels-last or plain
+kernels. ONNX Runtime, the fastest CPU runtime on these models, creates each kernel once and keeps activations in a
+channel-blocked layout (its NCHWc transformer, blocks of 8 channels on AVX2, 16 on AVX-512) between the graph's edges.
+This module does the same with oneDNN itself: at build time it plans the rewritten graph into a list of primitives —
+convolutions with their fused epilogues as post-ops, pooling (and means over the image), inner products, eltwise,
+binary, concatenation, splits and permutations (reorders of regions, or through permuted strides) — with weights
+reordered once into the layout each primitive asked for, and buffers reused by liveness; a call sets the input's
+address and executes the list (each run of consecutive primitives in one call into C, :mod:`gawee.backend.run_steps`).
+The layout of the activations is ``layout``: ``"blocked"`` (nChw8c / nChw16c, the block the CPU's vector width gives),
+``"channels_last"`` (NHWC, where oneDNN 3's brgemm convolutions run), or ``"per_conv"``: every implementation oneDNN
+has of each convolution, in both layouts, is compiled and timed here with the reorders of its operands that its layout
+would need, and the fastest kept (the pooling, eltwise, binary and concatenation primitives between convolutions run
+in their input's layout). Which is fastest depends on the CPU and the model (on an AVX2 machine, no layout won every
+convolution of resnet50's shapes), so :func:`gawee.backend.compiler.whole_graph_choice` builds all three and measures
+them on the machine. A convolution for which oneDNN has only its reference kernel in the module's layout runs in
+another layout (:func:`_reference`: on AVX-512, RegNet's groups of 8 channels in blocks of 16). In every layout, a 3×3
+stride-1 convolution also races gawee's own Winograd F(4×4, 3×3) kernel (:mod:`gawee.backend.winograd`: two C
+transforms around oneDNN's matmul), kept where it measures fastest, and a convolution of 8 channels per group
+(RegNet's) races gawee's grouped kernel (:mod:`gawee.backend.grouped`), a depthwise one (MobileNet's, EfficientNet's)
+gawee's depthwise kernel with its activation (:mod:`gawee.backend.depthwise`), a max pool of u8 codes held channels-
+last gawee's pooling kernel (:mod:`gawee.backend.pool_u8`), and the quantization of a float32 NCHW image into u8 codes
+held channels-last gawee's quantizer (:mod:`gawee.backend.quantize_nhwc`). The fusions are the runtime's target phase
+(``rules/targets/onednn/``), which ``gawee.compile`` runs before building it: an activation that alone reads a
+convolution, linear, batch norm or binary op becomes its post-op, and a batch norm that alone reads a concatenation
+along channels (DenseNet's layers) runs in one pass with it (``onednn_affine_cat``, :mod:`gawee.backend.affine_cat`);
+this module lowers the target ops they produce (:mod:`gawee.ops.targets`).
 
 The library is ``libdnnl.so.3`` from the ``onednn-cpu-gomp`` wheel (a dependency of gawee on x86-64 Linux), or the
 file ``GAWEE_DNNL_LIBRARY`` names. It is loaded after torch, so it shares torch's OpenMP runtime (both name it
@@ -673,11 +672,13 @@ class DnnlModule(torch.nn.Module):
             raise GaweeError(f"{graph.name} cannot run on oneDNN's primitives: {why}", hint='use backend="torch"')
         plan = _Plan(graph, layout, trial, shared)
         self._finalizer = weakref.finalize(self, _destroy, plan.lib, plan.handles)
-        self.inputs = []  # each input's memory: its address is set by each call
+        self.inputs = []  # each input's memory and where gawee's kernels read its address: both set by each call
         for v in graph.inputs:
             md = plan.value_md(v)
             plan.values[v] = _Tensor(md, plan.memory(md, None, 0), None)
-            self.inputs.append(plan.values[v].memory)
+            memory = plan.values[v].memory
+            plan.input_cells[memory] = ctypes.c_void_p(0)
+            self.inputs.append((memory, plan.input_cells[memory]))
         self.outputs = []  # each output's memory (plain, its address set by each call), shape and torch dtype
         try:
             for node in graph:
@@ -721,8 +722,9 @@ class DnnlModule(torch.nn.Module):
         outs = [torch.empty(shape, dtype=dtype) for _, shape, dtype in self.outputs]
         lib = self.lib
         with self._lock:
-            for memory, x in zip(self.inputs, xs):
+            for (memory, cell), x in zip(self.inputs, xs):
                 lib.dnnl_memory_set_data_handle(memory, x.data_ptr())
+                cell.value = x.data_ptr()
             for (memory, *_), y in zip(self.outputs, outs):
                 lib.dnnl_memory_set_data_handle(memory, y.data_ptr())
             failed = self.program.run()

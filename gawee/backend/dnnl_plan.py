@@ -216,6 +216,7 @@ class _Plan:
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
         self.remaining = {v: v.num_uses for n in graph for v in n.inputs if v is not None}
+        self.input_cells: dict[int, ctypes.c_void_p] = {}  # a graph input's memory -> its address, set each call
 
     # handles
     def _new(self, destroy: str, create, *args) -> int:
@@ -430,7 +431,9 @@ class _Plan:
             dst = self.reorder(t, md)
             dst.grid = grid
         else:
-            dst = self.quantized(self.operand(v), md, grid)
+            src = self.operand(v)
+            dst = self.quantized(src, md, grid)
+            self._own_quantizer(src, dst, v.shape, grid)
         self.converted.setdefault(v, []).append(dst)
         return dst
 
@@ -438,6 +441,55 @@ class _Plan:
         """The float32 ``src`` as its u8 codes in ``md`` on ``grid`` (scale, zero point): a reorder, its scale the
         float32 ``1 / scale``, multiplied, rounded to nearest even (:meth:`codes`)."""
         return self._scaled_reorder(src, md, {SRC: _inverse(grid[0])}, {DST: grid[1]}, grid)
+
+    def _own_quantizer(self, src: _Tensor, dst: _Tensor, shape, grid: tuple[float, int]) -> None:
+        """The quantizing reorder just planned (the last step: float32 ``src`` of ``shape`` into the codes ``dst``)
+        replaced by gawee's kernel (:mod:`gawee.backend.quantize_nhwc`) where ``src`` is plain NCHW, ``dst`` is
+        channels-last and the kernel measures faster: the two called in turn on a probe image into ``dst``'s buffer
+        (a trial build calls each once and keeps oneDNN's, as it races nothing). The kernel reads the source's
+        address each call: a graph input's (:attr:`input_cells`) or its buffer's."""
+        from gawee.backend import quantize_nhwc
+        from gawee.backend.kernels import best_calls
+
+        cell = self.input_cells.get(src.memory) if src.buffer is None else ctypes.c_void_p(src.buffer.tensor.data_ptr())
+        own = (
+            quantize_nhwc.unavailable() is None
+            and cell is not None
+            and dst.buffer is not None
+            and len(shape) == 4
+            and self.lib.dnnl_memory_desc_equal(_P(src.md), _P(self.md(shape)))
+            and self.layout_of(dst, shape, DType.u8) == "channels_last"
+        )
+        if not own:
+            return
+        execute, (prim, stream, n, array), name = self.steps[-1]
+        probe = torch.randn(shape)  # the race's source: a graph input has no address before a call
+        probe_at, on_probe = ctypes.c_void_p(probe.data_ptr()), self.memory(src.md, None, probe.data_ptr())
+        swapped = (_Arg * n)(*(_Arg(a.arg, _P(on_probe if a.arg == SRC else a.memory)) for a in array))
+        function = quantize_nhwc.library().gawee_quantize_nhwc_u8
+        inverse = _inverse(grid[0])
+        dst_at = dst.buffer.tensor.data_ptr()
+        runners = {
+            name: lambda: (
+                _check(execute(prim, stream, n, swapped), "a quantization"),
+                self.lib.dnnl_stream_wait(stream),
+            ),
+            quantize_nhwc.KERNEL: lambda: _check(
+                function(*quantize_nhwc.args(ctypes.byref(probe_at), dst_at, shape, inverse, grid[1])), "a quantization"
+            ),
+        }
+        if self.trial:
+            for run in runners.values():
+                run()
+            return
+        times = best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.02)
+        if min(times, key=times.__getitem__) == quantize_nhwc.KERNEL:
+            self.keep.append(cell)
+            self.steps[-1] = (
+                function,
+                quantize_nhwc.args(ctypes.byref(cell), dst_at, shape, inverse, grid[1]),
+                quantize_nhwc.KERNEL,
+            )
 
     def reference(self, pd: int) -> bool:
         """Whether the primitive descriptor ``pd`` is at oneDNN's reference implementation."""

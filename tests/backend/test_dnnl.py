@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gawee
-from gawee.backend import dnnl, dnnl_conv, dnnl_plan, kernels, pool_u8, run_steps, winograd
+from gawee.backend import dnnl, dnnl_conv, dnnl_plan, kernels, pool_u8, quantize_nhwc, run_steps, winograd
 from gawee.backend.dnnl import DnnlModule
 from gawee.cpu import no_vnni
 from gawee.errors import GaweeError, InputError
@@ -1376,10 +1376,43 @@ def test_a_modules_runs_of_primitives_are_one_call_each_and_compute_what_its_ste
     assert len(module.program.items) < len(module.steps)
     got = module(x)[0]
     one_by_one = torch.empty_like(got)  # the same steps called one by one from Python, on the same addresses
-    module.lib.dnnl_memory_set_data_handle(module.inputs[0], x.data_ptr())
+    module.lib.dnnl_memory_set_data_handle(module.inputs[0][0], x.data_ptr())
     module.lib.dnnl_memory_set_data_handle(module.outputs[0][0], one_by_one.data_ptr())
     for function, args in module.steps:
         assert function(*args) == 0
     module.lib.dnnl_stream_wait(module.stream)
     assert torch.equal(got, one_by_one)
     torch.testing.assert_close(got, model(x).detach(), rtol=1e-4, atol=1e-4)
+
+
+@EXACT_INT8
+@pytest.mark.skipif(quantize_nhwc.unavailable() is not None, reason=str(quantize_nhwc.unavailable()))
+def test_an_input_images_codes_race_gawees_quantizer_which_reads_each_calls_address(monkeypatch):
+    """An int8 convolution reading the graph's input image: its quantizing reorder (float32 NCHW to u8 codes held
+    channels-last) races oneDNN's reorder against gawee's kernel (gawee/backend/quantize_nhwc.py); whichever wins,
+    the module computes the same result, and gawee's reads the input each call hands it (new tensors each time)."""
+    from gawee.backend import kernels
+
+    torch.manual_seed(0)
+    b = GraphBuilder("image")
+    x = b.input("x", "f32[2,3,12,12]")
+    w = b.const(torch.randint(-127, 128, (8, 3, 3, 3), dtype=torch.int8))
+    y = b.conv2d_int8_static(
+        x, w, b.const(torch.rand(8) * 0.003), b.const(torch.randn(8) * 0.1), act="relu", scale=0.02, zero_point=128,
+        levels=255, stride=[2, 2], padding=[1, 1], dilation=[1, 1], groups=1,
+    )  # fmt: skip
+    graph = b.output(y)
+    inputs = [torch.randn(2, 3, 12, 12) for _ in range(3)]
+    outputs = {}
+    for favoured in ("gawee", "onednn"):
+
+        def race(runners, args, **_):
+            return {k: (0.0 if (k == quantize_nhwc.KERNEL) == (favoured == "gawee") else 1.0) for k in runners}
+
+        monkeypatch.setattr(kernels, "best_calls", race)
+        module = DnnlModule(graph, layout="channels_last")
+        assert (quantize_nhwc.KERNEL in module.kernels) == (favoured == "gawee"), module.kernels
+        outputs[favoured] = [module(x.clone())[0] for x in inputs]
+    for got, want, x in zip(outputs["gawee"], outputs["onednn"], inputs):
+        assert torch.equal(got, want)
+        torch.testing.assert_close(got, gawee.run(graph, x)[0], atol=2 * 0.02 * 127 * 0.003 * 27, rtol=0)
