@@ -212,6 +212,7 @@ class _Plan:
         self.derived: dict[tuple, tuple] = shared.setdefault("derived", {})  # see derive
         arena = _Arena() if trial else shared.setdefault("arena", _Arena())  # a trial's races run on one of its own
         self.scratch = _Scratch(self, arena)  # the buffers races run on
+        self.storage = _Storage()  # the module's buffers: activations and constants in its kernels' layouts
         self.trial = trial  # a trial build (see fastest): every candidate run once, none timed
         self.engine = self._new("dnnl_engine_destroy", self.lib.dnnl_engine_create, _CPU, 0)
         self.stream = self._new("dnnl_stream_destroy", self.lib.dnnl_stream_create, self.engine, _IN_ORDER)
@@ -264,7 +265,7 @@ class _Plan:
         free = self.pool.get(words)
         if free:
             return free.pop()
-        return _Buffer(torch.empty(words, dtype=torch.float32))
+        return _Buffer(self.storage.take(words))
 
     def tensor(self, md: int, grid: tuple[float, int] | None = None) -> _Tensor:
         buffer = self.buffer(md)
@@ -554,7 +555,7 @@ class _Plan:
                 self.keep.append(buffer)
                 return _Tensor(md, self.memory(md, buffer), buffer)
         # a buffer of its own: a pooled one is an earlier activation's, which the steps before would overwrite
-        buffer = _Buffer(torch.empty(_words(self.lib, md)))
+        buffer = _Buffer(self.storage.take(_words(self.lib, md)))
         self.keep.append(buffer)
         reordered = self.reorder(src, md, _Tensor(md, self.memory(md, buffer), buffer), now=True)
         copies.append((_HeldDescriptor(self.lib, md), buffer.tensor))
@@ -710,6 +711,42 @@ class _Plan:
             if self.remaining[v] == 0 and not v.is_graph_output and v in self.values:  # else never made (cat)
                 for t in (self.values[v], *self.converted.pop(v, ())):
                     self.release(t)
+
+
+class _Storage:
+    """The memory a module's buffers are carved from — its activations and the constants reordered into its kernels'
+    layouts — one after another (64-byte aligned) from anonymous maps advised for transparent huge pages
+    (``MADV_HUGEPAGE``; each map's carving starts on a 2 MiB boundary). Why: a module reads all of its weights on
+    every call (resnet50's int8 module 25 MB, some 6,000 pages of 4 KiB: more than the CPU's TLBs hold), and with
+    the heap's 4 KiB pages the same module ran 5-10% slower in some processes than in others, as the pages fell
+    (benchmarks/README.md, static int8 notes). Where the OS has no transparent huge pages, or they are off
+    (``never``), the maps are plain memory; the OS zero-fills a page on its first touch. A map lives as long as a
+    buffer carved from it."""
+
+    HUGE = 2 << 20
+    """A huge page, in bytes."""
+    BLOCK = 8 << 20
+    """The smallest map, in bytes (a larger request gets a map of its own)."""
+    ALIGN = 64
+    """Each buffer starts on a cache line."""
+
+    def __init__(self):
+        self.block: torch.Tensor | None = None  # the current map, as bytes
+        self.offset = self.end = 0
+
+    def take(self, words: int) -> torch.Tensor:
+        """``words`` float32 elements (uninitialized) carved from the current map, or from a new one."""
+        size = -(-4 * words // self.ALIGN) * self.ALIGN
+        if self.block is None or self.offset + size > self.end:
+            length = -(-max(size, self.BLOCK) // self.HUGE) * self.HUGE + self.HUGE  # room to start on a boundary
+            memory = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared maps get no huge pages
+            if hasattr(mmap, "MADV_HUGEPAGE"):
+                memory.madvise(mmap.MADV_HUGEPAGE)
+            self.block = torch.frombuffer(memory, dtype=torch.uint8)
+            self.offset, self.end = -self.block.data_ptr() % self.HUGE, length
+        piece = self.block[self.offset : self.offset + 4 * words].view(torch.float32)
+        self.offset += size
+        return piece
 
 
 class _Arena:

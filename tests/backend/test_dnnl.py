@@ -1416,3 +1416,32 @@ def test_an_input_images_codes_race_gawees_quantizer_which_reads_each_calls_addr
     for got, want, x in zip(outputs["gawee"], outputs["onednn"], inputs):
         assert torch.equal(got, want)
         torch.testing.assert_close(got, gawee.run(graph, x)[0], atol=2 * 0.02 * 127 * 0.003 * 27, rtol=0)
+
+
+def test_a_modules_buffers_are_carved_disjoint_and_aligned_from_maps_advised_for_huge_pages():
+    """dnnl_plan._Storage: each buffer on a cache line, none overlapping; a map's carving starts on a 2 MiB boundary;
+    a request past the current map gets a new one; the maps are private and advised for transparent huge pages
+    (the kernel's ``hg`` flag of the map in /proc/self/smaps: shared anonymous maps get no huge pages)."""
+    import mmap
+
+    storage = dnnl_plan._Storage()
+    pieces = [storage.take(words) for words in (1, 1000, 3, 5 << 20, 17)]
+    spans = sorted((p.data_ptr(), p.data_ptr() + 4 * p.numel()) for p in pieces)
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
+    assert all(p.data_ptr() % storage.ALIGN == 0 for p in pieces)
+    assert pieces[0].data_ptr() % storage.HUGE == 0 and pieces[3].data_ptr() % storage.HUGE == 0  # a new map
+    assert [p.numel() for p in pieces] == [1, 1000, 3, 5 << 20, 17]
+    pieces[3].fill_(1.0)
+    assert float(pieces[3].sum()) == 5 << 20
+    if not hasattr(mmap, "MADV_HUGEPAGE") or not os.path.exists("/proc/self/smaps"):
+        return
+    address, flags = pieces[1].data_ptr(), None
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()
+            if "-" in head[0] and all(c in "0123456789abcdef-" for c in head[0]):
+                lo, hi = (int(a, 16) for a in head[0].split("-"))
+                inside, private = lo <= address < hi, len(head) > 1 and head[1].endswith("p")
+            elif line.startswith("VmFlags:") and inside:
+                flags = (private, line.split()[1:])
+    assert flags is not None and flags[0] and "hg" in flags[1], flags
