@@ -695,21 +695,26 @@ def test_a_max_pool_of_codes_pools_the_codes():
 def test_the_codes_pool_races_gawees_kernel_and_both_pool_alike(monkeypatch):
     """Held channels-last, the stem's pool of codes races oneDNN's pooling kernel against gawee's
     (gawee/backend/pool_u8.py); whichever wins, the module computes the same codes (a max pool is exact)."""
-    from gawee.backend import kernels
-
     graph = _stem()
     xs = (torch.randn(2, 8, 12, 12) * 3,)
     outputs = {}
     for favoured in ("gawee", "onednn"):
-
-        def race(runners, args, **_):
-            return {k: (0.0 if (k == pool_u8.KERNEL) == (favoured == "gawee") else 1.0) for k in runners}
-
-        monkeypatch.setattr(kernels, "best_calls", race)
+        _races_won_by(monkeypatch, pool_u8.KERNEL, favoured == "gawee")
         module = DnnlModule(graph, layout="channels_last")
         assert (pool_u8.KERNEL in module.kernels) == (favoured == "gawee"), module.kernels
         (outputs[favoured],) = module(*xs)
     assert torch.equal(outputs["gawee"], outputs["onednn"])
+
+
+def _races_won_by(monkeypatch, kernel: str, wins: bool) -> None:
+    """Every race of :func:`gawee.backend.kernels.best_calls` decided for ``kernel`` (or, not ``wins``, against
+    it), whatever the clock says."""
+    from gawee.backend import kernels
+
+    def race(runners, args, **_):
+        return {k: (0.0 if (k == kernel) == wins else 1.0) for k in runners}
+
+    monkeypatch.setattr(kernels, "best_calls", race)
 
 
 def test_a_binary_op_requantized_to_seven_bits_runs_as_a_torch_step():
@@ -1391,8 +1396,6 @@ def test_an_input_images_codes_race_gawees_quantizer_which_reads_each_calls_addr
     """An int8 convolution reading the graph's input image: its quantizing reorder (float32 NCHW to u8 codes held
     channels-last) races oneDNN's reorder against gawee's kernel (gawee/backend/quantize_nhwc.py); whichever wins,
     the module computes the same result, and gawee's reads the input each call hands it (new tensors each time)."""
-    from gawee.backend import kernels
-
     torch.manual_seed(0)
     b = GraphBuilder("image")
     x = b.input("x", "f32[2,3,12,12]")
@@ -1405,11 +1408,7 @@ def test_an_input_images_codes_race_gawees_quantizer_which_reads_each_calls_addr
     inputs = [torch.randn(2, 3, 12, 12) for _ in range(3)]
     outputs = {}
     for favoured in ("gawee", "onednn"):
-
-        def race(runners, args, **_):
-            return {k: (0.0 if (k == quantize_nhwc.KERNEL) == (favoured == "gawee") else 1.0) for k in runners}
-
-        monkeypatch.setattr(kernels, "best_calls", race)
+        _races_won_by(monkeypatch, quantize_nhwc.KERNEL, favoured == "gawee")
         module = DnnlModule(graph, layout="channels_last")
         assert (quantize_nhwc.KERNEL in module.kernels) == (favoured == "gawee"), module.kernels
         outputs[favoured] = [module(x.clone())[0] for x in inputs]
