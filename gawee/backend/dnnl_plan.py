@@ -464,7 +464,8 @@ class _Plan:
         if not own:
             return
         execute, (prim, stream, n, array), name = self.steps[-1]
-        probe = torch.randn(shape)  # the race's source: a graph input has no address before a call
+        # the race's source (a graph input has no address before a call), drawn without touching torch's global seed
+        probe = torch.randn(shape, generator=torch.Generator().manual_seed(0))
         probe_at, on_probe = ctypes.c_void_p(probe.data_ptr()), self.memory(src.md, None, probe.data_ptr())
         swapped = (_Arg * n)(*(_Arg(a.arg, _P(on_probe if a.arg == SRC else a.memory)) for a in array))
         function = quantize_nhwc.library().gawee_quantize_nhwc_u8
@@ -715,13 +716,12 @@ class _Plan:
 
 class _Storage:
     """The memory a module's buffers are carved from — its activations and the constants reordered into its kernels'
-    layouts — one after another (64-byte aligned) from anonymous maps advised for transparent huge pages
+    layouts — one after another (64-byte aligned) from private anonymous maps advised for transparent huge pages
     (``MADV_HUGEPAGE``; each map's carving starts on a 2 MiB boundary). Why: a module reads all of its weights on
-    every call (resnet50's int8 module 25 MB, some 6,000 pages of 4 KiB: more than the CPU's TLBs hold), and with
-    the heap's 4 KiB pages the same module ran 5-10% slower in some processes than in others, as the pages fell
-    (benchmarks/README.md, static int8 notes). Where the OS has no transparent huge pages, or they are off
-    (``never``), the maps are plain memory; the OS zero-fills a page on its first touch. A map lives as long as a
-    buffer carved from it."""
+    every call (resnet50's int8 module some 6,000 pages of 4 KiB), and on the heap's 4 KiB pages the same module's
+    speed differed from process to process (benchmarks/README.md, static int8 notes). Where the OS has no
+    transparent huge pages, or they are off (``never``), the maps are plain memory; the OS zero-fills a page on its
+    first touch. A map lives as long as a buffer carved from it."""
 
     HUGE = 2 << 20
     """A huge page, in bytes."""

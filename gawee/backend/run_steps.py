@@ -41,14 +41,15 @@ class Program:
         self._failed = ctypes.c_long()
         # only a C function has an address to hand over (a test may stand a Python function in for it)
         runner = _load()[0] if isinstance(execute, ctypes._CFuncPtr) else None
-        run: list[tuple] = []  # the arguments of the current run of primitive executions
+        run: list[tuple] = []  # the arguments of the current run of primitive executions (on one stream)
         for i, (function, args) in enumerate(steps):
+            if run and (function is not execute or args[1] != run[0][1]):
+                self._add_run(runner, execute, run, i - len(run))
+                run = []
             if runner is not None and function is execute:
                 run.append(args)
-                continue
-            self._add_run(runner, execute, run, i - len(run))
-            run = []
-            self.items.append((function, args, i, False))
+            else:
+                self.items.append((function, args, i, False))
         self._add_run(runner, execute, run, len(steps) - len(run))
 
     def _add_run(self, runner, execute: Callable, run: list[tuple], first: int) -> None:
