@@ -1,9 +1,9 @@
 """Static quantization of a float32 NCHW tensor into u8 codes held channels-last: a kernel of
 :mod:`gawee.backend.dnnl` for an int8 network's input (its stem convolution's codes, ``conv2d_int8_static``).
 
-Why: oneDNN 3.2's scaled reorder from a planar float32 image into interleaved u8 codes took 0.065 ms for a 224×224
-image where this one pass takes 0.013 (benchmarks/README.md, static int8 notes), about a twentieth of
-mobilenet_v3_large's int8 call. Both compute the same codes (``quantize_nhwc.c``: the reorder's float32 steps); they
+Why: oneDNN 3.2's scaled reorder from a planar float32 image into interleaved u8 codes took several times as long as
+this one pass over a 224×224 image (benchmarks/README.md, static int8 notes), a sizeable part of a small int8
+network's call. Both compute the same codes (``quantize_nhwc.c``: the reorder's float32 steps); they
 are raced where the source is plain NCHW and the codes channels-last, and the faster kept. The C source is compiled
 once per machine (:mod:`gawee.backend.native`); without a C compiler oneDNN's reorder runs, as before.
 """

@@ -1,10 +1,10 @@
 """A oneDNN module's steps as a program: each run of consecutive primitive executions one call into C.
 
-Why: a module's call runs its steps in order, each a C function called through ctypes; a call through ctypes
-costs about a microsecond of Python, and a network of a few milliseconds runs 60 to 100 steps (mobilenet_v3_large's
-int8 module 94: measured about 7% of its call, benchmarks/README.md). Here the primitive executions between two
-steps of another kind (gawee's own C kernels, torch steps) are handed to ``gawee_run_primitives`` (``run_steps.c``)
-in one call; the others are called as before. Without a C compiler every step is called from Python, as before.
+Why: a module's call runs its steps in order, each a C function called through ctypes, which costs a fixed amount of
+Python per step, and a network of a few milliseconds runs 60 to 100 steps (what it saved is in benchmarks/README.md,
+static int8 notes). Here the primitive executions between two steps of another kind (gawee's own C kernels, torch
+steps) are handed to ``gawee_run_primitives`` (``run_steps.c``) in one call; the others are called as before.
+Without a C compiler every step is called from Python, as before.
 """
 
 from __future__ import annotations
