@@ -72,7 +72,6 @@ from gawee.backend.dnnl_plan import (
     WEIGHTS,
     _act,
     _Arg,
-    _check,
     _const,
     _pair,
     _Plan,
@@ -224,10 +223,8 @@ def _pool(plan: _Plan, node: Node, alg: int, kernel, stride, padding, dilation=(
 def _max_pool_codes(plan: _Plan, held: _Tensor, prim: int, dst: _Tensor, shape, out, geometry) -> None:
     """The max pool of the u8 codes ``held`` into ``dst`` (``geometry``: kernel, stride, padding, dilation) as a
     step: oneDNN's pooling primitive ``prim``, or gawee's kernel (:mod:`gawee.backend.pool_u8`) where both are held
-    channels-last and it measures faster here (the two called in turn on the module's buffers; a trial build calls
-    each once and keeps oneDNN's, as it races nothing)."""
+    channels-last and it measures faster here on the module's buffers (:meth:`_Plan.own_kernel_wins`)."""
     from gawee.backend import pool_u8
-    from gawee.backend.kernels import best_calls
 
     onednn = {SRC: held.memory, DST: dst.memory}
     own = (
@@ -244,21 +241,8 @@ def _max_pool_codes(plan: _Plan, held: _Tensor, prim: int, dst: _Tensor, shape, 
     function = pool_u8.library().gawee_max_pool_u8
     args = pool_u8.args(held.buffer.tensor.data_ptr(), dst.buffer.tensor.data_ptr(), shape, out, *geometry)
     lib, stream, array = plan.lib, plan.stream, (_Arg * 2)(*(_Arg(k, _P(m)) for k, m in onednn.items()))
-    runners = {
-        plan.impl[prim]: lambda: (
-            _check(lib.dnnl_primitive_execute(prim, stream, 2, array), "a pool"),
-            lib.dnnl_stream_wait(stream),
-        ),
-        pool_u8.KERNEL: lambda: _check(function(*args), "a pool"),
-    }
-    if plan.trial:
-        for run in runners.values():
-            run()
-        chosen = plan.impl[prim]
-    else:
-        times = best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.02)
-        chosen = min(times, key=times.__getitem__)
-    if chosen == pool_u8.KERNEL:
+    primitive = (plan.impl[prim], lambda: lib.dnnl_primitive_execute(prim, stream, 2, array))
+    if plan.own_kernel_wins(primitive, (pool_u8.KERNEL, lambda: function(*args)), "a pool"):
         plan.call(function, args, pool_u8.KERNEL)
     else:
         plan.step(prim, onednn)

@@ -446,11 +446,9 @@ class _Plan:
     def _own_quantizer(self, src: _Tensor, dst: _Tensor, shape, grid: tuple[float, int]) -> None:
         """The quantizing reorder just planned (the last step: float32 ``src`` of ``shape`` into the codes ``dst``)
         replaced by gawee's kernel (:mod:`gawee.backend.quantize_nhwc`) where ``src`` is plain NCHW, ``dst`` is
-        channels-last and the kernel measures faster: the two called in turn on a probe image into ``dst``'s buffer
-        (a trial build calls each once and keeps oneDNN's, as it races nothing). The kernel reads the source's
-        address each call: a graph input's (:attr:`input_cells`) or its buffer's."""
+        channels-last and the kernel measures faster on a probe image into ``dst``'s buffer (:meth:`own_kernel_wins`).
+        The kernel reads the source's address each call: a graph input's (:attr:`input_cells`) or its buffer's."""
         from gawee.backend import quantize_nhwc
-        from gawee.backend.kernels import best_calls
 
         cell = self.input_cells.get(src.memory) if src.buffer is None else ctypes.c_void_p(src.buffer.tensor.data_ptr())
         own = (
@@ -469,29 +467,30 @@ class _Plan:
         probe_at, on_probe = ctypes.c_void_p(probe.data_ptr()), self.memory(src.md, None, probe.data_ptr())
         swapped = (_Arg * n)(*(_Arg(a.arg, _P(on_probe if a.arg == SRC else a.memory)) for a in array))
         function = quantize_nhwc.library().gawee_quantize_nhwc_u8
-        inverse = _inverse(grid[0])
-        dst_at = dst.buffer.tensor.data_ptr()
+        sizes = (dst.buffer.tensor.data_ptr(), shape, _inverse(grid[0]), grid[1])
+        args = lambda at: quantize_nhwc.args(ctypes.byref(at), *sizes)  # the source's address read through ``at``
+        onednn = (name, lambda: execute(prim, stream, n, swapped))
+        if self.own_kernel_wins(onednn, (quantize_nhwc.KERNEL, lambda: function(*args(probe_at))), "a quantization"):
+            self.keep.append(cell)
+            self.steps[-1] = (function, args(cell), quantize_nhwc.KERNEL)
+
+    def own_kernel_wins(self, onednn: tuple[str, Callable], own: tuple[str, Callable], what: str) -> bool:
+        """Whether gawee's kernel ``own`` (its name, a call returning a status) measures faster here than oneDNN's
+        primitive ``onednn`` (its implementation's name, its execution) doing the same step: the two called in turn
+        (:func:`gawee.backend.kernels.best_calls`). A trial build calls each once and keeps oneDNN's, as it races
+        nothing. ``what`` names the step in an error."""
+        from gawee.backend.kernels import best_calls
+
         runners = {
-            name: lambda: (
-                _check(execute(prim, stream, n, swapped), "a quantization"),
-                self.lib.dnnl_stream_wait(stream),
-            ),
-            quantize_nhwc.KERNEL: lambda: _check(
-                function(*quantize_nhwc.args(ctypes.byref(probe_at), dst_at, shape, inverse, grid[1])), "a quantization"
-            ),
+            onednn[0]: lambda: (_check(onednn[1](), what), self.lib.dnnl_stream_wait(self.stream)),
+            own[0]: lambda: _check(own[1](), what),
         }
         if self.trial:
             for run in runners.values():
                 run()
-            return
+            return False
         times = best_calls(runners, (), min_rounds=3, max_rounds=10, budget_s=0.02)
-        if min(times, key=times.__getitem__) == quantize_nhwc.KERNEL:
-            self.keep.append(cell)
-            self.steps[-1] = (
-                function,
-                quantize_nhwc.args(ctypes.byref(cell), dst_at, shape, inverse, grid[1]),
-                quantize_nhwc.KERNEL,
-            )
+        return min(times, key=times.__getitem__) == own[0]
 
     def reference(self, pd: int) -> bool:
         """Whether the primitive descriptor ``pd`` is at oneDNN's reference implementation."""
