@@ -9,6 +9,7 @@ one convolution (:meth:`_Plan.fastest`). :mod:`gawee.backend.dnnl_conv` builds t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import mmap
@@ -739,7 +740,7 @@ class _Storage:
         if self.block is None or self.offset + size > self.end:
             length = -(-max(size, self.BLOCK) // self.HUGE) * self.HUGE + self.HUGE  # room to start on a boundary
             memory = mmap.mmap(-1, length, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared maps get no huge pages
-            if hasattr(mmap, "MADV_HUGEPAGE"):
+            with contextlib.suppress(AttributeError, OSError):  # no such advice, or a kernel without huge pages
                 memory.madvise(mmap.MADV_HUGEPAGE)
             self.block = torch.frombuffer(memory, dtype=torch.uint8)
             self.offset, self.end = -self.block.data_ptr() % self.HUGE, length

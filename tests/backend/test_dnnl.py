@@ -1417,6 +1417,22 @@ def test_an_input_images_codes_race_gawees_quantizer_which_reads_each_calls_addr
         torch.testing.assert_close(got, gawee.run(graph, x)[0], atol=2 * 0.02 * 127 * 0.003 * 27, rtol=0)
 
 
+def test_a_kernel_without_huge_pages_still_gives_buffers(monkeypatch):
+    """Where ``madvise(MADV_HUGEPAGE)`` fails (a kernel built without transparent huge pages says EINVAL), the maps
+    are plain memory: buffers are still carved, and a module still builds and computes."""
+    import mmap
+
+    class Refusing(mmap.mmap):
+        def madvise(self, *args):
+            raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(dnnl_plan.mmap, "mmap", Refusing)
+    piece = dnnl_plan._Storage().take(1000)
+    piece.fill_(2.0)
+    assert float(piece.sum()) == 2000.0
+    assert_runs_like(nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU()).eval(), torch.randn(1, 3, 8, 8), layouts=["blocked"])
+
+
 def test_a_modules_buffers_are_carved_disjoint_and_aligned_from_maps_advised_for_huge_pages():
     """dnnl_plan._Storage: each buffer on a cache line, none overlapping; a map's carving starts on a 2 MiB boundary;
     a request past the current map gets a new one; the maps are private and advised for transparent huge pages
