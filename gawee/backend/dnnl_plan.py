@@ -398,7 +398,9 @@ class _Plan:
     ) -> tuple[int, dict[int, int]]:
         """``attr`` (new where None) with the float32 scales of the arguments in ``scales`` — one number, or (mask,
         a tensor of them: per output channel of a convolution's weights) — and one zero point for each argument
-        of ``zero_points``; and the arguments of every call that give them (memories over tensors the plan keeps)."""
+        of ``zero_points`` that is not 0; and the arguments of every call that give them (memories over tensors the
+        plan keeps). A zero point of 0 is left out, as absent ones are 0: given one, even of 0, oneDNN's int8
+        kernels take the path that subtracts it from every sum (and compensates the padded border for it)."""
         attr = attr or self._new("dnnl_primitive_attr_destroy", self.lib.dnnl_primitive_attr_create)
         args = {}
         for arg, value in scales.items():
@@ -406,6 +408,8 @@ class _Plan:
             _check(self.lib.dnnl_primitive_attr_set_scales_mask(_P(attr), arg, mask), "scales")
             args[ATTR_SCALES | arg] = self._held(data.to(torch.float32).reshape(-1).contiguous(), DType.f32)
         for arg, value in zero_points.items():
+            if value == 0:
+                continue
             _check(self.lib.dnnl_primitive_attr_set_zero_points_mask(_P(attr), arg, 0), "zero points")
             args[ATTR_ZERO_POINTS | arg] = self._held(torch.tensor([value], dtype=torch.int32), DType.i32)
         return attr, args

@@ -539,6 +539,33 @@ def test_int8_convolutions_compute_the_ops_codes_and_hand_them_over_as_u8():
         assert not any(k.startswith("torch:") for k in module.kernels)
 
 
+@EXACT_INT8
+def test_an_int8_convolutions_zero_points_of_zero_are_not_passed_to_onednn():
+    """A grid whose zero point is 0 (a ReLU's result quantized) is given to oneDNN without a zero point: with one, even
+    of 0, its kernels take the slower path that subtracts it from every sum (the compensation of the padded border
+    included). A nonzero zero point is passed; both compute the op within one code of its result."""
+    torch.manual_seed(0)
+    for zero_point, out_zero_point in ((0, 0), (100, 3)):
+        b = GraphBuilder("zero_points")
+        x = b.input("x", "f32[1,16,9,9]")
+        w = b.const(torch.randint(-127, 128, (16, 16, 3, 3), dtype=torch.int8))
+        y = b.conv2d_int8_static(
+            x, w, b.const(torch.rand(16) * 0.002 + 0.0005), b.const(torch.randn(16)), act="relu", scale=0.02,
+            zero_point=zero_point, out_scale=0.05, out_zero_point=out_zero_point, out_levels=255, levels=255,
+            dilation=[1, 1], groups=1, stride=[1, 1], padding=[1, 1],
+        )  # fmt: skip
+        graph = b.output(y)
+        module = DnnlModule(graph, layout="channels_last")
+        (conv,) = [i for i, k in enumerate(module.kernels) if k in module.conv_kernels.values()]
+        _, (_, _, n, args) = module.steps[conv]
+        passed = {args[j].arg for j in range(n)}
+        zero_points = {arg & ~dnnl_plan.ATTR_ZERO_POINTS for arg in passed if arg & dnnl_plan.ATTR_ZERO_POINTS}
+        assert zero_points == ({dnnl_plan.SRC, dnnl_plan.DST} if zero_point else set()), passed
+        x = torch.rand(1, 16, 9, 9) * 4 - 2 * bool(zero_point)
+        (want,), (got,) = gawee.run(graph, x), module(x)
+        assert float((got - want).abs().max()) <= 1.01 * 0.05
+
+
 def _summed_block(keep_first: bool):
     """A residual block in int8, its results requantized to u8 codes: x → y (grid (0.05, 3)) → t (grid (0.04, 0)) →
     z = the third convolution of t adding y as its residual (grid (0.08, 5)), an output; and (``keep_first``) y an
