@@ -19,9 +19,10 @@ import math
 import torch
 import torch.nn.functional as F
 
+from gawee.errors import InferenceError
 from gawee.ir.types import DType, TensorType
 from gawee.ops import sampling as S
-from gawee.ops.base import Attr, OpDef, Operand, register
+from gawee.ops.base import Attr, OpDef, Operand, get_op, meta_tensor, register
 from gawee.ops.nn import _conv_canon, _conv_flops, _conv_sample, _draw_act, _no_act_params, apply_act
 
 INT8_MAX = 127
@@ -190,6 +191,24 @@ def conv2d_int8_static(
     float64: the counterpart in which the harness computes an approximate rule's reference result
     (:func:`gawee.numerics.upcast`) where the original holds an int8 convolution (``requantize_calibrated_int8``)."""
     real = input.dtype
+    _check_conv_int8(input, weight, weight_scale, bias, residual, scale, zero_point, levels)
+    check_requantization("conv2d_int8_static", out_scale, out_zero_point, out_levels)
+    inverse = 1 / torch.tensor(scale, dtype=real)
+    q = torch.clamp(torch.round(input * inverse) + zero_point, 0, levels)
+    product = F.conv2d(q.double() - zero_point, weight.double(), None, stride, padding, dilation, groups)
+    y = product.to(real) * (torch.tensor(scale, dtype=real) * weight_scale).reshape(1, -1, 1, 1)
+    if bias is not None:
+        y = y + bias.reshape(1, -1, 1, 1)
+    if residual is not None:
+        if residual.shape != y.shape:
+            raise ValueError(f"residual {list(residual.shape)} must have the output's shape {list(y.shape)}")
+        y = y + residual
+    return requantize(apply_act(y, act, act_params), out_scale, out_zero_point, out_levels)
+
+
+def _check_conv_int8(input, weight, weight_scale, bias, residual, scale: float, zero_point: int, levels: int) -> None:
+    """ValueError unless conv2d_int8_static takes these operands (tensors, meta ones included) and its input grid."""
+    real = input.dtype
     if real not in (torch.float32, torch.float64) or weight.dtype != torch.int8 or weight_scale.dtype != real:
         raise ValueError(
             f"conv2d_int8_static takes a float32 input, an int8 weight and float32 scales (or float64 input and "
@@ -208,18 +227,22 @@ def conv2d_int8_static(
             f"conv2d_int8_static quantizes to [0, 127] or [0, 255] with a positive finite scale and a zero point "
             f"in range, not levels {levels}, scale {scale}, zero point {zero_point}"
         )
-    check_requantization("conv2d_int8_static", out_scale, out_zero_point, out_levels)
-    inverse = 1 / torch.tensor(scale, dtype=real)
-    q = torch.clamp(torch.round(input * inverse) + zero_point, 0, levels)
-    product = F.conv2d(q.double() - zero_point, weight.double(), None, stride, padding, dilation, groups)
-    y = product.to(real) * (torch.tensor(scale, dtype=real) * weight_scale).reshape(1, -1, 1, 1)
-    if bias is not None:
-        y = y + bias.reshape(1, -1, 1, 1)
-    if residual is not None:
-        if residual.shape != y.shape:
-            raise ValueError(f"residual {list(residual.shape)} must have the output's shape {list(y.shape)}")
-        y = y + residual
-    return requantize(apply_act(y, act, act_params), out_scale, out_zero_point, out_levels)
+
+
+def _conv_int8_infer(types, attrs) -> list[TensorType]:
+    """conv2d_int8_static's result type without running it (its quantizing steps are slow on meta tensors): its
+    operands checked as it checks them, and the type conv2d gives for the same geometry, activation and residual."""
+    x, w, s, b, r = [*types, None, None][:5]
+    meta = [None if t is None else meta_tensor(t) for t in (x, w, s, b, r)]
+    _check_conv_int8(*meta, attrs.get("scale", 1.0), attrs.get("zero_point", 0), attrs.get("levels", 255))
+    check_requantization(
+        "conv2d_int8_static", attrs.get("out_scale", 0.0), attrs.get("out_zero_point", 0), attrs.get("out_levels", 255)
+    )
+    conv = {k: attrs[k] for k in ("stride", "padding", "dilation", "groups", "act", "act_params") if k in attrs}
+    try:
+        return get_op("conv2d").infer_types([x, TensorType(w.shape, x.dtype), b, r], conv)
+    except InferenceError as e:  # told as this op's error (OpDef.infer_types names the op and its operands)
+        raise ValueError(e.message.split(" is invalid: ", 1)[-1]) from None
 
 
 def check_requantization(op: str, out_scale: float, out_zero_point: int, out_levels: int) -> None:
@@ -398,6 +421,7 @@ register(
         traits=frozenset({"pure"}),
         canonicalize=_conv_canon(2),
         flops=lambda ins, outs, attrs: _conv_flops(ins, outs, attrs) + 3 * ins[0].numel,
+        infer=_conv_int8_infer,
         sample=_conv_int8_sample,
         doc="act(conv2d(input quantized per tensor with a fixed scale and zero point, int8 weight) dequantized "
         "+ bias + residual)",

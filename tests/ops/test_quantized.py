@@ -3,16 +3,20 @@ quantization (torch's ChooseQuantizationParams with reduce_range)."""
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gawee.errors import InferenceError
 from gawee.ir.types import DType, TensorType
 from gawee.ops import get_op
+from gawee.ops import sampling as S
 from gawee.ops.quantized import (
     SMALL_SCALE,
     activation_qparams,
     linear_int8_dynamic,
     quantize_per_channel_symmetric,
 )
+from gawee.testing.generate import DataDraw
 
 F32, I8 = DType.f32, DType.i8
 
@@ -88,3 +92,41 @@ def test_bad_operands_are_inference_errors():
     quantize = get_op("quantize_per_channel_symmetric")
     with pytest.raises(InferenceError, match="float tensor"):
         quantize.infer_types([TensorType((2, 3), DType.i32)], quantize.complete_attrs({}))
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_an_int8_convolutions_inferred_type_is_what_evaluating_it_gives(data):
+    """conv2d_int8_static's type is inferred without running it (its quantizing steps are slow on meta tensors): for
+    every draw of its sampler, the type evaluation on real data gives."""
+    op = get_op("conv2d_int8_static")
+    draw = DataDraw(data, F32)
+    try:
+        types, attrs = op.sample(draw, [S.FREE] * len(op.operands), {})
+    except S.Reject:
+        return
+    attrs = op.complete_attrs(attrs)
+    gen = torch.Generator().manual_seed(0)
+    xs = [
+        None if t is None else torch.randint(-127, 128, t.shape, generator=gen, dtype=torch.int8)
+        if t.dtype is I8 else torch.rand(t.shape, generator=gen) + 0.5
+        for t in types
+    ]  # fmt: skip
+    (out,) = op.run(xs, attrs)
+    assert op.infer_types(types, attrs) == [TensorType.of(out)]
+
+
+def test_an_int8_convolutions_bad_operands_are_its_inference_errors():
+    op = get_op("conv2d_int8_static")
+    x, w, s = TensorType((1, 4, 6, 6), F32), TensorType((8, 4, 3, 3), I8), TensorType((8,), F32)
+    attrs = op.complete_attrs({"scale": 0.1, "zero_point": 3})
+    assert op.infer_types([x, w, s, None, None], attrs) == [TensorType((1, 8, 4, 4), F32)]
+    for types, bad in (
+        ([x, TensorType((8, 4, 3, 3), F32), s, None, None], attrs),
+        ([x, w, TensorType((4,), F32), None, None], attrs),
+        ([x, w, s, None, TensorType((1, 8, 5, 5), F32)], attrs),
+        ([x, w, s, None, None], {**attrs, "levels": 100}),
+        ([x, w, s, None, None], {**attrs, "out_scale": -1.0}),
+    ):
+        with pytest.raises(InferenceError, match=r"conv2d_int8_static\("):
+            op.infer_types(types, bad)
