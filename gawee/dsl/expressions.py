@@ -16,7 +16,7 @@ from gawee.dsl.matcher import (
     RestRecord,
 )
 from gawee.dsl.scope import _UNSET, DTYPE_NAMES, Fn, _a, _lookup_op, _Scope, _Var
-from gawee.errors import RuleError, SourceSpan
+from gawee.errors import GaweeError, RuleError, SourceSpan
 from gawee.ir.symbolic import has_symbols, prove
 from gawee.ops import ACTIVATIONS, REQUIRED, OpDef, all_ops, get_op, has_op
 
@@ -93,6 +93,35 @@ def _call(b: Builtin, args: list[tuple[Fn, bool]]) -> Fn:
         f0, f1 = fns
         return lambda ctx: impl(ctx, f0(ctx), f1(ctx))
     return lambda ctx: impl(ctx, *[fn(ctx) for fn in fns])
+
+
+_NO_LITERAL = object()
+
+
+def literal_value(e: A.Expr) -> Any:
+    """The value of an expression made of literals only (`1e-5`, `"relu"`, `[-1, 1, 1, 1]`) as its compiled
+    closure would give it, known when the rule is compiled; ``_NO_LITERAL`` for any other expression."""
+    if isinstance(e, A.ELit):
+        return e.value
+    if isinstance(e, A.EList):
+        items = tuple(literal_value(x) for x in e.items)
+        return _NO_LITERAL if any(x is _NO_LITERAL for x in items) else items
+    if isinstance(e, A.ENeg):
+        v = literal_value(e.operand)
+        return -v if type(v) in (int, float) else _NO_LITERAL
+    return _NO_LITERAL
+
+
+def prepared_once(opdef: OpDef, attrs: dict[str, Any]) -> dict[str, Any] | None:
+    """``attrs`` (known when the rule is compiled) prepared for ``opdef`` once, shared by every firing — where
+    the preparation reads no operand type (no canonicalization) and succeeds; else None (each firing prepares
+    them, and reports a failure where it happens)."""
+    if opdef.canonicalize is not None:
+        return None
+    try:
+        return opdef.prepare_attrs(attrs, None, where=opdef.name, shared=True)
+    except GaweeError:
+        return None
 
 
 def kleene_any(items) -> bool | None:
@@ -270,6 +299,7 @@ class _ExprCompiler:
                     raise RuleError(f"cannot combine a tensor with a {k}", span=side.span)
             op, attrs = _TENSOR_ARITH[e.op]
             opdef = get_op(op)
+            prepared = prepared_once(opdef, attrs)
             lt, rt = lk.is_tensor, rk.is_tensor
 
             def tensor_arith(ctx):
@@ -278,7 +308,7 @@ class _ExprCompiler:
                     raise ctx.error(f"`{e.text}` uses an absent operand (guard it, or use default(b, 0))")
                 a = a if lt else ctx.tensor(a, like=b)
                 b = b if rt else ctx.tensor(b, like=a)
-                return ctx.emit_op(opdef, [a, b], attrs)
+                return ctx.emit_op(opdef, [a, b], attrs, prepared=prepared)
 
             return tensor_arith, K.TENSOR
         if e.op == "+" and lk.base is K.Base.LIST and rk.base is K.Base.LIST:
@@ -431,6 +461,7 @@ class _ExprCompiler:
         variadic_from = len(names) - 1 if opdef.variadic else None
         operands: list[tuple[Fn, bool] | None] = []
         attr_fns: dict[str, Fn] = {}
+        literals: dict[str, Any] = {}  # the attribute arguments known when the rule is compiled
         rests: list[Fn] = []
         attr_order = [a.name for a in opdef.attrs]
         next_attr = 0
@@ -458,6 +489,7 @@ class _ExprCompiler:
                     raise RuleError(f"{e.func} has no attribute left for this argument", span=a.span)
                 self._check_attr(opdef, attr_order[next_attr], kind, a)
                 attr_fns[attr_order[next_attr]] = fn
+                literals[attr_order[next_attr]] = literal_value(a.value)
                 continue
             if a.keyword in names and names.index(a.keyword) != variadic_from:
                 i = names.index(a.keyword)
@@ -469,6 +501,7 @@ class _ExprCompiler:
             elif opdef.attr(a.keyword) is not None:
                 self._check_attr(opdef, a.keyword, kind, a)
                 attr_fns[a.keyword] = fn
+                literals[a.keyword] = literal_value(a.value)
             else:
                 raise RuleError(
                     f"{e.func} has no operand or attribute {a.keyword!r}",
@@ -488,6 +521,8 @@ class _ExprCompiler:
                 raise RuleError(f"{e.func} needs attribute(s) {', '.join(missing)}", span=e.span)
         multi = opdef.has_trait("multi_output")
         fixed = len(names) if variadic_from is None else variadic_from
+        literal = not rests and all(v is not _NO_LITERAL for v in literals.values())
+        prepared = prepared_once(opdef, literals) if literal else None
 
         def build(ctx):
             # spliced rests first: explicit arguments then overwrite what they name
@@ -512,9 +547,10 @@ class _ExprCompiler:
             for i, o in enumerate(operands):
                 if o is not None and not o[1]:  # a number in an operand slot: a 0-d constant
                     values[i] = ctx.tensor(values[i], like=like) if values[i] is not None else None
-            for k, fn in attr_fns.items():
-                attrs[k] = fn(ctx)
-            return ctx.emit_op(opdef, values + extra, attrs, multi=multi)
+            if prepared is None:
+                for k, fn in attr_fns.items():
+                    attrs[k] = fn(ctx)
+            return ctx.emit_op(opdef, values + extra, attrs, multi=multi, prepared=prepared)
 
         return build, K.TENSORS if multi else K.TENSOR
 

@@ -449,42 +449,68 @@ class Graph:
         return g
 
     def clone(self) -> Graph:
-        """A structurally identical, independent graph (constant tensors are shared)."""
+        """A structurally identical, independent graph (constant tensors are shared). Nodes are copied slot by
+        slot and linked at the end in order (what ``insert`` at the end would do): the rewriter copies every graph
+        it is given, so the copy is on its hot path."""
         g = Graph(self.name)
         g.meta = dict(self.meta)
+        names = g._names
         vmap: dict[int, Value] = {}
-
-        def get(v: Value | None) -> Value | None:
-            if v is None:
-                return None
-            got = vmap.get(id(v))
-            if got is None:  # a constant (inputs and node outputs are mapped eagerly)
-                got = Value(v.type, v.name, data=v.data)
-                g._names.add(v.name)
-                vmap[id(v)] = got
-            return got
-
         for v in self.inputs:
             nv = Value(v.type, v.name)
-            g._names.add(v.name)
+            names.add(v.name)
             g.inputs.append(nv)
             vmap[id(v)] = nv
+        prev: Node | None = None
+        count = 0
+        new_node = Node.__new__
         for node in self:
-            n = Node(
+            n = new_node(Node)
+            inputs = []
+            for v in node._inputs:
+                if v is not None:
+                    got = vmap.get(id(v))
+                    if got is None:  # a constant (inputs and node outputs are mapped as they appear)
+                        got = vmap[id(v)] = Value(v.type, v.name, data=v.data)
+                        names.add(v.name)
+                    v = got
+                inputs.append(v)
+            n.op, n._inputs, n.attrs, n.source, n.name, n.graph = (
                 node.op,
-                [get(v) for v in node._inputs],
-                node.attrs,
-                [v.type for v in node.outputs],
-                node.name,
+                tuple(inputs),
+                dict(node.attrs),
                 node.source,
+                node.name,
+                g,
             )
-            for ov, nv in zip(node.outputs, n.outputs):
-                nv.name = ov.name
-                g._names.add(ov.name)
+            outputs = []
+            for i, ov in enumerate(node.outputs):
+                nv = Value(ov.type, ov.name)
+                nv.producer, nv.output_index = n, i
+                names.add(ov.name)
                 vmap[id(ov)] = nv
-            g._names.add(node.name)
-            g.insert(n)
-        g.set_outputs([get(v) for v in self._outputs])
+                outputs.append(nv)
+            n.outputs = tuple(outputs)
+            names.add(node.name)
+            for i, v in enumerate(n._inputs):
+                if v is not None:
+                    v._uses.append(Use(n, i))
+            n._prev, n._next, n._order = prev, None, float(count)
+            if prev is None:
+                g._head = n
+            else:
+                prev._next = n
+            prev = n
+            count += 1
+        g._tail, g._len = prev, count
+        outputs = []
+        for v in self._outputs:
+            got = vmap.get(id(v))
+            if got is None:  # a constant output
+                got = vmap[id(v)] = Value(v.type, v.name, data=v.data)
+                names.add(v.name)
+            outputs.append(got)
+        g.set_outputs(outputs)
         g._name_counters = dict(self._name_counters)
         return g
 

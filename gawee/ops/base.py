@@ -257,6 +257,27 @@ class OpDef:
                 ) from None
         return out
 
+    def prepare_and_infer(
+        self, attrs: Mapping[str, Any], in_types: TypeList, where: str = ""
+    ) -> tuple[dict[str, Any], tuple[TensorType, ...]]:
+        """``prepare_attrs`` then ``infer_types`` on the result, as a new node of this op needs them: kept per op,
+        attributes and operand types together (one key for both). The prepared attributes are shared: only read
+        them (a Node copies its attributes)."""
+        try:
+            key = (self.name, attrs_key(attrs), tuple(in_types))
+            cached = _NODE_CACHE.get(key)
+        except TypeError:  # an unhashable attribute value
+            key, cached = None, None
+        if cached is not None:
+            return cached
+        prepared = self.prepare_attrs(attrs, in_types, where=where)
+        found = (prepared, tuple(self.infer_types(in_types, prepared)))
+        if key is not None:
+            if len(_NODE_CACHE) > 65536:
+                _NODE_CACHE.clear()
+            _NODE_CACHE[key] = found
+        return found
+
     # -- semantics -----------------------------------------------------------------
     def run(self, inputs: Sequence[torch.Tensor | None], attrs: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
         """Evaluate with torch; always returns a tuple of output tensors."""
@@ -303,8 +324,13 @@ class OpDef:
 
 
 _INFER_CACHE: dict[Any, tuple[TensorType, ...]] = {}
+_NODE_CACHE: dict[Any, tuple[dict[str, Any], tuple[TensorType, ...]]] = {}
+"""(op, attributes, operand types) -> (prepared attributes, output types) (``OpDef.prepare_and_infer``)."""
 _PREPARED: dict[Any, dict[str, Any]] = {}
 """(op, attributes, operand types) -> prepared attributes (``OpDef.prepare_attrs``)."""
+
+
+_INT_ONLY = frozenset({int})
 
 
 def attrs_key(attrs: Mapping[str, Any]) -> tuple:
@@ -313,7 +339,7 @@ def attrs_key(attrs: Mapping[str, Any]) -> tuple:
     out = []
     for k, v in attrs.items():
         t = type(v)
-        if t is int or t is str or t is bool or v is None or (t is tuple and all(type(x) is int for x in v)):
+        if t is int or t is str or t is bool or v is None or (t is tuple and _INT_ONLY.issuperset(map(type, v))):
             out.append((k, t, v))
         else:
             out.append((k, _typed(v)))

@@ -268,9 +268,20 @@ class RewriteContext:
         return self.emit_op(get_op(op), inputs, attrs, multi)
 
     def emit_op(
-        self, opdef: OpDef, inputs: list[Value | None], attrs: dict[str, Any], multi: bool = False
+        self,
+        opdef: OpDef,
+        inputs: list[Value | None],
+        attrs: dict[str, Any],
+        multi: bool = False,
+        prepared: dict[str, Any] | None = None,
     ) -> Value | tuple[Value, ...]:
-        """:meth:`emit` of the op ``opdef`` (a replacement looks its ops up once, when it is compiled)."""
+        """:meth:`emit` of the op ``opdef`` (a replacement looks its ops up once, when it is compiled).
+        ``prepared``: ``attrs`` as ``OpDef.prepare_attrs`` makes them, shared and only read (a replacement whose
+        attributes are literals prepares them once, when it is compiled)."""
+        if prepared is not None and not multi and self._on_host:
+            folded = self._fold_host(opdef, inputs, prepared)
+            if folded is not None:
+                return folded
         op = opdef.name
         missing = opdef.missing_operand(inputs)
         if missing is not None:
@@ -279,9 +290,14 @@ class RewriteContext:
             if "pure" in opdef.traits:
                 data = _constant_data(inputs)
                 if data is not None:
-                    return self._fold(opdef, inputs, data, attrs, multi)
+                    return self._fold(opdef, inputs, data, attrs, multi, prepared)
+            if not opdef.variadic and len(inputs) < len(opdef.operands):  # absent trailing optionals, as create_node
+                inputs = [*inputs, *([None] * (len(opdef.operands) - len(inputs)))]
             in_types = [None if v is None else v.type for v in inputs]
-            attrs = opdef.prepare_attrs(attrs, in_types, where=op)
+            if prepared is None:
+                attrs, types = opdef.prepare_and_infer(attrs, in_types, where=op)
+            else:
+                attrs, types = prepared, opdef.infer_types(in_types, prepared)
             if len(self.roots) > 1:
                 self._check_available(inputs)
             name = self.graph.peek_name(op)
@@ -290,7 +306,7 @@ class RewriteContext:
                     operand = opdef.operands[min(i, len(opdef.operands) - 1)].name
                     self._adopt(v, f"{name}.{operand}")
             node = self.graph.create_node(
-                op, inputs, attrs, name=name, source=self.rule.tag, before=self.root, prepared=True
+                op, inputs, attrs, types=types, name=name, source=self.rule.tag, before=self.root, prepared=True
             )
         except GaweeError as e:
             raise self.error(f"cannot build {op}: {e.message}") from None
@@ -303,12 +319,40 @@ class RewriteContext:
             raise self.error(f"{op} has {len(node.outputs)} outputs: pick one with `[i]`")
         return node.outputs[0]
 
-    def _fold(self, opdef, inputs: list, data: list, attrs: dict, multi: bool):
+    def _fold_host(self, opdef: OpDef, inputs: list[Value | None], prepared: dict[str, Any]) -> Value | None:
+        """The common fold, without the general path's steps: a pure op of one result, every operand a constant on
+        the CPU (none absent), its attributes prepared when the replacement was compiled. What the general path
+        would do then — run the op, check the result (:func:`_fold_problem`), wrap it — in one step; None where
+        these conditions do not hold (the general path takes it, errors included)."""
+        if "pure" not in opdef.traits:
+            return None
+        data = []
+        for v in inputs:
+            if v is None:
+                return None
+            d = v.data
+            if d is None or not d.is_cpu:
+                return None
+            data.append(d)
+        try:
+            t = opdef.evaluate(*data, **prepared)
+        except (GaweeError, RuntimeError, ValueError, TypeError, IndexError):
+            return None  # the general path runs it again and reports the failure as it words it
+        if type(t) is not torch.Tensor:
+            return None
+        problem = _fold_problem(opdef, data, prepared, t)
+        if problem is not None:
+            raise GuardFailed(problem)
+        return Value(TensorType.of(t), "", data=t)
+
+    def _fold(self, opdef, inputs: list, data: list, attrs: dict, multi: bool, prepared: dict | None = None):
         """``opdef`` evaluated now on the constants ``data`` (of ``inputs``): new detached constants, or
-        GuardFailed when a result must not be used (:func:`_fold_problem`)."""
-        # the prepared attributes are read by the op only; the operand types matter only to a canonicalization
-        in_types = None if opdef.canonicalize is None else [None if v is None else v.type for v in inputs]
-        attrs = opdef.prepare_attrs(attrs, in_types, where=opdef.name, shared=True)
+        GuardFailed when a result must not be used (:func:`_fold_problem`). ``prepared``: as ``emit_op``'s."""
+        if prepared is not None:
+            attrs = prepared
+        else:  # the prepared attributes are read by the op only; the operand types matter only to a canonicalization
+            in_types = None if opdef.canonicalize is None else [None if v is None else v.type for v in inputs]
+            attrs = opdef.prepare_attrs(attrs, in_types, where=opdef.name, shared=True)
         data, out = self._evaluate(opdef, data, attrs)
         if len(out) != 1:
             if not multi:

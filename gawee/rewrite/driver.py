@@ -183,15 +183,17 @@ class Rewriter:
         So a larger pattern given a higher priority (add(matmul(x, w), b) -> linear) wins over a
         smaller one (matmul(x, w) -> linear) that would otherwise consume its inside first."""
         own = phase.candidates(node.op)
-        lowest = phase.lowest(node.op)
+        above = phase.enclosing_ops(node.op)
         users: dict[int, Node] = {}
-        for v in node.outputs:
-            for use in v._uses:
-                u = use.node
-                if id(u) not in users and phase.enclosing(u.op, lowest):
-                    users[id(u)] = u
+        if above:
+            for v in node.outputs:
+                for use in v._uses:
+                    u = use.node
+                    if u.op in above and id(u) not in users:
+                        users[id(u)] = u
         if not users:
             return [(rule, node) for rule in own]
+        lowest = phase.lowest(node.op)
         above = [
             (rule, user)
             for user in sorted(users.values(), key=self.graph.position)

@@ -43,6 +43,7 @@ class Phase:
     _by_op: dict[str | None, list[Rule]] = field(default_factory=dict, repr=False)
     _enclosing: dict[tuple[str, int], list[Rule]] = field(default_factory=dict, repr=False)
     _lowest: dict[str, int] = field(default_factory=dict, repr=False)
+    _above: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
 
     def candidates(self, op: str) -> list[Rule]:
         """Rules whose root can be ``op`` (including `_(...)` roots), by priority then file order."""
@@ -57,6 +58,15 @@ class Phase:
         got = self._lowest.get(op)
         if got is None:
             got = self._lowest[op] = min((r.priority for r in self.candidates(op)), default=0)
+        return got
+
+    def enclosing_ops(self, op: str) -> frozenset[str]:
+        """The ops with rules that :meth:`enclosing` gives above ``op``'s lowest priority: a visited node's users
+        of other ops have no rule to try first, and the worklist skips them without asking."""
+        got = self._above.get(op)
+        if got is None:
+            low = self.lowest(op)
+            got = self._above[op] = frozenset(r.root_op for r in self.rules if r.root_op is not None and r.priority > low)
         return got
 
     def enclosing(self, op: str, above: int) -> list[Rule]:
