@@ -66,7 +66,8 @@ class Phase:
         got = self._above.get(op)
         if got is None:
             low = self.lowest(op)
-            got = self._above[op] = frozenset(r.root_op for r in self.rules if r.root_op is not None and r.priority > low)
+            ops = (r.root_op for r in self.rules if r.root_op is not None and r.priority > low)
+            got = self._above[op] = frozenset(ops)
         return got
 
     def enclosing(self, op: str, above: int) -> list[Rule]:
