@@ -78,10 +78,19 @@ def kleene_or(a: bool | None, b: bool | None) -> bool | None:
     return None if a is None or b is None else False
 
 
-def _call(b: Builtin, args: list[tuple[Fn, bool]]) -> Fn:
+def _call(b: Builtin, args: list[tuple[Fn, bool]], names: list[str | None] | None = None) -> Fn:
     """The call of builtin ``b`` on its compiled arguments (each: its function, and whether a number there is
-    made a 0-d tensor): one or two arguments without a loop, a fallback's second only where the first is absent."""
+    made a 0-d tensor): one or two arguments without a loop, a fallback's second only where the first is absent.
+    ``names``: per argument, the pattern variable it is (read from the match directly), or None."""
     impl = b.impl
+    if names and not b.fallback and all(n is not None for n in names):
+        if len(names) == 1:
+            (n0,) = names
+            return lambda ctx: impl(ctx, ctx.env[n0])
+        if len(names) == 2:
+            n0, n1 = names
+            return lambda ctx: impl(ctx, ctx.env[n0], ctx.env[n1])
+        return lambda ctx: impl(ctx, *[ctx.env[n] for n in names])
     fns = [(lambda ctx, fn=fn: ctx.tensor(fn(ctx))) if implicit else fn for fn, implicit in args]
     if b.fallback:
         first, second = fns
@@ -135,6 +144,13 @@ def kleene_any(items) -> bool | None:
 
 _COMPARE = {"==": None, "!=": None, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 _TENSOR_FIELDS = {"shape": K.LIST, "dtype": K.DTYPE, "rank": K.INT, "numel": K.INT, "layout": K.STR}
+
+
+def _chain_terms(e: A.Expr, op: str) -> list[A.Expr]:
+    """The terms of a chain of ``op`` (`and` or `or`) rooted at ``e``, left to right."""
+    if isinstance(e, A.EBool) and e.op == op:
+        return _chain_terms(e.left, op) + _chain_terms(e.right, op)
+    return [e]
 
 
 class _ExprCompiler:
@@ -332,23 +348,27 @@ class _ExprCompiler:
         return (lambda ctx: kleene_not(fn(ctx))), K.BOOL
 
     def _EBool(self, e: A.EBool):
-        lf, lk = self.compile(e.left)
-        rf, rk = self.compile(e.right)
-        self._need_bool(lk, e.left)
-        self._need_bool(rk, e.right)
-        if e.op == "and":
+        """A chain of one operator (`a and b and c`, however nested) as one closure over its terms, in order:
+        the first decisive term (false for `and`, true for `or`) decides, and the chain is unknown (None) where
+        no term decides and some term is unknown — Kleene logic, evaluated as the nested pairs would be."""
+        fns = []
+        for term in _chain_terms(e, e.op):
+            fn, kind = self.compile(term)
+            self._need_bool(kind, term)
+            fns.append(fn)
+        decisive = e.op == "or"  # the value that decides the chain
 
-            def both(ctx):
-                a = lf(ctx)
-                return False if a is not None and not a else kleene_and(a, rf(ctx))
+        def chain(ctx):
+            unknown = False
+            for fn in fns:
+                a = fn(ctx)
+                if a is None:
+                    unknown = True
+                elif bool(a) is decisive:
+                    return decisive
+            return None if unknown else not decisive
 
-            return both, K.BOOL
-
-        def either(ctx):
-            a = lf(ctx)
-            return True if a is not None and a else kleene_or(a, rf(ctx))
-
-        return either, K.BOOL
+        return chain, K.BOOL
 
     def _ECompare(self, e: A.ECompare):
         lf, lk = self.compile(e.left)
@@ -430,6 +450,7 @@ class _ExprCompiler:
             )
         args = []
         kinds = []
+        names: list[str | None] = []  # the arguments that are pattern variables, read without a closure
         for i, a in enumerate(e.args):
             if a.keyword or a.rest:
                 raise RuleError(f"`{b.name}` takes positional arguments only", span=a.span)
@@ -444,12 +465,14 @@ class _ExprCompiler:
             ):
                 raise RuleError(f"argument {i + 1} of `{b.name}` must be a {param}, this is a {kind}", span=a.span)
             args.append((fn, implicit_tensor))
+            plain = isinstance(a.value, A.EName) and a.value.name in self.scope.vars and not implicit_tensor
+            names.append(a.value.name if plain else None)
         if len(e.args) < len(b.params) - (1 if b.variadic else 0) or (b.params and not e.args):
             raise RuleError(
                 f"`{b.name}` takes {len(b.params)}{'+' if b.variadic else ''} argument(s), got {len(e.args)}",
                 span=e.span,
             )
-        call = _call(b, args)
+        call = _call(b, args, names)
         if b.int_preserving and kinds and all(k.base in (K.Base.INT, K.Base.ANY) for k in kinds):
             # ints give an int; an item of a list (`x.shape[0]`) is known only at firing, where it is checked
             return call, K.INT if all(k.base is K.Base.INT for k in kinds) else K.ANY

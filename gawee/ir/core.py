@@ -352,7 +352,7 @@ class Graph:
         if node.graph is not self:
             raise IRError(f"node {node.name} is not in graph {self.name}")
         for v in node.outputs:
-            if v.num_uses:
+            if v._uses or v._output_refs:  # num_uses, read directly: the rewriter erases a node per firing
                 users = [u.node.name for u in v._uses] + (["<graph output>"] if v.is_graph_output else [])
                 raise IRError(
                     f"cannot erase {node.name}: its output %{v.name} is still used by {', '.join(users)}",
