@@ -8,8 +8,8 @@ parser, the checker and its builtin library, the bundled ops, and the op registr
 is loaded. When a file passes, :func:`store` keeps an entry in ``$XDG_CACHE_HOME/gawee/rules/`` named by a
 sha256 of all of those: per rule its name and span, its parsed form (still encoded, as gawee.dsl.ast_cache
 encodes it), the comment above it, and per variant (`a | b` alternatives) what the rewriter reads before the
-rule first matches — root op, priority, whole-node replacement, root output, error bound text — and its
-load-time warnings.
+rule first matches — root op, priority, whole-node replacement, root output, error bound text, the node checks
+it asks before matching — and its load-time warnings.
 
 :func:`load` with the same key gives :class:`LazyRule` objects carrying those, and nothing else is done at
 load: the first access to anything more (the matcher tree, guard, replacement, assumptions, bound, AST)
@@ -35,11 +35,12 @@ from typing import Any
 from gawee.dsl import ast as A
 from gawee.dsl import ast_cache, code_cache
 from gawee.dsl.compiler import Rule, compile_rule
+from gawee.dsl.library import BUILTINS
 from gawee.errors import RuleWarning, SourceSpan
 from gawee.ops import ACTIVATIONS
 from gawee.resources import VERSION
 
-FORMAT = 1
+FORMAT = 2
 """The layout of an entry; part of the key."""
 
 _HERE = Path(__file__).resolve().parent
@@ -187,6 +188,7 @@ def store(groups: list[tuple[A.RuleAST, str, list[Rule]]], text: str, file: str,
                 r.bound_text,
                 list(r.variant),
                 [[w.message, _span(w.span), w.hint, w.where] for w in r.warnings],
+                list(r.root_checks),
             ]
             for r in variants
         ]
@@ -218,7 +220,9 @@ def _rules(item: list, text: str) -> list[LazyRule]:
         raise TypeError("not a rule")
     span = SourceSpan(*span, text)
     source = _Source(encoded, text, comment)
-    for root_op, whole_node, priority, root_output, approximate, bound_text, variant, warnings in variants:
+    for root_op, whole_node, priority, root_output, approximate, bound_text, variant, warnings, checks in variants:
+        if not all(isinstance(c, str) and c in BUILTINS and BUILTINS[c].node_check for c in checks):
+            raise TypeError("not a node check")
         r = object.__new__(LazyRule)
         r.__dict__.update(
             name=name,
@@ -237,6 +241,7 @@ def _rules(item: list, text: str) -> list[LazyRule]:
             match_fns=None,
             code=None,
             bound_text=bound_text,
+            root_checks=tuple(checks),
             _approximate=bool(approximate),
             _root_output=root_output,
             _source=source,

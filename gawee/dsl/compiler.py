@@ -16,7 +16,7 @@ from typing import Any
 from gawee.dsl import ast as A
 from gawee.dsl import kinds as K
 from gawee.dsl.expressions import _ExprCompiler
-from gawee.dsl.library import ASSUMPTIONS, Assumption, Builtin
+from gawee.dsl.library import ASSUMPTIONS, BUILTINS, Assumption, Builtin
 from gawee.dsl.matcher import (
     OpM,
 )
@@ -53,6 +53,9 @@ class Rule:
     """Roots after the first, matched among the users of values the earlier roots bound (horizontal fusion)."""
     extra_builds: list[Fn] = field(default_factory=list)
     """Their replacements, in order; run after ``build`` (they share its `with` values)."""
+    root_checks: tuple[str, ...] = ()
+    """Builtins with a node check (``Builtin.node_check``) that the guard's conjunction applies to the root's
+    value: the rewriter asks their checks of a node before matching there (false: the guard would be false)."""
     variant: tuple[int, int] = (1, 1)
     """(i, n): this is the i-th of the n spellings its pattern's alternatives (`a | b`) make."""
     assumptions: list[Assumed] = field(default_factory=list)
@@ -208,12 +211,14 @@ def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, commen
             raise RuleError(f"unknown rule option {opt!r}", span=rule.span, hint="the only option is priority=N")
 
     guard = guard_parts = None
+    root_checks: tuple[str, ...] = ()
     if rule.guard is not None:
         ec = _ExprCompiler(scope, "guard")
         guard, kind = ec.compile(rule.guard)
         if kind.base not in (K.Base.BOOL, K.Base.ANY):
             raise RuleError(f"a guard must be a boolean, this is {kind}", span=rule.guard.span)
         guard_parts = [(part.text, ec.compile(part)[0]) for part in _conjuncts(rule.guard)]
+        root_checks = _root_checks(rule.guard, matcher, scope)
     assumptions = [_assumption(e, scope) for e in rule.assumes]
 
     ec = _ExprCompiler(scope, "replace")
@@ -257,6 +262,7 @@ def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, commen
         warnings=_unused(scope),
         extra_roots=extra_roots,
         extra_builds=extra_builds,
+        root_checks=root_checks,
         bound=bound,
         bound_text=rule.bound.text if rule.bound is not None else "",
     )
@@ -342,6 +348,27 @@ def _unused(scope: _Scope) -> list[RuleWarning]:
         for name, var in scope.vars.items()
         if var.uses == 0 and not name.startswith("_")
     ]
+
+
+def _root_checks(guard: A.Expr, matcher: OpM, scope) -> tuple[str, ...]:
+    """The builtins with a node check that ``guard``'s top-level conjunction applies to the root's own value
+    (`y: _(...) where foldable(y) and ...`), in order: each false at a node makes the guard false there."""
+    if matcher.bind is None or matcher.output is not None:
+        return ()
+    found = []
+    for part in _conjuncts(guard):
+        if (
+            isinstance(part, A.ECall)
+            and part.func not in scope.helpers  # a helper of that name stands for its own code
+            and part.func in BUILTINS
+            and BUILTINS[part.func].node_check is not None
+            and len(part.args) == 1
+            and not (part.args[0].keyword or part.args[0].rest)
+            and isinstance(part.args[0].value, A.EName)
+            and part.args[0].value.name == matcher.bind
+        ):
+            found.append(part.func)
+    return tuple(found)
 
 
 def _conjuncts(e: A.Expr) -> list[A.Expr]:

@@ -18,7 +18,7 @@ import torch
 from gawee.analysis.tensor_facts import SMALL, all_finite, elements
 from gawee.cpu import no_vnni
 from gawee.dsl import kinds as K
-from gawee.ir.core import Value
+from gawee.ir.core import Node, Value
 from gawee.ir.types import DType
 from gawee.numerics import TOLERANCE
 from gawee.ops import get_op
@@ -42,6 +42,10 @@ class Builtin:
     fallback: bool = False
     """Two arguments, the second evaluated only where the first is absent (``default``): a fallback that is not
     needed is not built (``impl`` gives the same answer from both)."""
+    node_check: Callable[[Node], bool] | None = None
+    """A necessary condition, cheap to ask, on the node that computes the (one) argument: false there, the builtin
+    is false. A rule whose guard is a conjunction with this builtin of its root's value as a term asks it before
+    matching (``Rule.root_checks``), which spares the whole attempt at the nodes where it fails."""
 
 
 class GuardFailed(Exception):
@@ -64,6 +68,23 @@ def _along(c: Value | None, y: Value | None, dim: int) -> bool:
         return False
     shape = (1,) * (rank - c.type.rank) + c.shape
     return all(s == 1 for i, s in enumerate(shape) if i != dim) and shape[dim] in (1, y.shape[dim])
+
+
+def _inputs_constant(node: Node) -> bool:
+    """Every operand of ``node`` is a constant or absent (``foldable``'s node check)."""
+    for x in node._inputs:  # noqa: SIM110 (a loop: no generator made per node visited)
+        if x is not None and x.data is None:
+            return False
+    return True
+
+
+def _first_operand_shared(node: Node) -> bool:
+    """``node``'s first present operand is read by another operand slot too: an earlier node computing the same
+    would read it as well (``duplicate``'s node check, as ``RewriteContext.find_duplicate`` looks)."""
+    for x in node._inputs:
+        if x is not None:
+            return len(x._uses) > 1
+    return False
 
 
 def _foldable(v: Value | None) -> bool:
@@ -242,6 +263,7 @@ BUILTINS: dict[str, Builtin] = {
             B,
             lambda ctx, v: ctx.find_duplicate(v) is not None,
             where="guard",
+            node_check=_first_operand_shared,
             doc="an earlier node computes the same op on the same operands with the same attributes",
         ),
         Builtin("broadcastable", (T, T), B, lambda ctx, a, b: _broadcastable(a, b), doc="shapes broadcast together"),
@@ -278,6 +300,7 @@ BUILTINS: dict[str, Builtin] = {
             (T,),
             B,
             lambda ctx, v: _foldable(v),
+            node_check=_inputs_constant,
             doc="produced by a pure op whose operands are all constants (and whose result's shape is static)",
         ),
         Builtin(
@@ -446,6 +469,9 @@ BUILTINS: dict[str, Builtin] = {
         ),
     ]
 }
+
+NODE_CHECKS: dict[str, Callable[[Node], bool]] = {n: b.node_check for n, b in BUILTINS.items() if b.node_check}
+"""Builtin name -> its node check (``Builtin.node_check``), as ``Rule.root_checks`` names them."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import torch
 
 from gawee.dsl.codegen import match_functions
 from gawee.dsl.compiler import Rule
-from gawee.dsl.library import GuardFailed
+from gawee.dsl.library import NODE_CHECKS, GuardFailed
 from gawee.dsl.matcher import MatchContext, OpM
 from gawee.errors import RewriteError
 from gawee.ir.core import Graph, Node, Value
@@ -205,6 +205,10 @@ class Rewriter:
     def _try(self, rule: Rule, node: Node, phase: str, use_guard: bool = True) -> bool:
         if len(node.outputs) != 1 and rule.whole_node is None and rule.root_output is None:
             return False
+        if use_guard:
+            for name in rule.root_checks:  # conjuncts of the guard on the root itself: asked before matching
+                if not NODE_CHECKS[name](node):
+                    return False
         mctx = MatchContext()
         env: dict = {}
         for roots in match_roots(rule, node, env, mctx):

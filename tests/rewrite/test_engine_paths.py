@@ -155,3 +155,70 @@ def test_a_small_tensors_finiteness_is_exact_when_its_sum_is_not(dtype):
     t[3] = math.nan
     assert not all_finite(t)
     assert not all_finite(torch.tensor([math.inf, -math.inf], dtype=dtype))  # a sum of nan
+
+
+ROOT_CHECKED = """
+rule fold_it (priority=9):
+    y: _(...) where foldable(y) and result_size(y) <= 64 => fold(y)
+"""
+
+
+def test_a_guards_conjunct_on_the_root_is_asked_before_matching(monkeypatch):
+    from gawee.dsl import library
+    from gawee.rewrite import driver
+
+    rules = gawee.load_rules_text(ROOT_CHECKED)
+    (rule,) = rules.rules
+    assert rule.root_checks == ("foldable",)
+    asked = []
+    monkeypatch.setitem(library.NODE_CHECKS, "foldable", lambda n: asked.append(n.op) or library._inputs_constant(n))
+    monkeypatch.setattr(driver, "NODE_CHECKS", library.NODE_CHECKS)
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[4]")
+    c = b.add(b.const(torch.ones(4), "a"), b.const(torch.ones(4), "b"))
+    graph = b.output(b.relu(b.mul(x, c)))
+    out, report = gawee.rewrite(graph, rules)
+    assert report.firings["fold_it"] == 1 and [n.op for n in out] == ["mul", "relu"]
+    assert asked == ["add", "mul", "relu"]  # each node visited, asked once (the fold's user was queued already)
+    # the soundness harness builds replacements without the guard: no node check there either
+    asked.clear()
+    copy = graph.clone()
+    relu = next(n for n in copy if n.op == "relu")
+    assert not driver.fire(copy, rule, relu, use_guard=True) and asked == ["relu"]
+    asked.clear()
+    with pytest.raises(gawee.GaweeError, match="fold"):  # built without its guard: fold() of a computed value
+        driver.fire(copy, rule, relu, use_guard=False)
+    assert asked == []
+
+
+@pytest.mark.parametrize(
+    ("guard", "checks"),
+    [
+        ("foldable(y) and duplicate(y)", ("foldable", "duplicate")),
+        ("foldable(y) or duplicate(y)", ()),  # a disjunction: neither is necessary
+        ("not foldable(y)", ()),
+        ("foldable(x)", ()),  # not the root's value
+    ],
+)
+def test_only_necessary_conjuncts_on_the_root_become_node_checks(guard, checks):
+    (rule,) = gawee.load_rules_text(f"rule r: y: relu(x) where {guard} => x").rules
+    assert rule.root_checks == checks
+
+
+def test_a_helper_named_as_a_builtin_is_not_a_node_check():
+    rules = gawee.load_rules_text("rule r: y: relu(x) where foldable(y) => x", helpers={"foldable": lambda y: True})
+    (rule,) = rules.rules
+    assert rule.root_checks == ()
+    b = GraphBuilder("g")
+    graph = b.output(b.relu(b.input("x", "f32[4]")))
+    assert gawee.rewrite(graph, rules)[1].total == 1  # the helper's answer, not foldable's node check
+
+
+def test_node_checks_survive_the_checked_file_cache(tmp_path):
+    from gawee.dsl import check_cache
+
+    text, file = ROOT_CHECKED, "root.rules"
+    (compiled,) = gawee.load_rules_text(text, file).rules
+    check_cache.store([(compiled.ast, "", [compiled])], text, file, where=tmp_path)
+    (lazy,) = check_cache.load(text, file, where=tmp_path)
+    assert lazy.root_checks == ("foldable",) and not lazy.compiled
