@@ -15,6 +15,7 @@ from typing import Any
 
 from gawee.dsl import ast as A
 from gawee.dsl import kinds as K
+from gawee.dsl.const_fold import ConstCompiler, constant_vars
 from gawee.dsl.expressions import _ExprCompiler
 from gawee.dsl.library import ASSUMPTIONS, BUILTINS, Assumption, Builtin
 from gawee.dsl.matcher import (
@@ -221,7 +222,8 @@ def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, commen
         root_checks = _root_checks(rule.guard, matcher, scope)
     assumptions = [_assumption(e, scope) for e in rule.assumes]
 
-    ec = _ExprCompiler(scope, "replace")
+    constants = ConstCompiler(scope, constant_vars(rule.guard, scope), [b.value for b in rule.withs])
+    ec = _ExprCompiler(scope, "replace", constants=constants)
     for i, b in enumerate(rule.withs):
         if b.name in scope.vars or b.name in scope.withs:
             raise RuleError(f"`{b.name}` is already bound", span=b.span)
@@ -234,6 +236,7 @@ def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, commen
 
     def run(ctx):
         ctx.with_cache = [_UNSET] * n_withs
+        ctx.with_tensors = [_UNSET] * n_withs
         ctx.with_fns = with_fns
         return build(ctx)
 

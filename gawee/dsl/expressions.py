@@ -11,12 +11,13 @@ import sympy
 
 from gawee.dsl import ast as A
 from gawee.dsl import kinds as K
+from gawee.dsl.const_fold import NO_LITERAL, ConstCompiler, NotConstant, literal_value, prepared_once
 from gawee.dsl.library import BUILTINS, Builtin, GuardFailed
 from gawee.dsl.matcher import (
     RestRecord,
 )
 from gawee.dsl.scope import _UNSET, DTYPE_NAMES, Fn, _a, _lookup_op, _Scope, _Var
-from gawee.errors import GaweeError, RuleError, SourceSpan
+from gawee.errors import RuleError, SourceSpan
 from gawee.ir.symbolic import has_symbols, prove
 from gawee.ops import ACTIVATIONS, REQUIRED, OpDef, all_ops, get_op, has_op
 
@@ -104,35 +105,6 @@ def _call(b: Builtin, args: list[tuple[Fn, bool]], names: list[str | None] | Non
     return lambda ctx: impl(ctx, *[fn(ctx) for fn in fns])
 
 
-_NO_LITERAL = object()
-
-
-def literal_value(e: A.Expr) -> Any:
-    """The value of an expression made of literals only (`1e-5`, `"relu"`, `[-1, 1, 1, 1]`) as its compiled
-    closure would give it, known when the rule is compiled; ``_NO_LITERAL`` for any other expression."""
-    if isinstance(e, A.ELit):
-        return e.value
-    if isinstance(e, A.EList):
-        items = tuple(literal_value(x) for x in e.items)
-        return _NO_LITERAL if any(x is _NO_LITERAL for x in items) else items
-    if isinstance(e, A.ENeg):
-        v = literal_value(e.operand)
-        return -v if type(v) in (int, float) else _NO_LITERAL
-    return _NO_LITERAL
-
-
-def prepared_once(opdef: OpDef, attrs: dict[str, Any]) -> dict[str, Any] | None:
-    """``attrs`` (known when the rule is compiled) prepared for ``opdef`` once, shared by every firing — where
-    the preparation reads no operand type (no canonicalization) and succeeds; else None (each firing prepares
-    them, and reports a failure where it happens)."""
-    if opdef.canonicalize is not None:
-        return None
-    try:
-        return opdef.prepare_attrs(attrs, None, where=opdef.name, shared=True)
-    except GaweeError:
-        return None
-
-
 def kleene_any(items) -> bool | None:
     result: bool | None = False
     for v in items:
@@ -146,6 +118,22 @@ _COMPARE = {"==": None, "!=": None, "<": operator.lt, "<=": operator.le, ">": op
 _TENSOR_FIELDS = {"shape": K.LIST, "dtype": K.DTYPE, "rank": K.INT, "numel": K.INT, "layout": K.STR}
 
 
+def _constant_first(folded: Fn, general: Fn) -> Fn:
+    """A replacement's subexpression evaluated by its compiled constant closure where that applies (on a graph on
+    the CPU: one new constant), else by its general closure."""
+
+    def fn(ctx):
+        if ctx.on_host:
+            try:
+                t = folded(ctx)
+            except NotConstant:
+                return general(ctx)
+            return ctx.constant(t)
+        return general(ctx)
+
+    return fn
+
+
 def _chain_terms(e: A.Expr, op: str) -> list[A.Expr]:
     """The terms of a chain of ``op`` (`and` or `or`) rooted at ``e``, left to right."""
     if isinstance(e, A.EBool) and e.op == op:
@@ -157,10 +145,15 @@ class _ExprCompiler:
     """Compiles expressions to closures ``fn(ctx)``; ``mode`` is "guard", "replace" or "bound" (an error bound:
     built like a replacement, from the same names and `with` bindings, but never part of the graph)."""
 
-    def __init__(self, scope: _Scope, mode: str, with_fns: list[Fn] | None = None):
+    def __init__(
+        self, scope: _Scope, mode: str, with_fns: list[Fn] | None = None, constants: ConstCompiler | None = None
+    ):
         self.scope = scope
         self.mode = mode
         self.with_fns: list[Fn] = [] if with_fns is None else with_fns
+        self.constants = constants
+        """Compiles the replacement's constant subexpressions to closures over tensors (gawee.dsl.const_fold),
+        tried before the general closure of each; None: not tried (guards, bounds)."""
 
     @property
     def builds(self) -> bool:
@@ -169,7 +162,12 @@ class _ExprCompiler:
 
     def compile(self, e: A.Expr) -> tuple[Fn, K.Kind]:
         method = getattr(self, "_" + type(e).__name__)
-        return method(e)
+        fn, kind = method(e)
+        if self.constants is not None and kind.is_tensor and isinstance(e, (A.EBin, A.ENeg, A.ECall)):
+            folded = self.constants.compile(e)
+            if folded is not None:
+                fn = _constant_first(folded, fn)
+        return fn, kind
 
     # -- atoms -------------------------------------------------------------------------
     def _ELit(self, e: A.ELit):
@@ -544,7 +542,7 @@ class _ExprCompiler:
                 raise RuleError(f"{e.func} needs attribute(s) {', '.join(missing)}", span=e.span)
         multi = opdef.has_trait("multi_output")
         fixed = len(names) if variadic_from is None else variadic_from
-        literal = not rests and all(v is not _NO_LITERAL for v in literals.values())
+        literal = not rests and all(v is not NO_LITERAL for v in literals.values())
         prepared = prepared_once(opdef, literals) if literal else None
 
         def build(ctx):

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 class BoundContext:
     """What an error bound's compiled expression sees: the match's bindings, and ops run on float64 data."""
 
+    on_host = False
+    """A replacement's compiled constant subexpressions (gawee.dsl.const_fold) fold the graph's constants in their
+    own dtypes: a bound evaluates the `with` bindings it shares with the replacement in float64, through
+    :meth:`emit_op`, instead."""
+
     def __init__(self, rule: Rule, env: dict[str, Any], data_of: Callable[[Value], torch.Tensor | None]):
         self.rule = rule
         self.env = env
@@ -67,16 +72,25 @@ class BoundContext:
         return self.emit_op(get_op(op), inputs, attrs, multi)
 
     def emit_op(
-        self, opdef: OpDef, inputs: list[Value | None], attrs: dict[str, Any], multi: bool = False
+        self,
+        opdef: OpDef,
+        inputs: list[Value | None],
+        attrs: dict[str, Any],
+        multi: bool = False,
+        prepared: dict[str, Any] | None = None,
     ) -> Value | tuple[Value, ...]:
-        """:meth:`emit` of the op ``opdef`` (as a replacement's calls give it)."""
+        """:meth:`emit` of the op ``opdef`` (as a replacement's calls give it; ``prepared``: its attributes as the
+        replacement prepared them when it was compiled, which read no operand type)."""
         op = opdef.name
         missing = opdef.missing_operand(inputs)
         if missing is not None:
             raise self.error(f"cannot compute {op}: its operand {missing} is absent (use default(b, 0))")
         data = [self.data(v) for v in inputs]
         try:
-            attrs = opdef.prepare_attrs(attrs, [None if d is None else TensorType.of(d) for d in data], where=op)
+            if prepared is not None:
+                attrs = prepared
+            else:
+                attrs = opdef.prepare_attrs(attrs, [None if d is None else TensorType.of(d) for d in data], where=op)
             out = opdef.run(data, attrs)
         except GaweeError as e:
             raise self.error(f"cannot compute {op}: {e.message}") from None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gawee.analysis.tensor_facts import SMALL, abs_peak, abs_range, all_finite, kept_abs_range
+from gawee.dsl.const_fold import NotConstant
 from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
 from gawee.ir.core import Graph, Node, Value
@@ -187,6 +188,23 @@ _SCALARS: dict[tuple, torch.Tensor] = {}
 """0-d tensors for the numbers replacements use (eps, 0, 1), shared: constants are immutable."""
 
 
+def _scalar(x: Any, rank: int | None, like: torch.dtype | None) -> torch.Tensor:
+    """The 0-d tensor of the number ``x``, typed as torch promotes it against a tensor of rank ``rank`` (0 or 1)
+    and dtype ``like`` (None: alone, floats in the default dtype)."""
+    if like is not None:
+        if type(x) in (bool, int, float, complex):
+            dtype = _promoted(type(x), like, rank, torch.get_default_dtype())
+        else:
+            dtype = torch.result_type(torch.empty((1,) * rank, dtype=like, device="meta"), x)
+    else:
+        dtype = torch.get_default_dtype() if isinstance(x, float) else None
+    key = (type(x), x, dtype)
+    t = _SCALARS.get(key)
+    if t is None:
+        t = _SCALARS.setdefault(key, torch.tensor(x, dtype=dtype))
+    return t
+
+
 class RewriteContext:
     def __init__(
         self,
@@ -206,6 +224,8 @@ class RewriteContext:
         self.env = env
         self.new_nodes: list[Node] = []
         self.with_cache: list[Any] = []
+        self.with_tensors: list[Any] = []
+        """The `with` bindings' tensors, as the replacement's compiled constant subexpressions computed them."""
         self.with_fns: list[Any] = []
 
     @property
@@ -216,7 +236,7 @@ class RewriteContext:
         return self._device
 
     @functools.cached_property
-    def _on_host(self) -> bool:
+    def on_host(self) -> bool:
         """The graph is on the CPU or the meta device: constants on the CPU are folded where they are."""
         return self.device.type in ("cpu", "meta")
 
@@ -224,7 +244,7 @@ class RewriteContext:
         """``opdef`` run on constant ``data`` moved to one device (``fold_device``), its results left there: a
         model's constants are folded where they live, literals joining them. Returns the moved data and the
         results."""
-        if self._on_host:
+        if self.on_host:
             for d in data:
                 if d is not None and not d.is_cpu:
                     break
@@ -246,19 +266,35 @@ class RewriteContext:
             return x
         if isinstance(x, (list, tuple)):
             raise self.error(f"a list {x!r} cannot be used as a tensor")
-        if like is not None:
-            rank = min(like.type.rank, 1)
-            if type(x) in (bool, int, float, complex):
-                dtype = _promoted(type(x), like.dtype.torch, rank, torch.get_default_dtype())
-            else:
-                dtype = torch.result_type(torch.empty((1,) * rank, dtype=like.dtype.torch, device="meta"), x)
-        else:
-            dtype = torch.get_default_dtype() if isinstance(x, float) else None
-        key = (type(x), x, dtype)
-        t = _SCALARS.get(key)
-        if t is None:
-            t = _SCALARS.setdefault(key, torch.tensor(x, dtype=dtype))
-        return detached_constant(t)
+        if like is None:
+            return detached_constant(_scalar(x, None, None))
+        return detached_constant(_scalar(x, min(like.type.rank, 1), like.dtype.torch))
+
+    # -- constant subexpressions compiled to closures over tensors (gawee.dsl.const_fold) ------------------
+    def scalar_data(self, x: Any, like: torch.Tensor | None) -> torch.Tensor:
+        """The tensor :meth:`tensor` makes of the number ``x`` against a constant whose data is ``like``."""
+        if type(x) not in (bool, int, float, complex):
+            raise NotConstant  # a list, an absent value: the general path reports it
+        return _scalar(x, None, None) if like is None else _scalar(x, min(like.dim(), 1), like.dtype)
+
+    def fold_data(self, opdef: OpDef, attrs: dict[str, Any], data: list) -> torch.Tensor:
+        """``opdef`` evaluated on the constants ``data`` with its prepared ``attrs``, as :meth:`emit_op` folds it
+        (the op's ``evaluate``, the result's check): its tensor, GuardFailed where the result must not be used,
+        NotConstant where the op fails or gives several results (the general path then words the failure)."""
+        try:
+            t = opdef.evaluate(*data, **attrs)
+        except (GaweeError, RuntimeError, ValueError, TypeError, IndexError):
+            raise NotConstant from None
+        if type(t) is not torch.Tensor:
+            raise NotConstant
+        problem = _fold_problem(opdef, data, attrs, t)
+        if problem is not None:
+            raise GuardFailed(problem)
+        return t
+
+    def constant(self, t: torch.Tensor) -> Value:
+        """A folded tensor as the new constant the general path would have made of it."""
+        return Value(TensorType.of(t), "", data=t)
 
     def emit(
         self, op: str, inputs: list[Value | None], attrs: dict[str, Any], multi: bool = False
@@ -278,7 +314,7 @@ class RewriteContext:
         """:meth:`emit` of the op ``opdef`` (a replacement looks its ops up once, when it is compiled).
         ``prepared``: ``attrs`` as ``OpDef.prepare_attrs`` makes them, shared and only read (a replacement whose
         attributes are literals prepares them once, when it is compiled)."""
-        if prepared is not None and not multi and self._on_host:
+        if prepared is not None and not multi and self.on_host:
             folded = self._fold_host(opdef, inputs, prepared)
             if folded is not None:
                 return folded
