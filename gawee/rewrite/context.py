@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gawee.analysis.tensor_facts import SMALL, abs_peak, abs_range, all_finite, kept_abs_range
+from gawee.analysis.tensor_facts import SMALL, abs_peak, abs_range, all_finite, elements, kept_abs_range
 from gawee.dsl.const_fold import NotConstant
 from gawee.dsl.library import GuardFailed
 from gawee.errors import GaweeError, RewriteError
@@ -69,6 +69,15 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     n = result.numel()
     if n == 0 or (n > SMALL and opdef.name == "mul" and _product_is_safe(data, result)):
         return None  # a small result costs less to read than its operands
+    if n <= SMALL and result.dtype in _ROUNDING:  # the common case of result_problem, read once in Python
+        mags = list(map(abs, elements(result)))
+        total = sum(mags)
+        if (
+            total - total == 0  # no inf or nan
+            and max(mags) <= _headroom(result.dtype)
+            and (opdef.name in EXACT_ZEROS or min(mags) != 0)
+        ):
+            return None
     return result_problem(opdef, data, attrs, result)
 
 

@@ -222,3 +222,24 @@ def test_node_checks_survive_the_checked_file_cache(tmp_path):
     check_cache.store([(compiled.ast, "", [compiled])], text, file, where=tmp_path)
     (lazy,) = check_cache.load(text, file, where=tmp_path)
     assert lazy.root_checks == ("foldable",) and not lazy.compiled
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", ["mul", "add", "div"])
+def test_a_small_folds_check_in_python_agrees_with_the_full_check(dtype, op):
+    opdef = get_op(op)
+    big = torch.finfo(dtype).max
+    cases = [
+        [1.0, -2.0, 3.0],
+        [0.0, 1.0, 2.0],  # a zero: looked at element by element (mul, div), or exact (add)
+        [-0.0, 5.0],
+        [torch.finfo(dtype).tiny / 4, 1.0],  # subnormal
+        [big, 1.0],  # past the headroom
+        [math.inf, 1.0],
+        [math.nan, 1.0],
+        [1.0] * SMALL,
+    ]
+    for values in cases:
+        t = torch.tensor(values, dtype=dtype)
+        data = [torch.ones_like(t), torch.ones_like(t)]
+        assert context._fold_problem(opdef, data, {}, t) == context.result_problem(opdef, data, {}, t), values
