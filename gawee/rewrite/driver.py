@@ -1,12 +1,11 @@
 """The worklist rewriter (no e-graph): rules applied to a fixpoint, in the spirit of MLIR's greedy driver.
 
-Per phase: seed every node; pop one; try the rules indexed by its op (priority,
-then file order); the first rule whose pattern matches and whose guard holds
-builds its replacement, which must have the root's exact shape and dtype; all
-uses are replaced; the new nodes, the users of the new value and the producers
-that lost a use are re-queued; dead nodes are erased at once. A rewrite budget
-proportional to the graph turns a non-terminating rule set into an error naming
-the rules that keep firing.
+Per phase: seed every node (but those no rule of the phase is ever tried at, unless dead); pop one; try
+the rules indexed by its op (priority, then file order); the first rule whose pattern matches and whose
+guard holds builds its replacement, which must have the root's exact shape and dtype; all uses are
+replaced; the new nodes, the users of the new value and the producers that lost a use are re-queued;
+dead nodes are erased at once. A rewrite budget proportional to the graph turns a non-terminating rule
+set into an error naming the rules that keep firing.
 """
 
 from __future__ import annotations
@@ -147,8 +146,10 @@ class Rewriter:
     def _run_phase(self, phase: Phase) -> None:
         if self.calibration is not None and reads_calibration(phase.rules):
             self.report.calibrated += calibrate(self.graph, self.calibration)
-        for node in self.graph:
-            self._push(node)
+        idle = phase.idle
+        for node in self.graph:  # a node no rule is tried at is visited only to be erased, when dead
+            if not idle(node.op) or _dead(node):
+                self._push(node)
         budget = self.budget_per_node * (len(self.graph) + 8)
         fired = 0
         recent: deque[str] = deque(maxlen=64)
@@ -159,6 +160,8 @@ class Rewriter:
                 continue
             if _dead(node):
                 self._erase_dead(node)
+                continue
+            if idle(node.op):
                 continue
             for rule, at in self._ordered(phase, node):
                 if self._try(rule, at, phase.name):

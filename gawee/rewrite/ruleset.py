@@ -44,6 +44,7 @@ class Phase:
     _enclosing: dict[tuple[str, int], list[Rule]] = field(default_factory=dict, repr=False)
     _lowest: dict[str, int] = field(default_factory=dict, repr=False)
     _above: dict[str, frozenset[str]] = field(default_factory=dict, repr=False)
+    _idle: dict[str, bool] = field(default_factory=dict, repr=False)
 
     def candidates(self, op: str) -> list[Rule]:
         """Rules whose root can be ``op`` (including `_(...)` roots), by priority then file order."""
@@ -58,6 +59,15 @@ class Phase:
         got = self._lowest.get(op)
         if got is None:
             got = self._lowest[op] = min((r.priority for r in self.candidates(op)), default=0)
+        return got
+
+    def idle(self, op: str) -> bool:
+        """No rule is ever tried at a node of ``op``: none is rooted there, and none of a higher priority is
+        rooted at any op a user could have (:meth:`enclosing_ops`). The worklist does not visit such nodes
+        unless they are dead (it erases them)."""
+        got = self._idle.get(op)
+        if got is None:
+            got = self._idle[op] = not self.candidates(op) and not self.enclosing_ops(op)
         return got
 
     def enclosing_ops(self, op: str) -> frozenset[str]:
