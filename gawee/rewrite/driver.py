@@ -214,25 +214,41 @@ class Rewriter:
                     return False
         mctx = MatchContext()
         env: dict = {}
-        for roots in match_roots(rule, node, env, mctx):
-            rctx = RewriteContext(self.graph, rule, roots, env, self.device)
-            if use_guard and rule.guard is not None:
-                try:
-                    if not rule.guard(rctx):
-                        continue
-                except GuardFailed:
-                    continue
-            try:
-                result = self._build(rule, rctx)
-            except GuardFailed:
-                rctx.rollback()
-                continue
-            if result is None:
-                rctx.rollback()
-                continue
-            self._apply(rule, roots, rctx, result, list(mctx.nodes), phase)
-            return True
+        fns = match_functions(rule)
+        if len(fns) == 1:  # one root: its generated matcher directly, as match_roots would run it
+            v = node.outputs[0] if rule.whole_node is not None else output_value(rule.root_output, node)
+            if v is None:
+                return False
+            roots = [node]
+            for _ in fns[0](v, env, mctx):  # noqa: SIM110 (a loop: no generator made per attempt)
+                if self._fire(rule, roots, env, mctx, phase, use_guard):
+                    return True
+            return False
+        for roots in match_roots(rule, node, env, mctx):  # noqa: SIM110 (as above)
+            if self._fire(rule, roots, env, mctx, phase, use_guard):
+                return True
         return False
+
+    def _fire(self, rule: Rule, roots: list[Node], env: dict, mctx: MatchContext, phase: str, use_guard: bool) -> bool:
+        """One match of ``rule`` at ``roots`` (``env`` bound): its guard, then its replacement, applied; False where
+        the guard does not hold or the replacement is abandoned (the next match is tried)."""
+        rctx = RewriteContext(self.graph, rule, roots, env, self.device)
+        if use_guard and rule.guard is not None:
+            try:
+                if not rule.guard(rctx):
+                    return False
+            except GuardFailed:
+                return False
+        try:
+            result = self._build(rule, rctx)
+        except GuardFailed:
+            rctx.rollback()
+            return False
+        if result is None:
+            rctx.rollback()
+            return False
+        self._apply(rule, roots, rctx, result, list(mctx.nodes), phase)
+        return True
 
     def _build(self, rule: Rule, rctx: RewriteContext) -> list[Value] | None:
         """The replacement values for the roots' outputs (in order), or None if it would change nothing."""
