@@ -193,8 +193,12 @@ class ConstCompiler:
             return self._default(e)
         from gawee.dsl.library import BUILTINS
 
-        if e.func in BUILTINS or e.func in self.scope.helpers or not has_op(e.func):
+        if e.func in self.scope.helpers or not has_op(e.func):
             return None
+        if e.func in BUILTINS:  # abs, min, max: the op on a tensor (as the replacement reads them), else numbers
+            first = self._compile(e.args[0].value) if e.args and e.args[0].value is not None else None
+            if first is None or first[0] != "tensor":
+                return None
         return self._op(e, get_op(e.func))
 
     def _default(self, e: A.ECall):
@@ -226,15 +230,17 @@ class ConstCompiler:
         for a in e.args:
             if a.rest or (a.keyword is not None and a.keyword not in [x.name for x in opdef.attrs]):
                 return None  # a spliced rest, or an operand given by name
-            if a.keyword is None and not attrs and len(operands) < len(names):
-                got = self._compile(a.value)
-                if got is not None:
-                    leaf = a.value.name if isinstance(a.value, A.EName) and a.value.name in self.scope.vars else None
-                    operands.append((got[0], got[1], leaf))
-                    continue
             value = literal_value(a.value)
-            if value is NO_LITERAL or (a.keyword is None and _is_number(value) and not attrs):
-                return None  # a computed attribute, or a number the compiled closure could not read
+            if a.keyword is None and not attrs and len(operands) < len(names) and not _plain_data(value):
+                # the next operand, as the replacement reads it: a tensor, or a number made a 0-d tensor
+                got = self._compile(a.value)
+                if got is None:
+                    return None  # an operand that is not a constant subexpression, or `none`
+                leaf = a.value.name if isinstance(a.value, A.EName) and a.value.name in self.scope.vars else None
+                operands.append((got[0], got[1], leaf))
+                continue
+            if value is NO_LITERAL:
+                return None  # an attribute computed from the match
             name = a.keyword
             if name is None:
                 remaining = [x.name for x in opdef.attrs if x.name not in attrs]
@@ -274,8 +280,9 @@ class ConstCompiler:
         return "tensor", call
 
 
-def _is_number(v: Any) -> bool:
-    return type(v) in (int, float, bool) or v is None
+def _plain_data(v: Any) -> bool:
+    """A literal that is not a number or `none` (a list, a string): an attribute wherever it is written."""
+    return v is not NO_LITERAL and not (type(v) in (int, float, bool) or v is None)
 
 
 def _number(x: Any) -> Any:

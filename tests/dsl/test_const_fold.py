@@ -71,6 +71,17 @@ def test_compiled_folds_give_the_general_paths_graph_bit_for_bit(monkeypatch, bi
         assert na == nb and a.dtype == b.dtype and torch.equal(a, b)
 
 
+def test_abs_of_a_constant_is_folded_by_its_op(monkeypatch):
+    ops = []
+    real = RewriteContext.emit_op
+    monkeypatch.setattr(
+        RewriteContext, "emit_op", lambda self, opdef, *a, **k: ops.append(opdef.name) or real(self, opdef, *a, **k)
+    )
+    (rule,) = [r for r in gawee.load_rules_text(FOLDS).rules if r.name == "arith"]
+    _, report = gawee.rewrite(_graph(True, True), RuleSet([Phase("p", [rule])]))
+    assert report.total == 1 and ops == ["add", "neg"]  # the constant operand, abs(c) included, is one closure
+
+
 def test_a_fold_subexpression_is_one_new_constant(monkeypatch):
     """Only the node the replacement builds goes through emit_op: the eight constant ops do not."""
     ops = []
