@@ -202,6 +202,14 @@ class EBool(Expr):
     right: Expr
 
 
+def chain_terms(e: Expr, op: str) -> list[Expr]:
+    """The terms of a chain of ``op`` (`and` or `or`) rooted at ``e``, however nested, left to right (a guard's
+    conjuncts: ``chain_terms(guard, "and")``)."""
+    if isinstance(e, EBool) and e.op == op:
+        return chain_terms(e.left, op) + chain_terms(e.right, op)
+    return [e]
+
+
 @dataclass
 class ECompare(Expr):
     op: str

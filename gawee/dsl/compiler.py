@@ -375,9 +375,7 @@ def _root_checks(guard: A.Expr, matcher: OpM, scope) -> tuple[str, ...]:
 
 
 def _conjuncts(e: A.Expr) -> list[A.Expr]:
-    if isinstance(e, A.EBool) and e.op == "and":
-        return _conjuncts(e.left) + _conjuncts(e.right)
-    return [e]
+    return A.chain_terms(e, "and")
 
 
 def _desugar(p: A.Pattern) -> A.Pattern:

@@ -23,6 +23,7 @@ from typing import Any
 
 from gawee.dsl import ast as A
 from gawee.dsl import kinds as K
+from gawee.dsl.library import BUILTINS
 from gawee.dsl.scope import _UNSET, _Scope
 from gawee.errors import GaweeError
 from gawee.ir.types import TensorType
@@ -31,8 +32,16 @@ from gawee.ops import OpDef, get_op, has_op
 CFn = Callable[[Any], Any]
 """A compiled constant subexpression: ``cfn(ctx)`` gives its tensor, or raises NotConstant."""
 
-TENSOR_ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "div", "%": "remainder"}
-"""Tensor arithmetic's ops (as gawee.dsl.expressions builds them; `//` is div with rounding_mode="floor")."""
+TENSOR_ARITH = {
+    "+": ("add", {}),
+    "-": ("sub", {}),
+    "*": ("mul", {}),
+    "/": ("div", {}),
+    "//": ("div", {"rounding_mode": "floor"}),
+    "%": ("remainder", {}),
+}
+"""The op and attributes of each arithmetic operator on tensors (the replacement's closures and the compiled
+constant ones build the same)."""
 
 
 NO_LITERAL = object()
@@ -72,34 +81,24 @@ class NotConstant(Exception):
 def constant_vars(guard: A.Expr | None, scope: _Scope) -> frozenset[str]:
     """The tensor variables that ``guard``'s top-level conjunction makes constants: every argument of a
     `const(...)` term, and `g` of a term `const(g) or absent(g)` (a constant where present)."""
-    from gawee.dsl.compiler import _conjuncts  # the same split of a guard into its terms
-
-    if guard is None:
-        return frozenset()
     found: set[str] = set()
-    for term in _conjuncts(guard):
-        if _is_call(term, "const", scope):
-            found.update(a.value.name for a in term.args if isinstance(a.value, A.EName))
-        elif isinstance(term, A.EBool) and term.op == "or":
-            names = {_single_name(t) for t in (term.left, term.right) if _is_call(t, ("const", "absent"), scope)}
-            sides = [t for t in (term.left, term.right) if _is_call(t, ("const", "absent"), scope)]
-            if len(sides) == 2 and len(names) == 1 and None not in names:
-                found.update(names)
+    for term in A.chain_terms(guard, "and") if guard is not None else []:
+        found.update(_names_of(term, "const", scope))
+        if isinstance(term, A.EBool) and term.op == "or":
+            for one, other in ((term.left, term.right), (term.right, term.left)):
+                const = _names_of(one, "const", scope)
+                if len(const) == 1 and const == _names_of(other, "absent", scope):
+                    found.update(const)
     return frozenset(found)
 
 
-def _is_call(e: A.Expr, names, scope: _Scope) -> bool:
-    names = (names,) if isinstance(names, str) else names
-    return (
-        isinstance(e, A.ECall)
-        and e.func in names
-        and e.func not in scope.helpers
-        and all(not (a.keyword or a.rest) and isinstance(a.value, A.EName) for a in e.args)
-    )
-
-
-def _single_name(e: A.ECall) -> str | None:
-    return e.args[0].value.name if len(e.args) == 1 else None
+def _names_of(e: A.Expr, builtin: str, scope: _Scope) -> list[str]:
+    """The variables ``e`` passes to ``builtin`` when it is a call of it on variables only (else none)."""
+    if not isinstance(e, A.ECall) or e.func != builtin or builtin in scope.helpers:
+        return []
+    if not all(not (a.keyword or a.rest) and isinstance(a.value, A.EName) for a in e.args):
+        return []
+    return [a.value.name for a in e.args]
 
 
 class ConstCompiler:
@@ -173,8 +172,9 @@ class ConstCompiler:
         left, right = self._compile(e.left), self._compile(e.right)
         if left is None or right is None or "tensor" not in (left[0], right[0]) or e.op not in TENSOR_ARITH:
             return None
-        opdef = get_op(TENSOR_ARITH[e.op])
-        attrs = prepared_once(opdef, {"rounding_mode": "floor"} if e.op == "//" else {})
+        op, raw = TENSOR_ARITH[e.op]
+        opdef = get_op(op)
+        attrs = prepared_once(opdef, raw)
         if attrs is None:
             return None
         (lk, lf), (rk, rf) = left, right
@@ -191,8 +191,6 @@ class ConstCompiler:
     def _ECall(self, e: A.ECall):
         if e.func == "default" and e.func not in self.scope.helpers:
             return self._default(e)
-        from gawee.dsl.library import BUILTINS
-
         if e.func in self.scope.helpers or not has_op(e.func):
             return None
         if e.func in BUILTINS:  # abs, min, max: the op on a tensor (as the replacement reads them), else numbers

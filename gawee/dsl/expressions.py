@@ -11,7 +11,14 @@ import sympy
 
 from gawee.dsl import ast as A
 from gawee.dsl import kinds as K
-from gawee.dsl.const_fold import NO_LITERAL, ConstCompiler, NotConstant, literal_value, prepared_once
+from gawee.dsl.const_fold import (
+    NO_LITERAL,
+    TENSOR_ARITH,
+    ConstCompiler,
+    NotConstant,
+    literal_value,
+    prepared_once,
+)
 from gawee.dsl.library import BUILTINS, Builtin, GuardFailed
 from gawee.dsl.matcher import (
     RestRecord,
@@ -28,14 +35,6 @@ _ARITH = {
     "/": operator.truediv,
     "//": operator.floordiv,
     "%": operator.mod,
-}
-_TENSOR_ARITH = {
-    "+": ("add", {}),
-    "-": ("sub", {}),
-    "*": ("mul", {}),
-    "/": ("div", {}),
-    "//": ("div", {"rounding_mode": "floor"}),
-    "%": ("remainder", {}),
 }
 
 
@@ -132,13 +131,6 @@ def _constant_first(folded: Fn, general: Fn) -> Fn:
         return general(ctx)
 
     return fn
-
-
-def _chain_terms(e: A.Expr, op: str) -> list[A.Expr]:
-    """The terms of a chain of ``op`` (`and` or `or`) rooted at ``e``, left to right."""
-    if isinstance(e, A.EBool) and e.op == op:
-        return _chain_terms(e.left, op) + _chain_terms(e.right, op)
-    return [e]
 
 
 class _ExprCompiler:
@@ -311,7 +303,7 @@ class _ExprCompiler:
             for k, side in ((lk, e.left), (rk, e.right)):
                 if not (k.is_tensor or k.base in K.NUMERIC or k.base is K.Base.ANY):
                     raise RuleError(f"cannot combine a tensor with a {k}", span=side.span)
-            op, attrs = _TENSOR_ARITH[e.op]
+            op, attrs = TENSOR_ARITH[e.op]
             opdef = get_op(op)
             prepared = prepared_once(opdef, attrs)
             lt, rt = lk.is_tensor, rk.is_tensor
@@ -350,7 +342,7 @@ class _ExprCompiler:
         the first decisive term (false for `and`, true for `or`) decides, and the chain is unknown (None) where
         no term decides and some term is unknown — Kleene logic, evaluated as the nested pairs would be."""
         fns = []
-        for term in _chain_terms(e, e.op):
+        for term in A.chain_terms(e, e.op):
             fn, kind = self.compile(term)
             self._need_bool(kind, term)
             fns.append(fn)

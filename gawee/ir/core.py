@@ -298,11 +298,12 @@ class Graph:
         opdef = get_op(op)
         if not opdef.variadic and len(inputs) < len(opdef.operands):  # absent trailing optionals
             inputs = [*inputs, *([None] * (len(opdef.operands) - len(inputs)))]
-        in_types = [v.type if v is not None else None for v in inputs]
-        if not prepared:
-            attrs = opdef.prepare_attrs(attrs or {}, in_types, where=name or op)
-        if types is None:
-            types = opdef.infer_types(in_types, attrs)
+        if not prepared or types is None:  # the rewriter gives both, from one cache (OpDef.prepare_and_infer)
+            in_types = [v.type if v is not None else None for v in inputs]
+            if not prepared:
+                attrs = opdef.prepare_attrs(attrs or {}, in_types, where=name or op)
+            if types is None:
+                types = opdef.infer_types(in_types, attrs)
         node = Node(op, inputs, attrs, types, self.unique_name(name or op), source)
         if len(node.outputs) > 1:
             self._names.update(v.name for v in node.outputs)

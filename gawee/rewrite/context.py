@@ -367,7 +367,7 @@ class RewriteContext:
     def _fold_host(self, opdef: OpDef, inputs: list[Value | None], prepared: dict[str, Any]) -> Value | None:
         """The common fold, without the general path's steps: a pure op of one result, every operand a constant on
         the CPU (none absent), its attributes prepared when the replacement was compiled. What the general path
-        would do then — run the op, check the result (:func:`_fold_problem`), wrap it — in one step; None where
+        would do then — run the op, check the result (:meth:`fold_data`), wrap it — in one step; None where
         these conditions do not hold (the general path takes it, errors included)."""
         if "pure" not in opdef.traits:
             return None
@@ -380,15 +380,9 @@ class RewriteContext:
                 return None
             data.append(d)
         try:
-            t = opdef.evaluate(*data, **prepared)
-        except (GaweeError, RuntimeError, ValueError, TypeError, IndexError):
+            return self.constant(self.fold_data(opdef, prepared, data))
+        except NotConstant:
             return None  # the general path runs it again and reports the failure as it words it
-        if type(t) is not torch.Tensor:
-            return None
-        problem = _fold_problem(opdef, data, prepared, t)
-        if problem is not None:
-            raise GuardFailed(problem)
-        return Value(TensorType.of(t), "", data=t)
 
     def _fold(self, opdef, inputs: list, data: list, attrs: dict, multi: bool, prepared: dict | None = None):
         """``opdef`` evaluated now on the constants ``data`` (of ``inputs``): new detached constants, or

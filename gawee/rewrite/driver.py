@@ -214,20 +214,7 @@ class Rewriter:
                     return False
         mctx = MatchContext()
         env: dict = {}
-        fns = match_functions(rule)
-        if len(fns) == 1:  # one root: its generated matcher directly, as match_roots would run it
-            v = node.outputs[0] if rule.whole_node is not None else output_value(rule.root_output, node)
-            if v is None:
-                return False
-            roots = [node]
-            for _ in fns[0](v, env, mctx):  # noqa: SIM110 (a loop: no generator made per attempt)
-                if self._fire(rule, roots, env, mctx, phase, use_guard):
-                    return True
-            return False
-        for roots in match_roots(rule, node, env, mctx):  # noqa: SIM110 (as above)
-            if self._fire(rule, roots, env, mctx, phase, use_guard):
-                return True
-        return False
+        return any(self._fire(rule, roots, env, mctx, phase, use_guard) for roots in match_roots(rule, node, env, mctx))
 
     def _fire(self, rule: Rule, roots: list[Node], env: dict, mctx: MatchContext, phase: str, use_guard: bool) -> bool:
         """One match of ``rule`` at ``roots`` (``env`` bound): its guard, then its replacement, applied; False where
