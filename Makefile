@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 STAMP := $(VENV)/.gawee-installed
 
-.PHONY: demo test zoo speed soundness bench bench-int8 bench-int8-static bench-bf16 lint format clean
+.PHONY: accel demo test zoo speed soundness bench bench-int8 bench-int8-static bench-bf16 lint format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The rewrite engine's hot modules compiled with Cython (gawee/accel.py): only those whose source changed since
+# their build are compiled again (a minute at most); without a C compiler they run interpreted, as before.
+accel: $(STAMP)
+	$(VENV)/bin/gawee-rewrite accel build
+
+demo: accel
 	$(VENV)/bin/gawee-rewrite optimize resnet18 --bench
 
 # pytest-xdist: one worker per core (the soundness harness is Python-bound); TEST_WORKERS=0 runs in one process.
@@ -22,7 +27,7 @@ demo: $(STAMP)
 # Chromium or Graphviz); e.g. make test PYTEST_ARGS="-k rules -x".
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
-test: $(STAMP)
+test: accel
 	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Model zoo (benchmarks/README.md, ## Model zoo and ## Model zoo: transformers); e.g. make zoo ZOO_ARGS="--section transformers"
@@ -30,7 +35,7 @@ test: $(STAMP)
 zoo: $(STAMP)
 	$(PY) benchmarks/zoo.py $(ZOO_ARGS)
 
-speed: $(STAMP)
+speed: accel
 	$(PY) benchmarks/engine_speed.py $(SPEED_ARGS)
 
 soundness: $(STAMP)

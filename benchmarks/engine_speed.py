@@ -13,7 +13,8 @@
 (b) Synthetic graphs of ~1k, 10k and 100k nodes built with GraphBuilder — blocks of
     conv2d → batch_norm → relu on 1x4x8x8 activations with 4x4x3x3 weights, every 4th
     block ResNet-style conv2d → batch_norm → add(skip) → relu — rewritten with the
-    default rules (fold every batch norm, fuse every relu and residual add).
+    default rules (fold every batch norm, fuse every relu and residual add); beside it, the same rewrite
+    with the engine interpreted (``GAWEE_ACCEL=0``) instead of compiled (gawee.accel).
 (c) The same Conv+BN folding alone: gawee with only ``fold_conv_bn`` against
     ``torch.fx.subgraph_rewriter.replace_pattern`` on an fx.Graph of the same blocks.
 
@@ -351,10 +352,13 @@ def worker_main(args) -> int:
         row = measure_cold()
     elif args.worker == "onnxscript":
         row = measure_onnxscript(args.repeat)
-    elif args.worker in ("gawee", "fold"):
+    elif args.worker in ("gawee", "fold", "interpreted"):
         row = measure_gawee(args.blocks, args.worker, args.repeat)
     else:
         row = measure_fx(args.blocks, args.repeat)
+    from gawee import accel
+
+    row["engine"] = accel.summary()
     Path(args.out).write_text(json.dumps(row))
     return 0
 
@@ -386,7 +390,10 @@ def measure_cold_twice(timeout: float) -> dict:
     import os
     import tempfile
 
+    from gawee import accel
+
     saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ.setdefault(accel.STORE, str(accel.GAWEE.store))  # the compiled engine stays where it was built
     with tempfile.TemporaryDirectory(prefix="gawee-speed-cache-") as tmp:
         os.environ["XDG_CACHE_HOME"] = tmp
         try:
@@ -399,10 +406,13 @@ def measure_cold_twice(timeout: float) -> dict:
 
 
 def measure(kind: str, blocks: int, repeat: int, timeout: float) -> dict:
+    """One measurement in a worker process; ``interpreted``: the default rewrite with the engine's modules run by the
+    interpreter (``GAWEE_ACCEL=0``), beside the compiled engine's ``gawee`` row."""
     row, why, wall = run_worker(
         Path(__file__).resolve(),
         ["--worker", kind, "--blocks", str(blocks), "--repeat", str(repeat)],
         timeout=timeout,
+        env={"GAWEE_ACCEL": "0"} if kind == "interpreted" else None,
     )
     if row is not None:
         return row
@@ -438,6 +448,8 @@ def report(res: dict, sizes: list[int], command: str, limits: tuple[float, float
 
     lines, md = [], []
     r = res["resnet18"]
+    engine = r.get("engine", "engine (form not reported)")
+    lines.append(f"gawee's {engine}")
     if "median_s" in r:
         ok = r["median_s"] * 1e3 < TARGET_RESNET_MS
         lines.append(
@@ -489,6 +501,7 @@ def report(res: dict, sizes: list[int], command: str, limits: tuple[float, float
         "nodes (blocks)",
         "gawee, default rules",
         "µs / node",
+        "interpreted (GAWEE_ACCEL=0)",
         "after",
         "gawee, fold_conv_bn only",
         "fx replace_pattern (Conv+BN)",
@@ -496,8 +509,13 @@ def report(res: dict, sizes: list[int], command: str, limits: tuple[float, float
     ]
     rows = []
     for n in sizes:
-        g, f, x = res["gawee"][n], res["fold"][n], res["fx"][n]
+        g, f, x, i = res["gawee"][n], res["fold"][n], res["fx"][n], res["interpreted"][n]
         per = f"{g['median_s'] / g['nodes_before'] * 1e6:.0f}" if "median_s" in g else "—"
+        interp = fmt_s(i) + (
+            f", {i['median_s'] / i['nodes_before'] * 1e6:.0f} µs/node ({i['median_s'] / g['median_s']:.2f}×)"
+            if "median_s" in i and "median_s" in g
+            else ""
+        )
         after = f"{g['nodes_after']}" if "nodes_after" in g else "—"
         ratio = (
             f"{x['median_s'] / f['median_s']:.1f}×"
@@ -506,7 +524,7 @@ def report(res: dict, sizes: list[int], command: str, limits: tuple[float, float
         )
         label = f"{g.get('nodes_before', n)} ({g.get('blocks', blocks_for(n))})"
         fx_cell = fmt_s(x) + (f", {x['matches']} matches" if "matches" in x else "")
-        rows.append([label, fmt_s(g), per, after, fmt_s(f), fx_cell, ratio])
+        rows.append([label, fmt_s(g), per, interp, after, fmt_s(f), fx_cell, ratio])
     table = "\n".join(
         ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
     )
@@ -541,7 +559,7 @@ def report(res: dict, sizes: list[int], command: str, limits: tuple[float, float
                 f"{size_label(n)}: fx's replace_pattern takes {t('fx', n) / t('fold', n):.1f}× gawee's time "
                 f"for the same Conv+BN folding."
             )
-    for kind in ("gawee", "fold", "fx"):
+    for kind in ("gawee", "interpreted", "fold", "fx"):
         for n in sizes:
             if "error" in res[kind][n]:
                 summary.append(f"{kind} {n}: failed: {res[kind][n]['error']}")
@@ -555,6 +573,9 @@ def report(res: dict, sizes: list[int], command: str, limits: tuple[float, float
         "`--profile N` prints a cProfile of the default rewrite of the N-node graph.",
         f"```sh\n{command}\n```",
         f"Run {datetime.date.today().isoformat()} · {source_version()} · torch {torch.__version__} · {machine()}.",
+        f"gawee's figures are of its {engine} (`gawee/accel.py`, built by `make speed`); the column *interpreted* "
+        "is the same default rewrite with `GAWEE_ACCEL=0`, every module run by the interpreter, and its ratio the "
+        "interpreted time over the compiled one.",
         *md,
         "(b) and (c): synthetic graphs built with `GraphBuilder` — blocks of conv2d → batch_norm → relu on "
         "1×4×8×8 activations with 4×4×3×3 weights, every 4th block ResNet-style conv2d → batch_norm → "
@@ -594,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    res: dict = {"resnet18": {}, "gawee": {}, "fold": {}, "fx": {}}
+    res: dict = {"resnet18": {}, "gawee": {}, "interpreted": {}, "fold": {}, "fx": {}}
     t_all = time.perf_counter()
     with console.status("ResNet-18 ...") as status:
         res["resnet18"] = measure("resnet18", 0, max(10, args.repeat), args.timeout)
@@ -608,7 +629,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in sizes:
             blocks = blocks_for(n)
             repeat = args.small_repeat if n <= 10_000 else 1
-            for kind, limit in (("gawee", args.timeout), ("fold", args.timeout), ("fx", args.fx_timeout)):
+            kinds = (("gawee", args.timeout), ("interpreted", args.timeout), ("fold", args.timeout))
+            for kind, limit in (*kinds, ("fx", args.fx_timeout)):
                 status.update(f"{n} nodes: {kind} ...")
                 row = measure(kind, blocks, repeat, limit)
                 res[kind][n] = row

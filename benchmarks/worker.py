@@ -15,16 +15,23 @@ TIMEOUT = "timeout"
 
 
 def run_worker(
-    script: Path, args: list[str], *, timeout: float, threads: int = 1, cwd: Path | None = None
+    script: Path,
+    args: list[str],
+    *,
+    timeout: float,
+    threads: int = 1,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[dict | None, str, float]:
-    """Run ``python script *args --out FILE`` (the worker writes its row to FILE as JSON).
+    """Run ``python script *args --out FILE`` (the worker writes its row to FILE as JSON); ``env``: variables set
+    for it beyond this process's.
 
     Returns (row, "", wall seconds), or (None, why no row came back, wall seconds) where why is
     TIMEOUT or the exit status with the last lines the worker printed.
     """
     with tempfile.TemporaryDirectory(prefix="gawee-worker-") as tmp:
         out = Path(tmp) / "row.json"
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore", **(env or {}))
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(

@@ -3,6 +3,10 @@
 The public API, re-exported from the modules that own each piece.
 """
 
+from gawee import accel
+
+accel.install()  # first: the engine's modules imported below load compiled where built (gawee.accel)
+
 from gawee.analysis import constant_values, cost, infer_types, peak_memory, topological_order
 from gawee.backend.compile_report import CompileReport
 from gawee.backend.compiler import compile

@@ -209,6 +209,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chk.add_argument("--json", action="store_true", help="print machine-readable JSON")
     chk.set_defaults(func=cmd_check)
+
+    acc = sub.add_parser(
+        "accel",
+        help="compile the rewrite engine with Cython, or say whether it is (gawee.accel)",
+        description="build: compile the rewrite engine's hot modules with Cython and the C compiler into gawee's "
+        "cache (only those whose source changed since their build); status: which modules run compiled. A module "
+        "not compiled runs interpreted, with the same results.",
+    )
+    acc.add_argument("action", choices=["build", "status"])
+    acc.add_argument("--jobs", type=int, default=None, metavar="N", help="modules compiled at once (default: the CPUs)")
+    acc.add_argument("--strict", action="store_true", help="exit 1 when a module cannot be compiled")
+    acc.set_defaults(func=cmd_accel)
     return parser
 
 
@@ -681,6 +693,18 @@ class _null:
 
     def __exit__(self, *exc):
         return False
+
+
+def cmd_accel(args, console: Console) -> int:
+    from gawee import accel
+
+    if args.action == "build":
+        failed = accel.build(jobs=args.jobs, echo=lambda line: console.print(line, markup=False))
+        return 1 if failed and args.strict else 0
+    for module, form in accel.status().items():
+        console.print(f"{module:32s} {form}", markup=False)
+    console.print(accel.summary(), markup=False)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

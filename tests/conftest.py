@@ -13,6 +13,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from gawee.resources import cache_dir
+
 settings.register_profile(
     "ci",
     max_examples=100,
@@ -35,9 +37,11 @@ cores oversubscribe them, and a parallel region then waits a time slice for a de
 1x512x1000 linear measured 0.12 ms alone and 8 ms (median) beside another busy two-thread process (AMD EPYC
 Zen 3), which once made it the slowest op of ResNet-18 in a CI run."""
 
+os.environ.setdefault("GAWEE_ACCEL_DIR", str(cache_dir() / "accel"))
 os.environ["XDG_CACHE_HOME"] = _CACHE = tempfile.mkdtemp(prefix="gawee-test-cache-")
 """The suite's answers about this machine (gawee.cache) start empty and are its own (its CLI runs share them):
-nothing a developer's or an earlier run's cache holds decides a test."""
+nothing a developer's or an earlier run's cache holds decides a test. The compiled engine that `make test` has just
+built stays where it is (gawee.accel, GAWEE_ACCEL_DIR): it decides no result, only how fast the suite runs."""
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 

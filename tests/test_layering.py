@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "gawee"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "threads", "resources", "cpu"),  # leaf utilities: errors, torch's thread count, bundled files, CPU flags
+    # leaf utilities: errors, torch's thread count, bundled files, CPU flags, the engine's compiled modules' finder
+    ("errors", "threads", "resources", "cpu", "accel"),
     ("ir",),  # types, symbols, Value/Node/Graph, the op-registry table ops fill in
     ("ops",),  # one OpDef per op: semantics, inference, cost, sampling; no lowering
     ("analysis", "interp"),  # shapes, constants, cost, liveness; the reference interpreter

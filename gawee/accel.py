@@ -1,0 +1,248 @@
+"""The rewrite engine's hot modules compiled to C with Cython: the same source, run without the interpreter.
+
+A rewrite spends its time in many small Python steps — a worklist visit, a use list edited, a guard's closure, a
+constant's check — spread over the IR, the driver and the rule closures, with little of it in torch. Cython
+translates a module of plain Python into C that makes the same calls on the same objects: classes, closures,
+generators and exceptions keep their Python semantics (annotations are not read as C types), so the compiled
+module computes exactly what its source does, without the bytecode dispatch. The source stays the one reference:
+nothing in it is written for Cython, and a module runs interpreted wherever it has not been compiled.
+
+:data:`MODULES` are compiled. ``gawee-rewrite accel build`` (``make`` runs it after installing) translates each
+and compiles it with the system's C compiler into gawee's cache directory (``$GAWEE_ACCEL_DIR`` where set), under
+a name that digests the module's source, the interpreter's ABI and the build's flags; :func:`install`, called by
+``gawee/__init__`` before anything else is imported, puts a finder first on ``sys.meta_path`` that loads a
+module's compiled form where one built from its current source exists, and otherwise leaves the module to the
+normal import. So a module edited since its build runs interpreted until it is built again: a stale build is
+never loaded. ``GAWEE_ACCEL=0`` turns the finder off (every module interpreted); ``gawee-rewrite accel status``
+says which form each module has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from gawee.resources import PACKAGE_DIR, cache_dir
+
+MODULES = (
+    "gawee.ir.core",
+    "gawee.ir.types",
+    "gawee.ops.base",
+    "gawee.analysis.tensor_facts",
+    "gawee.dsl.matcher",
+    "gawee.dsl.library",
+    "gawee.dsl.expressions",
+    "gawee.dsl.const_fold",
+    "gawee.dsl.compiler",
+    "gawee.rewrite.context",
+    "gawee.rewrite.ruleset",
+    "gawee.rewrite.driver",
+)
+"""The modules compiled: those a rewrite spends its time in (the IR, type inference and the op registry's caches,
+the rule closures and their constant folding, the worklist driver)."""
+
+CYTHON_FLAGS = ("-3", "-X", "annotation_typing=False,binding=True")
+"""Python 3 semantics; annotations are documentation, never C types (an ``int`` annotation would otherwise make
+Cython reject a bool or overflow where Python does not); functions keep their Python introspection."""
+
+CFLAGS = ("-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-DNDEBUG", "-w")
+BUILD_FLAGS = (*CYTHON_FLAGS, *CFLAGS)
+
+OFF = "GAWEE_ACCEL"
+"""Environment variable: ``0`` runs every module interpreted."""
+
+
+def enabled() -> bool:
+    return os.environ.get(OFF, "1") != "0"
+
+
+class Accelerated:
+    """Compiled forms of some modules of one package: where each is kept, whether the kept one is current."""
+
+    def __init__(self, package: str, package_dir: Path, modules: tuple[str, ...], store: Path):
+        self.package = package
+        self.package_dir = package_dir
+        self.modules = frozenset(modules)
+        self.store = store
+
+    def source(self, module: str) -> Path:
+        """The module's source file (``gawee.ir.core`` -> ``<package_dir>/ir/core.py``)."""
+        parts = module.split(".")
+        if parts[0] != self.package:
+            raise ValueError(f"{module} is not in {self.package}")
+        return self.package_dir.joinpath(*parts[1:]).with_suffix(".py")
+
+    def built(self, module: str, text: bytes | None = None) -> Path:
+        """Where the module's compiled form built from its current source (``text``, else read) is kept: the name
+        digests that source, the interpreter's ABI (its extension suffix names the version and platform) and the
+        build's flags."""
+        if text is None:
+            text = self.source(module).read_bytes()
+        key = b"\0".join([text, _abi().encode(), *(f.encode() for f in BUILD_FLAGS)])
+        digest = hashlib.sha256(key).hexdigest()[:20]
+        return self.store / f"{module}-{digest}{_abi()}"
+
+    def current(self, module: str) -> Path | None:
+        """The compiled form to load for ``module``, or None: not one of these, not built from its current
+        source, or turned off."""
+        if module not in self.modules or not enabled():
+            return None
+        try:
+            path = self.built(module)
+        except OSError:
+            return None
+        return path if path.is_file() else None
+
+
+class Finder(importlib.abc.MetaPathFinder):
+    """Loads a module's compiled form where :meth:`Accelerated.current` has one; else the normal import does."""
+
+    def __init__(self, accelerated: Accelerated):
+        self.accelerated = accelerated
+
+    def find_spec(self, fullname, path=None, target=None):
+        built = self.accelerated.current(fullname)
+        if built is None:
+            return None
+        loader = importlib.machinery.ExtensionFileLoader(fullname, str(built))
+        return importlib.util.spec_from_file_location(fullname, built, loader=loader)
+
+
+def _abi() -> str:
+    return sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+
+STORE = "GAWEE_ACCEL_DIR"
+"""Environment variable: the directory of the compiled modules (default: ``accel/`` in gawee's cache directory)."""
+
+GAWEE = Accelerated("gawee", PACKAGE_DIR, MODULES, Path(os.environ.get(STORE) or cache_dir() / "accel"))
+
+
+def install() -> None:
+    """Put gawee's finder first on ``sys.meta_path`` (once)."""
+    if not any(isinstance(f, Finder) and f.accelerated is GAWEE for f in sys.meta_path):
+        sys.meta_path.insert(0, Finder(GAWEE))
+
+
+# ---------------------------------------------------------------------------------------
+# building
+# ---------------------------------------------------------------------------------------
+
+
+def compile_module(accelerated: Accelerated, module: str) -> str | None:
+    """Translate ``module`` with Cython and compile it into its :meth:`Accelerated.built` path (atomically: a
+    concurrent import never sees half a library). None when done (or already built), else why not."""
+    text = accelerated.source(module).read_bytes()
+    dest = accelerated.built(module, text)
+    if dest.is_file():
+        return None
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return "no C compiler (set CC)"
+    if importlib.util.find_spec("Cython") is None:
+        return "Cython is not installed (pip install 'gawee[accel]')"
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"cannot create {dest.parent}: {e.strerror or e}"
+    with tempfile.TemporaryDirectory(prefix="gawee-accel-") as tmp:
+        src = Path(tmp) / f"{module.rsplit('.', 1)[1]}.py"
+        src.write_bytes(text)  # the text digested, even if the file changes meanwhile
+        c_file = src.with_suffix(".c")
+        steps = {
+            "cython": [
+                sys.executable,
+                "-m",
+                "cython",
+                *CYTHON_FLAGS,
+                "--module-name",
+                module,
+                "-o",
+                str(c_file),
+                str(src),
+            ],
+            Path(cc).name: [
+                cc,
+                *CFLAGS,
+                f"-I{sysconfig.get_paths()['include']}",
+                "-o",
+                str(src.with_suffix(".so")),
+                str(c_file),
+            ],
+        }
+        for step, cmd in steps.items():
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            except (OSError, subprocess.SubprocessError) as e:
+                return f"{step} failed: {e}"
+            if done.returncode != 0:
+                return f"{step} failed: {(done.stderr or done.stdout).strip()[-800:]}"
+        fd, part = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+        os.close(fd)
+        try:
+            shutil.copyfile(src.with_suffix(".so"), part)
+            os.chmod(part, 0o755)  # as a library the linker writes (mkstemp makes 0600)
+            os.replace(part, dest)
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
+    for old in dest.parent.glob(f"{module}-*{_abi()}"):  # builds from earlier sources are never loaded again
+        if old != dest:
+            old.unlink(missing_ok=True)
+    return None
+
+
+def build(accelerated: Accelerated = GAWEE, jobs: int | None = None, echo=print) -> dict[str, str]:
+    """Compile every module not built from its current source, ``jobs`` at a time (default: the CPUs); each
+    printed as it ends. The modules that could not be compiled, with why (they run interpreted)."""
+    todo = [m for m in sorted(accelerated.modules) if not accelerated.built(m).is_file()]
+    failed: dict[str, str] = {}
+    if not todo:
+        return failed
+    echo(f"gawee.accel: compiling {len(todo)} module(s) with Cython (once per source change)")
+
+    def one(module: str) -> tuple[str, str | None, float]:
+        t0 = time.perf_counter()
+        return module, compile_module(accelerated, module), time.perf_counter() - t0
+
+    with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
+        for module, why, seconds in pool.map(one, todo):
+            if why is None:
+                echo(f"  {module}: compiled ({seconds:.1f} s)")
+            else:
+                failed[module] = why
+                echo(f"  {module}: not compiled, runs interpreted: {why}")
+    return failed
+
+
+def status(accelerated: Accelerated = GAWEE) -> dict[str, str]:
+    """For each module: ``compiled`` (its compiled form is loaded, or would be at import), ``interpreted``."""
+    out = {}
+    for m in sorted(accelerated.modules):
+        loaded = sys.modules.get(m)
+        if loaded is not None:
+            compiled = isinstance(getattr(loaded, "__loader__", None), importlib.machinery.ExtensionFileLoader)
+        else:
+            compiled = accelerated.current(m) is not None
+        out[m] = "compiled" if compiled else "interpreted"
+    return out
+
+
+def summary(accelerated: Accelerated = GAWEE) -> str:
+    """One line: how many of the modules run compiled (for reports and benchmark notes)."""
+    got = status(accelerated)
+    n = sum(v == "compiled" for v in got.values())
+    if not enabled():
+        return f"engine interpreted ({OFF}=0)"
+    return f"engine compiled with Cython ({n} of {len(got)} modules)" if n else "engine interpreted (not built)"
