@@ -36,6 +36,7 @@ from pathlib import Path
 from gawee.resources import PACKAGE_DIR, cache_dir
 
 MODULES = (
+    "gawee.ir.registry",
     "gawee.ir.core",
     "gawee.ir.types",
     "gawee.ops.base",
@@ -45,12 +46,15 @@ MODULES = (
     "gawee.dsl.expressions",
     "gawee.dsl.const_fold",
     "gawee.dsl.compiler",
+    "gawee.dsl.codegen",
+    "gawee.dsl.check_cache",
     "gawee.rewrite.context",
     "gawee.rewrite.ruleset",
     "gawee.rewrite.driver",
 )
-"""The modules compiled: those a rewrite spends its time in (the IR, type inference and the op registry's caches,
-the rule closures and their constant folding, the worklist driver)."""
+"""The modules compiled: those a rewrite spends its time in (the IR and its op table, type inference and the op
+registry's caches, the rule closures and their constant folding, the lookups of a rule's generated matchers and
+kept facts, the worklist driver)."""
 
 CYTHON_FLAGS = ("-3", "-X", "annotation_typing=False,binding=True")
 """Python 3 semantics; annotations are documentation, never C types (an ``int`` annotation would otherwise make
@@ -115,8 +119,23 @@ class Finder(importlib.abc.MetaPathFinder):
         built = self.accelerated.current(fullname)
         if built is None:
             return None
-        loader = importlib.machinery.ExtensionFileLoader(fullname, str(built))
+        loader = Loader(fullname, str(built), self.accelerated.source(fullname))
         return importlib.util.spec_from_file_location(fullname, built, loader=loader)
+
+
+class Loader(importlib.machinery.ExtensionFileLoader):
+    """Loads a compiled module whose ``__file__`` is its source's path, as the interpreted module's is (the module
+    was compiled from exactly that text): code that finds files beside its module keeps finding them. The spec's
+    ``origin`` and the loader still name the library."""
+
+    def __init__(self, name: str, path: str, source: Path):
+        super().__init__(name, path)
+        self.source = source
+
+    def create_module(self, spec):
+        module = super().create_module(spec)
+        module.__file__ = str(self.source)  # before the module's code runs (it may read __file__ at import)
+        return module
 
 
 def _abi() -> str:
@@ -156,31 +175,12 @@ def compile_module(accelerated: Accelerated, module: str) -> str | None:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return f"cannot create {dest.parent}: {e.strerror or e}"
+    source = accelerated.source(module)  # translated where it is: tracebacks name it (gawee/ir/core.py)
+    include = "-I" + sysconfig.get_paths()["include"]
     with tempfile.TemporaryDirectory(prefix="gawee-accel-") as tmp:
-        src = Path(tmp) / f"{module.rsplit('.', 1)[1]}.py"
-        src.write_bytes(text)  # the text digested, even if the file changes meanwhile
-        c_file = src.with_suffix(".c")
-        steps = {
-            "cython": [
-                sys.executable,
-                "-m",
-                "cython",
-                *CYTHON_FLAGS,
-                "--module-name",
-                module,
-                "-o",
-                str(c_file),
-                str(src),
-            ],
-            Path(cc).name: [
-                cc,
-                *CFLAGS,
-                f"-I{sysconfig.get_paths()['include']}",
-                "-o",
-                str(src.with_suffix(".so")),
-                str(c_file),
-            ],
-        }
+        c_file, library = str(Path(tmp) / "module.c"), str(Path(tmp) / "module.so")
+        translate = [sys.executable, "-m", "cython", *CYTHON_FLAGS, "--module-name", module, "-o", c_file]
+        steps = {"cython": [*translate, str(source)], Path(cc).name: [cc, *CFLAGS, include, "-o", library, c_file]}
         for step, cmd in steps.items():
             try:
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -188,10 +188,12 @@ def compile_module(accelerated: Accelerated, module: str) -> str | None:
                 return f"{step} failed: {e}"
             if done.returncode != 0:
                 return f"{step} failed: {(done.stderr or done.stdout).strip()[-800:]}"
+        if source.read_bytes() != text:  # edited while it was translated: what was built is of neither text
+            return "its source changed while it was compiled"
         fd, part = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
         os.close(fd)
         try:
-            shutil.copyfile(src.with_suffix(".so"), part)
+            shutil.copyfile(library, part)
             os.chmod(part, 0o755)  # as a library the linker writes (mkstemp makes 0600)
             os.replace(part, dest)
         finally:

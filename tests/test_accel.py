@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import traceback
 
 import pytest
 
@@ -45,6 +46,11 @@ SOURCE = textwrap.dedent(
             return None
 
 
+    def fail():
+        raise ValueError("from the module")
+
+
+    HERE = __file__
     FORM = "first"
     '''
 )
@@ -91,6 +97,12 @@ def test_a_compiled_module_is_loaded_only_while_its_source_is_the_one_built(pack
     assert accel.build(package, echo=lambda line: None) == {}
     mod = _fresh_import()
     assert _compiled(mod), mod.__file__
+    source = package.source("accpkg.mod")
+    # the module sees its source's path, as interpreted (files beside it are found); the spec names the library
+    assert mod.HERE == mod.__file__ == str(source) and mod.__spec__.origin.startswith(str(package.store))
+    with pytest.raises(ValueError) as failed:
+        mod.fail()
+    assert traceback.extract_tb(failed.value.__traceback__)[-1].filename == "accpkg/mod.py"  # the source, by package
     assert (mod.Box(3).value, mod.scaled(4)(2.5), list(mod.count(3))) == (3, 10.0, [0, 1, 2])
     assert (mod.parse("7"), mod.parse(True), mod.parse("x")) == (7, 1, None)  # a bool where `int` is annotated
     with pytest.raises(AttributeError):
@@ -101,7 +113,6 @@ def test_a_compiled_module_is_loaded_only_while_its_source_is_the_one_built(pack
     assert not _compiled(_fresh_import())  # turned off: interpreted
     monkeypatch.delenv(accel.OFF)
 
-    source = package.source("accpkg.mod")
     source.write_text(SOURCE.replace('FORM = "first"', 'FORM = "edited"'))
     mod = _fresh_import()
     assert not _compiled(mod) and mod.FORM == "edited"  # the build of the old source is never loaded

@@ -152,6 +152,14 @@ class RestRecord:
     attrs: dict[str, Any]
     variadic: tuple[Value | None, ...] = ()
 
+    def __init__(self, op: str, operands: dict, attrs: dict, variadic: tuple = ()):
+        # written out as the dataclass would generate it: a match binding `...attrs` makes one, and this runs
+        # compiled with this module (gawee.accel), a generated one does not
+        self.op = op
+        self.operands = operands
+        self.attrs = attrs
+        self.variadic = variadic
+
     def get(self, key: str) -> Any:
         if key in self.operands:
             return self.operands[key]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -19,6 +20,11 @@ class Use(NamedTuple):
 
     node: Node
     index: int
+
+
+_new_use = functools.partial(tuple.__new__, Use)
+"""``_new_use((node, index))`` is ``Use(node, index)`` without the Python-level ``__new__`` that ``NamedTuple``
+generates: the IR makes one per operand of every node it creates or copies."""
 
 
 class Value:
@@ -343,7 +349,7 @@ class Graph:
             v.producer, v.output_index = node, i
         for i, v in enumerate(node._inputs):
             if v is not None:
-                v._uses.append(Use(node, i))
+                v._uses.append(_new_use((node, i)))
 
     def erase_node(self, node: Node) -> None:
         """Remove a node whose outputs are unused; its operands lose those uses.
@@ -386,7 +392,7 @@ class Graph:
         inputs[index] = value
         node._inputs = tuple(inputs)
         if value is not None:
-            value._uses.append(Use(node, index))
+            value._uses.append(_new_use((node, index)))
 
     def replace_all_uses_with(self, old: Value, new: Value) -> list[Node]:
         """Make every reader of ``old`` (graph outputs included) read ``new``.
@@ -495,7 +501,7 @@ class Graph:
             names.add(node.name)
             for i, v in enumerate(n._inputs):
                 if v is not None:
-                    v._uses.append(Use(n, i))
+                    v._uses.append(_new_use((n, i)))
             n._prev, n._next, n._order = prev, None, float(count)
             if prev is None:
                 g._head = n

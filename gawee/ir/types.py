@@ -134,6 +134,16 @@ class TensorType:
     dtype: DType
     layout: Layout = Layout.contiguous
 
+    # __eq__ and __hash__ written out as the dataclass would generate them: every inference and node cache lookup
+    # hashes and compares types, and these run compiled with this module (gawee.accel), generated ones do not
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return (self.shape, self.dtype, self.layout) == (other.shape, other.dtype, other.layout)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype, self.layout))
+
     @property
     def rank(self) -> int:
         return len(self.shape)

@@ -225,6 +225,7 @@ class RewriteContext:
     ):
         self.graph = graph
         self._device = device
+        self._on_host: bool | None = None
         self.rule = rule
         self.roots = root if isinstance(root, list) else [root]
         """The nodes the rule's roots matched, in pattern order (one unless the rule has several roots)."""
@@ -244,10 +245,12 @@ class RewriteContext:
             self._device = self.graph.device
         return self._device
 
-    @functools.cached_property
+    @property
     def on_host(self) -> bool:
         """The graph is on the CPU or the meta device: constants on the CPU are folded where they are."""
-        return self.device.type in ("cpu", "meta")
+        if self._on_host is None:
+            self._on_host = self.device.type in ("cpu", "meta")
+        return self._on_host
 
     def _evaluate(self, opdef, data: list, attrs: dict) -> tuple[list, tuple[torch.Tensor, ...]]:
         """``opdef`` run on constant ``data`` moved to one device (``fold_device``), its results left there: a
