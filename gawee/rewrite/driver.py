@@ -552,9 +552,11 @@ def _collector_off() -> Iterator[None]:
     (tests/rewrite/test_gc_freeze.py), so a collection during a rewrite finds nothing, and walks every object the
     rewrite made so far — on a graph of 100k nodes one young collection walked the copy's and the phases' objects
     for a few hundredths of the rewrite. Moved to the oldest generation, the copy and its rewritten nodes are not
-    walked by the caller's next young collection either. Cyclic garbage a user's rule makes is collected later,
-    by the caller's collections. Left as it is when the collector is already off; a caller that froze objects
-    itself keeps them frozen (what the rewrite made then stays where it is: unfreezing would undo that freeze)."""
+    walked by the caller's next young collection either. CPython does not count objects moved there this way
+    towards its next full collection, so :func:`_moved_to_oldest` does: the graphs a caller drops (cyclic, like
+    every graph of nodes and values) are collected, not kept. Left as it is when the collector is
+    already off; a caller that froze objects itself keeps them frozen (what the rewrite made then stays where it
+    is: unfreezing would undo that freeze)."""
     if not gc.isenabled():
         yield
         return
@@ -563,6 +565,46 @@ def _collector_off() -> Iterator[None]:
         yield
     finally:
         if not gc.get_freeze_count():
+            moved = gc.get_count()[0]  # tracked objects made since the last collection, net: the rewrite's, mostly
             gc.freeze()
             gc.unfreeze()
+            _moved_to_oldest(moved)
         gc.enable()
+
+
+class _Oldest:
+    """The objects rewrites moved into the oldest generation since its last full collection, and how many that
+    collection left (measured once the count is worth comparing with it)."""
+
+    moved = 0
+    survivors = 0
+    full_collections = -1
+
+
+FULL_COLLECTION_FLOOR = 100_000
+"""Objects moved into the oldest generation below which no full collection is considered (a rewrite moves about
+five per node of its graph)."""
+
+FULL_COLLECTION_RATIO = 1.0
+"""A full collection once the objects moved since the last one outnumber what it left by this ratio: the graphs a
+loop drops at most double the heap, and each collection's walk is paid for by as many new objects. (CPython's own
+trigger is a quarter; with torch imported the heap holds hundreds of thousands of objects, and collecting it
+every quarter would cost a loop of large rewrites as much again as the rewriting.)"""
+
+
+def _moved_to_oldest(n: int) -> None:
+    """Count ``n`` objects moved into the oldest generation unscanned, and collect that generation once they
+    outnumber what its last full collection left (:data:`FULL_COLLECTION_RATIO`). Any full collection since the
+    last count (the caller's, or CPython's own) walked them already."""
+    full = gc.get_stats()[-1]["collections"]
+    if full != _Oldest.full_collections:
+        _Oldest.full_collections, _Oldest.moved, _Oldest.survivors = full, 0, 0
+    _Oldest.moved += n
+    if _Oldest.moved < FULL_COLLECTION_FLOOR:
+        return
+    if not _Oldest.survivors:
+        _Oldest.survivors = len(gc.get_objects())
+    if _Oldest.moved > _Oldest.survivors * FULL_COLLECTION_RATIO:
+        gc.collect()
+        _Oldest.full_collections, _Oldest.moved = gc.get_stats()[-1]["collections"], 0
+        _Oldest.survivors = len(gc.get_objects())
