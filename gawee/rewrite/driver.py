@@ -574,37 +574,35 @@ def _collector_off() -> Iterator[None]:
 
 class _Oldest:
     """The objects rewrites moved into the oldest generation since its last full collection, and how many that
-    collection left (measured once the count is worth comparing with it)."""
+    collection left when it was one of :func:`_moved_to_oldest`'s (None: not known)."""
 
     moved = 0
-    survivors = 0
+    survivors: int | None = None
     full_collections = -1
 
 
 FULL_COLLECTION_FLOOR = 100_000
-"""Objects moved into the oldest generation below which no full collection is considered (a rewrite moves about
-five per node of its graph)."""
+"""Objects moved into the oldest generation below which no full collection is run (a rewrite moves about five per
+node of its graph)."""
 
-FULL_COLLECTION_RATIO = 1.0
-"""A full collection once the objects moved since the last one outnumber what it left by this ratio: the graphs a
-loop drops at most double the heap, and each collection's walk is paid for by as many new objects. (CPython's own
-trigger is a quarter; with torch imported the heap holds hundreds of thousands of objects, and collecting it
-every quarter would cost a loop of large rewrites as much again as the rewriting.)"""
+FULL_COLLECTION_UNKNOWN = 1_000_000
+"""Objects moved before a full collection while the size of what the last one left is not known (counting the
+objects alive is itself a walk of them all: done only after a collection, which walks them anyway)."""
 
 
 def _moved_to_oldest(n: int) -> None:
     """Count ``n`` objects moved into the oldest generation unscanned, and collect that generation once they
-    outnumber what its last full collection left (:data:`FULL_COLLECTION_RATIO`). Any full collection since the
-    last count (the caller's, or CPython's own) walked them already."""
+    outnumber what its last full collection left: the graphs a loop drops at most double the heap, and each
+    collection's walk is paid for by as many new objects. (CPython's own trigger is a quarter; with torch imported
+    the heap holds hundreds of thousands of objects, and walking them that often would cost a loop of large
+    rewrites as much again as the rewriting.) Any full collection since the last count (the caller's, or CPython's
+    own) walked them already."""
     full = gc.get_stats()[-1]["collections"]
     if full != _Oldest.full_collections:
-        _Oldest.full_collections, _Oldest.moved, _Oldest.survivors = full, 0, 0
+        _Oldest.full_collections, _Oldest.moved, _Oldest.survivors = full, 0, None
     _Oldest.moved += n
-    if _Oldest.moved < FULL_COLLECTION_FLOOR:
-        return
-    if not _Oldest.survivors:
-        _Oldest.survivors = len(gc.get_objects())
-    if _Oldest.moved > _Oldest.survivors * FULL_COLLECTION_RATIO:
+    known = _Oldest.survivors
+    if _Oldest.moved > (FULL_COLLECTION_UNKNOWN if known is None else max(FULL_COLLECTION_FLOOR, known)):
         gc.collect()
         _Oldest.full_collections, _Oldest.moved = gc.get_stats()[-1]["collections"], 0
         _Oldest.survivors = len(gc.get_objects())

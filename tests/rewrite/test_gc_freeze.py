@@ -119,13 +119,32 @@ def test_graphs_a_caller_drops_are_collected(monkeypatch):
 
     from gawee.rewrite import driver
 
-    monkeypatch.setattr(driver, "FULL_COLLECTION_FLOOR", 10_000)
-    monkeypatch.setattr(driver, "FULL_COLLECTION_RATIO", 0.05)  # this process's heap is what the ratio is of
+    monkeypatch.setattr(driver, "FULL_COLLECTION_UNKNOWN", 20_000)  # a rewrite of this graph moves about 4.6k
+    monkeypatch.setattr(driver._Oldest, "survivors", None)
     graph, rules = engine_speed.gawee_graph(300), load_rules_text("rule rr: relu(relu(x)) => relu(x)")
     gc.collect()
     dropped = []
-    for _ in range(40):
+    for _ in range(8):
         out, _ = rewrite(graph, rules)
         dropped.append(weakref.ref(out))
         del out
-    assert sum(ref() is not None for ref in dropped) < len(dropped) // 2
+    assert dropped[0]() is None and dropped[-1]() is not None  # collected by the fifth rewrite, the last one not yet
+
+
+def test_the_oldest_generation_is_collected_once_what_moved_outnumbers_what_its_last_collection_left(monkeypatch):
+    from gawee.rewrite import driver
+
+    collections = []
+    monkeypatch.setattr(driver.gc, "collect", lambda *a: collections.append(a) or 0)
+    for name, value in (("full_collections", gc.get_stats()[-1]["collections"]), ("moved", 0), ("survivors", 500_000)):
+        monkeypatch.setattr(driver._Oldest, name, value)
+    driver._moved_to_oldest(400_000)
+    assert collections == [] and driver._Oldest.moved == 400_000
+    driver._moved_to_oldest(200_000)
+    assert collections == [()] and driver._Oldest.moved == 0 and driver._Oldest.survivors > 0  # counted anew
+    monkeypatch.setattr(driver._Oldest, "survivors", 10)
+    driver._moved_to_oldest(driver.FULL_COLLECTION_FLOOR - 1)  # more than survived, fewer than the floor
+    assert len(collections) == 1
+    monkeypatch.setattr(driver._Oldest, "full_collections", -1)  # a full collection of someone else's since
+    driver._moved_to_oldest(driver.FULL_COLLECTION_FLOOR)
+    assert len(collections) == 1 and driver._Oldest.survivors is None  # what it left is not known
