@@ -61,13 +61,17 @@ CYTHON_FLAGS = ("-3", "-X", "annotation_typing=False,binding=True")
 Cython reject a bool or overflow where Python does not); functions keep their Python introspection."""
 
 CFLAGS = ("-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-DNDEBUG", "-w")
+"""The C compiler's: a shared library of position-independent code, as CPython's own extensions are built."""
+
 BUILD_FLAGS = (*CYTHON_FLAGS, *CFLAGS)
+"""Both, digested into every library's name: a build with other flags is another library."""
 
 OFF = "GAWEE_ACCEL"
 """Environment variable: ``0`` runs every module interpreted."""
 
 
 def enabled() -> bool:
+    """Whether compiled modules are loaded (``GAWEE_ACCEL`` is not ``0``)."""
     return os.environ.get(OFF, "1") != "0"
 
 
