@@ -30,6 +30,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -130,16 +131,32 @@ class Finder(importlib.abc.MetaPathFinder):
 class Loader(importlib.machinery.ExtensionFileLoader):
     """Loads a compiled module whose ``__file__`` is its source's path, as the interpreted module's is (the module
     was compiled from exactly that text): code that finds files beside its module keeps finding them. The spec's
-    ``origin`` and the loader still name the library."""
+    ``origin`` and the loader still name the library. A library this interpreter cannot load (damaged, or built
+    for another one) is reported once and the module is run from its source instead: a bad cache never stops
+    gawee from importing."""
 
     def __init__(self, name: str, path: str, source: Path):
         super().__init__(name, path)
         self.source = source
+        self.interpreted: importlib.machinery.SourceFileLoader | None = None
 
     def create_module(self, spec):
-        module = super().create_module(spec)
+        try:
+            module = super().create_module(spec)
+        except ImportError as e:
+            why = f"gawee.accel: {self.path} cannot be loaded ({e}); {self.name} runs interpreted"
+            warnings.warn(why, stacklevel=2)
+            self.interpreted = importlib.machinery.SourceFileLoader(self.name, str(self.source))
+            return None  # the default module object, which exec_module fills from the source
         module.__file__ = str(self.source)  # before the module's code runs (it may read __file__ at import)
         return module
+
+    def exec_module(self, module):
+        if self.interpreted is None:
+            super().exec_module(module)
+        else:
+            module.__file__ = str(self.source)
+            self.interpreted.exec_module(module)
 
 
 def _abi() -> str:
@@ -238,7 +255,10 @@ def status(accelerated: Accelerated = GAWEE) -> dict[str, str]:
     for m in sorted(accelerated.modules):
         loaded = sys.modules.get(m)
         if loaded is not None:
-            compiled = isinstance(getattr(loaded, "__loader__", None), importlib.machinery.ExtensionFileLoader)
+            loader = getattr(loaded, "__loader__", None)
+            compiled = isinstance(loader, importlib.machinery.ExtensionFileLoader) and not getattr(
+                loader, "interpreted", None
+            )
         else:
             compiled = accelerated.current(m) is not None
         out[m] = "compiled" if compiled else "interpreted"

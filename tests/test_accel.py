@@ -124,6 +124,16 @@ def test_a_compiled_module_is_loaded_only_while_its_source_is_the_one_built(pack
     assert len(list(package.store.iterdir())) == 1 and not old & set(package.store.iterdir())  # the old one removed
 
 
+def test_a_library_that_cannot_be_loaded_is_reported_and_the_source_runs_instead(package):
+    built = package.built("accpkg.mod")
+    built.parent.mkdir(parents=True)
+    built.write_bytes(b"not a shared library")  # a damaged cache entry under the current source's name
+    with pytest.warns(UserWarning, match="cannot be loaded.*accpkg.mod runs interpreted"):
+        mod = _fresh_import()
+    assert mod.scaled(3)(2) == 6 and mod.FORM == "first" and mod.__file__ == str(package.source("accpkg.mod"))
+    assert sys.modules["accpkg.mod"] is mod and accel.status(package) == {"accpkg.mod": "interpreted"}
+
+
 @NEEDS_BUILD_TOOLS
 def test_a_module_that_cannot_be_compiled_says_why_and_runs_interpreted(package, monkeypatch):
     package.source("accpkg.mod").write_text(SOURCE + "\ndef broken(:\n")
