@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -152,8 +153,7 @@ def test_a_module_that_cannot_be_compiled_says_why_and_runs_interpreted(package,
 
 REWRITE = textwrap.dedent(
     """
-    import hashlib, json, sys
-    import gawee
+    import json, sys
     from gawee import accel
     sys.path.insert(0, "benchmarks")
     import engine_speed, trace_identity
@@ -165,10 +165,8 @@ REWRITE = textwrap.dedent(
 
 
 @NEEDS_BUILD_TOOLS
-def test_the_compiled_engine_rewrites_exactly_as_the_interpreted_one(tmp_path):
+def test_the_compiled_engine_rewrites_exactly_as_the_interpreted_one():
     """The same firings, graph and folded constants from both forms of the engine, in processes of their own."""
-    from pathlib import Path
-
     repo = Path(__file__).resolve().parents[1]
     assert accel.build(echo=lambda line: None) == {}  # nothing to do after `make test`'s own build
     runs = {}
