@@ -2,6 +2,7 @@
 the graphs a caller drops are collected."""
 
 import gc
+from pathlib import Path
 
 from gawee.ir.builder import GraphBuilder
 from gawee.rewrite.driver import rewrite
@@ -114,7 +115,7 @@ def test_graphs_a_caller_drops_are_collected(monkeypatch):
     import sys
     import weakref
 
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import engine_speed
 
     from gawee.rewrite import driver
