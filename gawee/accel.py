@@ -183,7 +183,8 @@ def install() -> None:
 def compile_module(accelerated: Accelerated, module: str) -> str | None:
     """Translate ``module`` with Cython and compile it into its :meth:`Accelerated.built` path (atomically: a
     concurrent import never sees half a library). None when done (or already built), else why not."""
-    text = accelerated.source(module).read_bytes()
+    source = accelerated.source(module)  # translated where it is: tracebacks name it (gawee/ir/core.py)
+    text = source.read_bytes()
     dest = accelerated.built(module, text)
     if dest.is_file():
         return None
@@ -196,7 +197,6 @@ def compile_module(accelerated: Accelerated, module: str) -> str | None:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return f"cannot create {dest.parent}: {e.strerror or e}"
-    source = accelerated.source(module)  # translated where it is: tracebacks name it (gawee/ir/core.py)
     include = "-I" + sysconfig.get_paths()["include"]
     with tempfile.TemporaryDirectory(prefix="gawee-accel-") as tmp:
         c_file, library = str(Path(tmp) / "module.c"), str(Path(tmp) / "module.so")

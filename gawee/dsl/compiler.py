@@ -218,7 +218,7 @@ def _compile_variant(rule: A.RuleAST, patterns: list[A.Pattern], helpers, commen
         guard, kind = ec.compile(rule.guard)
         if kind.base not in (K.Base.BOOL, K.Base.ANY):
             raise RuleError(f"a guard must be a boolean, this is {kind}", span=rule.guard.span)
-        guard_parts = [(part.text, ec.compile(part)[0]) for part in _conjuncts(rule.guard)]
+        guard_parts = [(part.text, ec.compile(part)[0]) for part in A.chain_terms(rule.guard, "and")]
         root_checks = _root_checks(rule.guard, matcher, scope)
     assumptions = [_assumption(e, scope) for e in rule.assumes]
 
@@ -359,7 +359,7 @@ def _root_checks(guard: A.Expr, matcher: OpM, scope) -> tuple[str, ...]:
     if matcher.bind is None or matcher.output is not None:
         return ()
     found = []
-    for part in _conjuncts(guard):
+    for part in A.chain_terms(guard, "and"):
         if (
             isinstance(part, A.ECall)
             and part.func not in scope.helpers  # a helper of that name stands for its own code
@@ -372,10 +372,6 @@ def _root_checks(guard: A.Expr, matcher: OpM, scope) -> tuple[str, ...]:
         ):
             found.append(part.func)
     return tuple(found)
-
-
-def _conjuncts(e: A.Expr) -> list[A.Expr]:
-    return A.chain_terms(e, "and")
 
 
 def _desugar(p: A.Pattern) -> A.Pattern:

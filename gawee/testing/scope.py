@@ -284,9 +284,7 @@ def _partial_guard(rule: Rule) -> list[tuple[frozenset[str], Any]]:
     reads: the generator evaluates each as soon as those names are built (see Generator.prune)."""
     if rule.ast is None or rule.ast.guard is None:
         return []
-    from gawee.dsl.compiler import _conjuncts
-
-    parts = _conjuncts(rule.ast.guard)
+    parts = A.chain_terms(rule.ast.guard, "and")
     if len(parts) != len(rule.guard_parts):
         return []
     out = []
