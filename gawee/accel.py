@@ -57,9 +57,11 @@ MODULES = (
 registry's caches, the rule closures and their constant folding, the lookups of a rule's generated matchers and
 kept facts, the worklist driver)."""
 
-CYTHON_FLAGS = ("-3", "-X", "annotation_typing=False,binding=True")
+CYTHON_FLAGS = ("-3", "-X", "annotation_typing=False,binding=True,nonecheck=True")
 """Python 3 semantics; annotations are documentation, never C types (an ``int`` annotation would otherwise make
-Cython reject a bool or overflow where Python does not); functions keep their Python introspection."""
+Cython reject a bool or overflow where Python does not); functions keep their Python introspection. The C types
+are declared apart: a module's ``.pxd`` (its classes' fields) and ``@cython.locals`` (locals of an extension type);
+a field read through a local that holds None raises, as in Python, instead of reading nothing."""
 
 CFLAGS = ("-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-DNDEBUG", "-w")
 """The C compiler's: a shared library of position-independent code, as CPython's own extensions are built."""
@@ -84,6 +86,7 @@ class Accelerated:
         self.package_dir = package_dir
         self.modules = frozenset(modules)
         self.store = store
+        self._declarations: bytes | None = None
 
     def source(self, module: str) -> Path:
         """The module's source file (``gawee.ir.core`` -> ``<package_dir>/ir/core.py``)."""
@@ -98,9 +101,19 @@ class Accelerated:
         build's flags."""
         if text is None:
             text = self.source(module).read_bytes()
-        key = b"\0".join([text, _abi().encode(), *(f.encode() for f in BUILD_FLAGS)])
+        key = b"\0".join([text, self.declarations(), _abi().encode(), *(f.encode() for f in BUILD_FLAGS)])
         digest = hashlib.sha256(key).hexdigest()[:20]
         return self.store / f"{module}-{digest}{_abi()}"
+
+    def declarations(self) -> bytes:
+        """Every ``.pxd`` of the package, with its path: a module compiled against a declared extension type reads
+        that type's fields where the declaration puts them, so a changed declaration rebuilds every module."""
+        if self._declarations is None:  # read once per process: every module's import asks
+            parts = []
+            for pxd in sorted(self.package_dir.rglob("*.pxd")):
+                parts += [pxd.relative_to(self.package_dir).as_posix().encode(), pxd.read_bytes()]
+            self._declarations = b"\0".join(parts)
+        return self._declarations
 
     def current(self, module: str) -> Path | None:
         """The compiled form to load for ``module``, or None: not one of these, not built from its current
@@ -200,7 +213,8 @@ def compile_module(accelerated: Accelerated, module: str) -> str | None:
     include = "-I" + sysconfig.get_paths()["include"]
     with tempfile.TemporaryDirectory(prefix="gawee-accel-") as tmp:
         c_file, library = str(Path(tmp) / "module.c"), str(Path(tmp) / "module.so")
-        translate = [sys.executable, "-m", "cython", *CYTHON_FLAGS, "--module-name", module, "-o", c_file]
+        root = f"-I{accelerated.package_dir.parent}"  # where `cimport gawee.ir.core` finds gawee/ir/core.pxd
+        translate = [sys.executable, "-m", "cython", *CYTHON_FLAGS, root, "--module-name", module, "-o", c_file]
         steps = {"cython": [*translate, str(source)], Path(cc).name: [cc, *CFLAGS, include, "-o", library, c_file]}
         for step, cmd in steps.items():
             try:

@@ -151,6 +151,78 @@ def test_a_module_that_cannot_be_compiled_says_why_and_runs_interpreted(package,
     assert not _compiled(_fresh_import())
 
 
+TYPED = textwrap.dedent(
+    """
+    try:
+        import cython
+    except ImportError:
+        from gawee import cython_shim as cython
+
+
+    class Cell:
+        __slots__ = ("items", "next")
+
+        def __init__(self, items):
+            self.items = items
+            self.next = None
+
+
+    @cython.locals(c=Cell)
+    def total(c):
+        n = 0
+        while c is not None:
+            n += len(c.items)
+            c = c.next
+        return n
+    """
+)
+
+
+@NEEDS_BUILD_TOOLS
+def test_declared_types_make_extension_types_and_a_changed_declaration_rebuilds_every_module(package):
+    """A class declared in a ``.pxd`` beside its module compiles to an extension type with typed fields; a local
+    declared of that type (``@cython.locals``) reads them; a field's declared type is enforced, None checked."""
+    root = package.package_dir
+    (root / "mod.py").write_text(TYPED)
+    (root / "mod.pxd").write_text("cdef class Cell:\n    cdef public list items\n    cdef public Cell next\n")
+    before = package.built("accpkg.mod")
+    assert accel.build(package, echo=lambda line: None) == {}
+    mod = _fresh_import()
+    assert _compiled(mod) and not mod.Cell.__flags__ & (1 << 9)  # not a heap type: an extension type
+    a, b = mod.Cell([1, 2]), mod.Cell([3])
+    a.next = b
+    assert mod.total(a) == 3 and mod.total(None) == 0
+    with pytest.raises(TypeError):
+        a.items = (1, 2)  # declared a list
+    with pytest.raises(TypeError):
+        mod.total(7)  # declared a Cell
+    with pytest.raises(AttributeError):
+        a.other = 1
+
+    (root / "mod.pxd").write_text("cdef class Cell:\n    cdef public object items\n    cdef public Cell next\n")
+    fresh = accel.Accelerated("accpkg", root, ("accpkg.mod",), package.store)  # declarations are read once each
+    assert fresh.built("accpkg.mod") not in (before, package.built("accpkg.mod"))  # the declaration is in the key
+
+
+def test_the_engine_imports_and_rewrites_without_cython_installed():
+    """Interpreted, the typed modules' ``import cython`` falls back to gawee.cython_shim."""
+    script = (
+        "import sys; sys.modules['cython'] = None\n"  # as if Cython were not installed
+        "import gawee, gawee.cython_shim\n"
+        "sys.path.insert(0, 'benchmarks'); import engine_speed\n"
+        "out, report = gawee.rewrite(engine_speed.gawee_graph(8))\n"
+        "print(sum(report.firings.values()), sys.modules['gawee.ir.core'].cython is gawee.cython_shim)\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, accel.OFF: "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    fired, shimmed = done.stdout.split()
+    assert int(fired) > 10 and shimmed == "True"
+
+
 REWRITE = textwrap.dedent(
     """
     import json, sys

@@ -9,6 +9,11 @@ from typing import Any, NamedTuple
 import sympy
 import torch
 
+try:
+    import cython
+except ImportError:  # Cython is optional (the accel extra): the declarations below then do nothing
+    from gawee import cython_shim as cython
+
 from gawee.errors import IRError
 from gawee.ir.registry import get_op
 from gawee.ir.symbolic import dim
@@ -106,6 +111,7 @@ class Node:
         "source",
     )
 
+    @cython.locals(v=Value)
     def __init__(
         self,
         op: str,
@@ -194,6 +200,9 @@ def _freeze(v: Any, key: str) -> Any:
     )
 
 
+_CPU = torch.device("cpu")
+
+
 class Graph:
     """A dataflow graph: inputs, nodes in a valid topological order, outputs.
 
@@ -268,6 +277,7 @@ class Graph:
     def __len__(self) -> int:
         return self._len
 
+    @cython.locals(node=Node)
     def __iter__(self) -> Iterator[Node]:
         """Nodes in order. Erasing nodes while iterating is safe: an erased node keeps its
         forward link, so the walk resumes after it and skips nodes no longer in the graph."""
@@ -281,6 +291,7 @@ class Graph:
     def nodes(self) -> list[Node]:
         return list(self)
 
+    @cython.locals(node=Node)
     def create_node(
         self,
         op: str,
@@ -316,6 +327,7 @@ class Graph:
         self.insert(node, before=before)
         return node
 
+    @cython.locals(node=Node, before=Node, prev=Node, v=Value)
     def insert(self, node: Node, before: Node | None = None) -> None:
         """Link ``node`` into the order (at the end, or before ``before``) and register its uses."""
         if node.graph is not None:
@@ -351,6 +363,7 @@ class Graph:
             if v is not None:
                 v._uses.append(_new_use((node, i)))
 
+    @cython.locals(node=Node, v=Value)
     def erase_node(self, node: Node) -> None:
         """Remove a node whose outputs are unused; its operands lose those uses.
 
@@ -382,6 +395,7 @@ class Graph:
             v.producer = None
         self._len -= 1
 
+    @cython.locals(node=Node, old=Value, value=Value)
     def _set_input(self, node: Node, index: int, value: Value | None) -> None:
         old = node._inputs[index]
         if old is value:
@@ -394,6 +408,7 @@ class Graph:
         if value is not None:
             value._uses.append(_new_use((node, index)))
 
+    @cython.locals(old=Value, new=Value)
     def replace_all_uses_with(self, old: Value, new: Value) -> list[Node]:
         """Make every reader of ``old`` (graph outputs included) read ``new``.
 
@@ -416,6 +431,7 @@ class Graph:
         return changed
 
     # -- order ---------------------------------------------------------------------
+    @cython.locals(node=Node, n=Node)
     def position(self, node: Node) -> float:
         """A number that orders nodes as the graph does (amortized O(1): inserts take midpoints)."""
         if not self._order_valid:
@@ -425,6 +441,7 @@ class Graph:
         return node._order
 
     # -- whole-graph ---------------------------------------------------------------
+    @cython.locals(node=Node, v=Value)
     def constants(self) -> list[Value]:
         """Constant values read by nodes or outputs, in first-use order."""
         seen: dict[int, Value] = {}
@@ -438,14 +455,19 @@ class Graph:
         return list(seen.values())
 
     @property
+    @cython.locals(node=Node, v=Value)
     def device(self) -> torch.device:
         """Where the graph's data lives, and so where it runs: the device of its first constant that is not on
         the CPU (a model captured on an accelerator, or on the meta device), else the CPU. Literal scalars
         (0-d constants) may stay on the CPU in any graph, as torch allows beside tensors of any device."""
-        for v in self.constants():
-            if v.data.device.type != "cpu":
+        for node in self:  # constants() in its order, stopping at the first one off the CPU
+            for v in node._inputs:
+                if v is not None and v.data is not None and not v.data.is_cpu:
+                    return v.data.device
+        for v in self._outputs:
+            if v.data is not None and not v.data.is_cpu:
                 return v.data.device
-        return torch.device("cpu")
+        return _CPU
 
     def to(self, device: torch.device | str) -> Graph:
         """A copy of the graph with every constant on ``device`` (a graph captured on the CPU run on an
@@ -455,6 +477,7 @@ class Graph:
             v.data = v.data.to(device)
         return g
 
+    @cython.locals(v=Value, nv=Value, got=Value, ov=Value, node=Node, n=Node, prev=Node)
     def clone(self) -> Graph:
         """A structurally identical, independent graph (constant tensors are shared). Nodes are copied slot by
         slot and linked at the end in order (what ``insert`` at the end would do): the rewriter copies every graph
@@ -536,6 +559,7 @@ class Graph:
         return f"<Graph {self.name}: {self._len} nodes>"
 
 
+@cython.locals(value=Value, node=Node)
 def _remove_use(value: Value, node: Node, index: int) -> None:
     uses = value._uses
     for k in range(len(uses) - 1, -1, -1):  # recent uses are the likeliest to go

@@ -13,6 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+try:
+    import cython
+except ImportError:  # Cython is optional (the accel extra): the declarations below then do nothing
+    from gawee import cython_shim as cython
+
 from gawee.analysis.tensor_facts import SMALL, abs_peak, abs_range, all_finite, elements, kept_abs_range
 from gawee.dsl.const_fold import NotConstant
 from gawee.dsl.library import GuardFailed
@@ -30,6 +35,7 @@ def detached_constant(data: torch.Tensor) -> Value:
     return Value(TensorType.of(data), "", data=data)
 
 
+@cython.locals(v=Value)
 def _constant_data(inputs: list[Value | None]) -> list[torch.Tensor | None] | None:
     """The data of ``inputs`` when every one present is a constant (absent ones as None), else None."""
     data = []
@@ -315,6 +321,7 @@ class RewriteContext:
         ``multi``: the op has several outputs, all returned (a tuple)."""
         return self.emit_op(get_op(op), inputs, attrs, multi)
 
+    @cython.locals(v=Value, node=Node)
     def emit_op(
         self,
         opdef: OpDef,
@@ -367,6 +374,7 @@ class RewriteContext:
             raise self.error(f"{op} has {len(node.outputs)} outputs: pick one with `[i]`")
         return node.outputs[0]
 
+    @cython.locals(v=Value)
     def _fold_host(self, opdef: OpDef, inputs: list[Value | None], prepared: dict[str, Any]) -> Value | None:
         """The common fold, without the general path's steps: a pure op of one result, every operand a constant on
         the CPU (none absent), its attributes prepared when the replacement was compiled. What the general path
@@ -411,6 +419,7 @@ class RewriteContext:
         v = detached_constant(t)
         return (v,) if multi else v
 
+    @cython.locals(v=Value)
     def _check_available(self, inputs: list[Value | None]) -> None:
         """With several roots the replacement goes before the earliest one: an operand computed after
         that point (inside a later root's pattern) cannot reach it, and the match is abandoned."""
@@ -419,17 +428,20 @@ class RewriteContext:
             if v is not None and v.producer is not None and self.graph.position(v.producer) > here:
                 raise GuardFailed(f"%{v.name} is computed after %{self.root.name}, where the replacement goes")
 
+    @cython.locals(v=Value)
     def name_result(self, v: Value) -> Value:
         if v.data is not None and not v.name:
             self._adopt(v, f"{self.root.name}.const")
         return v
 
+    @cython.locals(v=Value)
     def _adopt(self, v: Value, name: str) -> None:
         """Name a constant folded by this replacement (checked by _fold_problem) as it enters the graph, and put
         it on an accelerator graph's device (a literal is made on the CPU)."""
         v.data = to_device(v.data, fold_device([], self.device))
         v.name = self.graph.unique_name(name)
 
+    @cython.locals(node=Node)
     def rollback(self) -> None:
         """Remove the nodes a replacement built (it was abandoned)."""
         for node in reversed(self.new_nodes):

@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+try:
+    import cython
+except ImportError:  # Cython is optional (the accel extra): the declarations below then do nothing
+    from gawee import cython_shim as cython
+
 from gawee.dsl.codegen import match_functions
 from gawee.dsl.compiler import Rule
 from gawee.dsl.library import NODE_CHECKS, GuardFailed
@@ -126,6 +131,7 @@ class Rewriter:
         """Where the graph's constants live: folded constants are made there (``RewriteContext.device``)."""
 
     # -- worklist ------------------------------------------------------------------------
+    @cython.locals(node=Node)
     def _push(self, node: Node | None) -> None:
         if node is not None and node.graph is self.graph and id(node) not in self._queued:
             self._queued.add(id(node))
@@ -143,20 +149,24 @@ class Rewriter:
         self.report.seconds = time.perf_counter() - t0
         return self.report
 
+    @cython.locals(node=Node)
     def _run_phase(self, phase: Phase) -> None:
         if self.calibration is not None and reads_calibration(phase.rules):
             self.report.calibrated += calibrate(self.graph, self.calibration)
         idle = phase.idle
-        for node in self.graph:  # a node no rule is tried at is visited only to be erased, when dead
-            if not idle(node.op) or _dead(node):
-                self._push(node)
-        budget = self.budget_per_node * (len(self.graph) + 8)
+        graph, queue, queued = self.graph, self._queue, self._queued
+        for node in graph:  # a node no rule is tried at is visited only to be erased, when dead
+            if (not idle(node.op) or _dead(node)) and id(node) not in queued:  # _push, inlined: once per node
+                queued.add(id(node))
+                queue.append(node)
+        budget = self.budget_per_node * (len(graph) + 8)
         fired = 0
         recent: deque[str] = deque(maxlen=64)
-        while self._queue:
-            node = self._queue.popleft()
-            self._queued.discard(id(node))
-            if node.graph is not self.graph:
+        limited = self.max_firings is not None
+        while queue:
+            node = queue.popleft()
+            queued.discard(id(node))
+            if node.graph is not graph:
                 continue
             if _dead(node):
                 self._erase_dead(node)
@@ -170,11 +180,12 @@ class Rewriter:
                     if fired > budget:
                         raise _cycle_error(recent, self.rules, fired)
                     break
-            if self._stopped():
-                self._queue.clear()
-                self._queued.clear()
+            if limited and self._stopped():
+                queue.clear()
+                queued.clear()
                 return
 
+    @cython.locals(node=Node, v=Value, u=Node)
     def _ordered(self, phase: Phase, node: Node) -> list[tuple[Rule, Node]]:
         """The rules to try when ``node`` is visited, in order: its own candidates by priority, and
         before any of them, the rules of higher priority rooted at its users, tried at those users.
@@ -205,6 +216,7 @@ class Rewriter:
         return self.max_firings is not None and self.report.total >= self.max_firings
 
     # -- one rule on one node ------------------------------------------------------------
+    @cython.locals(node=Node)
     def _try(self, rule: Rule, node: Node, phase: str, use_guard: bool = True) -> bool:
         if len(node.outputs) != 1 and rule.whole_node is None and rule.root_output is None:
             return False
@@ -265,6 +277,7 @@ class Rewriter:
             return None  # `relu(x) => relu(x)`: firing it would change nothing, forever
         return [rctx.name_result(v) for v in results]
 
+    @cython.locals(n=Node, v=Value)
     def _apply(
         self, rule: Rule, roots: list[Node], rctx: RewriteContext, results: list[Value], matched: list[Node], phase: str
     ) -> None:
@@ -321,6 +334,7 @@ class Rewriter:
         instance = extract(f"{rule.name}@{rctx.root.name}", matched, created, old_values, results, assumed)
         self._instances[key] = (size, len(self.report.trace), instance)
 
+    @cython.locals(node=Node, n=Node, p=Node)
     def _erase_dead(self, node: Node) -> None:
         """Erase a dead node, then any producer it leaves dead; re-queue producers that lost a use."""
         stack = [node]
@@ -403,6 +417,7 @@ def root_value(m: OpM, node: Node) -> Value | None:
     return output_value(m.output, node)
 
 
+@cython.locals(node=Node, v=Value)
 def output_value(output: int | None, node: Node) -> Value | None:
     """:func:`root_value` for a root matcher whose ``output`` is given (a rule's ``root_output``): read without
     the matcher, which a rule loaded from a checked file compiles only once its generated matcher matches."""
@@ -470,6 +485,7 @@ def _operand_pairings(p: Node, q: Node) -> Iterator[list[tuple[Value | None, Val
         yield list(zip(p.inputs, reversed(q.inputs)))
 
 
+@cython.locals(node=Node, v=Value)
 def _dead(node: Node) -> bool:
     """Whether ``node`` has outputs and nothing reads any of them (no operand, no graph output): asked of every
     node the worklist visits, so it reads the use lists directly."""

@@ -1,0 +1,27 @@
+"""The part of Cython's pure-Python-mode API that gawee's compiled modules use, for a Python without Cython.
+
+A hot module declares C types for its locals with ``@cython.locals(node=Node)`` (and its classes' fields in a
+``.pxd`` beside it); :mod:`gawee.accel` compiles it with those types. Interpreted, the declarations do nothing:
+Cython's own ``cython`` module (installed with the ``accel`` extra) makes them no-ops, and where Cython is absent
+this module stands in for it::
+
+    try:
+        import cython
+    except ImportError:
+        from gawee import cython_shim as cython
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+compiled = False
+"""Whether the running code is compiled (never, here: Cython's module says True inside a compiled module)."""
+
+
+def locals(**types: Any) -> Callable[[F], F]:
+    """``@cython.locals(name=Type, ...)``: C types for a function's local variables; the function, unchanged."""
+    return lambda fn: fn
