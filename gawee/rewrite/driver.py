@@ -126,9 +126,9 @@ class Rewriter:
         self._queue: deque[Node] = deque()
         self._queued: set[int] = set()
         self.device = graph.device
+        """Where the graph's constants live: folded constants are made there (``RewriteContext.device``)."""
         self._instances: dict[tuple, tuple[int, int, Instance]] = {}
         """Instance key -> (elements read, trace index, instance) of the smallest firing of that key so far."""
-        """Where the graph's constants live: folded constants are made there (``RewriteContext.device``)."""
 
     # -- worklist ------------------------------------------------------------------------
     @cython.locals(node=Node)
@@ -226,7 +226,10 @@ class Rewriter:
                     return False
         mctx = MatchContext()
         env: dict = {}
-        return any(self._fire(rule, roots, env, mctx, phase, use_guard) for roots in match_roots(rule, node, env, mctx))
+        for roots in match_roots(rule, node, env, mctx):  # a loop, not any(...): no closure in a C method
+            if self._fire(rule, roots, env, mctx, phase, use_guard):
+                return True
+        return False
 
     def _fire(self, rule: Rule, roots: list[Node], env: dict, mctx: MatchContext, phase: str, use_guard: bool) -> bool:
         """One match of ``rule`` at ``roots`` (``env`` bound): its guard, then its replacement, applied; False where
