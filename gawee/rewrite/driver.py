@@ -226,7 +226,7 @@ class Rewriter:
                     return False
         mctx = MatchContext()
         env: dict = {}
-        for roots in match_roots(rule, node, env, mctx):  # a loop, not any(...): no closure in a C method
+        for roots in match_roots(rule, node, env, mctx):  # noqa: SIM110 (a loop: a C method holds no closure)
             if self._fire(rule, roots, env, mctx, phase, use_guard):
                 return True
         return False
