@@ -46,17 +46,16 @@ def _magnitudes(t: torch.Tensor) -> list[float] | None:
 
 def all_finite(t: torch.Tensor) -> bool:
     """No element is inf or nan (always true of integer and bool tensors)."""
-    if t.is_complex():
-        return bool(torch.isfinite(t).all())
-    if not t.is_floating_point() or t.numel() == 0:
-        return True
-    if t.numel() <= SMALL:
-        values = elements(t)
+    if not t.is_floating_point():
+        return not t.is_complex() or bool(torch.isfinite(t).all())
+    n = t.numel()
+    if n <= SMALL:
+        values = elements(t)  # none when empty: their sum, 0, is finite
         if math.isfinite(sum(values)):  # no inf or nan among them (the sum of these few cannot overflow float64
             return True  # unless they are near its own limit: then the exact answer below)
         mags = _magnitudes(t)
         return mags is not None and math.isfinite(max(mags))
-    if t.numel() >= KEPT:  # a weight that a fold reads next: its magnitudes bound the fold's result
+    if n >= KEPT:  # a weight that a fold reads next: its magnitudes bound the fold's result
         return math.isfinite(abs_range(t)[1])
     lo, hi = torch.aminmax(t)
     return math.isfinite(lo.item()) and math.isfinite(hi.item())

@@ -70,20 +70,23 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     float64 only where the result has a zero. A product shown safe by its operands' magnitudes is not read
     (:func:`_product_is_safe`); any other result is read once in the common case (:func:`result_problem`).
     """
+    headroom = _HEADROOM.get(result.dtype)
+    if headroom is not None and not result.is_meta and result.numel() <= SMALL:
+        # the common case (a small float32/16, bfloat16 result) of result_problem, read once in Python
+        if "view" in opdef.traits:
+            return None  # a view moves values: it makes no new ones
+        mags = list(map(abs, elements(result)))
+        if not mags:
+            return None
+        total = sum(mags)
+        if total - total == 0 and max(mags) <= headroom and (opdef.name in EXACT_ZEROS or min(mags) != 0):
+            return None  # no inf or nan, none past the headroom, no zero where a product could underflow to one
+        return result_problem(opdef, data, attrs, result)
     if "view" in opdef.traits or not result.is_floating_point() or result.is_meta:
-        return None  # a view moves values: it makes no new ones
+        return None
     n = result.numel()
     if n == 0 or (n > SMALL and opdef.name == "mul" and _product_is_safe(data, result)):
         return None  # a small result costs less to read than its operands
-    if n <= SMALL and result.dtype in _ROUNDING:  # the common case of result_problem, read once in Python
-        mags = list(map(abs, elements(result)))
-        total = sum(mags)
-        if (
-            total - total == 0  # no inf or nan
-            and max(mags) <= _headroom(result.dtype)
-            and (opdef.name in EXACT_ZEROS or min(mags) != 0)
-        ):
-            return None
     return result_problem(opdef, data, attrs, result)
 
 
@@ -146,6 +149,9 @@ scale); a larger one (a weight) is shown safe only from magnitudes its guard's `
 
 _ROUNDING = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 """Unit roundoff of the dtypes whose products of two values are exact in float64 (53 bits hold 2 × 24)."""
+
+_HEADROOM = {dtype: _headroom(dtype) for dtype in _ROUNDING}
+""":func:`_headroom` of those dtypes, whose small folded constants :func:`_fold_problem` reads in Python."""
 
 
 def _product_is_safe(data: list, result: torch.Tensor) -> bool:
