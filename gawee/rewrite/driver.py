@@ -226,7 +226,16 @@ class Rewriter:
                     return False
         mctx = MatchContext()
         env: dict = {}
-        for roots in match_roots(rule, node, env, mctx):  # noqa: SIM110 (a loop: a C method holds no closure)
+        fns, v = first_root(rule, node)
+        if v is None:
+            return False
+        # loops, not any(...): a C method holds no generator expression
+        if len(fns) == 1:  # match_roots' common case, without its generator: the rule's matcher, iterated here
+            for _ in fns[0](v, env, mctx):  # noqa: SIM110
+                if self._fire(rule, [node], env, mctx, phase, use_guard):
+                    return True
+            return False
+        for roots in match_roots(rule, node, env, mctx):  # noqa: SIM110
             if self._fire(rule, roots, env, mctx, phase, use_guard):
                 return True
         return False
@@ -373,10 +382,7 @@ def match_roots(
     the users of the values bound so far (roots share operands), in graph order, distinct from every node
     matched already. The rule's generated matchers (gawee.dsl.codegen) do the matching; ``interpreted``
     (or a rule with no generated code) walks its pattern tree instead, as ``explain`` does."""
-    fns = [] if interpreted else match_functions(rule)
-    if not fns:  # no generated code for this rule: its pattern is interpreted
-        fns = [lambda v, env, ctx, m=m: m.match(v, env, ctx, 0) for m in (rule.matcher, *rule.extra_roots)]
-    v = node.outputs[0] if rule.whole_node is not None else output_value(rule.root_output, node)
+    fns, v = first_root(rule, node, interpreted)
     if v is None:
         return
     if len(fns) == 1:  # one root, no later roots to look for (read from its matchers: a rule not compiled yet stays so)
@@ -385,6 +391,15 @@ def match_roots(
         return
     for _ in fns[0](v, env, mctx):
         yield from _later_roots(rule, fns, 0, [node], env, mctx)
+
+
+def first_root(rule: Rule, node: Node, interpreted: bool = False) -> tuple[list, Value | None]:
+    """The rule's matchers, one per root (its generated ones, or with ``interpreted`` or no generated code, its
+    pattern trees walked), and the value its first is matched against at ``node`` (None: it cannot match there)."""
+    fns = [] if interpreted else match_functions(rule)
+    if not fns:  # no generated code for this rule: its pattern is interpreted
+        fns = [lambda v, env, ctx, m=m: m.match(v, env, ctx, 0) for m in (rule.matcher, *rule.extra_roots)]
+    return fns, node.outputs[0] if rule.whole_node is not None else output_value(rule.root_output, node)
 
 
 def _later_roots(
