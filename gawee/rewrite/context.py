@@ -75,11 +75,16 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
         # the common case (a small float32/16, bfloat16 result) of result_problem, read once in Python
         if "view" in opdef.traits:
             return None  # a view moves values: it makes no new ones
-        mags = list(map(abs, elements(result)))
-        if not mags:
+        values = elements(result)
+        if not values:
             return None
-        total = sum(mags)
-        if total - total == 0 and max(mags) <= headroom and (opdef.name in EXACT_ZEROS or min(mags) != 0):
+        total = sum(values)  # an inf or nan makes it one (these few cannot overflow float64)
+        if (
+            total - total == 0
+            and max(values) <= headroom
+            and -min(values) <= headroom
+            and (opdef.name in EXACT_ZEROS or 0.0 not in values)  # -0.0 == 0.0
+        ):
             return None  # no inf or nan, none past the headroom, no zero where a product could underflow to one
         return result_problem(opdef, data, attrs, result)
     if "view" in opdef.traits or not result.is_floating_point() or result.is_meta:
