@@ -16,7 +16,8 @@ PACKAGE = ROOT / "gawee"
 
 LAYERS: list[tuple[str, ...]] = [
     # leaf utilities: errors, torch's thread count, bundled files, CPU flags, the engine's compiled modules' finder
-    ("errors", "threads", "resources", "cpu", "accel"),
+    # and the stand-in for Cython's declarations where Cython is absent
+    ("errors", "threads", "resources", "cpu", "accel", "cython_shim"),
     ("ir",),  # types, symbols, Value/Node/Graph, the op-registry table ops fill in
     ("ops",),  # one OpDef per op: semantics, inference, cost, sampling; no lowering
     ("analysis", "interp"),  # shapes, constants, cost, liveness; the reference interpreter

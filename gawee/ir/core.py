@@ -84,6 +84,7 @@ class Value:
     def dtype(self):
         return self.type.dtype
 
+    @cython.locals(seen=dict)
     def users(self) -> list[Node]:
         """The distinct nodes reading this value, in use order."""
         seen: dict[int, Node] = {}
@@ -441,7 +442,7 @@ class Graph:
         return node._order
 
     # -- whole-graph ---------------------------------------------------------------
-    @cython.locals(node=Node, v=Value)
+    @cython.locals(node=Node, v=Value, seen=dict)
     def constants(self) -> list[Value]:
         """Constant values read by nodes or outputs, in first-use order."""
         seen: dict[int, Value] = {}
@@ -477,7 +478,9 @@ class Graph:
             v.data = v.data.to(device)
         return g
 
-    @cython.locals(v=Value, nv=Value, got=Value, ov=Value, node=Node, n=Node, prev=Node)
+    @cython.locals(
+        v=Value, nv=Value, got=Value, ov=Value, node=Node, n=Node, prev=Node, vmap=dict, names=set, inputs=list
+    )
     def clone(self) -> Graph:
         """A structurally identical, independent graph (constant tensors are shared). Nodes are copied slot by
         slot and linked at the end in order (what ``insert`` at the end would do): the rewriter copies every graph
@@ -559,7 +562,7 @@ class Graph:
         return f"<Graph {self.name}: {self._len} nodes>"
 
 
-@cython.locals(value=Value, node=Node)
+@cython.locals(value=Value, node=Node, uses=list)
 def _remove_use(value: Value, node: Node, index: int) -> None:
     uses = value._uses
     for k in range(len(uses) - 1, -1, -1):  # recent uses are the likeliest to go

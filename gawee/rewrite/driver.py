@@ -149,7 +149,7 @@ class Rewriter:
         self.report.seconds = time.perf_counter() - t0
         return self.report
 
-    @cython.locals(node=Node)
+    @cython.locals(node=Node, queued=set)
     def _run_phase(self, phase: Phase) -> None:
         if self.calibration is not None and reads_calibration(phase.rules):
             self.report.calibrated += calibrate(self.graph, self.calibration)
@@ -185,7 +185,7 @@ class Rewriter:
                 queued.clear()
                 return
 
-    @cython.locals(node=Node, v=Value, u=Node)
+    @cython.locals(node=Node, v=Value, u=Node, users=dict)
     def _ordered(self, phase: Phase, node: Node) -> list[tuple[Rule, Node]]:
         """The rules to try when ``node`` is visited, in order: its own candidates by priority, and
         before any of them, the rules of higher priority rooted at its users, tried at those users.
