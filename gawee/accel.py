@@ -9,7 +9,8 @@ nothing in it is written for Cython, and a module runs interpreted wherever it h
 
 :data:`MODULES` are compiled. ``gawee-rewrite accel build`` (``make`` runs it after installing) translates each
 and compiles it with the system's C compiler into gawee's cache directory (``$GAWEE_ACCEL_DIR`` where set), under
-a name that digests the module's source, the interpreter's ABI and the build's flags; :func:`install`, called by
+a name that digests the module's source (and the C declarations it is built against: :meth:`Accelerated.declarations`),
+the interpreter's ABI and the build's flags; :func:`install`, called by
 ``gawee/__init__`` before anything else is imported, puts a finder first on ``sys.meta_path`` that loads a
 module's compiled form where one built from its current source exists, and otherwise leaves the module to the
 normal import. So a module edited since its build runs interpreted until it is built again: a stale build is
@@ -24,6 +25,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -86,7 +88,7 @@ class Accelerated:
         self.package_dir = package_dir
         self.modules = frozenset(modules)
         self.store = store
-        self._declarations: bytes | None = None
+        self._declarations: dict[str, bytes] = {}
 
     def source(self, module: str) -> Path:
         """The module's source file (``gawee.ir.core`` -> ``<package_dir>/ir/core.py``)."""
@@ -97,23 +99,38 @@ class Accelerated:
 
     def built(self, module: str, text: bytes | None = None) -> Path:
         """Where the module's compiled form built from its current source (``text``, else read) is kept: the name
-        digests that source, the interpreter's ABI (its extension suffix names the version and platform) and the
-        build's flags."""
+        digests that source, its :meth:`declarations`, the interpreter's ABI (its extension suffix names the
+        version and platform) and the build's flags."""
         if text is None:
             text = self.source(module).read_bytes()
-        key = b"\0".join([text, self.declarations(), _abi().encode(), *(f.encode() for f in BUILD_FLAGS)])
+        key = b"\0".join([text, self.declarations(module), _abi().encode(), *(f.encode() for f in BUILD_FLAGS)])
         digest = hashlib.sha256(key).hexdigest()[:20]
         return self.store / f"{module}-{digest}{_abi()}"
 
-    def declarations(self) -> bytes:
-        """Every ``.pxd`` of the package, with its path: a module compiled against a declared extension type reads
-        that type's fields where the declaration puts them, so a changed declaration rebuilds every module."""
-        if self._declarations is None:  # read once per process: every module's import asks
-            parts = []
-            for pxd in sorted(self.package_dir.rglob("*.pxd")):
-                parts += [pxd.relative_to(self.package_dir).as_posix().encode(), pxd.read_bytes()]
-            self._declarations = b"\0".join(parts)
-        return self._declarations
+    def declarations(self, module: str) -> bytes:
+        """What ``module`` is compiled against besides its source: its ``.pxd``, and the source and ``.pxd`` of
+        every module of the package that it cimports (transitively). A compiled module reads a declared type's
+        fields where the declaration puts them; a type whose module was edited since its build runs interpreted
+        and has no such fields, so every module compiled against it must run interpreted too until all are built
+        again — which this makes so: the edit changes their names as well. Read once per process."""
+        got = self._declarations.get(module)
+        if got is None:
+            parts, todo, seen = [], [module], {module}
+            while todo:
+                name = todo.pop()
+                pxd = self.source(name).with_suffix(".pxd")
+                if not pxd.is_file():
+                    continue
+                text = pxd.read_bytes()
+                parts += [name.encode(), text]
+                if name != module:
+                    parts.append(self.source(name).read_bytes())
+                for used in sorted({a or b for a, b in _CIMPORT.findall(text.decode())}):
+                    if used.split(".")[0] == self.package and used not in seen:
+                        seen.add(used)
+                        todo.append(used)
+            got = self._declarations[module] = b"\0".join(parts)
+        return got
 
     def current(self, module: str) -> Path | None:
         """The compiled form to load for ``module``, or None: not one of these, not built from its current
@@ -125,6 +142,9 @@ class Accelerated:
         except OSError:
             return None
         return path if path.is_file() else None
+
+
+_CIMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+cimport\b|cimport\s+([\w.]+))", re.MULTILINE)
 
 
 class Finder(importlib.abc.MetaPathFinder):

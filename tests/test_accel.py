@@ -153,18 +153,23 @@ def test_a_module_that_cannot_be_compiled_says_why_and_runs_interpreted(package,
 
 TYPED = textwrap.dedent(
     """
-    try:
-        import cython
-    except ImportError:
-        from gawee import cython_shim as cython
-
-
     class Cell:
         __slots__ = ("items", "next")
 
         def __init__(self, items):
             self.items = items
             self.next = None
+    """
+)
+
+USER = textwrap.dedent(
+    """
+    try:
+        import cython
+    except ImportError:
+        from gawee import cython_shim as cython
+
+    from accpkg.mod import Cell
 
 
     @cython.locals(c=Cell)
@@ -179,29 +184,52 @@ TYPED = textwrap.dedent(
 
 
 @NEEDS_BUILD_TOOLS
-def test_declared_types_make_extension_types_and_a_changed_declaration_rebuilds_every_module(package):
-    """A class declared in a ``.pxd`` beside its module compiles to an extension type with typed fields; a local
-    declared of that type (``@cython.locals``) reads them; a field's declared type is enforced, None checked."""
+def test_declared_types_are_extension_types_and_who_reads_them_is_built_with_them(package, monkeypatch):
+    """A class declared in a ``.pxd`` beside its module compiles to an extension type with typed fields; another
+    module that cimports it reads them through a local declared of that type (``@cython.locals``), both enforced.
+    That reader is built against the declaring module: when the declaring module's source is edited (so it runs
+    interpreted, its class no longer an extension type), the reader runs interpreted too, never reads fields
+    where there are none."""
     root = package.package_dir
     (root / "mod.py").write_text(TYPED)
     (root / "mod.pxd").write_text("cdef class Cell:\n    cdef public list items\n    cdef public Cell next\n")
-    before = package.built("accpkg.mod")
-    assert accel.build(package, echo=lambda line: None) == {}
-    mod = _fresh_import()
-    assert _compiled(mod) and not mod.Cell.__flags__ & (1 << 9)  # not a heap type: an extension type
+    (root / "user.py").write_text(USER)
+    (root / "user.pxd").write_text("from accpkg.mod cimport Cell\n")
+    modules = ("accpkg.mod", "accpkg.user")
+
+    def fresh():
+        acc = accel.Accelerated("accpkg", root, modules, package.store)  # declarations are read once each
+        monkeypatch.setattr(sys, "meta_path", [accel.Finder(acc), *sys.meta_path[1:]])
+        for name in (*modules, "accpkg"):
+            sys.modules.pop(name, None)
+        importlib.invalidate_caches()
+        import accpkg.mod
+        import accpkg.user
+
+        return acc, accpkg.mod, accpkg.user
+
+    acc, _, _ = fresh()
+    assert accel.build(acc, echo=lambda line: None) == {}
+    acc, mod, user = fresh()
+    assert _compiled(mod) and _compiled(user) and not mod.Cell.__flags__ & (1 << 9)  # not a heap type
     a, b = mod.Cell([1, 2]), mod.Cell([3])
     a.next = b
-    assert mod.total(a) == 3 and mod.total(None) == 0
+    assert user.total(a) == 3 and user.total(None) == 0
     with pytest.raises(TypeError):
         a.items = (1, 2)  # declared a list
     with pytest.raises(TypeError):
-        mod.total(7)  # declared a Cell
+        user.total(7)  # declared a Cell
     with pytest.raises(AttributeError):
         a.other = 1
 
-    (root / "mod.pxd").write_text("cdef class Cell:\n    cdef public object items\n    cdef public Cell next\n")
-    fresh = accel.Accelerated("accpkg", root, ("accpkg.mod",), package.store)  # declarations are read once each
-    assert fresh.built("accpkg.mod") not in (before, package.built("accpkg.mod"))  # the declaration is in the key
+    (root / "mod.py").write_text(TYPED + "\n# edited\n")
+    acc, mod, user = fresh()
+    assert acc.current("accpkg.mod") is None and acc.current("accpkg.user") is None
+    assert not _compiled(mod) and not _compiled(user)
+    a = mod.Cell([1, 2])
+    assert user.total(a) == 2
+    for name in (*modules, "accpkg"):
+        sys.modules.pop(name, None)
 
 
 def test_the_engine_imports_and_rewrites_without_cython_installed():
