@@ -18,9 +18,6 @@ from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-compiled = False
-"""Whether the running code is compiled (never, here: Cython's module says True inside a compiled module)."""
-
 
 def locals(**types: Any) -> Callable[[F], F]:
     """``@cython.locals(name=Type, ...)``: C types for a function's local variables; the function, unchanged."""

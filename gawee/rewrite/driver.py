@@ -154,11 +154,10 @@ class Rewriter:
         if self.calibration is not None and reads_calibration(phase.rules):
             self.report.calibrated += calibrate(self.graph, self.calibration)
         idle = phase.idle
+        for node in self.graph:  # a node no rule is tried at is visited only to be erased, when dead
+            if not idle(node.op) or _dead(node):
+                self._push(node)
         graph, queue, queued = self.graph, self._queue, self._queued
-        for node in graph:  # a node no rule is tried at is visited only to be erased, when dead
-            if (not idle(node.op) or _dead(node)) and id(node) not in queued:  # _push, inlined: once per node
-                queued.add(id(node))
-                queue.append(node)
         budget = self.budget_per_node * (len(graph) + 8)
         fired = 0
         recent: deque[str] = deque(maxlen=64)
@@ -229,15 +228,15 @@ class Rewriter:
         fns, v = first_root(rule, node)
         if v is None:
             return False
-        # loops, not any(...): a C method holds no generator expression
-        if len(fns) == 1:  # match_roots' common case, without its generator: the rule's matcher, iterated here
-            for _ in fns[0](v, env, mctx):  # noqa: SIM110
+        # match_roots' loops without its generator (and loops, not any(...): a C method holds no generator expression)
+        for _ in fns[0](v, env, mctx):
+            if len(fns) == 1:  # one root: the rule's matcher, iterated here
                 if self._fire(rule, [node], env, mctx, phase, use_guard):
                     return True
-            return False
-        for roots in match_roots(rule, node, env, mctx):  # noqa: SIM110
-            if self._fire(rule, roots, env, mctx, phase, use_guard):
-                return True
+                continue
+            for roots in _later_roots(rule, fns, 0, [node], env, mctx):
+                if self._fire(rule, roots, env, mctx, phase, use_guard):
+                    return True
         return False
 
     def _fire(self, rule: Rule, roots: list[Node], env: dict, mctx: MatchContext, phase: str, use_guard: bool) -> bool:

@@ -211,7 +211,8 @@ class _Terms:
         """The guard's conjuncts the definitions use: ("same_type", {a, b}), ("foldable", y), ("duplicate", y)."""
         out: set[tuple] = set()
         guard = self.rule.ast.guard
-        for part in A.chain_terms(guard, "and") if guard is not None else []:
+        parts = A.chain_terms(guard, "and") if guard is not None else []
+        for part in parts:
             if not (isinstance(part, A.ECall) and all(isinstance(a.value, A.EName) for a in part.args)):
                 continue
             args = [a.value.name for a in part.args]
@@ -221,7 +222,7 @@ class _Terms:
                 out.add(("same_type", frozenset(self.names[n] for n in args)))
             elif part.func in ("foldable", "duplicate") and len(args) == 1:
                 out.add((part.func, self.names[args[0]]))
-        for part in A.chain_terms(guard, "and") if guard is not None else []:  # x.dtype in {f16, ...} / is_float(x)
+        for part in parts:  # x.dtype in {f16, ...} / is_float(x)
             if (
                 isinstance(part, A.EIn)
                 and not part.negate
@@ -240,7 +241,7 @@ class _Terms:
                 and part.args[0].value.name in self.names
             ):
                 out.add(("float", self.names[part.args[0].value.name]))
-        for part in A.chain_terms(guard, "and") if guard is not None else []:  # op(y) in {"reshape", ...}
+        for part in parts:  # op(y) in {"reshape", ...}
             if (
                 isinstance(part, A.EIn)
                 and not part.negate
