@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import gawee
-from gawee.backend import dnnl, onednn_graph
+from gawee.backend import dnnl, measure, onednn_graph
 from gawee.backend.compiler import BackendChoice
 from gawee.backend.measure import fastest
 from gawee.backend.onednn_graph import OneDNNGraphModule
@@ -140,7 +140,28 @@ def test_unknown_backend_names_the_choices():
     assert "'onnxruntime'" in e.value.hint and "'auto'" in e.value.hint
 
 
-def test_fastest_keeps_the_default_on_a_tie_and_takes_a_clear_winner():
+class _Clock:
+    """``time`` for gawee.backend.measure: perf_counter reads a clock that only sleeps and the calls of
+    :meth:`taking` advance."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def taking(self, calls: dict, name: str, seconds: float):
+        def run(*_):
+            calls[name] += 1
+            self.now += seconds
+
+        return run
+
+
+def test_fastest_keeps_the_default_on_a_tie_and_takes_a_clear_winner(monkeypatch):
     calls = {"a": 0, "b": 0}
 
     def sleeper(name, seconds):
@@ -155,10 +176,14 @@ def test_fastest_keeps_the_default_on_a_tie_and_takes_a_clear_winner():
     assert timed.chosen == "other" and timed.seconds["other"] < timed.seconds["default"]
     timed = fastest({"default": sleeper("a", 0.002), "other": sleeper("b", 0.002)}, [], margin=0.5)
     assert timed.chosen == "default"
-    # different runtimes: a pause, untimed calls, then several timed calls per round (for two within FAR)
+    # different runtimes: a pause, untimed calls, then several timed calls per round (for two within FAR), counted
+    # on a clock that advances by exactly what each call takes: a loaded machine's oversleep cannot put them FAR apart
+    clock = _Clock()
+    monkeypatch.setattr(measure, "time", clock)
     before = dict(calls)
-    fastest({"default": sleeper("a", 0.004), "other": sleeper("b", 0.0038)}, [], settle_s=0.01)
+    fastest({"default": clock.taking(calls, "a", 0.004), "other": clock.taking(calls, "b", 0.0038)}, [], settle_s=0.01)
     assert calls["b"] - before["b"] >= 2 + 2 * (2 + 2)  # first calls, then two rounds of (untimed + timed)
+    monkeypatch.setattr(measure, "time", time)
     # calls of 50 ms or more: one untimed call per round
     long_a, long_b = sleeper("a", 0.06), sleeper("b", 0.05)
     before = dict(calls)
