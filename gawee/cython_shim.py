@@ -22,3 +22,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 def locals(**types: Any) -> Callable[[F], F]:
     """``@cython.locals(name=Type, ...)``: C types for a function's local variables; the function, unchanged."""
     return lambda fn: fn
+
+
+double = float
+"""``cython.double``: a C double (a Python float, interpreted)."""
+
+bint = bool
+"""``cython.bint``: a C int used as a truth value (a Python bool, interpreted)."""

@@ -18,6 +18,11 @@ import weakref
 
 import torch
 
+try:
+    import cython
+except ImportError:  # Cython is optional (the accel extra): the declarations below then do nothing
+    from gawee import cython_shim as cython
+
 SMALL = 16
 """Elements up to which a tensor is examined in Python rather than by a torch reduction."""
 
@@ -32,29 +37,47 @@ was written to since is not used."""
 
 
 def elements(t: torch.Tensor) -> list:
-    """The elements of a (small) tensor as Python numbers, in order: exact for every float and integer dtype."""
-    return t.tolist() if t.dim() == 1 else t.reshape(-1).tolist()
+    """The elements of a (small) tensor as Python numbers, in order: exact for every float and integer dtype.
+    A tensor of several dimensions is read as nested lists and flattened here (a ``reshape`` first would be a
+    torch dispatch costing more than the reading)."""
+    rank = t.dim()
+    if rank == 1:
+        return t.tolist()
+    if rank == 0:
+        return [t.item()]
+    values = t.tolist()
+    for _ in range(rank - 1):
+        values = [x for row in values for x in row]
+    return values
 
 
-def _magnitudes(t: torch.Tensor) -> list[float] | None:
-    """|element| of a small floating tensor as Python floats; None when one is nan (a sum of magnitudes is
-    nan exactly then: magnitudes have no -inf to cancel an inf)."""
-    mags = list(map(abs, elements(t)))
-    total = sum(mags)
-    return None if total != total else mags
+@cython.locals(x=cython.double, lo=cython.double, hi=cython.double)
+def _small_abs_range(t: torch.Tensor) -> tuple[float, float]:
+    """(min |t|, max |t|) of a small floating tensor read into Python floats, (inf, 0.0) when it is empty;
+    (nan, nan) when it holds a nan."""
+    lo, hi = math.inf, 0.0
+    for x in elements(t):
+        if x != x:
+            return math.nan, math.nan
+        x = abs(x)
+        if x < lo:
+            lo = x
+        if x > hi:
+            hi = x
+    return lo, hi
 
 
+@cython.locals(x=cython.double)
 def all_finite(t: torch.Tensor) -> bool:
     """No element is inf or nan (always true of integer and bool tensors)."""
     if not t.is_floating_point():
         return not t.is_complex() or bool(torch.isfinite(t).all())
     n = t.numel()
     if n <= SMALL:
-        values = elements(t)  # none when empty: their sum, 0, is finite
-        if math.isfinite(sum(values)):  # no inf or nan among them (the sum of these few cannot overflow float64
-            return True  # unless they are near its own limit: then the exact answer below)
-        mags = _magnitudes(t)
-        return mags is not None and math.isfinite(max(mags))
+        for x in elements(t):
+            if x - x != 0.0:  # inf - inf and nan - nan are nan
+                return False
+        return True
     if n >= KEPT:  # a weight that a fold reads next: its magnitudes bound the fold's result
         return math.isfinite(abs_range(t)[1])
     lo, hi = torch.aminmax(t)
@@ -66,8 +89,7 @@ def abs_peak(t: torch.Tensor) -> float:
     if t.numel() == 0:
         return 0.0
     if t.numel() <= SMALL:
-        mags = _magnitudes(t)
-        return math.nan if mags is None else max(mags)
+        return _small_abs_range(t)[1]
     lo, hi = (v.item() for v in torch.aminmax(t))
     if math.isnan(lo) or math.isnan(hi):
         return math.nan
@@ -77,8 +99,7 @@ def abs_peak(t: torch.Tensor) -> float:
 def abs_range(t: torch.Tensor) -> tuple[float, float]:
     """(min |t|, max |t|) of a non-empty floating tensor; (nan, nan) when it holds a nan."""
     if t.numel() <= SMALL:
-        mags = _magnitudes(t)
-        return (math.nan, math.nan) if mags is None else (min(mags), max(mags))
+        return _small_abs_range(t)
     known = kept_abs_range(t)
     if known is not None:
         return known

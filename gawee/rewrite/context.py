@@ -61,6 +61,7 @@ EXACT_ZEROS = frozenset({"add", "sub"})
 x - y == 0 only if x == y): no underflow check needed."""
 
 
+@cython.locals(values=list, x=cython.double, total=cython.double, top=cython.double, bottom=cython.double, zero=cython.bint)
 def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str | None:
     """Why a constant that a replacement just folded must not be used, else None.
 
@@ -71,19 +72,28 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
     (:func:`_product_is_safe`); any other result is read once in the common case (:func:`result_problem`).
     """
     headroom = _HEADROOM.get(result.dtype)
-    if headroom is not None and not result.is_meta and result.numel() <= SMALL:
-        # the common case (a small float32/16, bfloat16 result) of result_problem, read once in Python
+    if headroom is not None and result.numel() <= SMALL and not result.is_meta:
+        # the common case (a small float32/16, bfloat16 result) of result_problem, read once in Python: its sum
+        # (an inf or nan makes it one; these few cannot overflow float64), extremes and zeros in one loop
         if "view" in opdef.traits:
             return None  # a view moves values: it makes no new ones
         values = elements(result)
         if not values:
             return None
-        total = sum(values)  # an inf or nan makes it one (these few cannot overflow float64)
+        total, top, bottom, zero = 0.0, -math.inf, math.inf, False
+        for x in values:
+            total += x
+            if x > top:
+                top = x
+            if x < bottom:
+                bottom = x
+            if x == 0.0:  # -0.0 too
+                zero = True
         if (
             total - total == 0
-            and max(values) <= headroom
-            and -min(values) <= headroom
-            and (opdef.name in EXACT_ZEROS or 0.0 not in values)  # -0.0 == 0.0
+            and top <= headroom
+            and -bottom <= headroom
+            and (not zero or opdef.name in EXACT_ZEROS)
         ):
             return None  # no inf or nan, none past the headroom, no zero where a product could underflow to one
         return result_problem(opdef, data, attrs, result)
@@ -158,6 +168,10 @@ _ROUNDING = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2
 _HEADROOM = {dtype: _headroom(dtype) for dtype in _ROUNDING}
 """:func:`_headroom` of those dtypes, whose small folded constants :func:`_fold_problem` reads in Python."""
 
+_PRODUCT_LIMITS = {dtype: (u, _HEADROOM[dtype], torch.finfo(dtype).smallest_normal) for dtype, u in _ROUNDING.items()}
+"""dtype -> (unit roundoff, headroom, smallest normal value): what :func:`_product_is_safe` compares a product's
+bounds with."""
+
 
 def _product_is_safe(data: list, result: torch.Tensor) -> bool:
     """Whether ``result = a * b`` (broadcast) passes every check of :func:`_fold_problem`, shown from the
@@ -168,22 +182,26 @@ def _product_is_safe(data: list, result: torch.Tensor) -> bool:
     headroom (max^(3/4)) when hi_a·hi_b·(1 + u) is under it, and is
     nonzero when lo_a·lo_b is at least the smallest normal value (not merely subnormal: a process that
     flushes subnormals to zero would round those to zero). False: not shown (the result is checked)."""
-    u = _ROUNDING.get(result.dtype)
-    if u is None or len(data) != 2:
+    dtype = result.dtype
+    limits = _PRODUCT_LIMITS.get(dtype)
+    if limits is None or len(data) != 2:
         return False
     ranges = []
     for d in data:
-        if not isinstance(d, torch.Tensor) or d.dtype != result.dtype or d.numel() == 0:
+        if type(d) is not torch.Tensor or d.dtype != dtype:
             return False
-        known = abs_range(d) if d.numel() < OPERAND_PASS else kept_abs_range(d)  # a pass over a small operand only
+        n = d.numel()
+        if n == 0:
+            return False
+        known = abs_range(d) if n < OPERAND_PASS else kept_abs_range(d)  # a pass over a small operand only
         if known is None:
             return False
         ranges.append(known)
     (lo_a, hi_a), (lo_b, hi_b) = ranges
     if not (math.isfinite(hi_a) and math.isfinite(hi_b)):  # nan compares false below, inf too
         return False
-    hi, lo = hi_a * hi_b, lo_a * lo_b
-    return hi * (1 + u) <= _headroom(result.dtype) and lo >= torch.finfo(result.dtype).smallest_normal
+    u, headroom, smallest_normal = limits
+    return hi_a * hi_b * (1 + u) <= headroom and lo_a * lo_b >= smallest_normal
 
 
 def fold_device(data: list[torch.Tensor | None], graph_device: torch.device) -> torch.device | None:

@@ -1,6 +1,6 @@
 """The rewriter's shortcuts give what the general paths give: guard chains in Kleene logic, attributes prepared
 when a replacement is compiled, the host fold, a new node's attributes and types from one cache, the graph's
-copy, and the small-tensor finiteness test."""
+copy, and the small-tensor facts read in Python."""
 
 import math
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gawee
-from gawee.analysis.tensor_facts import SMALL, all_finite
+from gawee.analysis.tensor_facts import SMALL, abs_peak, abs_range, all_finite, elements
 from gawee.ir.builder import GraphBuilder
 from gawee.ir.symbolic import Sym
 from gawee.ir.types import DType, TensorType
@@ -155,6 +155,28 @@ def test_a_small_tensors_finiteness_is_exact_when_its_sum_is_not(dtype):
     t[3] = math.nan
     assert not all_finite(t)
     assert not all_finite(torch.tensor([math.inf, -math.inf], dtype=dtype))  # a sum of nan
+
+
+@pytest.mark.parametrize("shape", [(), (4,), (4, 1, 1, 1), (2, 3), (1, 2, 2, 2), (0,), (2, 0, 3)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_a_small_tensors_facts_read_in_python_agree_with_torch(shape, dtype):
+    gen = torch.Generator().manual_seed(len(shape))
+    base_values = torch.randn(shape, generator=gen).to(dtype)
+    specials = [None, 0.0, -0.0, math.inf, -math.inf, math.nan, torch.finfo(dtype).tiny / 4]
+    for special in specials:
+        t = base_values.clone()
+        if special is not None and t.numel():
+            t.view(-1)[t.numel() // 2] = special
+        assert list(map(repr, elements(t))) == list(map(repr, t.reshape(-1).tolist()))  # nan and -0.0 alike
+        assert all_finite(t) == bool(torch.isfinite(t).all())
+        if not t.numel():
+            assert abs_peak(t) == 0.0
+            continue
+        lo, hi = (x.item() for x in torch.aminmax(t.abs().double()))
+        if math.isnan(lo) or math.isnan(hi):
+            assert all(math.isnan(x) for x in abs_range(t)) and math.isnan(abs_peak(t))
+        else:
+            assert abs_range(t) == (lo, hi) and abs_peak(t) == hi
 
 
 ROOT_CHECKED = """
