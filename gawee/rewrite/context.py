@@ -61,7 +61,9 @@ EXACT_ZEROS = frozenset({"add", "sub"})
 x - y == 0 only if x == y): no underflow check needed."""
 
 
-@cython.locals(values=list, x=cython.double, total=cython.double, top=cython.double, bottom=cython.double, zero=cython.bint)
+@cython.locals(
+    values=list, x=cython.double, total=cython.double, top=cython.double, bottom=cython.double, zero=cython.bint
+)
 def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str | None:
     """Why a constant that a replacement just folded must not be used, else None.
 
@@ -89,12 +91,7 @@ def _fold_problem(opdef, data: list, attrs: dict, result: torch.Tensor) -> str |
                 bottom = x
             if x == 0.0:  # -0.0 too
                 zero = True
-        if (
-            total - total == 0
-            and top <= headroom
-            and -bottom <= headroom
-            and (not zero or opdef.name in EXACT_ZEROS)
-        ):
+        if total - total == 0 and top <= headroom and -bottom <= headroom and (not zero or opdef.name in EXACT_ZEROS):
             return None  # no inf or nan, none past the headroom, no zero where a product could underflow to one
         return result_problem(opdef, data, attrs, result)
     if "view" in opdef.traits or not result.is_floating_point() or result.is_meta:
