@@ -211,6 +211,20 @@ class Graph:
     agree. Nodes are kept in a doubly linked list: insert and erase are O(1).
     """
 
+    __slots__ = (
+        "__weakref__",
+        "_head",
+        "_len",
+        "_name_counters",
+        "_names",
+        "_order_valid",
+        "_outputs",
+        "_tail",
+        "inputs",
+        "meta",
+        "name",
+    )
+
     def __init__(self, name: str = "graph"):
         self.name = name
         self.inputs: list[Value] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -133,6 +133,9 @@ class TensorType:
     shape: Shape
     dtype: DType
     layout: Layout = Layout.contiguous
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+    """The hash, computed on first use (the type is immutable): every inference and node cache lookup hashes
+    the operand types, and hashing a shape and two enums costs several calls."""
 
     # __eq__ and __hash__ written out as the dataclass would generate them: every inference and node cache lookup
     # hashes and compares types, and these run compiled with this module (gawee.accel), generated ones do not
@@ -142,7 +145,15 @@ class TensorType:
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash((self.shape, self.dtype, self.layout))
+        h = self._hash
+        if h is None:
+            h = hash((self.shape, self.dtype, self.layout))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self):
+        # rebuilt from its fields: a hash kept from another process would be wrong here (str hashes are salted)
+        return TensorType, (self.shape, self.dtype, self.layout)
 
     @property
     def rank(self) -> int:

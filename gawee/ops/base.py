@@ -12,6 +12,11 @@ from typing import Any
 import sympy
 import torch
 
+try:
+    import cython
+except ImportError:  # Cython is optional (the accel extra): the declarations below then do nothing
+    from gawee import cython_shim as cython
+
 from gawee.errors import InferenceError, IRError, first_line
 from gawee.ir.registry import _REGISTRY, all_ops, get_op, has_op, register  # noqa: F401
 from gawee.ir.symbolic import Sym, has_symbols, symbols_of
@@ -330,20 +335,27 @@ _PREPARED: dict[Any, dict[str, Any]] = {}
 """(op, attributes, operand types) -> prepared attributes (``OpDef.prepare_attrs``)."""
 
 
-_INT_ONLY = frozenset({int})
-
-
+@cython.locals(out=list, items=tuple)
 def attrs_key(attrs: Mapping[str, Any]) -> tuple:
     """A cache key of an attribute dict, telling values apart as :func:`_typed` does (the common values of
     attributes, ints, strings, flags and int tuples, inline)."""
     out = []
     for k, v in attrs.items():
         t = type(v)
-        if t is int or t is str or t is bool or v is None or (t is tuple and _INT_ONLY.issuperset(map(type, v))):
+        if t is int or t is str or t is bool or v is None or (t is tuple and _ints_only(v)):
             out.append((k, t, v))
         else:
             out.append((k, _typed(v)))
     return tuple(out)
+
+
+@cython.locals(items=tuple)
+def _ints_only(items: tuple) -> bool:
+    """Every element is an int (not a bool or a float): such a tuple is its own key."""
+    for x in items:  # noqa: SIM110 (a C loop: no generator)
+        if type(x) is not int:
+            return False
+    return True
 
 
 def _typed(v: Any) -> Any:
@@ -352,7 +364,7 @@ def _typed(v: Any) -> Any:
     t = type(v)
     if t is int or t is str or t is bool or v is None:  # the common cases first
         return (t, v)
-    if t is tuple and all(type(x) is int for x in v):  # ints only: no element to tell apart (stride=(1, 1))
+    if t is tuple and _ints_only(v):  # ints only: no element to tell apart (stride=(1, 1))
         return (t, v)
     if isinstance(v, (tuple, list)):
         return (t, tuple([_typed(x) for x in v]))

@@ -135,3 +135,18 @@ def test_constant_values_and_printer():
     assert "= add(%x, %w) : f32[2]" in text
     assert "mul(%add, 0.5:f32)" in text
     assert text.rstrip().endswith("return %mul\n}")
+
+
+def test_a_types_hash_is_kept_and_not_carried_to_another_process():
+    """A type's hash is computed once and kept; a pickled (or copied) type is rebuilt from its fields, since a
+    hash kept from another process (salted str hashes) would be wrong in this one."""
+    import copy
+    import pickle
+
+    from gawee.ir.types import DType, Layout, TensorType
+
+    t = TensorType((2, 3), DType.f16, Layout.contiguous)
+    assert t._hash is None and hash(t) == hash(((2, 3), DType.f16, Layout.contiguous)) and t._hash == hash(t)
+    for again in (pickle.loads(pickle.dumps(t)), copy.deepcopy(t), copy.copy(t)):
+        assert again == t and again._hash is None and hash(again) == hash(t)
+    assert {t: 1}[TensorType((2, 3), DType.f16)] == 1 and repr(t) == "f16[2,3]"
