@@ -17,6 +17,7 @@ cdef class Node:
     cdef public dict attrs
     cdef public Node _prev, _next
     cdef public double _order
+    cdef public Py_ssize_t _queued_in
     cdef public object graph, name, op, source
 
 cdef class Graph:

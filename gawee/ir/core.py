@@ -104,6 +104,7 @@ class Node:
         "_next",
         "_order",
         "_prev",
+        "_queued_in",
         "attrs",
         "graph",
         "name",
@@ -130,6 +131,9 @@ class Node:
         """Provenance: the ATen target or the rule (file:line) that made this node."""
         self.name = name
         self.graph: Graph | None = None
+        self._queued_in = 0
+        """The token of the rewriter whose worklist holds this node now, else 0 (gawee.rewrite.driver): a mark
+        on the node instead of a set of queued nodes, which every push and pop would hash into."""
         self.outputs: tuple[Value, ...] = tuple(
             Value(t, name if len(output_types) == 1 else f"{name}.{i}") for i, t in enumerate(output_types)
         )
@@ -542,7 +546,7 @@ class Graph:
             for i, v in enumerate(n._inputs):
                 if v is not None:
                     v._uses.append(_new_use((n, i)))
-            n._prev, n._next, n._order = prev, None, float(count)
+            n._prev, n._next, n._order, n._queued_in = prev, None, float(count), 0
             if prev is None:
                 g._head = n
             else:

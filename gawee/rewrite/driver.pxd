@@ -6,7 +6,7 @@ from gawee.ir.core cimport Node, Value
 cdef class Rewriter:
     cdef public object graph, calibration, rules, report, trace, check, budget_per_node, max_firings, device
     cdef object _queue, _instances
-    cdef set _queued
+    cdef Py_ssize_t _token
     cdef _push(self, Node node)
     cdef list _ordered(self, phase, Node node)
     cpdef bint _try(self, rule, Node node, phase, bint use_guard=*)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import itertools
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
@@ -40,6 +41,9 @@ from gawee.threads import torch_threads
 
 BUDGET_PER_NODE = 16
 """Firings allowed per node of the graph (per phase) before the rule set is declared cyclic."""
+
+_TOKENS = itertools.count(1)
+"""The marks rewriters put on the nodes their worklists hold (``Rewriter._token``), one per rewriter."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,9 @@ class Rewriter:
         self.max_firings = max_firings
         """Stop after this many firings (replaying a prefix of a deterministic rewrite), or None."""
         self._queue: deque[Node] = deque()
-        self._queued: set[int] = set()
+        self._token = next(_TOKENS)
+        """What this rewriter marks the nodes its worklist holds with (``Node._queued_in``): a number no other
+        rewriter in this process uses, so a mark left by one that stopped early (or raised) means nothing here."""
         self.device = graph.device
         """Where the graph's constants live: folded constants are made there (``RewriteContext.device``)."""
         self._instances: dict[tuple, tuple[int, int, Instance]] = {}
@@ -133,8 +139,8 @@ class Rewriter:
     # -- worklist ------------------------------------------------------------------------
     @cython.locals(node=Node)
     def _push(self, node: Node | None) -> None:
-        if node is not None and node.graph is self.graph and id(node) not in self._queued:
-            self._queued.add(id(node))
+        if node is not None and node.graph is self.graph and node._queued_in != self._token:
+            node._queued_in = self._token
             self._queue.append(node)
 
     def run(self) -> RewriteReport:
@@ -149,7 +155,7 @@ class Rewriter:
         self.report.seconds = time.perf_counter() - t0
         return self.report
 
-    @cython.locals(node=Node, queued=set)
+    @cython.locals(node=Node)
     def _run_phase(self, phase: Phase) -> None:
         if self.calibration is not None and reads_calibration(phase.rules):
             self.report.calibrated += calibrate(self.graph, self.calibration)
@@ -157,14 +163,14 @@ class Rewriter:
         for node in self.graph:  # a node no rule is tried at is visited only to be erased, when dead
             if not idle(node.op) or _dead(node):
                 self._push(node)
-        graph, queue, queued = self.graph, self._queue, self._queued
+        graph, queue = self.graph, self._queue
         budget = self.budget_per_node * (len(graph) + 8)
         fired = 0
         recent: deque[str] = deque(maxlen=64)
         limited = self.max_firings is not None
         while queue:
             node = queue.popleft()
-            queued.discard(id(node))
+            node._queued_in = 0
             if node.graph is not graph:
                 continue
             if _dead(node):
@@ -180,8 +186,7 @@ class Rewriter:
                         raise _cycle_error(recent, self.rules, fired)
                     break
             if limited and self._stopped():
-                queue.clear()
-                queued.clear()
+                queue.clear()  # the marks left on its nodes are this rewriter's, which is done
                 return
 
     @cython.locals(node=Node, v=Value, u=Node, users=dict)

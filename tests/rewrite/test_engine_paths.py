@@ -282,3 +282,20 @@ def test_nodes_no_rule_is_tried_at_are_not_visited_but_dead_ones_are_erased(monk
     assert report.firings["rr"] == 1 and [n.op for n in out] == ["exp", "relu"]
     assert report.erased == 4  # the dead exp and the neg it alone read; the two relus the rule replaced
     assert set(visited) == {"relu"}
+
+
+def test_a_worklist_mark_left_by_a_stopped_rewriter_does_not_hide_nodes_from_the_next():
+    """A rewriter marks the nodes its worklist holds (no set of queued nodes); one stopped early leaves its marks
+    on the nodes it had queued, and a later rewriter of the same graph still visits them."""
+    from gawee.rewrite.driver import Rewriter
+
+    b = GraphBuilder("g")
+    x = b.input("x", "f32[4]")
+    b.output(b.neg(b.relu(b.relu(b.relu(b.relu(x))))))
+    g = b.graph
+    rules = gawee.load_rules_text("rule rr: relu(relu(x)) => relu(x)")
+    first = Rewriter(g, rules, max_firings=1).run()
+    assert first.total == 1 and any(n._queued_in for n in g)  # stopped with nodes still queued
+    Rewriter(g, rules).run()
+    assert [n.op for n in g] == ["relu", "neg"] and not any(n._queued_in for n in g)
+    verify(g)
