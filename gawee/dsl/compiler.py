@@ -8,6 +8,7 @@ Each problem is a RuleError at the exact source span.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,8 +92,9 @@ class Rule:
         from the end): only that output's uses are replaced. None for an op root."""
         return self.matcher.output
 
-    @property
+    @functools.cached_property
     def location(self) -> str:
+        """``file:line`` of the rule (kept: a rule's name and span do not change once it is compiled)."""
         return f"{self.span.file}:{self.span.line}"
 
     @property
@@ -100,9 +102,9 @@ class Rule:
         """The name, with the alternative when the rule has several: `layer_norm_written (2/3)`."""
         return self.name if self.variant[1] == 1 else f"{self.name} ({self.variant[0]}/{self.variant[1]})"
 
-    @property
+    @functools.cached_property
     def tag(self) -> str:
-        """Provenance written on the nodes this rule makes."""
+        """Provenance written on the nodes this rule makes (kept: every node a firing makes reads it)."""
         return f"{self.name} ({self.location})"
 
 

@@ -464,7 +464,8 @@ class RewriteContext:
     def _adopt(self, v: Value, name: str) -> None:
         """Name a constant folded by this replacement (checked by _fold_problem) as it enters the graph, and put
         it on an accelerator graph's device (a literal is made on the CPU)."""
-        v.data = to_device(v.data, fold_device([], self.device))
+        if not self.on_host:  # on the host fold_device gives None: the constant stays where it is
+            v.data = to_device(v.data, fold_device([], self.device))
         v.name = self.graph.unique_name(name)
 
     @cython.locals(node=Node)
