@@ -191,7 +191,11 @@ class TensorType:
         Types of plain tensors (int sizes) are made once per shape, dtype and layout and shared
         (they are immutable): constant folding asks for one per folded constant."""
         if type(t) in _PLAIN_TENSORS:
-            key = (t.shape, t.dtype, Layout.of(t))
+            # Layout.of inlined, the layout keyed as a flag (an enum member hashes through a Python call)
+            channels_last = (
+                t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+            )
+            key = (t.shape, t.dtype, channels_last)
             try:
                 known = _TYPES_OF.get(key)
             except TypeError:  # a symbolic size (unhashable)
@@ -201,7 +205,8 @@ class TensorType:
             if key is not None and all(type(s) is int for s in t.shape):
                 if len(_TYPES_OF) > 65536:
                     _TYPES_OF.clear()
-                known = _TYPES_OF[key] = TensorType(tuple(t.shape), DType.from_torch(t.dtype), key[2])
+                layout = Layout.channels_last if channels_last else Layout.contiguous
+                known = _TYPES_OF[key] = TensorType(tuple(t.shape), DType.from_torch(t.dtype), layout)
                 return known
         shape = tuple(s if type(s) is int else _dim(s, symbols) for s in t.shape)
         return TensorType(shape, DType.from_torch(t.dtype), Layout.of(t))
@@ -217,4 +222,4 @@ class TensorType:
 _PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
 """Tensor classes whose sizes are plain ints (fake and other subclass tensors may hold symbolic sizes)."""
 _TYPES_OF: dict[tuple, TensorType] = {}
-"""(torch.Size, torch dtype, Layout) -> the TensorType of a plain tensor (``TensorType.of``)."""
+"""(torch.Size, torch dtype, whether channels-last) -> the TensorType of a plain tensor (``TensorType.of``)."""

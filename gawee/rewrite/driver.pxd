@@ -8,6 +8,7 @@ cdef class Rewriter:
     cdef object _queue, _instances
     cdef Py_ssize_t _token
     cdef _push(self, Node node)
+    cdef _visit(self, phase, Node node)
     cdef list _ordered(self, phase, Node node)
     cpdef bint _try(self, rule, Node node, phase, bint use_guard=*)
     cdef bint _fire(self, rule, list roots, dict env, mctx, phase, bint use_guard)

@@ -178,34 +178,50 @@ class Rewriter:
                 continue
             if idle(node.op):
                 continue
-            for rule, at in self._ordered(phase, node):
-                if self._try(rule, at, phase.name):
-                    fired += 1
-                    recent.append(rule.name)
-                    if fired > budget:
-                        raise _cycle_error(recent, self.rules, fired)
-                    break
+            rule = self._visit(phase, node)
+            if rule is not None:
+                fired += 1
+                recent.append(rule.name)
+                if fired > budget:
+                    raise _cycle_error(recent, self.rules, fired)
             if limited and self._stopped():
                 queue.clear()  # the marks left on its nodes are this rewriter's, which is done
                 return
 
+    @cython.locals(node=Node, at=Node)
+    def _visit(self, phase: Phase, node: Node) -> Rule | None:
+        """Try the rules :meth:`_ordered` gives for ``node``, in order, until one fires; the rule that fired, or
+        None. Without rules above the node (the common case), its own candidates are tried at it directly."""
+        ranked = self._ordered(phase, node)
+        if ranked is None:
+            for rule in phase.candidates(node.op):
+                if self._try(rule, node, phase.name):
+                    return rule
+            return None
+        for rule, at in ranked:
+            if self._try(rule, at, phase.name):
+                return rule
+        return None
+
     @cython.locals(node=Node, v=Value, u=Node, users=dict)
-    def _ordered(self, phase: Phase, node: Node) -> list[tuple[Rule, Node]]:
-        """The rules to try when ``node`` is visited, in order: its own candidates by priority, and
-        before any of them, the rules of higher priority rooted at its users, tried at those users.
-        So a larger pattern given a higher priority (add(matmul(x, w), b) -> linear) wins over a
-        smaller one (matmul(x, w) -> linear) that would otherwise consume its inside first."""
-        own = phase.candidates(node.op)
+    def _ordered(self, phase: Phase, node: Node) -> list[tuple[Rule, Node]] | None:
+        """The rules to try when ``node`` is visited, in order, each with the node it is tried at: its own
+        candidates by priority, and before any of them, the rules of higher priority rooted at its users, tried at
+        those users. So a larger pattern given a higher priority (add(matmul(x, w), b) -> linear) wins over a
+        smaller one (matmul(x, w) -> linear) that would otherwise consume its inside first. None where no user
+        has such a rule: the node's own candidates alone, at the node (``phase.candidates``)."""
         above = phase.enclosing_ops(node.op)
+        if not above:
+            return None
         users: dict[int, Node] = {}
-        if above:
-            for v in node.outputs:
-                for use in v._uses:
-                    u = use.node
-                    if u.op in above and id(u) not in users:
-                        users[id(u)] = u
+        for v in node.outputs:
+            for use in v._uses:
+                u = use.node
+                if u.op in above and id(u) not in users:
+                    users[id(u)] = u
         if not users:
-            return [(rule, node) for rule in own]
+            return None
+        own = phase.candidates(node.op)
         lowest = phase.lowest(node.op)
         above = [
             (rule, user)
