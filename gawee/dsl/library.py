@@ -118,7 +118,10 @@ def _all_equal(c: Value | None, x: float) -> bool:
     if n <= SMALL and not data.is_complex():
         ref = _compared_as(data.dtype, type(x), x)
         if ref is not None:
-            return all(v == ref for v in elements(data))
+            for v in elements(data):  # noqa: SIM110 (a loop: no generator made per guard)
+                if v != ref:
+                    return False
+            return True
     return bool((data == x).all().item())
 
 

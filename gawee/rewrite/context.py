@@ -247,6 +247,20 @@ def _scalar(x: Any, rank: int | None, like: torch.dtype | None) -> torch.Tensor:
 
 
 class RewriteContext:
+    __slots__ = (
+        "_device",
+        "_on_host",
+        "env",
+        "graph",
+        "new_nodes",
+        "root",
+        "roots",
+        "rule",
+        "with_cache",
+        "with_fns",
+        "with_tensors",
+    )
+
     def __init__(
         self,
         graph: Graph,
