@@ -135,7 +135,7 @@ class TensorType:
     layout: Layout = Layout.contiguous
     _hash: int | None = field(default=None, init=False, repr=False, compare=False)
     """The hash, computed on first use (the type is immutable): every inference and node cache lookup hashes
-    the operand types, and hashing a shape and two enums costs several calls."""
+    the operand types, each a tuple of the shape and two enum members to hash again."""
 
     # __eq__ and __hash__ written out as the dataclass would generate them: every inference and node cache lookup
     # hashes and compares types, and these run compiled with this module (gawee.accel), generated ones do not
@@ -191,7 +191,7 @@ class TensorType:
         Types of plain tensors (int sizes) are made once per shape, dtype and layout and shared
         (they are immutable): constant folding asks for one per folded constant."""
         if type(t) in _PLAIN_TENSORS:
-            # Layout.of inlined, the layout keyed as a flag (an enum member hashes through a Python call)
+            # Layout.of inlined (one call fewer per folded constant), the layout keyed as a flag
             channels_last = (
                 t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
             )

@@ -335,7 +335,7 @@ _PREPARED: dict[Any, dict[str, Any]] = {}
 """(op, attributes, operand types) -> prepared attributes (``OpDef.prepare_attrs``)."""
 
 
-@cython.locals(out=list, items=tuple)
+@cython.locals(out=list)
 def attrs_key(attrs: Mapping[str, Any]) -> tuple:
     """A cache key of an attribute dict, telling values apart as :func:`_typed` does (the common values of
     attributes, ints, strings, flags and int tuples, inline)."""
