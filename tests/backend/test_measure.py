@@ -8,7 +8,7 @@ import pytest
 from gawee.backend import measure
 
 
-class _Clock:
+class FakeClock:
     """time.perf_counter and time.sleep on a fake clock that only the candidates' calls advance."""
 
     def __init__(self):
@@ -23,12 +23,12 @@ class _Clock:
 
 @pytest.fixture
 def clock(monkeypatch):
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(measure, "time", clock)
     return clock
 
 
-def _candidate(clock: _Clock, seconds: float, slowdown=lambda call: 1.0):
+def candidate(clock: FakeClock, seconds: float, slowdown=lambda call: 1.0):
     """A callable taking ``seconds`` times ``slowdown(call)`` (its calls counted from 0, first calls included)."""
     calls = []
 
@@ -51,8 +51,8 @@ def test_times_are_judged_against_the_same_rounds_others(clock):
     of each candidate's times would keep the default (10 ms: 10, 10, 30; the other: 9, 18, 27), its times relative
     to the other's in the same round show it 10% faster."""
     # each makes two first calls, then one timed call per round
-    default = _candidate(clock, 0.010, lambda call: [1, 1, 1, 1, 3][call])
-    other = _candidate(clock, 0.009, lambda call: [1, 1, 1, 2, 3][call])
+    default = candidate(clock, 0.010, lambda call: [1, 1, 1, 1, 3][call])
+    other = candidate(clock, 0.009, lambda call: [1, 1, 1, 2, 3][call])
     timed = measure.fastest({"default": default, "other": other}, [], budget_s=0.0)
     assert len(other.calls) == 5  # three rounds, then the default is more than CLOSE slower and dropped
     assert timed.chosen == "other"
@@ -60,10 +60,10 @@ def test_times_are_judged_against_the_same_rounds_others(clock):
 
 
 def test_the_clearly_slower_are_dropped_and_the_close_timed_on(clock):
-    default = _candidate(clock, 0.010)
-    close = _candidate(clock, 0.0102, _noisy(start=2))
-    slower = _candidate(clock, 0.012)  # not within CLOSE, not FAR behind
-    slow = _candidate(clock, 0.020)
+    default = candidate(clock, 0.010)
+    close = candidate(clock, 0.0102, _noisy(start=2))
+    slower = candidate(clock, 0.012)  # not within CLOSE, not FAR behind
+    slow = candidate(clock, 0.020)
     candidates = {"default": default, "close": close, "slower": slower, "slow": slow}
     timed = measure.fastest(candidates, [], budget_s=0.0)
     assert len(slow.calls) == 2 + 1  # FAR behind after the first round
@@ -78,12 +78,12 @@ def test_close_candidates_whose_rounds_agree_are_decided_after_the_first_rounds(
     """Rounds that put a candidate 2% behind the best in each, with no spread, show it is not faster than the best
     (SURE): it is dropped after MIN_ROUNDS, where rounds with a spread of 8% go on to FINAL_ROUNDS
     (test_the_clearly_slower_are_dropped_and_the_close_timed_on)."""
-    default, close = _candidate(clock, 0.010), _candidate(clock, 0.0102)
+    default, close = candidate(clock, 0.010), candidate(clock, 0.0102)
     timed = measure.fastest({"default": default, "close": close}, [], budget_s=0.0)
     assert len(default.calls) == len(close.calls) == 2 + measure.MIN_ROUNDS
     assert timed.chosen == "default" and timed.seconds == pytest.approx({"default": 0.010, "close": 0.0102})
     # a candidate 2% ahead of the default is not dropped by its rounds' agreement: the default is
-    default, ahead = _candidate(clock, 0.0102), _candidate(clock, 0.010)
+    default, ahead = candidate(clock, 0.0102), candidate(clock, 0.010)
     timed = measure.fastest({"default": default, "ahead": ahead}, [], budget_s=0.0)
     assert len(ahead.calls) == 2 + measure.MIN_ROUNDS and timed.chosen == "default"  # within the margin
 
@@ -91,7 +91,7 @@ def test_close_candidates_whose_rounds_agree_are_decided_after_the_first_rounds(
 def test_candidates_that_ran_already_make_no_untimed_first_call(clock):
     """``warm``: each candidate was called before (its outputs checked), so its first call here is timed, and is
     the first round."""
-    a, b = _candidate(clock, 0.010, lambda call: 5.0 if call == 0 else 1.0), _candidate(clock, 0.0102, _noisy(start=1))
+    a, b = candidate(clock, 0.010, lambda call: 5.0 if call == 0 else 1.0), candidate(clock, 0.0102, _noisy(start=1))
     a(), b()  # the calls that checked them
     timed = measure.fastest({"a": a, "b": b}, [], budget_s=0.0, warm=True)
     assert len(a.calls) == len(b.calls) == 1 + measure.FINAL_ROUNDS
@@ -103,8 +103,8 @@ def test_a_warm_first_round_only_drops_the_far_slower(clock):
     written pages fault again): the first round drops the far slower (FAR_ONE) but the close ones are judged on
     the rounds after it. Counted among them, a first call 20% slow would hide that the other is 3% behind in every
     round after it, and keep both timed to FINAL_ROUNDS."""
-    a = _candidate(clock, 0.010, lambda call: 1.2 if call == 1 else 1.0)
-    b = _candidate(clock, 0.0103)
+    a = candidate(clock, 0.010, lambda call: 1.2 if call == 1 else 1.0)
+    b = candidate(clock, 0.0103)
     a(), b()  # the calls that checked them
     timed = measure.fastest({"a": a, "b": b}, [], budget_s=0.0, warm=True)
     assert len(a.calls) == len(b.calls) == 1 + 1 + measure.MIN_ROUNDS
@@ -114,8 +114,8 @@ def test_a_warm_first_round_only_drops_the_far_slower(clock):
 def test_warm_candidates_far_behind_are_dropped_after_one_call_or_two(clock):
     """With ``warm``, a candidate FAR_ONE times the quickest on its one call so far runs no second round; one
     FAR behind (but not FAR_ONE) is dropped after the second round, its fastest of two calls."""
-    quick, far_one = _candidate(clock, 0.010), _candidate(clock, 0.010 * (measure.FAR_ONE + 0.1))
-    far, close = _candidate(clock, 0.010 * (measure.FAR + 0.1)), _candidate(clock, 0.0102, _noisy(start=1))
+    quick, far_one = candidate(clock, 0.010), candidate(clock, 0.010 * (measure.FAR_ONE + 0.1))
+    far, close = candidate(clock, 0.010 * (measure.FAR + 0.1)), candidate(clock, 0.0102, _noisy(start=1))
     candidates = {"quick": quick, "far_one": far_one, "far": far, "close": close}
     for fn in candidates.values():
         fn()  # the calls that checked them
@@ -129,13 +129,13 @@ def test_warm_candidates_far_behind_are_dropped_after_one_call_or_two(clock):
 def test_a_tie_ends_the_timing_after_the_first_rounds(clock):
     """Candidates within TIED of each other after MIN_ROUNDS are not timed on to FINAL_ROUNDS: whichever runs, the
     call takes about the same. Ones 2% apart are (test_the_clearly_slower_are_dropped_and_the_close_timed_on)."""
-    a, b, c = _candidate(clock, 0.010), _candidate(clock, 0.01005), _candidate(clock, 0.030)
+    a, b, c = candidate(clock, 0.010), candidate(clock, 0.01005), candidate(clock, 0.030)
     timed = measure.fastest({"a": a, "b": b, "c": c}, [], budget_s=0.0)
     assert len(a.calls) == len(b.calls) == 2 + measure.MIN_ROUNDS
     assert len(c.calls) == 2 + 1  # FAR behind
     assert timed.chosen == "a"
     # one behind in every round is dropped, and the tie of the others ends the timing
-    a, b, c = _candidate(clock, 0.010), _candidate(clock, 0.01005), _candidate(clock, 0.0105)
+    a, b, c = candidate(clock, 0.010), candidate(clock, 0.01005), candidate(clock, 0.0105)
     timed = measure.fastest({"a": a, "b": b, "c": c}, [], budget_s=0.0)
     assert len(a.calls) == len(b.calls) == len(c.calls) == 2 + measure.MIN_ROUNDS
     assert timed.chosen == "a" and timed.seconds["c"] == pytest.approx(0.0105, rel=0.01)
@@ -143,7 +143,7 @@ def test_a_tie_ends_the_timing_after_the_first_rounds(clock):
 
 def test_long_calls_stop_at_the_final_budget(clock):
     """Past the budget the close candidates get FINAL_BUDGET_S more, not FINAL_ROUNDS whatever they cost."""
-    a, b = _candidate(clock, 0.2), _candidate(clock, 0.2 * 1.03, _noisy(start=2))  # close, not a tie, noisy
+    a, b = candidate(clock, 0.2), candidate(clock, 0.2 * 1.03, _noisy(start=2))  # close, not a tie, noisy
     measure.fastest({"a": a, "b": b}, [], budget_s=0.0)
     rounds = len(a.calls) - 2
     assert measure.MIN_ROUNDS < rounds < measure.FINAL_ROUNDS
@@ -154,24 +154,24 @@ def test_a_hopeless_candidate_is_not_timed_past_its_first_calls(clock):
     """A candidate many times slower than the quickest on its second call (a module on a reference kernel) runs no
     round: its time is that call's. Three times slower is not hopeless: it runs the first round (then it is FAR
     behind)."""
-    default = _candidate(clock, 0.010)
-    hopeless = _candidate(clock, 0.010 * (measure.HOPELESS + 1))
-    slower = _candidate(clock, 0.030)
+    default = candidate(clock, 0.010)
+    hopeless = candidate(clock, 0.010 * (measure.HOPELESS + 1))
+    slower = candidate(clock, 0.030)
     timed = measure.fastest({"default": default, "hopeless": hopeless, "slower": slower}, [], budget_s=0.0)
     assert len(hopeless.calls) == 2
     assert len(slower.calls) == len(default.calls) == 2 + 1  # FAR behind: the first round ends it
     assert timed.chosen == "default"
     assert timed.seconds["hopeless"] == pytest.approx(0.010 * (measure.HOPELESS + 1))
     # a default FAR behind is dropped after the first round like the others, its time that round's
-    quick, slow_default = _candidate(clock, 0.010), _candidate(clock, 0.010 * (measure.FAR + 0.5))
-    other, close = _candidate(clock, 0.010 * (measure.FAR + 0.5)), _candidate(clock, 0.0102, _noisy(start=2))
+    quick, slow_default = candidate(clock, 0.010), candidate(clock, 0.010 * (measure.FAR + 0.5))
+    other, close = candidate(clock, 0.010 * (measure.FAR + 0.5)), candidate(clock, 0.0102, _noisy(start=2))
     candidates = {"default": slow_default, "quick": quick, "other": other, "close": close}
     timed = measure.fastest(candidates, [], budget_s=0.0)
     assert timed.chosen == "quick" and len(other.calls) == len(slow_default.calls) == 2 + 1
     assert len(quick.calls) == 2 + measure.FINAL_ROUNDS
     assert timed.seconds["default"] == pytest.approx(0.010 * (measure.FAR + 0.5), rel=0.02)
     # the default runs the first round whatever it costs
-    slow_default, quick = _candidate(clock, 0.010 * (measure.HOPELESS + 1)), _candidate(clock, 0.010)
+    slow_default, quick = candidate(clock, 0.010 * (measure.HOPELESS + 1)), candidate(clock, 0.010)
     timed = measure.fastest({"default": slow_default, "quick": quick}, [], budget_s=0.0)
     assert len(slow_default.calls) == 2 + 1 and timed.chosen == "quick"
 
@@ -179,8 +179,8 @@ def test_a_hopeless_candidate_is_not_timed_past_its_first_calls(clock):
 def test_far_behind_is_judged_again_after_each_round(clock):
     """A candidate within FAR of the quickest's first calls (slow to start: 12.5 ms) but FAR behind its fastest call
     since is dropped after the round that shows it, not timed on to MIN_ROUNDS."""
-    quick = _candidate(clock, 0.010, lambda call: 1.25 if call < 3 else 1.0)
-    behind = _candidate(clock, 0.015)
+    quick = candidate(clock, 0.010, lambda call: 1.25 if call < 3 else 1.0)
+    behind = candidate(clock, 0.015)
     timed = measure.fastest({"quick": quick, "behind": behind}, [], budget_s=0.0)
     assert len(behind.calls) == len(quick.calls) == 2 + 2
     assert timed.chosen == "quick"

@@ -13,6 +13,7 @@ from gawee.backend.onednn_graph import OneDNNGraphModule
 from gawee.backend.ort import OrtModule
 from gawee.errors import GaweeError
 from gawee.ir.symbolic import ShapeOutOfRange
+from tests.backend.test_measure import FakeClock, candidate
 
 pytest.importorskip("onnxruntime")
 
@@ -140,27 +141,6 @@ def test_unknown_backend_names_the_choices():
     assert "'onnxruntime'" in e.value.hint and "'auto'" in e.value.hint
 
 
-class _Clock:
-    """``time`` for gawee.backend.measure: perf_counter reads a clock that only sleeps and the calls of
-    :meth:`taking` advance."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-    def taking(self, calls: dict, name: str, seconds: float):
-        def run(*_):
-            calls[name] += 1
-            self.now += seconds
-
-        return run
-
-
 def test_fastest_keeps_the_default_on_a_tie_and_takes_a_clear_winner(monkeypatch):
     calls = {"a": 0, "b": 0}
 
@@ -178,11 +158,11 @@ def test_fastest_keeps_the_default_on_a_tie_and_takes_a_clear_winner(monkeypatch
     assert timed.chosen == "default"
     # different runtimes: a pause, untimed calls, then several timed calls per round (for two within FAR), counted
     # on a clock that advances by exactly what each call takes: a loaded machine's oversleep cannot put them FAR apart
-    clock = _Clock()
+    clock = FakeClock()
     monkeypatch.setattr(measure, "time", clock)
-    before = dict(calls)
-    fastest({"default": clock.taking(calls, "a", 0.004), "other": clock.taking(calls, "b", 0.0038)}, [], settle_s=0.01)
-    assert calls["b"] - before["b"] >= 2 + 2 * (2 + 2)  # first calls, then two rounds of (untimed + timed)
+    close_a, close_b = candidate(clock, 0.004), candidate(clock, 0.0038)
+    fastest({"default": close_a, "other": close_b}, [], settle_s=0.01)
+    assert len(close_b.calls) >= 2 + 2 * (2 + 2)  # first calls, then two rounds of (untimed + timed)
     monkeypatch.setattr(measure, "time", time)
     # calls of 50 ms or more: one untimed call per round
     long_a, long_b = sleeper("a", 0.06), sleeper("b", 0.05)
